@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tarmac needs to build and test. Idempotent: installs only what is
+# missing, so a second run costs a dpkg query. `--test` adds what the test suite needs.
+set -euo pipefail
+build=(cmake ninja-build g++ pkg-config libfmt-dev libcli11-dev nlohmann-json3-dev
+       libtomlplusplus-dev libsqlite3-dev libncurses-dev)
+test=(libgtest-dev libgmock-dev libbenchmark-dev tmux python3 procps util-linux)
+want=("${build[@]}")
+[[ ${1:-} == --test ]] && want+=("${test[@]}")
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}" >&2
+  SUDO=; [[ $(id -u) == 0 ]] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi

@@ -1,0 +1,76 @@
+#include "tarmac/cli/app.hpp"
+
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <fmt/format.h>
+#include <string_view>
+
+#include "tarmac/cli/context.hpp"
+#include "tarmac/cli/sim_command.hpp"
+#include "tarmac/cli/status.hpp"
+
+#ifndef TARMAC_VERSION
+#define TARMAC_VERSION "0.0.0"
+#endif
+
+namespace tarmac::cli {
+
+namespace {
+
+// `tarmac [global options] sim ARGS...` hands ARGS untouched to the simulator launcher, so that
+// the command it runs keeps every flag (CLI11 would try to parse them). Returns the index of
+// "sim" in argv, or 0.
+int find_sim_word(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "sim") return i;
+    if (a == "--") return 0;
+    if (a == "--nvml-lib" || a == "--config") {
+      ++i;  // skip the option's value
+      continue;
+    }
+    if (!a.starts_with("-")) return 0;  // another subcommand
+  }
+  return 0;
+}
+
+int run_app(int argc, char** argv) {
+  if (int at = find_sim_word(argc, argv); at > 0) {
+    return exec_sim(std::vector<std::string>(argv + at + 1, argv + argc));
+  }
+  CLI::App app{"tarmac: see what every NVIDIA GPU is really doing, and keep the fleet flying"};
+  app.set_version_flag("--version", std::string("tarmac ") + TARMAC_VERSION);
+  app.require_subcommand(0, 1);
+  app.fallthrough();
+  GlobalOptions global;
+  app.add_option("--nvml-lib", global.nvml_lib, "Path of libnvidia-ml.so.1 to load")->envname("TARMAC_NVML_LIB");
+  app.add_flag("--json", global.json, "Machine-readable JSON output");
+  app.add_flag("--no-color", global.no_color, "No colour (also: NO_COLOR in the environment)");
+  app.add_option("--config", global.config, "Configuration file (TOML)");
+
+  int exit_code = kExitOk;
+  add_status_command(app, global, exit_code);
+  app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
+                            "(sim list names the bundled scenarios)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  if (app.get_subcommands().empty()) return run_status(global);
+  return exit_code;
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  try {
+    return run_app(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "tarmac: internal error: {}\n", e.what());
+    return kExitCouldNotLook;
+  }
+}
+
+}  // namespace tarmac::cli

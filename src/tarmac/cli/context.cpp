@@ -1,0 +1,25 @@
+#include "tarmac/cli/context.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fmt/format.h>
+
+namespace tarmac::cli {
+
+bool use_color(const GlobalOptions& options, std::FILE* stream) {
+  if (options.no_color) return false;
+  if (const char* no_color = std::getenv("NO_COLOR"); no_color != nullptr && *no_color != '\0') return false;
+  if (const char* term = std::getenv("TERM"); term != nullptr && std::string_view(term) == "dumb") return false;
+  return isatty(fileno(stream)) != 0;
+}
+
+Result<std::unique_ptr<gpu::Backend>> open_backend(const GlobalOptions& options) {
+  auto backend = gpu::open_nvml_backend(options.nvml_lib);
+  if (!backend.ok()) print_error(backend.error());
+  return backend;
+}
+
+void print_error(const Error& error) { fmt::print(stderr, "tarmac: {}\n", error.message); }
+
+}  // namespace tarmac::cli

@@ -1,0 +1,221 @@
+#include "tarmac/cli/status.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <fmt/format.h>
+
+#include "tarmac/cli/app.hpp"
+#include "tarmac/cli/snapshot_json.hpp"
+#include "tarmac/cli/table.hpp"
+#include "tarmac/diagnose/verdicts.hpp"
+#include "tarmac/gpu/activity.hpp"
+#include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::cli {
+
+namespace {
+
+using gpu::Activity;
+
+std::string dash() { return "-"; }
+
+template <typename T>
+std::string or_dash(const std::optional<T>& v, const char* suffix = "") {
+  return v ? fmt::format("{}{}", *v, suffix) : dash();
+}
+
+// A ten-cell bar for memory use: "[#######---]".
+std::string bar(double fraction) {
+  const int filled = std::clamp(static_cast<int>(fraction * 10.0 + 0.5), 0, 10);
+  return "[" + std::string(static_cast<std::size_t>(filled), '#') + std::string(static_cast<std::size_t>(10 - filled), '-') + "]";
+}
+
+std::string memory_cell(const gpu::Device& d) {
+  if (!d.sample.mem_used_bytes || !d.id.mem_total_bytes || *d.id.mem_total_bytes == 0) return dash();
+  const double used = static_cast<double>(*d.sample.mem_used_bytes);
+  const double total = static_cast<double>(*d.id.mem_total_bytes);
+  return fmt::format("{} {:.1f}/{:.1f} GiB", bar(used / total), used / static_cast<double>(util::kGiB),
+                     total / static_cast<double>(util::kGiB));
+}
+
+std::string power_cell(const gpu::Device& d) {
+  const auto limit = d.modes.enforced_power_limit_mw ? d.modes.enforced_power_limit_mw : d.modes.power_limit_mw;
+  if (!d.sample.power_mw) return limit ? fmt::format("-/{:.0f} W", *limit / 1000.0) : dash();
+  if (!limit) return fmt::format("{:.0f} W", *d.sample.power_mw / 1000.0);
+  return fmt::format("{:.0f}/{:.0f} W", *d.sample.power_mw / 1000.0, *limit / 1000.0);
+}
+
+std::string events_cell(const gpu::Device& d) {
+  if (!d.sample.clock_event_reasons) return dash();
+  std::string out;
+  for (const auto& n : gpu::clock_event_names()) {
+    // Idle clocks on an idle GPU are not news.
+    if ((*d.sample.clock_event_reasons & n.bit) == 0 || n.bit == 0x1) continue;
+    out += (out.empty() ? "" : ",") + std::string(n.words);
+  }
+  return out.empty() ? dash() : out;
+}
+
+Style activity_style(Activity a) {
+  switch (a) {
+    case Activity::Busy: return Style::Good;
+    case Activity::Starved:
+    case Activity::Holding:
+    case Activity::ReservedIdle: return Style::Warn;
+    case Activity::Idle: return Style::Dim;
+    case Activity::Fault: return Style::Bad;
+  }
+  return Style::Plain;
+}
+
+std::string short_bus_id(const std::optional<std::string>& id) {
+  if (!id) return dash();
+  // "00000000:07:00.0" -> "07:00.0" unless the domain is not zero.
+  const auto colon = id->find(':');
+  if (colon != std::string::npos && id->find_first_not_of('0') >= colon) return id->substr(colon + 1);
+  return *id;
+}
+
+std::string container_cell(const host::ProcessInfo& h) {
+  std::string out;
+  if (h.container) {
+    if (h.container->pod_uid) {
+      out = "pod " + h.container->pod_uid->substr(0, 8);
+    } else {
+      out = h.container->runtime + " " + h.container->id.substr(0, 12);
+    }
+  }
+  if (h.slurm_job_id) out += (out.empty() ? "" : " ") + ("slurm " + *h.slurm_job_id);
+  return out.empty() ? dash() : out;
+}
+
+void print_human(const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::time_t now = snap.timestamp_unix_ms / 1000;
+  std::tm tm_now{};
+  localtime_r(&now, &tm_now);
+  char when[32] = {};
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm_now);
+  std::string cuda = snap.cuda_driver_version
+                         ? fmt::format("{}.{}", *snap.cuda_driver_version / 1000, (*snap.cuda_driver_version % 1000) / 10)
+                         : "-";
+  fmt::print("{}  driver {}  CUDA {}  {} GPU{}  {}\n", host, snap.driver_version.value_or("-"), cuda,
+             snap.devices.size(), snap.devices.size() == 1 ? "" : "s", when);
+  if (snap.devices.empty()) {
+    fmt::print("No NVIDIA GPU is visible (the driver loaded, but NVML reports 0 devices).\n");
+    return;
+  }
+
+  Table gpus({{"GPU", Align::Right}, {"NAME"}, {"BUS"}, {"MEMORY"}, {"UTIL", Align::Right}, {"TEMP", Align::Right},
+              {"POWER", Align::Right}, {"SM CLK", Align::Right}, {"P"}, {"ACTIVITY"}, {"CLOCK EVENTS"}});
+  for (std::size_t i = 0; i < snap.devices.size(); ++i) {
+    const auto& d = snap.devices[i];
+    const Activity a = classes[i];
+    if (d.lost) {
+      gpus.add_row({{std::to_string(d.id.index)}, {d.id.name.value_or("-")}, {short_bus_id(d.id.pci_bus_id)},
+                    {"GPU lost: " + *d.lost, Style::Bad}, {""}, {""}, {""}, {""}, {""}, {"fault", Style::Bad}, {""}});
+      continue;
+    }
+    gpus.add_row({{std::to_string(d.id.index)},
+                  {d.id.name.value_or("-")},
+                  {short_bus_id(d.id.pci_bus_id)},
+                  {memory_cell(d)},
+                  {or_dash(d.sample.util_gpu_pct, " %")},
+                  {or_dash(d.sample.temp_c, " C"),
+                   d.sample.temp_c && d.id.temp_slowdown_c && *d.sample.temp_c + 5 >= *d.id.temp_slowdown_c ? Style::Bad
+                                                                                                           : Style::Plain},
+                  {power_cell(d)},
+                  {or_dash(d.sample.clock_sm_mhz, " MHz")},
+                  {d.sample.pstate ? fmt::format("P{}", *d.sample.pstate) : dash()},
+                  {gpu::to_string(a), activity_style(a)},
+                  {events_cell(d), gpu::harmful_clock_events(d.sample.clock_event_reasons.value_or(0)) ? Style::Bad
+                                                                                                      : Style::Plain}});
+  }
+  gpus.print(stdout, color);
+
+  // Values that failed with something other than "not supported".
+  for (const auto& d : snap.devices) {
+    for (const auto& e : d.errors) fmt::print("  GPU {}: {} could not be read: {}\n", d.id.index, e.what, e.message);
+  }
+
+  Table procs({{"GPU", Align::Right}, {"PID", Align::Right}, {"USER"}, {"MEMORY", Align::Right}, {"SM", Align::Right},
+               {"AGE", Align::Right}, {"CONTAINER/JOB"}, {"COMMAND"}});
+  const long long now_s = snap.timestamp_unix_ms / 1000;
+  std::size_t count = 0;
+  for (const auto& d : snap.devices) {
+    for (const auto& p : d.processes) {
+      ++count;
+      const auto& h = p.host;
+      const bool visible = h.visibility == host::PidVisibility::Visible;
+      std::string command = visible ? h.command_line.value_or(h.name.value_or("-"))
+                                    : "(not in this PID namespace: a container's or another host namespace's process)";
+      if (command.empty()) command = h.name.value_or("-");
+      procs.add_row({{std::to_string(d.id.index)},
+                     {std::to_string(p.pid)},
+                     {h.user.value_or("-")},
+                     {p.used_mem_bytes ? util::format_bytes(*p.used_mem_bytes) : dash()},
+                     {or_dash(p.sm_util_pct, " %")},
+                     {h.start_time_unix ? util::format_age(now_s - *h.start_time_unix) : dash()},
+                     {container_cell(h)},
+                     {command, visible ? Style::Plain : Style::Dim}});
+    }
+  }
+  fmt::print("\n");
+  if (count == 0) {
+    fmt::print("No processes on any GPU.\n");
+  } else {
+    procs.print(stdout, color);
+  }
+
+  const auto found = diagnose::verdicts(snap, classes);
+  if (!found.empty()) fmt::print("\n");
+  for (const auto& v : found) {
+    const Style style = v.severity == diagnose::Severity::Critical  ? Style::Bad
+                        : v.severity == diagnose::Severity::Warning ? Style::Warn
+                                                                    : Style::Dim;
+    fmt::print("{}\n", styled(fmt::format("{} {}", v.severity == diagnose::Severity::Info ? "-" : "!", v.text), style, color));
+  }
+}
+
+}  // namespace
+
+int run_status(const GlobalOptions& global) {
+  auto backend = open_backend(global);
+  if (!backend.ok()) return kExitCouldNotLook;
+  auto snap = (*backend)->snapshot(gpu::SnapshotOptions{});
+  if (!snap.ok()) {
+    print_error(snap.error());
+    return kExitCouldNotLook;
+  }
+  const long long now_s = snap->timestamp_unix_ms / 1000;
+  std::vector<Activity> classes;
+  for (const auto& d : snap->devices) classes.push_back(gpu::classify(d, gpu::ActivityThresholds{}, now_s));
+  if (global.json) {
+    nlohmann::json j;
+    j["timestamp_unix_ms"] = snap->timestamp_unix_ms;
+    j["driver_version"] = snap->driver_version ? nlohmann::json(*snap->driver_version) : nlohmann::json(nullptr);
+    j["nvml_version"] = snap->nvml_version ? nlohmann::json(*snap->nvml_version) : nlohmann::json(nullptr);
+    j["cuda_driver_version"] = snap->cuda_driver_version ? nlohmann::json(*snap->cuda_driver_version) : nlohmann::json(nullptr);
+    j["gpus"] = nlohmann::json::array();
+    for (std::size_t i = 0; i < snap->devices.size(); ++i) j["gpus"].push_back(to_json(snap->devices[i], classes[i]));
+    j["verdicts"] = nlohmann::json::array();
+    for (const auto& v : diagnose::verdicts(*snap, classes)) {
+      j["verdicts"].push_back({{"severity", diagnose::to_string(v.severity)}, {"code", v.code}, {"text", v.text}});
+    }
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    print_human(*snap, classes, use_color(global, stdout));
+  }
+  return kExitOk;
+}
+
+void add_status_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  auto* cmd = app.add_subcommand("status", "Show every GPU, its processes and one verdict per problem (the default)");
+  cmd->callback([&global, &exit_code] { exit_code = run_status(global); });
+}
+
+}  // namespace tarmac::cli

@@ -1,0 +1,16 @@
+// `tarmac status` (and `tarmac` alone): every GPU, its processes and one verdict per problem.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "tarmac/cli/context.hpp"
+
+namespace tarmac::cli {
+
+// Adds the `status` subcommand to `app`; `exit_code` receives its result when it runs.
+void add_status_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+// Runs status with the given options (also what plain `tarmac` runs).
+[[nodiscard]] int run_status(const GlobalOptions& global);
+
+}  // namespace tarmac::cli

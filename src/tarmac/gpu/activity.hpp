@@ -1,0 +1,37 @@
+// Activity classes (PRODUCT.md §3): one word per GPU saying what it really does.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "tarmac/gpu/model.hpp"
+
+namespace tarmac::gpu {
+
+enum class Activity { Busy, Starved, Holding, Idle, ReservedIdle, Fault };
+
+// The thresholds, all configuration with these documented defaults (docs/ARCHITECTURE.md).
+struct ActivityThresholds {
+  unsigned busy_util_pct = 30;          // at or above: busy
+  unsigned starved_mem_pct = 50;        // memory held (of total) at or above, with utilization below busy: starved
+  long long holding_after_s = 10 * 60;  // processes holding memory at 0 % for this long: holding
+};
+
+// Whether tarmac itself leased the GPU (scheduler); a leased GPU with nothing running is reserved-idle.
+enum class Leased { No, Yes };
+
+// busy: utilization at or above busy_util_pct. holding: processes at 0 % for holding_after_s.
+// starved: processes hold at least starved_mem_pct of memory below busy. idle: no processes, or
+// processes holding little memory below busy. fault: lost, slowed by heat or power, memory errors.
+// Classifies one GPU from one snapshot. Without history, "how long at 0 %" is bounded below by
+// the age of the GPU's youngest process: a process that started recently cannot have held its
+// memory idle for longer than it has existed.
+[[nodiscard]] Activity classify(const Device& device, const ActivityThresholds& thresholds, long long now_unix_s,
+                                Leased leased = Leased::No);
+
+[[nodiscard]] const char* to_string(Activity activity);
+
+// Why a device counts as a fault, or nullopt.
+[[nodiscard]] std::optional<std::string> fault_reason(const Device& device);
+
+}  // namespace tarmac::gpu

@@ -1,0 +1,31 @@
+// The backend interface: one vendor's way of producing a Snapshot. NVML is the only backend
+// today; the interface keeps NVML types out of everything above gpu/.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tarmac/gpu/model.hpp"
+#include "tarmac/util/result.hpp"
+
+namespace tarmac::gpu {
+
+// What a snapshot should include beyond the fast per-device values.
+struct SnapshotOptions {
+  bool processes = true;   // running processes with host attribution
+  bool slow = false;       // PCIe throughput and GPM (tens of ms per GPU on real hardware)
+  bool topology = false;   // the GPU x GPU link matrix
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Reads every device. Fails only when nothing can be read at all; per-value failures are data.
+  [[nodiscard]] virtual Result<Snapshot> snapshot(const SnapshotOptions& options) = 0;
+};
+
+// Loads NVML (path: --nvml-lib; empty for $TARMAC_NVML_LIB or the default search) and opens every
+// device, probing once which values each supports.
+[[nodiscard]] Result<std::unique_ptr<Backend>> open_nvml_backend(const std::string& library_path);
+
+}  // namespace tarmac::gpu

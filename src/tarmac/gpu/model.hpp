@@ -1,0 +1,166 @@
+// The vendor-neutral GPU model (PRODUCT.md §3): what tarmac knows about each GPU, its processes
+// and the topology. Every measured value is optional, with its unit in its name: "not supported"
+// and "could not be read this time" are data, never exceptions. Nothing here sees an NVML type.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tarmac/host/process_info.hpp"
+
+namespace tarmac::gpu {
+
+// What the device is: read once per device, when it is first opened.
+struct DeviceIdentity {
+  unsigned index = 0;  // NVML index = PCI bus order
+  std::optional<std::string> uuid;
+  std::optional<std::string> name;
+  std::optional<std::string> serial;
+  std::optional<std::string> pci_bus_id;  // "00000000:07:00.0"
+  std::optional<std::uint32_t> pci_device_id;
+  std::optional<std::uint32_t> pci_subsystem_id;
+  std::optional<unsigned> minor_number;
+  std::optional<std::string> brand;
+  std::optional<std::string> architecture;  // "Ampere", "Hopper", ...
+  std::optional<std::string> cuda_capability;  // "8.0"
+  std::optional<std::string> vbios_version;
+  std::optional<std::string> board_part_number;
+  std::optional<std::uint64_t> mem_total_bytes;
+  std::optional<unsigned> power_default_limit_mw;
+  std::optional<unsigned> power_min_limit_mw;
+  std::optional<unsigned> power_max_limit_mw;
+  std::optional<unsigned> temp_slowdown_c;
+  std::optional<unsigned> temp_shutdown_c;
+  std::optional<unsigned> temp_gpu_max_c;
+  std::optional<unsigned> temp_mem_max_c;
+  std::optional<unsigned> clock_sm_max_mhz;
+  std::optional<unsigned> clock_mem_max_mhz;
+  std::optional<unsigned> clock_graphics_max_mhz;
+  std::optional<unsigned> clock_video_max_mhz;
+  std::optional<unsigned> pcie_gen_max;
+  std::optional<unsigned> pcie_width_max;
+  std::optional<unsigned> fan_count;
+  std::optional<std::uint64_t> supported_clock_event_reasons;
+  std::optional<bool> gpm_supported;
+  std::optional<int> numa_node;
+  std::vector<unsigned> cpu_affinity;  // CPUs close to the GPU; empty when unknown
+};
+
+// Settings that rarely change but can (modes, limits): read with every full sample.
+struct DeviceModes {
+  std::optional<bool> persistence_mode;
+  std::optional<std::string> compute_mode;  // "Default", "Exclusive_Process", "Prohibited"
+  std::optional<bool> mig_mode_current;
+  std::optional<bool> mig_mode_pending;
+  std::optional<bool> ecc_mode_current;
+  std::optional<bool> ecc_mode_pending;
+  std::optional<bool> display_mode;
+  std::optional<bool> display_active;
+  std::optional<unsigned> power_limit_mw;
+  std::optional<unsigned> enforced_power_limit_mw;
+};
+
+// What the device is doing now.
+struct DeviceSample {
+  std::optional<std::uint64_t> mem_used_bytes;
+  std::optional<std::uint64_t> mem_free_bytes;
+  std::optional<std::uint64_t> mem_reserved_bytes;
+  std::optional<std::uint64_t> bar1_used_bytes;
+  std::optional<std::uint64_t> bar1_total_bytes;
+  std::optional<unsigned> util_gpu_pct;
+  std::optional<unsigned> util_mem_pct;
+  std::optional<unsigned> util_encoder_pct;
+  std::optional<unsigned> util_decoder_pct;
+  std::optional<unsigned> temp_c;
+  std::optional<unsigned> fan_pct;
+  std::optional<unsigned> power_mw;
+  std::optional<std::uint64_t> energy_mj;
+  std::optional<unsigned> clock_sm_mhz;
+  std::optional<unsigned> clock_mem_mhz;
+  std::optional<unsigned> clock_graphics_mhz;
+  std::optional<unsigned> clock_video_mhz;
+  std::optional<unsigned> clock_sm_app_mhz;
+  std::optional<unsigned> clock_mem_app_mhz;
+  std::optional<unsigned> pstate;  // 0..15
+  std::optional<std::uint64_t> clock_event_reasons;  // NVML's bitmask; see clock_events.hpp
+  std::optional<unsigned> pcie_gen;
+  std::optional<unsigned> pcie_width;
+  std::optional<unsigned> pcie_replay_count;
+  std::optional<std::uint64_t> ecc_corrected_volatile;
+  std::optional<std::uint64_t> ecc_uncorrected_volatile;
+  std::optional<std::uint64_t> ecc_corrected_aggregate;
+  std::optional<std::uint64_t> ecc_uncorrected_aggregate;
+  std::optional<unsigned> retired_pages_sbe;
+  std::optional<unsigned> retired_pages_dbe;
+  std::optional<bool> retired_pages_pending;
+  std::optional<unsigned> remapped_rows_correctable;
+  std::optional<unsigned> remapped_rows_uncorrectable;
+  std::optional<bool> remapped_rows_pending;
+  std::optional<bool> remapped_rows_failure;
+};
+
+// Slow values (tens of ms per GPU on real hardware): read on their own cadence, off the fast path.
+struct DeviceSlowSample {
+  std::optional<unsigned> pcie_tx_kbps;
+  std::optional<unsigned> pcie_rx_kbps;
+  // GPM (Hopper and later), percentages over the interval between two GPM samples.
+  std::optional<double> gpm_sm_active_pct;
+  std::optional<double> gpm_sm_occupancy_pct;
+  std::optional<double> gpm_tensor_active_pct;
+  std::optional<double> gpm_dram_bw_pct;
+};
+
+enum class ProcessType { Compute, Graphics, Mps };
+
+// One process using a GPU, as NVML reports it, with what the host knows about it.
+struct GpuProcess {
+  unsigned pid = 0;
+  ProcessType type = ProcessType::Compute;
+  std::optional<std::uint64_t> used_mem_bytes;
+  std::optional<unsigned> sm_util_pct;   // per-process utilization, where NVML gives it
+  std::optional<unsigned> mem_util_pct;
+  host::ProcessInfo host;
+};
+
+// A value that failed with something other than "not supported": shown as an error, kept trying.
+struct ReadError {
+  std::string what;     // the value, e.g. "power"
+  std::string message;  // the NVML message
+};
+
+struct Device {
+  DeviceIdentity id;
+  DeviceModes modes;
+  DeviceSample sample;
+  std::optional<DeviceSlowSample> slow;  // present when slow fields were asked for
+  std::vector<GpuProcess> processes;
+  // The GPU stopped answering (fallen off the bus): the identity is what was known before.
+  std::optional<std::string> lost;
+  std::vector<ReadError> errors;
+};
+
+// How two GPUs are connected, as nvidia-smi topo -m names it.
+enum class Link { Self, NvLink, Internal, Pix, Pxb, Phb, Node, Sys, Unknown };
+
+struct Topology {
+  // links[i][j] and nvlink_count[i][j] for device indices i, j.
+  std::vector<std::vector<Link>> links;
+  std::vector<std::vector<unsigned>> nvlink_count;
+};
+
+struct Snapshot {
+  long long timestamp_unix_ms = 0;
+  std::optional<std::string> driver_version;
+  std::optional<std::string> nvml_version;
+  std::optional<int> cuda_driver_version;  // e.g. 12020
+  std::vector<Device> devices;
+  std::optional<Topology> topology;  // present when asked for
+};
+
+// Human names for the enums above (for tables and JSON).
+[[nodiscard]] const char* to_string(ProcessType type);
+[[nodiscard]] const char* to_string(Link link);
+
+}  // namespace tarmac::gpu

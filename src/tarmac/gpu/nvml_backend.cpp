@@ -1,0 +1,138 @@
+// The NVML backend: opens the library, enumerates the devices once, and composes snapshots from
+// the per-area readers.
+#include <chrono>
+#include <fmt/format.h>
+
+#include "tarmac/gpu/backend.hpp"
+#include "tarmac/gpu/nvml_device.hpp"
+
+namespace tarmac::gpu {
+
+using namespace tarmac::nvml;
+using detail::call;
+using detail::NvmlDevice;
+
+namespace {
+
+class NvmlBackend final : public Backend {
+ public:
+  explicit NvmlBackend(std::unique_ptr<Library> lib) : lib_(std::move(lib)) {}
+
+  Result<void> enumerate() {
+    const Functions& f = lib_->fn();
+    unsigned count = 0;
+    nvmlReturn_t rc = f.nvmlDeviceGetCount_v2 != nullptr ? f.nvmlDeviceGetCount_v2(&count) : f.nvmlDeviceGetCount(&count);
+    if (rc != NVML_SUCCESS) return nvml_error("nvmlDeviceGetCount", rc);
+    devices_.reserve(count);
+    for (unsigned i = 0; i < count; ++i) {
+      nvmlDevice_t handle = nullptr;
+      rc = f.nvmlDeviceGetHandleByIndex_v2 != nullptr ? f.nvmlDeviceGetHandleByIndex_v2(i, &handle)
+                                                      : f.nvmlDeviceGetHandleByIndex(i, &handle);
+      devices_.emplace_back(*lib_, i, rc == NVML_SUCCESS ? handle : nullptr);
+      NvmlDevice& dev = devices_.back();
+      dev.identity.index = i;
+      if (rc != NVML_SUCCESS) {
+        dev.note_failure("handle", rc == NVML_ERROR_GPU_IS_LOST ? rc : NVML_ERROR_GPU_IS_LOST);
+        continue;
+      }
+      detail::read_identity(dev);
+    }
+    return {};
+  }
+
+  Result<Snapshot> snapshot(const SnapshotOptions& options) override {
+    const Functions& f = lib_->fn();
+    Snapshot snap;
+    snap.timestamp_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+    if (!versions_read_) read_versions();
+    snap.driver_version = driver_version_;
+    snap.nvml_version = nvml_version_;
+    snap.cuda_driver_version = cuda_version_;
+    (void)f;
+    for (NvmlDevice& dev : devices_) {
+      Device out;
+      if (dev.handle() == nullptr) {
+        out.id = dev.identity;
+        out.lost = "the GPU did not answer when tarmac opened it";
+        snap.devices.push_back(std::move(out));
+        continue;
+      }
+      dev.begin_snapshot();
+      if (!dev.identity_read) detail::read_identity(dev);  // it was lost when first opened
+      out.modes = detail::read_modes(dev);
+      out.sample = detail::read_sample(dev);
+      if (options.slow) out.slow = detail::read_slow(dev);
+      if (options.processes) out.processes = detail::read_processes(dev);
+      out.id = dev.identity;
+      out.lost = dev.lost();
+      out.errors = dev.take_errors();
+      snap.devices.push_back(std::move(out));
+    }
+    if (options.topology) snap.topology = detail::read_topology(devices_);
+    return snap;
+  }
+
+ private:
+  void read_versions() {
+    const Functions& f = lib_->fn();
+    char buffer[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+    if (call(f.nvmlSystemGetDriverVersion, buffer, static_cast<unsigned>(sizeof buffer)) == NVML_SUCCESS) {
+      driver_version_ = util::from_c_buffer(buffer, sizeof buffer);
+    }
+    char nvml_buffer[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE] = {};
+    if (call(f.nvmlSystemGetNVMLVersion, nvml_buffer, static_cast<unsigned>(sizeof nvml_buffer)) == NVML_SUCCESS) {
+      nvml_version_ = util::from_c_buffer(nvml_buffer, sizeof nvml_buffer);
+    }
+    int cuda = 0;
+    auto cuda_fn = f.nvmlSystemGetCudaDriverVersion_v2 != nullptr ? f.nvmlSystemGetCudaDriverVersion_v2
+                                                                  : f.nvmlSystemGetCudaDriverVersion;
+    if (call(cuda_fn, &cuda) == NVML_SUCCESS) cuda_version_ = cuda;
+    versions_read_ = true;
+  }
+
+  std::unique_ptr<Library> lib_;  // destroyed last: devices hold pointers into it
+  std::vector<NvmlDevice> devices_;
+  bool versions_read_ = false;
+  std::optional<std::string> driver_version_;
+  std::optional<std::string> nvml_version_;
+  std::optional<int> cuda_version_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> open_nvml_backend(const std::string& library_path) {
+  LoadOptions options;
+  options.library_path = library_path;
+  TARMAC_TRY_ASSIGN(auto lib, Library::open(options));
+  auto backend = std::make_unique<NvmlBackend>(std::move(lib));
+  TARMAC_TRY(backend->enumerate());
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+const char* to_string(ProcessType type) {
+  switch (type) {
+    case ProcessType::Compute: return "compute";
+    case ProcessType::Graphics: return "graphics";
+    case ProcessType::Mps: return "mps";
+  }
+  return "unknown";
+}
+
+const char* to_string(Link link) {
+  switch (link) {
+    case Link::Self: return "X";
+    case Link::NvLink: return "NV";
+    case Link::Internal: return "PSB";
+    case Link::Pix: return "PIX";
+    case Link::Pxb: return "PXB";
+    case Link::Phb: return "PHB";
+    case Link::Node: return "NODE";
+    case Link::Sys: return "SYS";
+    case Link::Unknown: return "N/A";
+  }
+  return "N/A";
+}
+
+}  // namespace tarmac::gpu

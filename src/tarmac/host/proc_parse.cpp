@@ -1,0 +1,103 @@
+#include "tarmac/host/proc_parse.hpp"
+
+#include <limits>
+#include <vector>
+
+#include "tarmac/util/strings.hpp"
+
+namespace tarmac::host {
+namespace {
+
+// Whitespace-separated fields; stat uses single spaces but a trailing newline is common.
+std::vector<std::string_view> fields_of(std::string_view text) {
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n')) ++i;
+    const std::size_t start = i;
+    while (i < text.size() && text[i] != ' ' && text[i] != '\t' && text[i] != '\n') ++i;
+    if (i > start) out.push_back(text.substr(start, i - start));
+  }
+  return out;
+}
+
+template <typename T>
+std::optional<T> parse_unsigned(std::string_view text) {
+  const auto value = util::parse_int(text);
+  if (!value || *value < 0 || static_cast<unsigned long long>(*value) > std::numeric_limits<T>::max()) {
+    return std::nullopt;
+  }
+  return static_cast<T>(*value);
+}
+
+// The value after "<key>:" or "<key> " on the first line that starts with the key.
+std::optional<std::string_view> line_value(std::string_view text, std::string_view key) {
+  for (std::size_t start = 0; start < text.size();) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    if (line.starts_with(key) && line.size() > key.size() && (line[key.size()] == ':' || line[key.size()] == ' ')) {
+      return line.substr(key.size() + 1);
+    }
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<StatFields> parse_stat(std::string_view stat_text) {
+  const std::size_t open = stat_text.find('(');
+  const std::size_t close = stat_text.rfind(')');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open) return std::nullopt;
+  // After ") ": state(3) ppid(4) ... starttime(22), numbered as in proc(5).
+  const std::vector<std::string_view> rest = fields_of(stat_text.substr(close + 1));
+  constexpr std::size_t kState = 0;
+  constexpr std::size_t kPpid = 1;
+  constexpr std::size_t kStarttime = 22 - 3;
+  if (rest.size() <= kStarttime || rest[kState].size() != 1) return std::nullopt;
+  const auto ppid = parse_unsigned<unsigned>(rest[kPpid]);
+  const auto starttime = parse_unsigned<unsigned long long>(rest[kStarttime]);
+  if (!ppid || !starttime) return std::nullopt;
+  return StatFields{std::string(stat_text.substr(open + 1, close - open - 1)), rest[kState][0], *ppid, *starttime};
+}
+
+std::string join_cmdline(std::string_view raw_nul_separated) {
+  // Trailing NULs end argv (setproctitle may pad with many); interior ones separate arguments.
+  while (!raw_nul_separated.empty() && raw_nul_separated.back() == '\0') raw_nul_separated.remove_suffix(1);
+  std::string out(raw_nul_separated);
+  for (char& c : out) {
+    if (c == '\0') c = ' ';
+  }
+  return out;
+}
+
+std::optional<std::string> find_environ_value(std::string_view raw_environ, std::string_view key) {
+  for (std::size_t start = 0; start < raw_environ.size();) {
+    std::size_t end = raw_environ.find('\0', start);
+    if (end == std::string_view::npos) end = raw_environ.size();
+    const std::string_view entry = raw_environ.substr(start, end - start);
+    if (entry.size() > key.size() && entry.starts_with(key) && entry[key.size()] == '=') {
+      return std::string(entry.substr(key.size() + 1));
+    }
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+std::optional<unsigned> parse_status_uid(std::string_view status_text) {
+  // "Uid:\treal\teffective\tsaved\tfs"; the effective one decides permissions and is what ps shows.
+  const auto value = line_value(status_text, "Uid");
+  if (!value) return std::nullopt;
+  const std::vector<std::string_view> ids = fields_of(*value);
+  if (ids.size() < 2) return std::nullopt;
+  return parse_unsigned<unsigned>(ids[1]);
+}
+
+std::optional<long long> parse_boot_time(std::string_view proc_stat_text) {
+  const auto value = line_value(proc_stat_text, "btime");
+  if (!value) return std::nullopt;
+  return util::parse_int(util::trim(*value));
+}
+
+}  // namespace tarmac::host

@@ -1,0 +1,161 @@
+#include "tarmac/host/proc_reader.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+
+#include "tarmac/host/cgroup.hpp"
+#include "tarmac/host/proc_parse.hpp"
+#include "tarmac/util/strings.hpp"
+
+namespace tarmac::host {
+namespace {
+
+// The whole file, or nullopt when it cannot be read. Reads to EOF rather than trusting the size:
+// /proc files report a size of 0.
+std::optional<std::string> read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return std::nullopt;  // e.g. EACCES on read, or the process exited mid-read
+  return text;
+}
+
+// The user name of `uid`, or the number as text: a uid with no passwd entry (a container's user,
+// an LDAP outage) is still worth showing.
+std::string user_name(unsigned uid) {
+  long hint = sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::string buffer(hint > 0 ? static_cast<std::size_t>(hint) : 4096, '\0');
+  for (;;) {
+    passwd entry{};
+    passwd* found = nullptr;
+    const int rc = getpwuid_r(static_cast<uid_t>(uid), &entry, buffer.data(), buffer.size(), &found);
+    if (rc == ERANGE && buffer.size() < (1U << 20)) {
+      buffer.resize(buffer.size() * 2);
+      continue;
+    }
+    if (rc == 0 && found != nullptr && found->pw_name != nullptr) return found->pw_name;
+    return std::to_string(uid);
+  }
+}
+
+std::optional<unsigned> pid_of_entry(const std::string& name) {
+  if (name.empty() || name.size() > 10) return std::nullopt;
+  if (!std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  const auto value = util::parse_int(name);
+  if (!value || *value > 0xFFFFFFFFLL) return std::nullopt;
+  return static_cast<unsigned>(*value);
+}
+
+// pid -> ppid for every process under `root`, from one scan so that descendants() sees one moment.
+std::vector<std::pair<unsigned, unsigned>> scan_parents(const std::string& root) {
+  std::vector<std::pair<unsigned, unsigned>> out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(root, ec);
+  if (ec) return out;
+  for (const auto& entry : it) {
+    const auto pid = pid_of_entry(entry.path().filename().string());
+    if (!pid) continue;
+    // A process may exit between listing and reading: skip it.
+    const auto text = read_whole_file(entry.path().string() + "/stat");
+    if (!text) continue;
+    if (const auto stat = parse_stat(*text)) out.emplace_back(*pid, stat->ppid);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+ProcReader::ProcReader(std::string proc_root) : root_(std::move(proc_root)) {
+  if (const auto text = read_whole_file(root_ + "/stat")) boot_time_unix_ = parse_boot_time(*text);
+  clock_ticks_per_s_ = sysconf(_SC_CLK_TCK);
+}
+
+std::string ProcReader::pid_path(unsigned pid, const char* file) const {
+  return root_ + "/" + std::to_string(pid) + "/" + file;
+}
+
+ProcessInfo ProcReader::read(unsigned pid) const {
+  ProcessInfo info;
+  info.pid = pid;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root_ + "/" + std::to_string(pid), ec)) {
+    info.visibility = PidVisibility::NotInNamespace;
+    return info;
+  }
+  info.visibility = PidVisibility::Visible;
+
+  if (const auto text = read_whole_file(pid_path(pid, "stat"))) {
+    if (const auto stat = parse_stat(*text)) {
+      info.name = stat->comm;
+      info.state = stat->state;
+      info.parent_pid = stat->ppid;
+      if (boot_time_unix_ && clock_ticks_per_s_ > 0) {
+        info.start_time_unix =
+            *boot_time_unix_ + static_cast<long long>(stat->starttime_ticks / static_cast<unsigned long long>(clock_ticks_per_s_));
+      }
+    }
+  }
+  if (const auto text = read_whole_file(pid_path(pid, "status"))) {
+    info.uid = parse_status_uid(*text);
+    if (info.uid) info.user = user_name(*info.uid);
+  }
+  if (const auto text = read_whole_file(pid_path(pid, "cmdline"))) info.command_line = join_cmdline(*text);
+  if (const auto text = read_whole_file(pid_path(pid, "cgroup"))) {
+    info.container = parse_cgroup(*text);
+    info.slurm_job_id = parse_slurm_job_from_cgroup(*text);
+  }
+  // The cgroup is authoritative (the job that confines the process now); environ is only the
+  // environment at exec, readable by the owner or root, so it is the fallback.
+  if (!info.slurm_job_id) {
+    if (const auto text = read_whole_file(pid_path(pid, "environ"))) {
+      info.slurm_job_id = find_environ_value(*text, "SLURM_JOB_ID");
+      // SLURM_JOBID is the older spelling, which some wrappers still set alone.
+      if (!info.slurm_job_id) info.slurm_job_id = find_environ_value(*text, "SLURM_JOBID");
+    }
+  }
+  return info;
+}
+
+std::vector<unsigned> ProcReader::children(unsigned pid) const {
+  std::vector<unsigned> out;
+  for (const auto& [child, parent] : scan_parents(root_)) {
+    if (parent == pid && child != pid) out.push_back(child);
+  }
+  return out;
+}
+
+std::vector<unsigned> ProcReader::descendants(unsigned pid) const {
+  std::unordered_map<unsigned, std::vector<unsigned>> kids;
+  for (const auto& [child, parent] : scan_parents(root_)) {
+    if (child != parent) kids[parent].push_back(child);  // already ascending: scan is sorted
+  }
+  std::vector<unsigned> out;
+  std::set<unsigned> seen{pid};  // guards against a cycle in a corrupt or racing tree
+  std::deque<unsigned> queue{pid};
+  while (!queue.empty()) {
+    const unsigned current = queue.front();
+    queue.pop_front();
+    const auto found = kids.find(current);
+    if (found == kids.end()) continue;
+    for (const unsigned child : found->second) {
+      if (!seen.insert(child).second) continue;
+      out.push_back(child);
+      queue.push_back(child);
+    }
+  }
+  return out;
+}
+
+}  // namespace tarmac::host

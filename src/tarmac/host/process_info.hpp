@@ -1,0 +1,39 @@
+// What tarmac knows about a process from the host side (PRODUCT.md §3, "Per process on a GPU").
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace tarmac::host {
+
+// Whether a PID reported by NVML (always a host PID) can be seen from tarmac's PID namespace.
+enum class PidVisibility {
+  Visible,         // /proc/<pid> exists, so the host fields below may be filled
+  NotInNamespace,  // no /proc/<pid> here: tarmac runs in another PID namespace or the process exited
+};
+
+// The container a process runs in, as its cgroup path names it.
+struct ContainerRef {
+  // docker, podman, containerd, cri-o, lxc; "kubernetes" when only the kubepods tree says so
+  // (cgroupfs driver), so the runtime itself cannot be named.
+  std::string runtime;
+  std::string id;                      // 64-hex container id, or the LXC name; "" for a bare pod
+  std::optional<std::string> pod_uid;  // set for every process under kubepods
+};
+
+// Host attribution of one PID; every field is optional because /proc can deny or lose any piece.
+struct ProcessInfo {
+  unsigned pid = 0;
+  PidVisibility visibility = PidVisibility::NotInNamespace;
+  std::optional<std::string> user;           // name of the effective uid, or the number as text
+  std::optional<unsigned> uid;               // effective uid, as ps and top show it
+  std::optional<std::string> name;           // comm (kernel-truncated to 15 characters)
+  std::optional<std::string> command_line;   // argv joined with spaces; "" for kernel threads
+  std::optional<long long> start_time_unix;  // seconds since the epoch
+  std::optional<unsigned> parent_pid;
+  std::optional<char> state;                 // R, S, D, Z, T, ...
+  std::optional<ContainerRef> container;
+  std::optional<std::string> slurm_job_id;
+};
+
+}  // namespace tarmac::host

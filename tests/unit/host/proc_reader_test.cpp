@@ -1,0 +1,201 @@
+#include "tarmac/host/proc_reader.hpp"
+
+#include <errno.h>  // program_invocation_short_name
+#include <pwd.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <ctime>
+#include <string>
+
+#include "fake_proc.hpp"
+
+namespace tarmac::host {
+namespace {
+
+using namespace std::string_literals;
+using test_support::FakeProc;
+using test_support::stat_line;
+
+const std::string kId = "3f4e8c2b9a1d7e6f5c4b3a2918f7e6d5c4b3a29180f7e6d5c4b3a2918f7e6d5c";
+constexpr unsigned kNoSuchUid = 3999999;  // far above any uid a test machine hands out
+constexpr long long kBtime = 1700000000;
+
+// A tree with a containerised trainer (100), its workers (102 -> 103), a Slurm task (101),
+// a kernel thread (2) and a process whose files all vanished but stat (105).
+void write_tree(const FakeProc& proc) {
+  const long hz = sysconf(_SC_CLK_TCK);
+  proc.write("stat", "cpu  1 2 3 4 5 6 7 0 0 0\nintr 1\nctxt 9\nbtime " + std::to_string(kBtime) + "\nprocesses 9\n");
+  proc.write("self/stat", stat_line(1, "not a pid", 'S', 0, 0));  // non-numeric entries are skipped
+  proc.write("1/stat", stat_line(1, "systemd", 'S', 0, 1));
+  proc.write("2/stat", stat_line(2, "kthreadd", 'S', 0, 1));
+  proc.write("2/cmdline", "");
+  proc.write("100/stat", stat_line(100, "evil) (name", 'R', 1, static_cast<unsigned long long>(100 * hz)));
+  proc.write("100/cmdline", "python\0train.py\0--epochs\0003\0"s);
+  proc.write("100/status", "Name:\tevil) (name\nState:\tR (running)\nUid:\t0\t" + std::to_string(kNoSuchUid) +
+                               "\t0\t0\nGid:\t0\t0\t0\t0\n");
+  proc.write("100/cgroup", "0::/system.slice/docker-" + kId + ".scope\n");
+  proc.write("100/environ", "HOME=/root\0SLURM_JOB_ID=777\0"s);
+  proc.write("101/stat", stat_line(101, "task", 'S', 1, 5));
+  proc.write("101/status", "Uid:\t0\t0\t0\t0\n");
+  proc.write("101/cgroup", "0::/system.slice/slurmstepd.scope/job_12345/step_0/user/task_0\n");
+  proc.write("101/environ", "SLURM_JOB_ID=999\0"s);
+  proc.write("102/stat", stat_line(102, "worker", 'S', 100, 5));
+  proc.write("102/environ", "SLURM_JOBID=31\0"s);
+  proc.write("103/stat", stat_line(103, "worker", 'Z', 102, 5));
+  proc.write("104/stat", stat_line(104, "other", 'S', 1, 5));
+  proc.write("105/stat", stat_line(105, "gone", 'S', 1, 5));
+}
+
+TEST(ProcReaderFake, ReadsEveryPiece) {
+  FakeProc proc;
+  write_tree(proc);
+  const ProcessInfo info = ProcReader(proc.root()).read(100);
+  EXPECT_EQ(info.pid, 100U);
+  EXPECT_EQ(info.visibility, PidVisibility::Visible);
+  EXPECT_EQ(info.name, "evil) (name");
+  EXPECT_EQ(info.state, 'R');
+  EXPECT_EQ(info.parent_pid, 1U);
+  EXPECT_EQ(info.start_time_unix, kBtime + 100);
+  EXPECT_EQ(info.command_line, "python train.py --epochs 3");
+  EXPECT_EQ(info.uid, kNoSuchUid);  // the effective uid, not the real one (0)
+  EXPECT_EQ(info.user, std::to_string(kNoSuchUid));  // no passwd entry: the number as text
+  ASSERT_TRUE(info.container);
+  EXPECT_EQ(info.container->runtime, "docker");
+  EXPECT_EQ(info.container->id, kId);
+  EXPECT_EQ(info.slurm_job_id, "777");  // from environ, as the cgroup names no job
+}
+
+TEST(ProcReaderFake, UidWithAPasswdEntryShowsTheName) {
+  FakeProc proc;
+  write_tree(proc);
+  EXPECT_EQ(ProcReader(proc.root()).read(101).user, "root");
+}
+
+TEST(ProcReaderFake, SlurmJobFromCgroupBeatsEnviron) {
+  FakeProc proc;
+  write_tree(proc);
+  const ProcessInfo info = ProcReader(proc.root()).read(101);
+  EXPECT_EQ(info.slurm_job_id, "12345");
+  EXPECT_FALSE(info.container);
+}
+
+TEST(ProcReaderFake, OldSlurmJobidSpellingInEnviron) {
+  FakeProc proc;
+  write_tree(proc);
+  EXPECT_EQ(ProcReader(proc.root()).read(102).slurm_job_id, "31");
+}
+
+TEST(ProcReaderFake, KernelThreadHasEmptyCommandLine) {
+  FakeProc proc;
+  write_tree(proc);
+  EXPECT_EQ(ProcReader(proc.root()).read(2).command_line, "");
+}
+
+TEST(ProcReaderFake, UnreadablePiecesStayEmpty) {
+  FakeProc proc;
+  write_tree(proc);
+  const ProcessInfo info = ProcReader(proc.root()).read(105);
+  EXPECT_EQ(info.visibility, PidVisibility::Visible);
+  EXPECT_EQ(info.name, "gone");
+  EXPECT_FALSE(info.user);
+  EXPECT_FALSE(info.uid);
+  EXPECT_FALSE(info.command_line);
+  EXPECT_FALSE(info.container);
+  EXPECT_FALSE(info.slurm_job_id);
+}
+
+TEST(ProcReaderFake, NoBootTimeMeansNoStartTime) {
+  FakeProc proc;
+  proc.write("7/stat", stat_line(7, "x", 'S', 1, 5));
+  const ProcessInfo info = ProcReader(proc.root()).read(7);
+  EXPECT_EQ(info.name, "x");
+  EXPECT_FALSE(info.start_time_unix);
+}
+
+TEST(ProcReaderFake, AbsentPidIsNotInNamespace) {
+  FakeProc proc;
+  write_tree(proc);
+  const ProcessInfo info = ProcReader(proc.root()).read(4242);
+  EXPECT_EQ(info.pid, 4242U);
+  EXPECT_EQ(info.visibility, PidVisibility::NotInNamespace);
+  EXPECT_FALSE(info.name);
+  EXPECT_FALSE(info.user);
+}
+
+TEST(ProcReaderFake, ChildrenAndDescendants) {
+  FakeProc proc;
+  write_tree(proc);
+  const ProcReader reader(proc.root());
+  EXPECT_EQ(reader.children(100), (std::vector<unsigned>{102}));
+  EXPECT_EQ(reader.descendants(100), (std::vector<unsigned>{102, 103}));
+  EXPECT_EQ(reader.children(1), (std::vector<unsigned>{100, 101, 104, 105}));
+  EXPECT_EQ(reader.descendants(1), (std::vector<unsigned>{100, 101, 104, 105, 102, 103}));
+  EXPECT_TRUE(reader.children(103).empty());
+  EXPECT_TRUE(reader.descendants(4242).empty());
+}
+
+TEST(ProcReaderFake, CycleInTreeTerminates) {
+  FakeProc proc;
+  proc.write("10/stat", stat_line(10, "a", 'S', 11, 1));
+  proc.write("11/stat", stat_line(11, "b", 'S', 10, 1));
+  EXPECT_EQ(ProcReader(proc.root()).descendants(10), (std::vector<unsigned>{11}));
+}
+
+TEST(ProcReaderFake, MissingRoot) {
+  const ProcReader reader("/nonexistent/tarmac/proc");
+  EXPECT_EQ(reader.read(1).visibility, PidVisibility::NotInNamespace);
+  EXPECT_TRUE(reader.children(1).empty());
+}
+
+TEST(ProcReaderReal, OwnProcess) {
+  const unsigned self = static_cast<unsigned>(getpid());
+  const ProcessInfo info = ProcReader().read(self);
+  EXPECT_EQ(info.visibility, PidVisibility::Visible);
+  EXPECT_EQ(info.uid, static_cast<unsigned>(geteuid()));
+  const passwd* pw = getpwuid(geteuid());
+  EXPECT_EQ(info.user, pw != nullptr ? std::string(pw->pw_name) : std::to_string(geteuid()));
+  EXPECT_EQ(info.name, std::string(program_invocation_short_name).substr(0, 15));
+  ASSERT_TRUE(info.command_line);
+  EXPECT_NE(info.command_line->find(program_invocation_short_name), std::string::npos) << *info.command_line;
+  ASSERT_TRUE(info.state);
+  EXPECT_TRUE(*info.state == 'R' || *info.state == 'S') << *info.state;
+  EXPECT_EQ(info.parent_pid, static_cast<unsigned>(getppid()));
+  ASSERT_TRUE(info.start_time_unix);
+  const long long now = std::time(nullptr);
+  EXPECT_LE(*info.start_time_unix, now + 1);
+  EXPECT_GT(*info.start_time_unix, now - 86400);
+}
+
+TEST(ProcReaderReal, PidBeyondPidMaxIsNotInNamespace) {
+  // PID_MAX_LIMIT is 4194304 on 64-bit Linux, so no process can have this PID.
+  const ProcessInfo info = ProcReader().read(4194304);
+  EXPECT_EQ(info.visibility, PidVisibility::NotInNamespace);
+  EXPECT_FALSE(info.command_line);
+}
+
+TEST(ProcReaderReal, ForkedChildIsFound) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  const ProcReader reader;
+  const unsigned self = static_cast<unsigned>(getpid());
+  const auto kids = reader.children(self);
+  const auto all = reader.descendants(self);
+  const ProcessInfo info = reader.read(static_cast<unsigned>(child));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_NE(std::find(kids.begin(), kids.end(), static_cast<unsigned>(child)), kids.end());
+  EXPECT_NE(std::find(all.begin(), all.end(), static_cast<unsigned>(child)), all.end());
+  EXPECT_EQ(info.parent_pid, self);
+}
+
+}  // namespace
+}  // namespace tarmac::host
