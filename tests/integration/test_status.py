@@ -1,0 +1,168 @@
+"""End-to-end tests of `tarmac status`: the real binary under the real simulator launcher."""
+import json
+import os
+import pathlib
+import re
+import subprocess
+import unittest
+
+BUILD = pathlib.Path(os.environ.get("TARMAC_BUILD_DIR", "build")).resolve()
+TARMAC = str(BUILD / "tarmac")
+MIB = 1024 * 1024
+
+
+def sim(scenario, *cmd, faults=(), extra=(), env=None, timeout=60):
+    """Runs CMD under `tarmac sim --scenario SCENARIO`; returns the CompletedProcess."""
+    args = [TARMAC, "sim", "--scenario", scenario]
+    for f in faults:
+        args += ["--fault", f]
+    args += list(extra) + ["--"] + list(cmd)
+    full_env = dict(os.environ)
+    full_env.pop("NO_COLOR", None)
+    full_env.update(env or {})
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def status_json(scenario, faults=(), extra=()):
+    r = sim(scenario, TARMAC, "status", "--json", faults=faults, extra=extra)
+    if r.returncode != 0:
+        raise AssertionError(f"exit {r.returncode}: {r.stderr}")
+    return json.loads(r.stdout)
+
+
+class StatusOnBundledScenarios(unittest.TestCase):
+    def test_balanced_values_and_processes(self):
+        snap = status_json("a100x4-balanced")
+        self.assertEqual(len(snap["gpus"]), 4)
+        used = [38900, 38850, 39010, 38790]
+        util = [96, 94, 95, 93]
+        temp = [68, 67, 69, 66]
+        power = [250, 248, 251, 247]
+        proc_mem = [38500, 38600, 38400, 38700]
+        for i, g in enumerate(snap["gpus"]):
+            with self.subTest(gpu=i):
+                self.assertEqual(g["index"], i)
+                self.assertEqual(g["name"], "NVIDIA A100-SXM4-40GB")
+                self.assertEqual(g["mem_total_bytes"], 40960 * MIB)
+                self.assertEqual(g["mem_used_bytes"], used[i] * MIB)
+                self.assertEqual(g["util_gpu_pct"], util[i])
+                self.assertEqual(g["temp_c"], temp[i])
+                self.assertEqual(g["power_mw"], power[i] * 1000)
+                self.assertEqual(g["activity"], "busy")
+                self.assertRegex(g["uuid"], r"^GPU-[0-9a-f]{8}-")
+                self.assertEqual(len(g["processes"]), 1)
+                p = g["processes"][0]
+                self.assertEqual(p["used_mem_bytes"], proc_mem[i] * MIB)
+                self.assertTrue(p["visible"])
+                self.assertEqual(p["name"], "python")
+                self.assertIsNotNone(p["user"])
+                self.assertIsInstance(p["start_time_unix"], int)
+        self.assertEqual([v for v in snap["verdicts"] if v["severity"] != "info"], [])
+
+    def test_gpu0_only_names_the_idle_gpus(self):
+        r = sim("a100x4-gpu0-only", TARMAC, "status")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("GPUs 1-3 idle while GPU 0 works: see `tarmac doctor`", r.stdout)
+        self.assertNotIn("\033[", r.stdout, "piped output must carry no colour")
+        lines = [l for l in r.stdout.splitlines() if re.match(r"^\s+[0-3]\s+NVIDIA", l)]
+        self.assertEqual(len(lines), 4, r.stdout)
+        self.assertIn("busy", lines[0])
+        for line in lines[1:]:
+            self.assertIn("idle", line)
+
+    def test_holding_zombie_is_classified_holding(self):
+        snap = status_json("holding-zombie")
+        classes = [g["activity"] for g in snap["gpus"]]
+        self.assertIn("holding", classes)
+        self.assertIn("busy", classes)
+        self.assertIn("holding", [v["code"] for v in snap["verdicts"]])
+
+    def test_thermal_gpu_is_a_fault_with_its_reasons(self):
+        snap = status_json("a100x4-thermal")
+        hot = [g for g in snap["gpus"] if g["temp_c"] is not None and g["temp_c"] >= 85]
+        self.assertTrue(hot)
+        self.assertEqual(hot[0]["activity"], "fault")
+        self.assertTrue({"hw_thermal_slowdown", "sw_thermal_slowdown"} & set(hot[0]["clock_event_reason_names"]))
+
+    def test_near_oom_verdict(self):
+        snap = status_json("a100x4-near-oom")
+        self.assertIn("near-oom", [v["code"] for v in snap["verdicts"]])
+
+
+class StatusWithFaults(unittest.TestCase):
+    def test_lost_gpu_and_unsupported_power_leave_the_rest_readable(self):
+        faults = ["fn=nvmlDeviceGetPowerUsage,gpu=1,rc=NOT_SUPPORTED", "gpu=2,lost"]
+        snap = status_json("a100x4-balanced", faults=faults)
+        g = snap["gpus"]
+        self.assertEqual(len(g), 4)
+        self.assertIsNotNone(g[2]["lost"])
+        self.assertEqual(g[2]["activity"], "fault")
+        self.assertIsNone(g[1]["power_mw"])
+        self.assertEqual(g[1]["util_gpu_pct"], 94)
+        self.assertEqual(g[1]["temp_c"], 67)
+        self.assertEqual(g[1]["errors"], [], "NOT_SUPPORTED is data, not an error")
+        self.assertEqual(g[0]["power_mw"], 250000)
+        self.assertEqual(g[3]["power_mw"], 247000)
+        self.assertEqual(g[3]["mem_used_bytes"], 38790 * MIB)
+        r = sim("a100x4-balanced", TARMAC, "status", faults=faults)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("GPU lost", r.stdout)
+        self.assertIn("GPU 2: lost", r.stdout)
+
+    def test_transient_error_is_shown_next_to_the_value(self):
+        snap = status_json("a100x4-balanced", faults=["fn=nvmlDeviceGetTemperature,gpu=0,rc=UNKNOWN"])
+        g0 = snap["gpus"][0]
+        self.assertIsNone(g0["temp_c"])
+        self.assertEqual([e["value"] for e in g0["errors"]], ["temperature"])
+        self.assertIn("NVML_ERROR_UNKNOWN", g0["errors"][0]["message"])
+
+    def test_old_driver_falls_back_to_older_entry_points(self):
+        snap = status_json("a100x4-balanced", extra=["--driver", "old"])
+        self.assertEqual([g["mem_used_bytes"] // MIB for g in snap["gpus"]], [38900, 38850, 39010, 38790])
+        self.assertEqual([len(g["processes"]) for g in snap["gpus"]], [1, 1, 1, 1])
+
+
+class StatusProcesses(unittest.TestCase):
+    def test_killed_process_leaves_the_gpu(self):
+        script = (
+            "import json, os, signal, subprocess, time\n"
+            f"t = {TARMAC!r}\n"
+            "s = json.loads(subprocess.check_output([t, 'status', '--json']))\n"
+            "pid = s['gpus'][1]['processes'][0]['pid']\n"
+            "os.kill(pid, signal.SIGKILL)\n"
+            "time.sleep(0.5)\n"
+            "s = json.loads(subprocess.check_output([t, 'status', '--json']))\n"
+            "print(json.dumps(s['gpus'][1]))\n"
+        )
+        r = sim("a100x4-balanced", "/usr/bin/python3", "-c", script)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        g1 = json.loads(r.stdout)
+        self.assertEqual(g1["processes"], [])
+        self.assertEqual(g1["mem_used_bytes"], (38850 - 38600) * MIB)
+        self.assertEqual(g1["util_gpu_pct"], 0)
+        self.assertEqual(g1["activity"], "idle")
+
+
+class StatusWithoutDriver(unittest.TestCase):
+    def test_missing_library_gives_the_clear_message_and_exit_3(self):
+        env = dict(os.environ, TARMAC_NVML_LIB="/nonexistent/libnvidia-ml.so.1")
+        r = subprocess.run([TARMAC, "status"], capture_output=True, text=True, env=env, timeout=30)
+        self.assertEqual(r.returncode, 3)
+        self.assertEqual(r.stdout, "")
+        self.assertIn("NVIDIA driver library was not found", r.stderr)
+        self.assertIn("--gpus all", r.stderr)
+
+    def test_bad_option_is_a_usage_error(self):
+        r = subprocess.run([TARMAC, "status", "--bogus"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--bogus", r.stderr)
+
+    def test_help_lists_the_commands(self):
+        r = subprocess.run([TARMAC, "--help"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("status", r.stdout)
+        self.assertIn("sim", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

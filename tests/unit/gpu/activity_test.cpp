@@ -1,0 +1,96 @@
+#include "tarmac/gpu/activity.hpp"
+
+#include <gtest/gtest.h>
+
+#include "tarmac/diagnose/verdicts.hpp"
+#include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::gpu {
+namespace {
+
+constexpr long long kNow = 1'800'000'000;
+
+Device device(unsigned index, unsigned util, std::uint64_t used_mib, int processes = 0, long long age_s = 3600) {
+  Device d;
+  d.id.index = index;
+  d.id.mem_total_bytes = 40960 * util::kMiB;
+  d.sample.util_gpu_pct = util;
+  d.sample.mem_used_bytes = used_mib * util::kMiB;
+  for (int i = 0; i < processes; ++i) {
+    GpuProcess p;
+    p.pid = 1000 + static_cast<unsigned>(i);
+    p.host.start_time_unix = kNow - age_s;
+    d.processes.push_back(p);
+  }
+  return d;
+}
+
+TEST(Activity, ClassifiesTheFiveEverydayCases) {
+  const ActivityThresholds t;
+  EXPECT_EQ(classify(device(0, 96, 38900, 1), t, kNow), Activity::Busy);
+  EXPECT_EQ(classify(device(0, 0, 400), t, kNow), Activity::Idle);
+  EXPECT_EQ(classify(device(0, 0, 400), t, kNow, Leased::Yes), Activity::ReservedIdle);
+  EXPECT_EQ(classify(device(0, 5, 39000, 1), t, kNow), Activity::Starved);
+  EXPECT_EQ(classify(device(0, 0, 20480, 1, 3 * 3600), t, kNow), Activity::Holding);
+}
+
+TEST(Activity, AYoungProcessAtZeroPercentIsNotYetHolding) {
+  // Started two minutes ago: it cannot have held its memory idle for the 10-minute threshold.
+  EXPECT_EQ(classify(device(0, 0, 20480, 1, 120), ActivityThresholds{}, kNow), Activity::Starved);
+}
+
+TEST(Activity, ALightProcessLeavesTheGpuIdle) {
+  EXPECT_EQ(classify(device(0, 3, 512, 1), ActivityThresholds{}, kNow), Activity::Idle);
+}
+
+TEST(Activity, ThermalSlowdownAndLostGpusAreFaults) {
+  Device hot = device(0, 96, 38900, 1);
+  hot.sample.clock_event_reasons = 0x40;  // HW thermal slowdown
+  EXPECT_EQ(classify(hot, ActivityThresholds{}, kNow), Activity::Fault);
+  EXPECT_NE(fault_reason(hot)->find("HW thermal"), std::string::npos);
+  Device lost = device(2, 0, 0);
+  lost.lost = "fallen off the bus";
+  EXPECT_EQ(classify(lost, ActivityThresholds{}, kNow), Activity::Fault);
+  Device capped = device(0, 96, 38900, 1);
+  capped.sample.clock_event_reasons = 0x1 | 0x4;  // idle + software power cap: normal operation
+  EXPECT_EQ(classify(capped, ActivityThresholds{}, kNow), Activity::Busy);
+}
+
+TEST(ClockEvents, DecodesKnownAndUnknownBits) {
+  EXPECT_EQ(clock_event_keys(0x60), (std::vector<std::string>{"sw_thermal_slowdown", "hw_thermal_slowdown"}));
+  EXPECT_EQ(clock_event_keys(0x1000), (std::vector<std::string>{"0x1000"}));
+  EXPECT_EQ(harmful_clock_events(0x1 | 0x2 | 0x4 | 0x10), 0U);
+  EXPECT_EQ(harmful_clock_events(0x88), 0x88U);
+}
+
+TEST(Verdicts, OneGpuWorkingWhileTheOthersIdleIsNamed) {
+  Snapshot s;
+  s.devices = {device(0, 98, 39000, 1), device(1, 0, 500), device(2, 0, 400), device(3, 0, 450)};
+  std::vector<Activity> classes;
+  for (const auto& d : s.devices) classes.push_back(classify(d, ActivityThresholds{}, kNow));
+  const auto v = diagnose::verdicts(s, classes);
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(v[0].code, "single-gpu-active");
+  EXPECT_EQ(v[0].text, "GPUs 1-3 idle while GPU 0 works: see `tarmac doctor`");
+}
+
+TEST(Verdicts, NearOomAndHoldingAreReported) {
+  Snapshot s;
+  s.devices = {device(0, 96, 40500, 1), device(1, 0, 20480, 1, 5 * 3600)};
+  std::vector<Activity> classes;
+  for (const auto& d : s.devices) classes.push_back(classify(d, ActivityThresholds{}, kNow));
+  std::vector<std::string> codes;
+  for (const auto& v : diagnose::verdicts(s, classes)) codes.push_back(v.code);
+  EXPECT_NE(std::find(codes.begin(), codes.end(), "near-oom"), codes.end());
+  EXPECT_NE(std::find(codes.begin(), codes.end(), "holding"), codes.end());
+}
+
+TEST(Verdicts, IndexListsCollapseRuns) {
+  EXPECT_EQ(diagnose::format_index_list({0}), "0");
+  EXPECT_EQ(diagnose::format_index_list({1, 2, 3}), "1-3");
+  EXPECT_EQ(diagnose::format_index_list({0, 2, 5, 6, 7}), "0, 2, 5-7");
+}
+
+}  // namespace
+}  // namespace tarmac::gpu

@@ -1,0 +1,121 @@
+// The real loader against the project's simulator library (and against libraries that are not
+// NVML at all): every way loading can go wrong, and the fallbacks for an older driver.
+#include "tarmac/nvml/library.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "tarmac/gpu/backend.hpp"
+
+namespace tarmac::nvml {
+namespace {
+
+const std::string kSimLib = TARMAC_SIM_LIB;          // build/sim/libnvidia-ml.so.1
+const std::string kOldSimLib = TARMAC_OLD_SIM_LIB;   // build/sim/old-driver/libnvidia-ml.so.1
+
+class LibraryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("TARMAC_SIM_STATE");
+    unsetenv("TARMAC_NVML_LIB");
+    setenv("TARMAC_SIM_SCENARIO", "a100x4-balanced", 1);
+  }
+};
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+TEST_F(LibraryTest, MissingLibrarySaysWhatToCheck) {
+  auto lib = Library::open({"/nonexistent/libnvidia-ml.so.1"});
+  ASSERT_FALSE(lib.ok());
+  EXPECT_EQ(lib.error().code, Error::Code::NotFound);
+  const std::string& m = lib.error().message;
+  EXPECT_NE(m.find("NVIDIA driver library was not found"), std::string::npos) << m;
+  EXPECT_NE(m.find("/nonexistent/libnvidia-ml.so.1"), std::string::npos) << m;
+  EXPECT_NE(m.find("--gpus all"), std::string::npos) << m;
+  EXPECT_NE(m.find("TARMAC_NVML_LIB"), std::string::npos) << m;
+}
+
+TEST_F(LibraryTest, EnvironmentChoosesTheLibraryWhenNoPathIsGiven) {
+  setenv("TARMAC_NVML_LIB", "/nonexistent/from-env.so", 1);
+  auto lib = Library::open({});
+  ASSERT_FALSE(lib.ok());
+  EXPECT_NE(lib.error().message.find("/nonexistent/from-env.so"), std::string::npos);
+}
+
+TEST_F(LibraryTest, ALibraryWithoutNvmlIsRefusedByName) {
+  auto lib = Library::open({"libm.so.6"});
+  ASSERT_FALSE(lib.ok());
+  EXPECT_EQ(lib.error().code, Error::Code::Unsupported);
+  EXPECT_NE(lib.error().message.find("nvmlInit"), std::string::npos) << lib.error().message;
+  EXPECT_NE(lib.error().message.find("nvmlDeviceGetCount"), std::string::npos) << lib.error().message;
+}
+
+TEST_F(LibraryTest, TheSimulatorExportsEveryEntryPointOfTheTable) {
+  auto lib = Library::open({kSimLib});
+  ASSERT_TRUE(lib.ok()) << lib.error().message;
+  EXPECT_TRUE((*lib)->missing_optional().empty()) << (*lib)->missing_optional().front();
+  EXPECT_NE((*lib)->fn().nvmlInitWithFlags, nullptr);
+  EXPECT_NE((*lib)->fn().nvmlErrorString, nullptr);
+}
+
+TEST_F(LibraryTest, AnOlderDriverLacksNewerEntryPointsAndTheyAreReportedMissing) {
+  auto lib = Library::open({kOldSimLib});
+  ASSERT_TRUE(lib.ok()) << lib.error().message;
+  const auto& missing = (*lib)->missing_optional();
+  for (const char* name : {"nvmlInitWithFlags", "nvmlDeviceGetCount_v2", "nvmlDeviceGetMemoryInfo_v2",
+                           "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlGpmSampleGet"}) {
+    EXPECT_TRUE(contains(missing, name)) << name;
+  }
+  EXPECT_EQ((*lib)->fn().nvmlDeviceGetCount_v2, nullptr);
+  EXPECT_NE((*lib)->fn().nvmlDeviceGetCount, nullptr);
+}
+
+TEST_F(LibraryTest, ReturnCodesHaveNamesAndSentences) {
+  EXPECT_EQ(return_code_name(NVML_ERROR_GPU_IS_LOST), "NVML_ERROR_GPU_IS_LOST");
+  EXPECT_NE(return_code_message(NVML_ERROR_GPU_IS_LOST).find("fallen off the bus"), std::string::npos);
+  EXPECT_EQ(return_code_name(4242), "NVML_ERROR_4242");
+  EXPECT_NE(return_code_message(NVML_ERROR_DRIVER_NOT_LOADED).find("kernel driver"), std::string::npos);
+  const Error e = nvml_error("nvmlDeviceGetCount", NVML_ERROR_UNKNOWN);
+  EXPECT_EQ(e.code, Error::Code::Nvml);
+  EXPECT_NE(e.message.find("nvmlDeviceGetCount failed"), std::string::npos);
+}
+
+// The whole backend through both libraries: the old driver's fallbacks give the same values.
+class BackendTest : public LibraryTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(BackendTest, ReadsTheScenarioThroughTheNewestEntryPointsPresent) {
+  auto backend = gpu::open_nvml_backend(GetParam());
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  auto snap = (*backend)->snapshot(gpu::SnapshotOptions{.processes = true, .slow = true, .topology = true});
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  ASSERT_EQ(snap->devices.size(), 4U);
+  const unsigned used_mib[] = {38900, 38850, 39010, 38790};
+  const unsigned util[] = {96, 94, 95, 93};
+  const unsigned temp[] = {68, 67, 69, 66};
+  const unsigned power_w[] = {250, 248, 251, 247};
+  for (unsigned i = 0; i < 4; ++i) {
+    const auto& d = snap->devices[i];
+    SCOPED_TRACE(i);
+    EXPECT_EQ(d.id.index, i);
+    EXPECT_EQ(d.id.name, "NVIDIA A100-SXM4-40GB");
+    EXPECT_EQ(d.id.mem_total_bytes, 40960ULL * 1024 * 1024);
+    EXPECT_EQ(d.sample.mem_used_bytes, used_mib[i] * 1024ULL * 1024);
+    EXPECT_EQ(d.sample.util_gpu_pct, util[i]);
+    EXPECT_EQ(d.sample.temp_c, temp[i]);
+    EXPECT_EQ(d.sample.power_mw, power_w[i] * 1000);
+    EXPECT_TRUE(d.id.uuid && d.id.uuid->starts_with("GPU-"));
+    EXPECT_FALSE(d.lost);
+    EXPECT_TRUE(d.errors.empty()) << d.errors.front().what << ": " << d.errors.front().message;
+  }
+  ASSERT_TRUE(snap->topology);
+  EXPECT_EQ(snap->topology->links.size(), 4U);
+}
+
+INSTANTIATE_TEST_SUITE_P(CurrentAndOldDriver, BackendTest, ::testing::Values(kSimLib, kOldSimLib));
+
+}  // namespace
+}  // namespace tarmac::nvml

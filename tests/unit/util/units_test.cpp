@@ -1,0 +1,69 @@
+#include "tarmac/util/units.hpp"
+
+#include <gtest/gtest.h>
+
+#include "tarmac/util/strings.hpp"
+
+namespace tarmac::util {
+namespace {
+
+TEST(Units, FormatsBytesInBinaryUnits) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(512 * kMiB), "512 MiB");
+  EXPECT_EQ(format_bytes(38500 * kMiB), "37.6 GiB");
+  EXPECT_EQ(format_bytes(40 * kGiB), "40.0 GiB");
+}
+
+TEST(Units, FormatsAgesCompactly) {
+  EXPECT_EQ(format_age(45), "45s");
+  EXPECT_EQ(format_age(12 * 60 + 5), "12m");
+  EXPECT_EQ(format_age(3 * 3600 + 5 * 60), "3h05m");
+  EXPECT_EQ(format_age(2 * 86400 + 4 * 3600), "2d04h");
+  EXPECT_EQ(format_age(-5), "0s");
+}
+
+TEST(Units, ParsesDurations) {
+  EXPECT_EQ(parse_duration_s("30"), 30);
+  EXPECT_EQ(parse_duration_s("10m"), 600);
+  EXPECT_EQ(parse_duration_s("1h30m"), 5400);
+  EXPECT_EQ(parse_duration_s("7d"), 7 * 86400);
+  EXPECT_EQ(parse_duration_s("2w"), 14 * 86400);
+  EXPECT_FALSE(parse_duration_s(""));
+  EXPECT_FALSE(parse_duration_s("10x"));
+  EXPECT_FALSE(parse_duration_s("m"));
+  EXPECT_FALSE(parse_duration_s("-5"));
+  EXPECT_FALSE(parse_duration_s("10m5"));
+}
+
+TEST(Units, ParsesSizes) {
+  EXPECT_EQ(parse_size_bytes("20GiB"), 20 * kGiB);
+  EXPECT_EQ(parse_size_bytes("512MiB"), 512 * kMiB);
+  EXPECT_EQ(parse_size_bytes("1.5G"), 1536 * kMiB);
+  EXPECT_EQ(parse_size_bytes("1024"), 1024 * kMiB);  // a bare number is MiB, as nvidia-smi reports
+  EXPECT_FALSE(parse_size_bytes("lots"));
+  EXPECT_FALSE(parse_size_bytes("5 parsecs"));
+  EXPECT_FALSE(parse_size_bytes(""));
+}
+
+TEST(Strings, SplitKeepsEmptyFields) {
+  EXPECT_EQ(split("a,,b", ','), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(split("", ','), (std::vector<std::string>{""}));
+}
+
+TEST(Strings, ParseIntRejectsTrailingGarbage) {
+  EXPECT_EQ(parse_int("42"), 42);
+  EXPECT_FALSE(parse_int("42x"));
+  EXPECT_FALSE(parse_int(""));
+  EXPECT_FALSE(parse_int("99999999999999999999999"));
+}
+
+TEST(Strings, TrimAndCase) {
+  EXPECT_EQ(trim("  x y \n"), "x y");
+  EXPECT_EQ(to_lower("GPU-AbC"), "gpu-abc");
+  EXPECT_TRUE(starts_with_ci("GPU-123", "gpu-"));
+  const char buffer[8] = {'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'};  // full, no terminator
+  EXPECT_EQ(from_c_buffer(buffer, sizeof buffer), "abcdefgh");
+}
+
+}  // namespace
+}  // namespace tarmac::util
