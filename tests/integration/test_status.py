@@ -23,8 +23,8 @@ def sim(scenario, *cmd, faults=(), extra=(), env=None, timeout=60):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
-def status_json(scenario, faults=(), extra=()):
-    r = sim(scenario, TARMAC, "status", "--json", faults=faults, extra=extra)
+def status_json(scenario, faults=(), extra=(), args=()):
+    r = sim(scenario, TARMAC, "status", "--json", *args, faults=faults, extra=extra)
     if r.returncode != 0:
         raise AssertionError(f"exit {r.returncode}: {r.stderr}")
     return json.loads(r.stdout)
@@ -71,11 +71,19 @@ class StatusOnBundledScenarios(unittest.TestCase):
             self.assertIn("idle", line)
 
     def test_holding_zombie_is_classified_holding(self):
-        snap = status_json("holding-zombie")
-        classes = [g["activity"] for g in snap["gpus"]]
-        self.assertIn("holding", classes)
-        self.assertIn("busy", classes)
+        # The simulator's processes start with the run, so one snapshot knows they are seconds
+        # old: they cannot have held memory idle for the default 10 minutes yet.
+        young = status_json("holding-zombie")
+        self.assertEqual([g["activity"] for g in young["gpus"]], ["busy", "busy", "busy", "starved"])
+        snap = status_json("holding-zombie", args=["--holding-after", "0s"])
+        self.assertEqual([g["activity"] for g in snap["gpus"]], ["busy", "busy", "busy", "holding"])
         self.assertIn("holding", [v["code"] for v in snap["verdicts"]])
+        self.assertEqual(snap["gpus"][3]["processes"][0]["used_mem_bytes"], 20480 * MIB)
+
+    def test_bad_duration_is_refused(self):
+        r = sim("holding-zombie", TARMAC, "status", "--holding-after", "soon")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not a duration", r.stderr)
 
     def test_thermal_gpu_is_a_fault_with_its_reasons(self):
         snap = status_json("a100x4-thermal")

@@ -14,6 +14,8 @@
 #include "tarmac/gpu/clock_events.hpp"
 #include "tarmac/util/units.hpp"
 
+#include <memory>
+
 namespace tarmac::cli {
 
 namespace {
@@ -183,7 +185,7 @@ void print_human(const gpu::Snapshot& snap, const std::vector<Activity>& classes
 
 }  // namespace
 
-int run_status(const GlobalOptions& global) {
+int run_status(const GlobalOptions& global, const StatusOptions& options) {
   auto backend = open_backend(global);
   if (!backend.ok()) return kExitCouldNotLook;
   auto snap = (*backend)->snapshot(gpu::SnapshotOptions{});
@@ -193,7 +195,7 @@ int run_status(const GlobalOptions& global) {
   }
   const long long now_s = snap->timestamp_unix_ms / 1000;
   std::vector<Activity> classes;
-  for (const auto& d : snap->devices) classes.push_back(gpu::classify(d, gpu::ActivityThresholds{}, now_s));
+  for (const auto& d : snap->devices) classes.push_back(gpu::classify(d, options.thresholds, now_s));
   if (global.json) {
     nlohmann::json j;
     j["timestamp_unix_ms"] = snap->timestamp_unix_ms;
@@ -215,7 +217,18 @@ int run_status(const GlobalOptions& global) {
 
 void add_status_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto* cmd = app.add_subcommand("status", "Show every GPU, its processes and one verdict per problem (the default)");
-  cmd->callback([&global, &exit_code] { exit_code = run_status(global); });
+  // Owned by the callback: CLI11 keeps the subcommand (and its option bindings) for the whole parse.
+  auto options = std::make_shared<StatusOptions>();
+  auto holding = std::make_shared<std::string>();
+  cmd->add_option("--holding-after", *holding,
+                  "How long processes must hold memory at 0 % before the GPU counts as holding (default 10m)")
+      ->check([](const std::string& text) {
+        return util::parse_duration_s(text) ? std::string() : "not a duration (examples: 90s, 10m, 2h)";
+      });
+  cmd->callback([&global, &exit_code, options, holding] {
+    if (!holding->empty()) options->thresholds.holding_after_s = *util::parse_duration_s(*holding);
+    exit_code = run_status(global, *options);
+  });
 }
 
 }  // namespace tarmac::cli

@@ -4,13 +4,18 @@
 #include <CLI/CLI.hpp>
 
 #include "tarmac/cli/context.hpp"
+#include "tarmac/gpu/activity.hpp"
 
 namespace tarmac::cli {
 
 // Adds the `status` subcommand to `app`; `exit_code` receives its result when it runs.
 void add_status_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
 
+struct StatusOptions {
+  gpu::ActivityThresholds thresholds;
+};
+
 // Runs status with the given options (also what plain `tarmac` runs).
-[[nodiscard]] int run_status(const GlobalOptions& global);
+[[nodiscard]] int run_status(const GlobalOptions& global, const StatusOptions& options = {});
 
 }  // namespace tarmac::cli
