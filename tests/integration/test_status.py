@@ -124,6 +124,14 @@ class StatusWithFaults(unittest.TestCase):
         self.assertEqual([e["value"] for e in g0["errors"]], ["temperature"])
         self.assertIn("NVML_ERROR_UNKNOWN", g0["errors"][0]["message"])
 
+    def test_slow_calls_delay_but_do_not_lose_values(self):
+        import time
+        t0 = time.monotonic()
+        snap = status_json("a100x4-balanced", faults=["fn=nvmlDeviceGetTemperature,delay_ms=300"])
+        elapsed = time.monotonic() - t0
+        self.assertEqual([g["temp_c"] for g in snap["gpus"]], [68, 67, 69, 66])
+        self.assertGreaterEqual(elapsed, 4 * 0.3, "the fault must really have slowed the calls")
+
     def test_old_driver_falls_back_to_older_entry_points(self):
         snap = status_json("a100x4-balanced", extra=["--driver", "old"])
         self.assertEqual([g["mem_used_bytes"] // MIB for g in snap["gpus"]], [38900, 38850, 39010, 38790])
