@@ -64,12 +64,13 @@ class NvmlBackend final : public Backend {
       out.modes = detail::read_modes(dev);
       out.sample = detail::read_sample(dev);
       if (options.slow) out.slow = detail::read_slow(dev);
-      if (options.processes) out.processes = detail::read_processes(dev);
+      if (options.processes) out.processes = detail::read_processes(dev, host_cache_);
       out.id = dev.identity;
       out.lost = dev.lost();
       out.errors = dev.take_errors();
       snap.devices.push_back(std::move(out));
     }
+    if (options.processes) host_cache_.end_round();
     if (options.topology) snap.topology = detail::read_topology(devices_);
     return snap;
   }
@@ -94,6 +95,7 @@ class NvmlBackend final : public Backend {
 
   std::unique_ptr<Library> lib_;  // destroyed last: devices hold pointers into it
   std::vector<NvmlDevice> devices_;
+  host::ProcessCache host_cache_;
   bool versions_read_ = false;
   std::optional<std::string> driver_version_;
   std::optional<std::string> nvml_version_;

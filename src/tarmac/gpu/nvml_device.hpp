@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tarmac/gpu/model.hpp"
+#include "tarmac/host/process_cache.hpp"
 #include "tarmac/nvml/library.hpp"
 #include "tarmac/util/strings.hpp"
 
@@ -99,7 +100,7 @@ void read_identity(NvmlDevice& dev);
 [[nodiscard]] DeviceModes read_modes(NvmlDevice& dev);
 [[nodiscard]] DeviceSample read_sample(NvmlDevice& dev);
 [[nodiscard]] DeviceSlowSample read_slow(NvmlDevice& dev);
-[[nodiscard]] std::vector<GpuProcess> read_processes(NvmlDevice& dev);
+[[nodiscard]] std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host_cache);
 [[nodiscard]] Topology read_topology(std::vector<NvmlDevice>& devices);
 
 // Reads a fixed-size string value (name, UUID, serial...) through a (device, buffer, length) call.

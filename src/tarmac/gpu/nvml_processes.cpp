@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "tarmac/gpu/nvml_device.hpp"
-#include "tarmac/host/proc_reader.hpp"
+#include "tarmac/host/process_cache.hpp"
 
 namespace tarmac::gpu::detail {
 
@@ -90,7 +90,7 @@ void read_process_utilization(NvmlDevice& dev, std::vector<GpuProcess>& processe
 
 }  // namespace
 
-std::vector<GpuProcess> read_processes(NvmlDevice& dev) {
+std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host_cache) {
   const Functions& f = dev.fn();
   std::vector<GpuProcess> out;
   auto add = [&](const std::vector<Found>& found, ProcessType type) {
@@ -115,8 +115,7 @@ std::vector<GpuProcess> read_processes(NvmlDevice& dev) {
                   f.nvmlDeviceGetMPSComputeRunningProcesses_v2, f.nvmlDeviceGetMPSComputeRunningProcesses),
       ProcessType::Mps);
   read_process_utilization(dev, out);
-  const host::ProcReader reader;
-  for (auto& p : out) p.host = reader.read(p.pid);
+  for (auto& p : out) p.host = host_cache.lookup(p.pid);
   std::sort(out.begin(), out.end(), [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });
   return out;
 }

@@ -7,8 +7,6 @@
 #include <cerrno>
 #include <deque>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <system_error>
 #include <unordered_map>
@@ -16,20 +14,11 @@
 
 #include "tarmac/host/cgroup.hpp"
 #include "tarmac/host/proc_parse.hpp"
+#include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
 
 namespace tarmac::host {
 namespace {
-
-// The whole file, or nullopt when it cannot be read. Reads to EOF rather than trusting the size:
-// /proc files report a size of 0.
-std::optional<std::string> read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return std::nullopt;  // e.g. EACCES on read, or the process exited mid-read
-  return text;
-}
 
 // The user name of `uid`, or the number as text: a uid with no passwd entry (a container's user,
 // an LDAP outage) is still worth showing.
@@ -67,7 +56,7 @@ std::vector<std::pair<unsigned, unsigned>> scan_parents(const std::string& root)
     const auto pid = pid_of_entry(entry.path().filename().string());
     if (!pid) continue;
     // A process may exit between listing and reading: skip it.
-    const auto text = read_whole_file(entry.path().string() + "/stat");
+    const auto text = util::read_file(entry.path().string() + "/stat");
     if (!text) continue;
     if (const auto stat = parse_stat(*text)) out.emplace_back(*pid, stat->ppid);
   }
@@ -78,7 +67,7 @@ std::vector<std::pair<unsigned, unsigned>> scan_parents(const std::string& root)
 }  // namespace
 
 ProcReader::ProcReader(std::string proc_root) : root_(std::move(proc_root)) {
-  if (const auto text = read_whole_file(root_ + "/stat")) boot_time_unix_ = parse_boot_time(*text);
+  if (const auto text = util::read_file(root_ + "/stat")) boot_time_unix_ = parse_boot_time(*text);
   clock_ticks_per_s_ = sysconf(_SC_CLK_TCK);
 }
 
@@ -96,7 +85,7 @@ ProcessInfo ProcReader::read(unsigned pid) const {
   }
   info.visibility = PidVisibility::Visible;
 
-  if (const auto text = read_whole_file(pid_path(pid, "stat"))) {
+  if (const auto text = util::read_file(pid_path(pid, "stat"))) {
     if (const auto stat = parse_stat(*text)) {
       info.name = stat->comm;
       info.state = stat->state;
@@ -107,19 +96,19 @@ ProcessInfo ProcReader::read(unsigned pid) const {
       }
     }
   }
-  if (const auto text = read_whole_file(pid_path(pid, "status"))) {
+  if (const auto text = util::read_file(pid_path(pid, "status"))) {
     info.uid = parse_status_uid(*text);
     if (info.uid) info.user = user_name(*info.uid);
   }
-  if (const auto text = read_whole_file(pid_path(pid, "cmdline"))) info.command_line = join_cmdline(*text);
-  if (const auto text = read_whole_file(pid_path(pid, "cgroup"))) {
+  if (const auto text = util::read_file(pid_path(pid, "cmdline"))) info.command_line = join_cmdline(*text);
+  if (const auto text = util::read_file(pid_path(pid, "cgroup"))) {
     info.container = parse_cgroup(*text);
     info.slurm_job_id = parse_slurm_job_from_cgroup(*text);
   }
   // The cgroup is authoritative (the job that confines the process now); environ is only the
   // environment at exec, readable by the owner or root, so it is the fallback.
   if (!info.slurm_job_id) {
-    if (const auto text = read_whole_file(pid_path(pid, "environ"))) {
+    if (const auto text = util::read_file(pid_path(pid, "environ"))) {
       info.slurm_job_id = find_environ_value(*text, "SLURM_JOB_ID");
       // SLURM_JOBID is the older spelling, which some wrappers still set alone.
       if (!info.slurm_job_id) info.slurm_job_id = find_environ_value(*text, "SLURM_JOBID");

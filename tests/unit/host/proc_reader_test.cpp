@@ -1,4 +1,5 @@
 #include "tarmac/host/proc_reader.hpp"
+#include "tarmac/host/process_cache.hpp"
 
 #include <errno.h>  // program_invocation_short_name
 #include <pwd.h>
@@ -195,6 +196,38 @@ TEST(ProcReaderReal, ForkedChildIsFound) {
   EXPECT_NE(std::find(kids.begin(), kids.end(), static_cast<unsigned>(child)), kids.end());
   EXPECT_NE(std::find(all.begin(), all.end(), static_cast<unsigned>(child)), all.end());
   EXPECT_EQ(info.parent_pid, self);
+}
+
+}  // namespace
+}  // namespace tarmac::host
+
+namespace tarmac::host {
+namespace {
+
+TEST(ProcessCache, ReusesFactsForTheSameProcessAndRereadsAReusedPid) {
+  FakeProc proc;
+  proc.write("stat", "btime 1700000000\n");
+  proc.write("300/stat", stat_line(300, "python", 'R', 1, 500));
+  proc.write("300/cmdline", std::string("python\0train.py\0", 16));
+  ProcessCache cache(proc.root());
+  EXPECT_EQ(cache.lookup(300).command_line, "python train.py");
+  // Same start time: the command line is not read again, the state is.
+  proc.write("300/cmdline", std::string("changed\0", 8));
+  proc.write("300/stat", stat_line(300, "python", 'S', 1, 500));
+  const ProcessInfo same = cache.lookup(300);
+  EXPECT_EQ(same.command_line, "python train.py");
+  EXPECT_EQ(same.state, 'S');
+  // A new process under the same PID (another start time) is read afresh.
+  proc.write("300/stat", stat_line(300, "bash", 'S', 1, 900));
+  EXPECT_EQ(cache.lookup(300).command_line, "changed");
+  // PIDs not looked up in a round are forgotten.
+  cache.end_round();
+  EXPECT_EQ(cache.size(), 1U);
+  cache.end_round();
+  EXPECT_EQ(cache.size(), 0U);
+  // A process that vanished is reported as not visible.
+  std::filesystem::remove_all(std::filesystem::path(proc.root()) / "300");
+  EXPECT_EQ(cache.lookup(300).visibility, PidVisibility::NotInNamespace);
 }
 
 }  // namespace

@@ -1,0 +1,40 @@
+#include "tarmac/host/process_cache.hpp"
+
+#include "tarmac/host/proc_parse.hpp"
+#include "tarmac/util/fs.hpp"
+
+namespace tarmac::host {
+
+ProcessCache::ProcessCache(std::string proc_root) : root_(proc_root), reader_(std::move(proc_root)) {}
+
+ProcessInfo ProcessCache::lookup(unsigned pid) {
+  const auto text = util::read_file(root_ + "/" + std::to_string(pid) + "/stat");
+  const auto stat = text ? parse_stat(*text) : std::nullopt;
+  if (!stat) {
+    entries_.erase(pid);
+    return reader_.read(pid);  // gone or unreadable: the reader says which
+  }
+  auto it = entries_.find(pid);
+  if (it != entries_.end() && it->second.start_ticks == stat->starttime_ticks) {
+    it->second.seen = true;
+    it->second.info.state = stat->state;  // the one fact that changes while a process lives
+    it->second.info.parent_pid = stat->ppid;
+    return it->second.info;
+  }
+  Entry entry{stat->starttime_ticks, reader_.read(pid), true};
+  entries_[pid] = entry;
+  return entry.info;
+}
+
+void ProcessCache::end_round() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (!it->second.seen) {
+      it = entries_.erase(it);
+    } else {
+      it->second.seen = false;
+      ++it;
+    }
+  }
+}
+
+}  // namespace tarmac::host

@@ -1,0 +1,36 @@
+// Host attribution across repeated samples: a process's user, command line, container and job do
+// not change while it lives, so they are read once per (pid, start time) and reused.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+
+#include "tarmac/host/proc_reader.hpp"
+
+namespace tarmac::host {
+
+class ProcessCache {
+ public:
+  explicit ProcessCache(std::string proc_root = "/proc");
+
+  // What the host knows about `pid` now. One read of /proc/<pid>/stat decides whether the cached
+  // facts still belong to the same process (same start time); a reused PID is read afresh.
+  [[nodiscard]] ProcessInfo lookup(unsigned pid);
+
+  // Forgets the PIDs not looked up since the previous call, so the cache holds live processes only.
+  void end_round();
+
+  [[nodiscard]] std::size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    unsigned long long start_ticks = 0;
+    ProcessInfo info;
+    bool seen = false;
+  };
+  std::string root_;
+  ProcReader reader_;
+  std::unordered_map<unsigned, Entry> entries_;
+};
+
+}  // namespace tarmac::host
