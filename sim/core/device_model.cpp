@@ -1,0 +1,76 @@
+#include "device_model.hpp"
+
+#include <algorithm>
+
+namespace tarmac::sim {
+
+namespace {
+
+constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
+
+bool on_gpu(const std::vector<unsigned>& gpus, unsigned gpu) {
+  return std::find(gpus.begin(), gpus.end(), gpu) != gpus.end();
+}
+
+}  // namespace
+
+DeviceView evaluate_device(const Scenario& scenario, unsigned gpu, double t, const std::vector<LiveProcess>& live,
+                           ProcessMode mode) {
+  const GpuSpec& spec = scenario.gpus[gpu];
+  const SegmentValues timeline = merged_values(scenario, gpu, t);
+
+  // Scenario processes due on this GPU now, and those of them that really run.
+  std::vector<unsigned> due;
+  for (unsigned i = 0; i < scenario.processes.size(); ++i) {
+    const ProcessSpec& p = scenario.processes[i];
+    if (on_gpu(p.gpus, gpu) && p.window.contains(t)) due.push_back(i);
+  }
+  std::vector<std::pair<unsigned, const LiveProcess*>> running;  // (scenario index, live entry or null)
+  std::vector<const LiveProcess*> loads;
+  if (mode == ProcessMode::Static) {
+    for (unsigned i : due) running.emplace_back(i, nullptr);
+  } else {
+    for (const LiveProcess& lp : live) {
+      if (!on_gpu(lp.gpus, gpu)) continue;
+      if (!lp.scenario_process) {
+        loads.push_back(&lp);
+      } else if (std::find(due.begin(), due.end(), *lp.scenario_process) != due.end()) {
+        running.emplace_back(*lp.scenario_process, &lp);
+      }
+    }
+  }
+
+  Activity activity;
+  activity.workload_gone = !due.empty() && running.empty();
+  activity.any_process = !running.empty() || !loads.empty();
+  for (const LiveProcess* lp : loads) activity.load_util += lp->sm_util;
+
+  DeviceView view;
+  view.sample = resolve_sample(spec, timeline, activity);
+  view.total_bytes = spec.memory_mib * kMiB;
+  view.reserved_bytes = spec.memory_reserved_mib * kMiB;
+  unsigned long long used = spec.memory_overhead_mib * kMiB;
+
+  const auto share = static_cast<unsigned>(running.empty() ? 0 : timeline.util_gpu.value_or(0) / running.size());
+  const auto mem_share = static_cast<unsigned>(running.empty() ? 0 : timeline.util_mem.value_or(0) / running.size());
+  for (const auto& [index, lp] : running) {
+    const ProcessSpec& p = scenario.processes[index];
+    used += p.memory_mib * kMiB;
+    if (lp == nullptr) continue;
+    view.processes.push_back({static_cast<unsigned>(lp->pid), p.memory_mib * kMiB, p.type, p.sm_util.value_or(share),
+                              p.mem_util.value_or(mem_share)});
+  }
+  for (const LiveProcess* lp : loads) {
+    used += lp->memory_mib * kMiB;
+    view.processes.push_back({static_cast<unsigned>(lp->pid), lp->memory_mib * kMiB, lp->type, lp->sm_util, lp->mem_util});
+  }
+  // A GPU cannot hand out more than it has (clients such as nvtop assert on it).
+  const unsigned long long usable = view.total_bytes - view.reserved_bytes;
+  view.used_bytes = std::min(used, usable);
+  view.free_bytes = usable - view.used_bytes;
+  std::sort(view.processes.begin(), view.processes.end(),
+            [](const ProcessView& a, const ProcessView& b) { return a.pid < b.pid; });
+  return view;
+}
+
+}  // namespace tarmac::sim

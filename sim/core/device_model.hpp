@@ -1,0 +1,38 @@
+// One GPU at one moment: the timeline's values combined with the processes that really run on it
+// (memory used, process lists, a workload that was killed, load programs' extra utilization).
+#pragma once
+
+#include <vector>
+
+#include "registry.hpp"
+#include "scenario.hpp"
+#include "timeline.hpp"
+
+namespace tarmac::sim {
+
+struct ProcessView {
+  unsigned pid = 0;
+  unsigned long long used_bytes = 0;
+  ProcessType type = ProcessType::Compute;
+  unsigned sm_util = 0;
+  unsigned mem_util = 0;
+};
+
+struct DeviceView {
+  GpuSample sample;
+  unsigned long long total_bytes = 0;
+  unsigned long long reserved_bytes = 0;
+  unsigned long long used_bytes = 0;  // overhead + processes (nvmlMemory_v2_t.used)
+  unsigned long long free_bytes = 0;
+  std::vector<ProcessView> processes;  // by pid
+};
+
+// Live: scenario processes count while their registered process lives (launcher runs).
+// Static: no state directory, no real processes: scenario processes count as running (memory
+// and utilization as the scenario says) but none is listed, since no such PID exists.
+enum class ProcessMode { Live, Static };
+
+[[nodiscard]] DeviceView evaluate_device(const Scenario& scenario, unsigned gpu, double t,
+                                         const std::vector<LiveProcess>& live, ProcessMode mode);
+
+}  // namespace tarmac::sim

@@ -1,0 +1,220 @@
+// Memory, utilization and the processes on a GPU (lists and per-process utilization samples).
+#include <algorithm>
+
+#include "context.hpp"
+
+namespace tarmac::nvml {
+
+using sim::lib::Context;
+using sim::lib::guarded;
+
+namespace {
+
+constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
+constexpr unsigned kSamplingPeriodUs = 167'000;  // what real drivers report for encoder/decoder
+// Per-process samples are taken every 1/6 s of simulated time, like the driver's sample buffer.
+constexpr long long kProcessSamplePeriodUs = 166'667;
+
+enum class Kind { Compute, Graphics, Mps };
+
+void fill(nvmlProcessInfo_v1_t& info, const sim::ProcessView& p) {
+  info.pid = p.pid;
+  info.usedGpuMemory = p.used_bytes;
+}
+
+void fill(nvmlProcessInfo_v2_t& info, const sim::ProcessView& p) {
+  info.pid = p.pid;
+  info.usedGpuMemory = p.used_bytes;
+  info.gpuInstanceId = 0xFFFFFFFFu;  // no MIG instance
+  info.computeInstanceId = 0xFFFFFFFFu;
+}
+
+// The count handshake of every process list: a buffer too small (or count 0 with no buffer)
+// answers INSUFFICIENT_SIZE with the count needed; an empty list answers SUCCESS with 0.
+template <typename Info>
+nvmlReturn_t running_processes(const char* function, nvmlDevice_t device, unsigned int* count, Info* infos,
+                               Kind kind) {
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    std::vector<sim::ProcessView> list;
+    if (kind != Kind::Mps) {  // the simulator runs no MPS server
+      const auto type = kind == Kind::Compute ? sim::ProcessType::Compute : sim::ProcessType::Graphics;
+      for (const sim::ProcessView& p : e.sim->device(e.gpu, e.t).processes) {
+        if (p.type == type) list.push_back(p);
+      }
+    }
+    const auto needed = static_cast<unsigned>(list.size());
+    if (needed == 0) {
+      *count = 0;
+      return NVML_SUCCESS;
+    }
+    if (*count < needed) {
+      *count = needed;
+      return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (infos == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < needed; ++i) fill(infos[i], list[i]);
+    *count = needed;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t codec_util(const char* function, nvmlDevice_t device, unsigned int* utilization,
+                        unsigned int* sampling_period_us, bool encoder) {
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    if (utilization == nullptr || sampling_period_us == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const sim::DeviceView view = e.sim->device(e.gpu, e.t);
+    *utilization = encoder ? view.sample.encoder_util : view.sample.decoder_util;
+    *sampling_period_us = kSamplingPeriodUs;
+    return NVML_SUCCESS;
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+  const char* const function = __func__;
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    const sim::DeviceView view = e.sim->device(e.gpu, e.t);
+    memory->total = view.total_bytes;
+    memory->reserved = view.reserved_bytes;
+    memory->used = view.used_bytes;
+    memory->free = view.free_bytes;
+    return NVML_SUCCESS;
+  });
+}
+
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  const char* const function = __func__;
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const sim::DeviceView view = e.sim->device(e.gpu, e.t);
+    // v1 predates "reserved": it counts reserved memory as used, as the real driver does.
+    memory->total = view.total_bytes;
+    memory->used = view.used_bytes + view.reserved_bytes;
+    memory->free = view.free_bytes;
+    return NVML_SUCCESS;
+  });
+}
+
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t* bar1) {
+  const char* const function = __func__;
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    if (bar1 == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const auto& total_mib = e.sim->scenario().gpus[e.gpu].bar1_mib;
+    if (!total_mib) return NVML_ERROR_NOT_SUPPORTED;
+    const sim::DeviceView view = e.sim->device(e.gpu, e.t);
+    bar1->bar1Total = *total_mib * kMiB;
+    bar1->bar1Used = std::min(bar1->bar1Total, (2 + 2 * view.processes.size()) * kMiB);
+    bar1->bar1Free = bar1->bar1Total - bar1->bar1Used;
+    return NVML_SUCCESS;
+  });
+}
+
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
+  const char* const function = __func__;
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const sim::DeviceView view = e.sim->device(e.gpu, e.t);
+    utilization->gpu = view.sample.util_gpu;
+    utilization->memory = view.sample.util_mem;
+    return NVML_SUCCESS;
+  });
+}
+
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int* utilization,
+                                                               unsigned int* sampling_period_us) {
+  return codec_util(__func__, device, utilization, sampling_period_us, true);
+}
+
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int* utilization,
+                                                               unsigned int* sampling_period_us) {
+  return codec_util(__func__, device, utilization, sampling_period_us, false);
+}
+
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                               nvmlProcessUtilizationSample_t* samples,
+                                                               unsigned int* count, unsigned long long last_seen_us) {
+  const char* const function = __func__;
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const long long now_us = e.sim->clock().wall_ns_at(e.t) / 1000;
+    const auto stamp = static_cast<unsigned long long>(now_us - now_us % kProcessSamplePeriodUs);
+    // As the driver documents, only processes with some utilization in the sample period have a
+    // sample, and only samples newer than last_seen_us are returned.
+    std::vector<nvmlProcessUtilizationSample_t> out;
+    if (stamp > last_seen_us) {
+      for (const sim::ProcessView& p : e.sim->device(e.gpu, e.t).processes) {
+        if (p.sm_util == 0 && p.mem_util == 0) continue;
+        out.push_back({p.pid, stamp, p.sm_util, p.mem_util, 0, 0});
+      }
+    }
+    if (out.empty()) return NVML_ERROR_NOT_FOUND;
+    const auto needed = static_cast<unsigned>(out.size());
+    if (samples == nullptr || *count < needed) {
+      *count = needed;
+      return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    std::copy(out.begin(), out.end(), samples);
+    *count = needed;
+    return NVML_SUCCESS;
+  });
+}
+
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                                       nvmlProcessInfo_v2_t* infos) {
+  return running_processes(__func__, device, count, infos, Kind::Compute);
+}
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
+                                                                       nvmlProcessInfo_v2_t* infos) {
+  return running_processes(__func__, device, count, infos, Kind::Compute);
+}
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* count,
+                                                                    nvmlProcessInfo_v1_t* infos) {
+  return running_processes(__func__, device, count, infos, Kind::Compute);
+}
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                                        nvmlProcessInfo_v2_t* infos) {
+  return running_processes(__func__, device, count, infos, Kind::Graphics);
+}
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
+                                                                        nvmlProcessInfo_v2_t* infos) {
+  return running_processes(__func__, device, count, infos, Kind::Graphics);
+}
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int* count,
+                                                                     nvmlProcessInfo_v1_t* infos) {
+  return running_processes(__func__, device, count, infos, Kind::Graphics);
+}
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                                          nvmlProcessInfo_v2_t* infos) {
+  return running_processes(__func__, device, count, infos, Kind::Mps);
+}
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
+                                                                          nvmlProcessInfo_v2_t* infos) {
+  return running_processes(__func__, device, count, infos, Kind::Mps);
+}
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int* count,
+                                                                       nvmlProcessInfo_v1_t* infos) {
+  return running_processes(__func__, device, count, infos, Kind::Mps);
+}
+
+}  // extern "C"
+}  // namespace tarmac::nvml
