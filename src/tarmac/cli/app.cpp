@@ -6,8 +6,11 @@
 #include <string_view>
 
 #include "tarmac/cli/context.hpp"
+#include "tarmac/cli/query.hpp"
 #include "tarmac/cli/sim_command.hpp"
 #include "tarmac/cli/status.hpp"
+#include "tarmac/cli/topo.hpp"
+#include "tarmac/cli/watch.hpp"
 
 #ifndef TARMAC_VERSION
 #define TARMAC_VERSION "0.0.0"
@@ -50,6 +53,9 @@ int run_app(int argc, char** argv) {
 
   int exit_code = kExitOk;
   add_status_command(app, global, exit_code);
+  add_topo_command(app, global, exit_code);
+  add_watch_command(app, global, exit_code);
+  add_query_command(app, global, exit_code);
   app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
                             "(sim list names the bundled scenarios)");
   try {

@@ -94,7 +94,9 @@ std::string container_cell(const host::ProcessInfo& h) {
   return out.empty() ? dash() : out;
 }
 
-void print_human(const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color) {
+}  // namespace
+
+void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::time_t now = snap.timestamp_unix_ms / 1000;
@@ -105,10 +107,10 @@ void print_human(const gpu::Snapshot& snap, const std::vector<Activity>& classes
   std::string cuda = snap.cuda_driver_version
                          ? fmt::format("{}.{}", *snap.cuda_driver_version / 1000, (*snap.cuda_driver_version % 1000) / 10)
                          : "-";
-  fmt::print("{}  driver {}  CUDA {}  {} GPU{}  {}\n", host, snap.driver_version.value_or("-"), cuda,
+  fmt::print(out, "{}  driver {}  CUDA {}  {} GPU{}  {}\n", host, snap.driver_version.value_or("-"), cuda,
              snap.devices.size(), snap.devices.size() == 1 ? "" : "s", when);
   if (snap.devices.empty()) {
-    fmt::print("No NVIDIA GPU is visible (the driver loaded, but NVML reports 0 devices).\n");
+    fmt::print(out, "No NVIDIA GPU is visible (the driver loaded, but NVML reports 0 devices).\n");
     return;
   }
 
@@ -137,11 +139,11 @@ void print_human(const gpu::Snapshot& snap, const std::vector<Activity>& classes
                   {events_cell(d), gpu::harmful_clock_events(d.sample.clock_event_reasons.value_or(0)) ? Style::Bad
                                                                                                       : Style::Plain}});
   }
-  gpus.print(stdout, color);
+  gpus.print(out, color);
 
   // Values that failed with something other than "not supported".
   for (const auto& d : snap.devices) {
-    for (const auto& e : d.errors) fmt::print("  GPU {}: {} could not be read: {}\n", d.id.index, e.what, e.message);
+    for (const auto& e : d.errors) fmt::print(out, "  GPU {}: {} could not be read: {}\n", d.id.index, e.what, e.message);
   }
 
   Table procs({{"GPU", Align::Right}, {"PID", Align::Right}, {"USER"}, {"MEMORY", Align::Right}, {"SM", Align::Right},
@@ -166,24 +168,28 @@ void print_human(const gpu::Snapshot& snap, const std::vector<Activity>& classes
                      {command, visible ? Style::Plain : Style::Dim}});
     }
   }
-  fmt::print("\n");
+  fmt::print(out, "\n");
   if (count == 0) {
-    fmt::print("No processes on any GPU.\n");
+    fmt::print(out, "No processes on any GPU.\n");
   } else {
-    procs.print(stdout, color);
+    procs.print(out, color);
   }
 
   const auto found = diagnose::verdicts(snap, classes);
-  if (!found.empty()) fmt::print("\n");
+  if (!found.empty()) fmt::print(out, "\n");
   for (const auto& v : found) {
     const Style style = v.severity == diagnose::Severity::Critical  ? Style::Bad
                         : v.severity == diagnose::Severity::Warning ? Style::Warn
                                                                     : Style::Dim;
-    fmt::print("{}\n", styled(fmt::format("{} {}", v.severity == diagnose::Severity::Info ? "-" : "!", v.text), style, color));
+    fmt::print(out, "{}\n", styled(fmt::format("{} {}", v.severity == diagnose::Severity::Info ? "-" : "!", v.text), style, color));
   }
 }
 
-}  // namespace
+std::vector<Activity> classify_all(const gpu::Snapshot& snap, const gpu::ActivityThresholds& thresholds) {
+  std::vector<Activity> classes;
+  for (const auto& d : snap.devices) classes.push_back(gpu::classify(d, thresholds, snap.timestamp_unix_ms / 1000));
+  return classes;
+}
 
 int run_status(const GlobalOptions& global, const StatusOptions& options) {
   auto backend = open_backend(global);
@@ -193,9 +199,7 @@ int run_status(const GlobalOptions& global, const StatusOptions& options) {
     print_error(snap.error());
     return kExitCouldNotLook;
   }
-  const long long now_s = snap->timestamp_unix_ms / 1000;
-  std::vector<Activity> classes;
-  for (const auto& d : snap->devices) classes.push_back(gpu::classify(d, options.thresholds, now_s));
+  const auto classes = classify_all(*snap, options.thresholds);
   if (global.json) {
     nlohmann::json j;
     j["timestamp_unix_ms"] = snap->timestamp_unix_ms;
@@ -210,7 +214,7 @@ int run_status(const GlobalOptions& global, const StatusOptions& options) {
     }
     fmt::print("{}\n", j.dump(2));
   } else {
-    print_human(*snap, classes, use_color(global, stdout));
+    print_status(stdout, *snap, classes, use_color(global, stdout));
   }
   return kExitOk;
 }

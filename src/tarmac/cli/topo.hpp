@@ -1,0 +1,21 @@
+// `tarmac topo [-m]`: the GPU x GPU connection matrix with nvidia-smi's legend, plus CPU and NUMA
+// affinity per GPU.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "tarmac/cli/context.hpp"
+
+namespace tarmac::cli {
+
+void add_topo_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+// "0-31,64-95": a CPU list as the kernel and nvidia-smi write it; "N/A" when empty.
+[[nodiscard]] std::string format_cpu_list(const std::vector<unsigned>& cpus);
+
+// The matrix and legend exactly as printed (tab-separated, as nvidia-smi topo -m).
+[[nodiscard]] std::string render_topology(const gpu::Snapshot& snapshot);
+
+}  // namespace tarmac::cli
