@@ -159,6 +159,28 @@ class StatusProcesses(unittest.TestCase):
         self.assertEqual(g1["activity"], "idle")
 
 
+class StatusCudaVisibleDevices(unittest.TestCase):
+    def test_says_which_gpus_cuda_would_see(self):
+        env = {"CUDA_VISIBLE_DEVICES": "2,0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        r = sim("a100x4-balanced", TARMAC, "status", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("CUDA_VISIBLE_DEVICES=2,0 (PCI_BUS_ID order): a CUDA program started here sees "
+                      "cuda:0 = GPU 2, cuda:1 = GPU 0", r.stdout)
+        r = sim("a100x4-balanced", TARMAC, "status", "--json", env=env)
+        self.assertEqual(json.loads(r.stdout)["cuda_visible_devices"]["gpu_of_cuda"], [2, 0])
+
+    def test_a_bad_entry_is_pointed_out(self):
+        r = sim("a100x4-balanced", TARMAC, "status", env={"CUDA_VISIBLE_DEVICES": "0,5,1"})
+        self.assertIn("sees cuda:0 = GPU 0\n", r.stdout)
+        self.assertIn("entry '5' matches no GPU: CUDA ignores it and every entry after it", r.stdout)
+
+    def test_unset_prints_nothing_about_it(self):
+        env = dict(os.environ)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        r = sim("a100x4-balanced", TARMAC, "status", env=env)
+        self.assertNotIn("CUDA_VISIBLE_DEVICES", r.stdout)
+
+
 class StatusWithoutDriver(unittest.TestCase):
     def test_missing_library_gives_the_clear_message_and_exit_3(self):
         env = dict(os.environ, TARMAC_NVML_LIB="/nonexistent/libnvidia-ml.so.1")

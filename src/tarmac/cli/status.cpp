@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
 #include <fmt/format.h>
 
@@ -12,6 +13,7 @@
 #include "tarmac/diagnose/verdicts.hpp"
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/gpu/cuda_visible.hpp"
 #include "tarmac/util/units.hpp"
 
 #include <memory>
@@ -185,6 +187,30 @@ void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<A
   }
 }
 
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+}
+
+}  // namespace
+
+void print_cuda_visibility(std::FILE* out, const gpu::Snapshot& snap, bool color) {
+  const auto visible = env("CUDA_VISIBLE_DEVICES");
+  if (!visible) return;
+  const auto order = env("CUDA_DEVICE_ORDER");
+  const gpu::CudaView view = gpu::cuda_view(snap.devices, visible, order);
+  std::string mapping;
+  for (std::size_t k = 0; k < view.gpu_of_cuda.size(); ++k) {
+    mapping += fmt::format("{}cuda:{} = GPU {}", k == 0 ? "" : ", ", k, view.gpu_of_cuda[k]);
+  }
+  fmt::print(out, "CUDA_VISIBLE_DEVICES={}{}: a CUDA program started here sees {}\n", *visible,
+             view.pci_bus_order ? " (PCI_BUS_ID order)" : "",
+             mapping.empty() ? "no GPU" : mapping);
+  if (view.problem) fmt::print(out, "{}\n", styled("! " + *view.problem, Style::Warn, color));
+}
+
 std::vector<Activity> classify_all(const gpu::Snapshot& snap, const gpu::ActivityThresholds& thresholds) {
   std::vector<Activity> classes;
   for (const auto& d : snap.devices) classes.push_back(gpu::classify(d, thresholds, snap.timestamp_unix_ms / 1000));
@@ -208,13 +234,24 @@ int run_status(const GlobalOptions& global, const StatusOptions& options) {
     j["cuda_driver_version"] = snap->cuda_driver_version ? nlohmann::json(*snap->cuda_driver_version) : nlohmann::json(nullptr);
     j["gpus"] = nlohmann::json::array();
     for (std::size_t i = 0; i < snap->devices.size(); ++i) j["gpus"].push_back(to_json(snap->devices[i], classes[i]));
+    if (const auto visible = env("CUDA_VISIBLE_DEVICES")) {
+      const auto view = gpu::cuda_view(snap->devices, visible, env("CUDA_DEVICE_ORDER"));
+      j["cuda_visible_devices"] = {{"value", *visible},
+                                   {"pci_bus_order", view.pci_bus_order},
+                                   {"gpu_of_cuda", view.gpu_of_cuda},
+                                   {"problem", view.problem ? nlohmann::json(*view.problem) : nlohmann::json(nullptr)}};
+    } else {
+      j["cuda_visible_devices"] = nullptr;
+    }
     j["verdicts"] = nlohmann::json::array();
     for (const auto& v : diagnose::verdicts(*snap, classes)) {
       j["verdicts"].push_back({{"severity", diagnose::to_string(v.severity)}, {"code", v.code}, {"text", v.text}});
     }
     fmt::print("{}\n", j.dump(2));
   } else {
-    print_status(stdout, *snap, classes, use_color(global, stdout));
+    const bool color = use_color(global, stdout);
+    print_status(stdout, *snap, classes, color);
+    print_cuda_visibility(stdout, *snap, color);
   }
   return kExitOk;
 }

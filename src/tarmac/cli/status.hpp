@@ -25,6 +25,10 @@ struct StatusOptions {
 void print_status(std::FILE* out, const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes,
                   bool color);
 
+// When CUDA_VISIBLE_DEVICES is set: which GPUs a CUDA program started here sees, as one line
+// (and a second one when the variable has a problem). Prints nothing when it is unset.
+void print_cuda_visibility(std::FILE* out, const gpu::Snapshot& snapshot, bool color);
+
 // Runs status with the given options (also what plain `tarmac` runs).
 [[nodiscard]] int run_status(const GlobalOptions& global, const StatusOptions& options = {});
 

@@ -94,6 +94,7 @@ std::string render_frame(const gpu::Snapshot& snap, const StatusOptions& options
   if (out == nullptr) return {};
   fmt::print(out, "Every {:g}s: tarmac status\n", interval_s);
   print_status(out, snap, classify_all(snap, options.thresholds), color);
+  print_cuda_visibility(out, snap, color);
   std::fclose(out);
   std::string frame(buffer, size);
   std::free(buffer);

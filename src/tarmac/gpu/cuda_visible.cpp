@@ -1,0 +1,74 @@
+#include "tarmac/gpu/cuda_visible.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "tarmac/util/strings.hpp"
+
+namespace tarmac::gpu {
+
+namespace {
+
+// "8.0" -> 80, "9.0" -> 90; unknown sorts last.
+int capability_rank(const Device& d) {
+  if (!d.id.cuda_capability) return -1;
+  const auto parts = util::split(*d.id.cuda_capability, '.');
+  const auto major = util::parse_int(parts[0]).value_or(0);
+  const auto minor = parts.size() > 1 ? util::parse_int(parts[1]).value_or(0) : 0;
+  return static_cast<int>(major * 10 + minor);
+}
+
+// The NVML indices in CUDA's enumeration order.
+std::vector<unsigned> cuda_order(const std::vector<Device>& devices, bool pci_bus_order) {
+  std::vector<unsigned> order;
+  for (const auto& d : devices) order.push_back(d.id.index);
+  if (!pci_bus_order) {
+    std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
+      return capability_rank(devices[a]) > capability_rank(devices[b]);
+    });
+  }
+  return order;
+}
+
+}  // namespace
+
+CudaView cuda_view(const std::vector<Device>& devices, const std::optional<std::string>& visible,
+                   const std::optional<std::string>& order) {
+  CudaView view;
+  view.pci_bus_order = order && *order == "PCI_BUS_ID";
+  if (order && !order->empty() && *order != "PCI_BUS_ID" && *order != "FASTEST_FIRST") {
+    view.problem = fmt::format("CUDA_DEVICE_ORDER={} is not PCI_BUS_ID or FASTEST_FIRST; CUDA uses FASTEST_FIRST", *order);
+  }
+  const std::vector<unsigned> enumeration = cuda_order(devices, view.pci_bus_order);
+  if (!visible) {
+    view.gpu_of_cuda = enumeration;
+    return view;
+  }
+  for (const auto& raw : util::split(*visible, ',')) {
+    const std::string entry(util::trim(raw));
+    std::optional<unsigned> gpu;
+    if (auto number = util::parse_int(entry)) {
+      if (*number >= 0 && static_cast<std::size_t>(*number) < enumeration.size()) gpu = enumeration[*number];
+    } else if (!entry.empty()) {
+      const std::string prefix = util::starts_with_ci(entry, "GPU-") ? entry : "GPU-" + entry;
+      std::vector<unsigned> matches;
+      for (const auto& d : devices) {
+        if (d.id.uuid && util::starts_with_ci(*d.id.uuid, prefix)) matches.push_back(d.id.index);
+      }
+      if (matches.size() == 1) gpu = matches.front();
+    }
+    const bool duplicate = gpu && std::find(view.gpu_of_cuda.begin(), view.gpu_of_cuda.end(), *gpu) != view.gpu_of_cuda.end();
+    if (!gpu || duplicate) {
+      // CUDA stops at the first entry it cannot use: the rest of the list is ignored.
+      if (!(entry.empty() && visible->empty())) {
+        view.problem = fmt::format("CUDA_VISIBLE_DEVICES entry '{}' {}: CUDA ignores it and every entry after it",
+                                   entry, duplicate ? "repeats a GPU" : "matches no GPU");
+      }
+      break;
+    }
+    view.gpu_of_cuda.push_back(*gpu);
+  }
+  return view;
+}
+
+}  // namespace tarmac::gpu
