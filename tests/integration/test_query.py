@@ -275,6 +275,22 @@ class QueryOnItsOwn(unittest.TestCase):
         self.assertTrue(lines[2].startswith("2, [GPU is lost], "), describe(r))
         self.assertRegex(lines[0], r"^0, \d+ MiB, ")
 
+    def test_one_query_kind_at_a_time(self):
+        # --query-gpu and --query-compute-apps together, or neither: a usage error, nothing printed.
+        for args in [["--query-gpu=index", "--query-compute-apps=pid"], []]:
+            with self.subTest(args=args):
+                r = self.query(*args, "--format=csv")
+                self.assertEqual((r.returncode, r.stdout), (2, ""), describe(r))
+                self.assertIn("--query-compute-apps", r.stderr)
+
+    def test_help_lists_both_field_tables(self):
+        r = subprocess.run([TARMAC, "query", "--help"], capture_output=True, text=True, env=env(), timeout=30)
+        self.assertEqual(r.returncode, 0, describe(r))
+        gpu_part, apps_part = r.stdout.split("Fields of --query-compute-apps:")
+        self.assertIn("memory.used [MiB]", gpu_part)
+        self.assertIn("used_gpu_memory or used_memory [MiB]", apps_part)
+        self.assertIn("process_name or name", apps_part)
+
     def test_loop_prints_the_header_once_and_stops_on_sigint(self):
         for sig in (signal.SIGINT, signal.SIGTERM):
             with self.subTest(signal=sig):

@@ -6,8 +6,10 @@
 #include <ctime>
 #include <fmt/format.h>
 #include <optional>
+#include <span>
 
 #include "tarmac/cli/app.hpp"
+#include "tarmac/fields/apps.hpp"
 #include "tarmac/fields/format.hpp"
 #include "tarmac/fields/select.hpp"
 #include "tarmac/fields/table.hpp"
@@ -25,6 +27,7 @@ constexpr int kExitMissingValue = 255;
 
 struct QueryArgs {
   std::optional<std::string> fields;   // --query-gpu
+  std::optional<std::string> apps;     // --query-compute-apps
   std::optional<std::string> format;   // --format
   std::optional<std::string> ids;      // -i / --id
   std::optional<std::string> file;     // -f / --filename
@@ -78,7 +81,8 @@ Result<QueryArgs> parse_args(const std::vector<std::string>& args, int& exit_cod
       std::optional<std::string>* target;
     };
     const TextOption text_options[] = {
-        {{"--query-gpu"}, &q.fields}, {{"--format"}, &q.format}, {{"-i", "--id"}, &q.ids}, {{"-f", "--filename"}, &q.file}};
+        {{"--query-gpu"}, &q.fields}, {{"--query-compute-apps"}, &q.apps}, {{"--format"}, &q.format},
+        {{"-i", "--id"}, &q.ids},      {{"-f", "--filename"}, &q.file}};
     bool taken = false;
     for (const auto& [spellings, target] : text_options) {
       if (auto value = take(args, i, spellings, missing)) {
@@ -110,21 +114,29 @@ Result<QueryArgs> parse_args(const std::vector<std::string>& args, int& exit_cod
 void print_help() {
   fmt::print(
       "Usage: tarmac query --query-gpu=FIELD[,FIELD...] --format=csv[,noheader][,nounits]|json|ndjson\n"
+      "                    [-i IDS] [-l SEC | -lms MS] [-f FILE]\n"
+      "       tarmac query --query-compute-apps=FIELD[,FIELD...] --format=...\n"
       "                    [-i IDS] [-l SEC | -lms MS] [-f FILE]\n\n"
-      "nvidia-smi's --query-gpu: the same field names, CSV text and markers.\n"
+      "nvidia-smi's --query-gpu and --query-compute-apps: the same field names, CSV text and markers.\n"
       "  --query-gpu=F,...   fields to print (below; nvidia-smi's aliases work too)\n"
       "  --format=...        csv (with noheader, nounits), or tarmac's typed json / ndjson\n"
       "  -i, --id=IDS        GPUs by index, UUID, PCI bus id or serial, comma separated\n"
       "  -l, --loop=SEC      repeat every SEC seconds until Ctrl-C (header printed once)\n"
       "  -lms, --loop-ms=MS  repeat every MS milliseconds\n"
-      "  -f, --filename=FILE write to FILE instead of stdout\n\n"
-      "Fields:\n");
-  for (const auto& f : fields::all_fields()) {
-    std::string names(f.name);
-    for (const auto& a : f.aliases) names += fmt::format(" or {}", a);
-    if (!f.unit.empty()) names += fmt::format(" [{}]", f.unit);
-    fmt::print("  {}\n      {}\n", names, f.description);
-  }
+      "  -f, --filename=FILE write to FILE instead of stdout\n"
+      "  --query-compute-apps=F,...  one row per compute process instead (fields below)\n\n"
+      "Fields of --query-gpu:\n");
+  const auto list = [](std::span<const fields::FieldSpec> table) {
+    for (const auto& f : table) {
+      std::string names(f.name);
+      for (const auto& a : f.aliases) names += fmt::format(" or {}", a);
+      if (!f.unit.empty()) names += fmt::format(" [{}]", f.unit);
+      fmt::print("  {}\n      {}\n", names, f.description);
+    }
+  };
+  list(fields::all_fields());
+  fmt::print("\nFields of --query-compute-apps:\n");
+  list(fields::all_app_fields());
 }
 
 // SIGINT and SIGTERM are blocked and waited for, so a loop stops between two samples and never
@@ -171,17 +183,16 @@ struct Output {
   }
 };
 
-// Writes one snapshot's rows (and, the first time, the CSV header).
-void write_snapshot(std::FILE* out, const gpu::Snapshot& snap, const std::vector<std::size_t>& selected,
-                    const std::vector<const fields::FieldSpec*>& wanted, const fields::FormatOptions& format,
-                    bool first) {
+// Writes one row per context (and, the first time, the CSV header): GPUs for --query-gpu,
+// processes for --query-compute-apps.
+void write_rows(std::FILE* out, const std::vector<fields::ReadContext>& rows,
+                const std::vector<const fields::FieldSpec*>& wanted, const fields::FormatOptions& format, bool first) {
   nlohmann::json list = nlohmann::json::array();
   if (first && format.form == fields::OutputForm::Csv && format.header == fields::Header::Print) {
     fmt::print(out, "{}\n", fields::csv_header(wanted));
   }
   std::vector<fields::Value> values;
-  for (const std::size_t at : selected) {
-    const fields::ReadContext ctx{snap, snap.devices[at], snap.devices.size()};
+  for (const auto& ctx : rows) {
     values.clear();
     for (const auto* f : wanted) values.push_back(fields::read_field(*f, ctx));
     switch (format.form) {
@@ -192,6 +203,21 @@ void write_snapshot(std::FILE* out, const gpu::Snapshot& snap, const std::vector
   }
   if (format.form == fields::OutputForm::Json) fmt::print(out, "{}\n", list.dump(2));
   std::fflush(out);
+}
+
+// What one snapshot's rows read: each selected GPU, or each compute process on a selected GPU.
+std::vector<fields::ReadContext> rows_of(const gpu::Snapshot& snap, const std::vector<std::size_t>& selected,
+                                         bool apps) {
+  std::vector<fields::ReadContext> rows;
+  if (apps) {
+    for (const auto& app : fields::compute_apps(snap, selected)) {
+      const auto& device = snap.devices[app.device];
+      rows.push_back({snap, device, snap.devices.size(), &device.processes[app.process]});
+    }
+  } else {
+    for (const std::size_t at : selected) rows.push_back({snap, snap.devices[at], snap.devices.size()});
+  }
+  return rows;
 }
 
 const fields::FieldSpec* first_group(const std::vector<const fields::FieldSpec*>& wanted) {
@@ -218,11 +244,14 @@ int run_query(const GlobalOptions& global, const std::vector<std::string>& args)
     print_help();
     return kExitOk;
   }
-  if (!q.fields) {
-    fmt::print(stderr, "tarmac: query needs --query-gpu=FIELD[,FIELD...] (see `tarmac query --help`)\n");
+  if (q.fields.has_value() == q.apps.has_value()) {
+    fmt::print(stderr,
+               "tarmac: query needs one of --query-gpu=FIELD[,FIELD...] or --query-compute-apps=FIELD[,FIELD...] "
+               "(see `tarmac query --help`)\n");
     return kExitUsage;
   }
-  auto wanted = fields::parse_field_list(*q.fields);
+  const bool apps = q.apps.has_value();
+  auto wanted = apps ? fields::parse_app_field_list(*q.apps) : fields::parse_field_list(*q.fields);
   if (!wanted.ok()) return usage(fmt::format("Field \"{}\" is not a valid field to query.\n", wanted.error().message));
   fields::FormatOptions format;
   if (q.format) {
@@ -245,7 +274,7 @@ int run_query(const GlobalOptions& global, const std::vector<std::string>& args)
       return kExitUsage;
     }
   }
-  const gpu::SnapshotOptions options{.processes = false, .slow = false, .topology = false};
+  const gpu::SnapshotOptions options{.processes = apps, .slow = false, .topology = false};
   std::optional<StopSignals> signals;
   if (q.interval_ms) signals.emplace();
   for (bool first = true;; first = false) {
@@ -274,15 +303,16 @@ int run_query(const GlobalOptions& global, const std::vector<std::string>& args)
       }
       return usage(fmt::format("{} : not a valid field to query.\n", group->name));
     }
-    write_snapshot(output.stream, *snap, selected, *wanted, format, first);
+    write_rows(output.stream, rows_of(*snap, selected, apps), *wanted, format, first);
     if (!q.interval_ms) return kExitOk;
     if (signals->wait_ms(*q.interval_ms - (now_ms() - started))) return kExitOk;
   }
 }
 
 void add_query_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
-  auto* cmd = app.add_subcommand("query", "nvidia-smi's --query-gpu: the same fields, CSV text and exit codes "
-                                          "(query --help lists the fields)");
+  auto* cmd = app.add_subcommand("query",
+                                 "nvidia-smi's --query-gpu and --query-compute-apps: the same fields, CSV text "
+                                 "and exit codes (query --help lists the fields)");
   // Every argument after "query" is ours: CLI11 neither parses nor passes them up to the parent.
   cmd->fallthrough(false);
   cmd->allow_extras();

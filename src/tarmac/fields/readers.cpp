@@ -8,8 +8,8 @@
 
 namespace tarmac::fields::detail {
 
-Value mib_or(const std::optional<std::uint64_t>& bytes) {
-  return bytes ? Value::integer(*bytes / util::kMiB) : Value::missing(Marker::NotSupported);
+Value mib_or(const std::optional<std::uint64_t>& bytes, Marker absent) {
+  return bytes ? Value::integer(*bytes / util::kMiB) : Value::missing(absent);
 }
 
 Value watts_or(const std::optional<unsigned>& mw) {

@@ -24,7 +24,7 @@ template <typename T>
 }
 
 // Bytes shown in MiB, rounded down as nvidia-smi does.
-[[nodiscard]] Value mib_or(const std::optional<std::uint64_t>& bytes);
+[[nodiscard]] Value mib_or(const std::optional<std::uint64_t>& bytes, Marker absent = Marker::NotSupported);
 
 // Milliwatts shown as watts with two decimals.
 [[nodiscard]] Value watts_or(const std::optional<unsigned>& mw);

@@ -16,11 +16,13 @@
 
 namespace tarmac::fields {
 
-// What a field reads from: the whole snapshot (and how many GPUs the system has) and one device.
+// What a field reads from: the whole snapshot (and how many GPUs the system has), one device and,
+// for --query-compute-apps fields (apps.hpp), one process on that device.
 struct ReadContext {
   const gpu::Snapshot& snapshot;
   const gpu::Device& device;
   std::size_t gpu_count = 0;   // every GPU NVML reports, not only those selected with -i
+  const gpu::GpuProcess* process = nullptr;  // set for compute-apps fields only
 };
 
 // Whether a field describes the system (still readable when the GPU is lost) or the device.
