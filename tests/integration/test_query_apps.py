@@ -118,14 +118,14 @@ class ComputeApps(unittest.TestCase):
                 name = fields.split(",")[-1]
                 self.assertEqual((r.returncode, r.stdout), (2, f'Field "{name}" is not a valid field to query.\n\n'))
                 if base.NVIDIA_SMI.exists():
-                    theirs = base.under_sim("a100x4-balanced", str(base.NVIDIA_SMI),
+                    theirs = base.under_sim("a100x4-balanced", *base.nvidia_smi_cmd(),
                                             f"--query-compute-apps={fields}", "--format=csv")
                     self.assertEqual((r.returncode, r.stdout), (theirs.returncode, theirs.stdout))
 
     def test_nvidia_smi_header_matches(self):
         base.need_nvidia_smi(self)
         args = [f"--query-compute-apps={FIELDS_NVIDIA},name,used_memory", "--format=csv"]
-        theirs = base.under_sim("a100x4-balanced", str(base.NVIDIA_SMI), *args)
+        theirs = base.under_sim("a100x4-balanced", *base.nvidia_smi_cmd(), *args)
         ours = query("a100x4-balanced", *args)
         self.assertEqual(ours.stdout.splitlines()[0], theirs.stdout.splitlines()[0])
         self.assertEqual(len(ours.stdout.splitlines()), len(theirs.stdout.splitlines()))
