@@ -134,8 +134,7 @@ Entry Context::finish_entry(Entry e, const char* function, std::optional<unsigne
   return e;
 }
 
-Entry Context::enter_system(const char* function) {
-  note(function);
+Entry Context::lock_initialised() {
   Entry e;
   e.lock = std::unique_lock(mu_);
   if (refcount_ == 0) {
@@ -144,6 +143,13 @@ Entry Context::enter_system(const char* function) {
   }
   e.sim = sim_.get();
   e.t = sim_->now();
+  return e;
+}
+
+Entry Context::enter_system(const char* function) {
+  note(function);
+  Entry e = lock_initialised();
+  if (e.rc != NVML_SUCCESS) return e;
   return finish_entry(std::move(e), function, std::nullopt);
 }
 
@@ -195,14 +201,8 @@ Entry Context::enter_index(const char* function, unsigned index) {
 }
 
 Entry Context::relock() {
-  Entry e;
-  e.lock = std::unique_lock(mu_);
-  if (refcount_ == 0) {
-    e.rc = NVML_ERROR_UNINITIALIZED;
-    return e;
-  }
-  e.sim = sim_.get();
-  e.t = sim_->now();
+  Entry e = lock_initialised();
+  if (e.rc != NVML_SUCCESS) return e;
   sim_->faults().refresh();
   return e;
 }

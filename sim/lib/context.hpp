@@ -71,6 +71,8 @@ class Context {
  private:
   Context() = default;
   Entry finish_entry(Entry e, const char* function, std::optional<unsigned> gpu);
+  // The lock taken, and the simulation and its time when NVML is initialised (else UNINITIALIZED).
+  Entry lock_initialised();
 
   std::mutex mu_;
   int refcount_ = 0;

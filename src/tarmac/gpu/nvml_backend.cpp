@@ -41,7 +41,6 @@ class NvmlBackend final : public Backend {
   }
 
   Result<Snapshot> snapshot(const SnapshotOptions& options) override {
-    const Functions& f = lib_->fn();
     Snapshot snap;
     snap.timestamp_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
@@ -50,7 +49,6 @@ class NvmlBackend final : public Backend {
     snap.driver_version = driver_version_;
     snap.nvml_version = nvml_version_;
     snap.cuda_driver_version = cuda_version_;
-    (void)f;
     for (NvmlDevice& dev : devices_) {
       Device out;
       if (dev.handle() == nullptr) {
