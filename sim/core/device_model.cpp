@@ -27,9 +27,11 @@ DeviceView evaluate_device(const Scenario& scenario, unsigned gpu, double t, con
   }
   std::vector<std::pair<unsigned, const LiveProcess*>> running;  // (scenario index, live entry or null)
   std::vector<const LiveProcess*> loads;
-  if (mode == ProcessMode::Static) {
-    for (unsigned i : due) running.emplace_back(i, nullptr);
-  } else {
+  // A process of another PID namespace runs whenever it is due: nothing local starts or stops it.
+  for (unsigned i : due) {
+    if (mode == ProcessMode::Static || scenario.processes[i].host_pid) running.emplace_back(i, nullptr);
+  }
+  if (mode == ProcessMode::Live) {
     for (const LiveProcess& lp : live) {
       if (!on_gpu(lp.gpus, gpu)) continue;
       if (!lp.scenario_process) {
@@ -56,9 +58,9 @@ DeviceView evaluate_device(const Scenario& scenario, unsigned gpu, double t, con
   for (const auto& [index, lp] : running) {
     const ProcessSpec& p = scenario.processes[index];
     used += p.memory_mib * kMiB;
-    if (lp == nullptr) continue;
-    view.processes.push_back({static_cast<unsigned>(lp->pid), p.memory_mib * kMiB, p.type, p.sm_util.value_or(share),
-                              p.mem_util.value_or(mem_share)});
+    if (lp == nullptr && !p.host_pid) continue;
+    const unsigned pid = p.host_pid ? *p.host_pid : static_cast<unsigned>(lp->pid);
+    view.processes.push_back({pid, p.memory_mib * kMiB, p.type, p.sm_util.value_or(share), p.mem_util.value_or(mem_share)});
   }
   for (const LiveProcess* lp : loads) {
     used += lp->memory_mib * kMiB;

@@ -160,7 +160,14 @@ struct ProcessSpec {
   std::optional<unsigned> sm_util, mem_util;
   ProcessType type = ProcessType::Compute;
   Window window;
+  // A process of another PID namespace (another container's): the launcher starts nothing, and
+  // the library lists it under this host PID, which no local process can have (> kMaxLinuxPid).
+  std::optional<unsigned> host_pid;
 };
+
+// The kernel's PID_MAX_LIMIT on 64-bit Linux: /proc/sys/kernel/pid_max can never exceed it, so a
+// scenario's host_pid above it names no process of the machine that runs the simulation.
+inline constexpr unsigned kMaxLinuxPid = 4'194'304;
 
 // One GPU pair's path in the topology matrix.
 struct Link {
@@ -175,6 +182,10 @@ struct Scenario {
   std::string driver_version = "535.261.03";
   std::string nvml_version = "12.535.261.03";
   int cuda_version = 12020;
+  // [driver] init_error: what nvmlInit, nvmlInit_v2 and nvmlInitWithFlags answer (an NVML return
+  // code, never SUCCESS), as in a container started without GPU access. Such a scenario may have
+  // no GPU at all.
+  std::optional<int> init_error;
   std::optional<long long> epoch_ns;  // simulated wall clock at time 0 (default: the start)
 
   std::vector<GpuSpec> gpus;  // index order = PCI bus order

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "fault_rule.hpp"
 #include "scenario_parser_internal.hpp"
 #include "toml_doc.hpp"
 
@@ -43,6 +44,18 @@ void parse_header(Fields& top, Scenario& s, Diag& diag) {
     if (auto v = f.string("version")) s.driver_version = *v;
     if (auto v = f.string("nvml_version")) s.nvml_version = *v;
     if (auto v = f.integer("cuda_version", 1000, 99999)) s.cuda_version = static_cast<int>(*v);
+    if (auto v = f.string("init_error")) {
+      const auto rc = return_code_by_name(*v);
+      if (!rc) {
+        f.fail_key("init_error", fmt::format("'{}' is not an NVML return code (DRIVER_NOT_LOADED, NO_PERMISSION, "
+                                             "LIB_RM_VERSION_MISMATCH, UNKNOWN, ...)",
+                                             *v));
+      } else if (*rc == 0) {
+        f.fail_key("init_error", "SUCCESS is not an error: leave init_error out for a working driver");
+      } else {
+        s.init_error = *rc;
+      }
+    }
     f.finish();
   }
   if (const TomlNode* clock = top.table("clock")) {

@@ -1,6 +1,8 @@
 // [[timeline]], [[process]], [[fault]], [[event]] and [topology]: what happens on the GPUs.
 #include <algorithm>
+#include <cstdint>
 #include <fmt/format.h>
+#include <limits>
 
 #include "scenario_parser_internal.hpp"
 #include "tarmac/nvml/nvml_types.hpp"
@@ -96,6 +98,33 @@ std::optional<Link> parse_link(std::string_view text) {
   return std::nullopt;
 }
 
+// `host_pid`: a process of another PID namespace, which the launcher does not start. Its PID must
+// be one no local process can have, and it is the only process listed under that PID.
+std::optional<unsigned> parse_host_pid(Fields& f, const std::vector<ProcessSpec>& earlier) {
+  if (!f.has("host_pid")) return std::nullopt;
+  const auto pid = f.integer("host_pid", 1, std::numeric_limits<std::int32_t>::max());
+  if (!pid) return std::nullopt;
+  if (*pid <= kMaxLinuxPid) {
+    f.fail_key("host_pid", fmt::format("{} could be a PID of this machine: use a number above {} (the kernel's "
+                                       "largest PID), so that no local process has it",
+                                       *pid, kMaxLinuxPid));
+    return std::nullopt;
+  }
+  for (const char* started_only : {"user", "cmdline"}) {
+    if (f.has(started_only)) {
+      f.fail_key(started_only, "a process with host_pid is never started here: leave out 'user' and 'cmdline'");
+      return std::nullopt;
+    }
+  }
+  for (const ProcessSpec& other : earlier) {
+    if (other.host_pid == static_cast<unsigned>(*pid)) {
+      f.fail_key("host_pid", fmt::format("{} is already the host_pid of the process at line {}", *pid, other.line));
+      return std::nullopt;
+    }
+  }
+  return static_cast<unsigned>(*pid);
+}
+
 }  // namespace
 
 void parse_timeline(Fields& top, Scenario& s, Diag& diag) {
@@ -139,6 +168,7 @@ void parse_processes(Fields& top, Scenario& s, Diag& diag) {
       }
     }
     p.window = parse_window(f, "start", "end");
+    p.host_pid = parse_host_pid(f, s.processes);
     f.finish();
     for (unsigned g : p.gpus) {
       const GpuSpec& gpu = s.gpus[g];

@@ -142,6 +142,7 @@ Result<pid_t> Supervisor::start(unsigned index) {
 
 Result<void> Supervisor::tick(double t) {
   for (unsigned i = 0; i < slots_.size(); ++i) {
+    if (scenario_.processes[i].host_pid) continue;  // another namespace's process: the library lists it
     Slot& slot = slots_[i];
     const std::optional<long long> due = scenario_.processes[i].window.occurrence(t);
     if (slot.pid && !due && !slot.stopping) {

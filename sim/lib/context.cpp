@@ -90,6 +90,9 @@ nvmlReturn_t Context::init(const char* function) {
       }
       return NVML_ERROR_DRIVER_NOT_LOADED;
     }
+    // A scenario of a broken driver ([driver] init_error): every initialiser fails, silently, as
+    // the real library does when it cannot reach the kernel driver.
+    if (const auto init_error = (*sim)->scenario().init_error) return static_cast<nvmlReturn_t>(*init_error);
     if ((*sim)->gpu_count() > kMaxDevices) return NVML_ERROR_INSUFFICIENT_RESOURCES;
     sim_ = std::move(*sim);
   }

@@ -60,7 +60,9 @@ TEST(Launcher, ListsTheBundledScenarios) {
   EXPECT_EQ(r.status, 0);
   for (const char* name : {"a100x4-balanced", "a100x4-gpu0-only", "a100x4-dataloader-stall", "a100x4-thermal",
                            "a100x4-near-oom", "holding-zombie", "h100x2-log", "mixed-topology-8gpu",
-                           "h100x8-idle-fleet"}) {
+                           "h100x8-idle-fleet", "no-driver-container", "mixed-gpus-workstation",
+                           "a100x4-memory-imbalance", "a100x4-ranks-collide", "l40s-x4-pcie", "a100x4-gpu-fault",
+                           "a100x4-stall-midway", "a100x4-thermal-spike"}) {
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
   }
 }

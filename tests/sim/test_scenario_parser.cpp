@@ -43,7 +43,7 @@ void expect_error(const std::string& text, int line, const std::string& fragment
 
 TEST(ScenarioParser, EveryBundledScenarioParses) {
   const auto bundled = bundled_scenarios({});
-  ASSERT_GE(bundled.size(), 9U);
+  ASSERT_GE(bundled.size(), 17U);
   for (const auto& b : bundled) {
     auto s = load_scenario_file(b.file.string());
     EXPECT_TRUE(s.ok()) << b.name << ": " << (s.ok() ? "" : s.error().message);
@@ -179,6 +179,25 @@ TEST(ScenarioParser, FaultOnAnUnknownFunction) {
 }
 
 TEST(ScenarioParser, NoGpuAtAll) { expect_error("name = \"empty\"\n", 1, "no [[gpu]] tables"); }
+
+TEST(ScenarioParser, InitErrorNamesAnNvmlCodeAndAllowsNoGpu) {
+  const Scenario s = parse_ok("[driver]\ninit_error = \"DRIVER_NOT_LOADED\"\n");
+  ASSERT_TRUE(s.init_error.has_value());
+  EXPECT_EQ(*s.init_error, 9);
+  EXPECT_TRUE(s.gpus.empty());
+  // NVIDIA's full names are accepted too, and GPUs may still be listed.
+  const Scenario t = parse_ok(std::string("[driver]\ninit_error = \"NVML_ERROR_LIB_RM_VERSION_MISMATCH\"\n") + kGpu);
+  EXPECT_EQ(t.init_error, 18);
+  EXPECT_EQ(t.gpus.size(), 1U);
+  EXPECT_FALSE(parse_ok(kGpu).init_error.has_value());
+}
+
+TEST(ScenarioParser, InitErrorMustBeAnErrorCode) {
+  expect_error("[driver]\nversion = \"535.261.03\"\ninit_error = \"NO_DRIVER\"\n", 3,
+               "driver.init_error: 'NO_DRIVER' is not an NVML return code");
+  expect_error("[driver]\ninit_error = \"SUCCESS\"\n", 2, "driver.init_error: SUCCESS is not an error");
+  expect_error("[driver]\ninit_error = 9\n", 2, "driver.init_error: expected a string");
+}
 
 TEST(ScenarioParser, UnknownDefaultsKey) {
   expect_error(std::string("[gpu_defaults]\nfanz = 2\n") + kGpu, 2, "gpu_defaults: unknown key 'fanz'");
