@@ -274,7 +274,10 @@ int run_query(const GlobalOptions& global, const std::vector<std::string>& args)
       return kExitUsage;
     }
   }
-  const gpu::SnapshotOptions options{.processes = apps, .slow = false, .topology = false};
+  // Only what the fields (and -i) read: the NVML calls for every other value are skipped.
+  gpu::SnapshotOptions options{.processes = apps, .slow = false, .topology = false};
+  options.values = fields::value_groups(*wanted);
+  if (q.ids) options.values |= fields::kSelectionGroups;
   std::optional<StopSignals> signals;
   if (q.interval_ms) signals.emplace();
   for (bool first = true;; first = false) {

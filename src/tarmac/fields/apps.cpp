@@ -15,6 +15,7 @@ namespace {
 
 using namespace detail;
 using C = const ReadContext&;
+using G = gpu::ValueGroup;
 
 // A process whose host side tarmac cannot see (another PID namespace, or it just exited): nvidia-smi
 // shows "[Not Found]" for its name, and so do tarmac's host fields.
@@ -60,32 +61,36 @@ std::vector<FieldSpec> build_app_table() {
   const Scope S = Scope::System;
   const Scope D = Scope::Device;
   return {
-      {"timestamp", {}, "", S, "", "When the query was made, \"YYYY/MM/DD HH:MM:SS.msec\"",
+      {"timestamp", {}, "", S, "", {}, "When the query was made, \"YYYY/MM/DD HH:MM:SS.msec\"",
        [](C c) { return Value::text(format_timestamp(c.snapshot.timestamp_unix_ms)); }},
-      {"gpu_name", {}, "", D, "name", "Product name of the GPU the process runs on",
+      {"gpu_name", {}, "", D, "name", {G::Name}, "Product name of the GPU the process runs on",
        [](C c) { return text_or(c.device.id.name); }},
-      {"gpu_bus_id", {}, "", D, "pci", "PCI bus id of the GPU, \"domain:bus:device.function\" in hex",
+      {"gpu_bus_id", {}, "", D, "pci", {G::Pci}, "PCI bus id of the GPU, \"domain:bus:device.function\" in hex",
        [](C c) { return text_or(c.device.id.pci_bus_id); }},
-      {"gpu_serial", {}, "", D, "serial", "Board serial number of the GPU",
+      {"gpu_serial", {}, "", D, "serial", {G::Serial}, "Board serial number of the GPU",
        [](C c) { return text_or(c.device.id.serial); }},
-      {"gpu_uuid", {}, "", D, "uuid", "Globally unique identifier of the GPU",
+      {"gpu_uuid", {}, "", D, "uuid", {G::Uuid}, "Globally unique identifier of the GPU",
        [](C c) { return text_or(c.device.id.uuid); }},
-      {"pid", {}, "", S, "", "Process ID of the compute application (a host PID)",
+      {"pid", {}, "", S, "", {}, "Process ID of the compute application (a host PID)",
        [](C c) { return Value::integer(c.process->pid); }},
-      {"process_name", {"name"}, "", S, "", "Process name: the executable as started (argv[0])", process_name},
-      {"used_gpu_memory", {"used_memory"}, "MiB", S, "", "GPU memory used by the process's context",
+      {"process_name", {"name"}, "", S, "", {G::ProcessHost},
+       "Process name: the executable as started (argv[0])", process_name},
+      {"used_gpu_memory", {"used_memory"}, "MiB", S, "", {}, "GPU memory used by the process's context",
        [](C c) { return mib_or(c.process->used_mem_bytes, Marker::NotAvailable); }},
       // tarmac's own fields: what /proc says about the process.
-      {"user", {}, "", S, "", "tarmac: user owning the process",
+      {"user", {}, "", S, "", {G::ProcessHost}, "tarmac: user owning the process",
        [](C c) { return host_text(c, c.process->host.user); }},
-      {"container", {}, "", S, "", "tarmac: container of the process, \"runtime:id\" (or \"pod:uid\")", container},
-      {"job", {}, "", S, "", "tarmac: Slurm job id of the process",
+      {"container", {},
+       "", S, "", {G::ProcessHost}, "tarmac: container of the process, \"runtime:id\" (or \"pod:uid\")", container},
+      {"job", {}, "", S, "", {G::ProcessHost}, "tarmac: Slurm job id of the process",
        [](C c) { return host_text(c, c.process->host.slurm_job_id); }},
-      {"command", {}, "", S, "", "tarmac: full command line of the process",
+      {"command", {}, "", S, "", {G::ProcessHost}, "tarmac: full command line of the process",
        [](C c) { return host_text(c, c.process->host.command_line); }},
-      {"sm_util", {}, "%", S, "", "tarmac: percent of time the process ran kernels, where NVML reports it",
+      {"sm_util", {},
+       "%", S, "", {G::ProcessUtilization}, "tarmac: percent of time the process ran kernels, where NVML reports it",
        [](C c) { return integer_or(c.process->sm_util_pct, Marker::NotAvailable); }},
-      {"start_time", {}, "", S, "", "tarmac: when the process started, \"YYYY/MM/DD HH:MM:SS\"", start_time},
+      {"start_time", {},
+       "", S, "", {G::ProcessHost}, "tarmac: when the process started, \"YYYY/MM/DD HH:MM:SS\"", start_time},
   };
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tarmac/gpu/model.hpp"
+#include "tarmac/gpu/value_groups.hpp"
 #include "tarmac/util/result.hpp"
 
 namespace tarmac::fields {
@@ -21,5 +22,9 @@ inline constexpr std::string_view kBadDeviceString = "Failed to parse device str
 // id, fails with Error::Invalid (message kBadDeviceString).
 [[nodiscard]] Result<std::vector<std::size_t>> select_devices(std::string_view ids,
                                                              const std::vector<gpu::Device>& devices);
+
+// What select_devices reads of each device: a snapshot taken for it must include these groups.
+inline constexpr gpu::ValueGroups kSelectionGroups{gpu::ValueGroup::Uuid, gpu::ValueGroup::Serial,
+                                                   gpu::ValueGroup::Pci};
 
 }  // namespace tarmac::fields

@@ -12,6 +12,7 @@
 
 #include "tarmac/fields/value.hpp"
 #include "tarmac/gpu/model.hpp"
+#include "tarmac/gpu/value_groups.hpp"
 #include "tarmac/util/result.hpp"
 
 namespace tarmac::fields {
@@ -34,6 +35,7 @@ struct FieldSpec {
   std::string_view unit;                 // "MiB", "%", "W", "MHz" or "" (header "name [unit]")
   Scope scope = Scope::Device;
   std::string_view read_key;             // the backend's name for the read (ReadError::what), or ""
+  gpu::ValueGroups groups;               // what a snapshot must read for this field (empty: nothing)
   std::string_view description;          // one line for `tarmac query --help`
   Value (*read)(const ReadContext&) = nullptr;
 };
@@ -53,6 +55,9 @@ struct FieldSpec {
 // does, and section names come back as their group spec. Fails with Error::Invalid whose message
 // is the first unknown name, exactly as typed.
 [[nodiscard]] Result<std::vector<const FieldSpec*>> parse_field_list(std::string_view list);
+
+// The value groups a snapshot must read for `fields` (--query-gpu or --query-compute-apps specs).
+[[nodiscard]] gpu::ValueGroups value_groups(std::span<const FieldSpec* const> fields);
 
 // Reads one field of one device, markers included: a lost device gives "[GPU is lost]" for
 // device fields, a value that failed with an NVML error gives nvidia-smi's words for that error.

@@ -6,15 +6,18 @@
 #include <string>
 
 #include "tarmac/gpu/model.hpp"
+#include "tarmac/gpu/value_groups.hpp"
 #include "tarmac/util/result.hpp"
 
 namespace tarmac::gpu {
 
-// What a snapshot should include beyond the fast per-device values.
+// What a snapshot should include: which per-device values, and what beyond them.
 struct SnapshotOptions {
   bool processes = true;   // running processes with host attribution
   bool slow = false;       // PCIe throughput and GPM (tens of ms per GPU on real hardware)
   bool topology = false;   // the GPU x GPU link matrix
+  // The per-device values read; values of other groups stay empty (std::nullopt) in the snapshot.
+  ValueGroups values = ValueGroups::all();
 };
 
 class Backend {
@@ -25,7 +28,7 @@ class Backend {
 };
 
 // Loads NVML (path: --nvml-lib; empty for $TARMAC_NVML_LIB or the default search) and opens every
-// device, probing once which values each supports.
+// device. Values are read, and their support probed once, by the snapshots that ask for them.
 [[nodiscard]] Result<std::unique_ptr<Backend>> open_nvml_backend(const std::string& library_path);
 
 }  // namespace tarmac::gpu

@@ -1,5 +1,5 @@
 // The NVML backend: opens the library, enumerates the devices once, and composes snapshots from
-// the per-area readers.
+// the per-area readers, reading only the value groups each snapshot asks for.
 #include <chrono>
 #include <fmt/format.h>
 
@@ -31,11 +31,7 @@ class NvmlBackend final : public Backend {
       devices_.emplace_back(*lib_, i, rc == NVML_SUCCESS ? handle : nullptr);
       NvmlDevice& dev = devices_.back();
       dev.identity.index = i;
-      if (rc != NVML_SUCCESS) {
-        dev.note_failure("handle", rc == NVML_ERROR_GPU_IS_LOST ? rc : NVML_ERROR_GPU_IS_LOST);
-        continue;
-      }
-      detail::read_identity(dev);
+      if (rc != NVML_SUCCESS) dev.note_failure("handle", rc == NVML_ERROR_GPU_IS_LOST ? rc : NVML_ERROR_GPU_IS_LOST);
     }
     return {};
   }
@@ -49,6 +45,9 @@ class NvmlBackend final : public Backend {
     snap.driver_version = driver_version_;
     snap.nvml_version = nvml_version_;
     snap.cuda_driver_version = cuda_version_;
+    ValueGroups groups = options.values;
+    if (options.slow) groups |= {ValueGroup::Board};      // GPM support decides whether GPM is read
+    if (options.topology) groups |= {ValueGroup::Pci};    // NVLink remote ends are matched by bus id
     for (NvmlDevice& dev : devices_) {
       Device out;
       if (dev.handle() == nullptr) {
@@ -58,17 +57,17 @@ class NvmlBackend final : public Backend {
         continue;
       }
       dev.begin_snapshot();
-      if (!dev.identity_read) detail::read_identity(dev);  // it was lost when first opened
-      out.modes = detail::read_modes(dev);
-      out.sample = detail::read_sample(dev);
+      detail::read_identity(dev, groups);  // the groups not read before (or lost while reading)
+      out.modes = detail::read_modes(dev, groups);
+      out.sample = detail::read_sample(dev, groups);
       if (options.slow) out.slow = detail::read_slow(dev);
-      if (options.processes) out.processes = detail::read_processes(dev, host_cache_);
+      if (options.processes) out.processes = detail::read_processes(dev, host_cache_, groups);
       out.id = dev.identity;
       out.lost = dev.lost();
       out.errors = dev.take_errors();
       snap.devices.push_back(std::move(out));
     }
-    if (options.processes) host_cache_.end_round();
+    if (options.processes && groups.has(ValueGroup::ProcessHost)) host_cache_.end_round();
     if (options.topology) snap.topology = detail::read_topology(devices_);
     return snap;
   }

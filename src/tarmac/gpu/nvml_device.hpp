@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tarmac/gpu/model.hpp"
+#include "tarmac/gpu/value_groups.hpp"
 #include "tarmac/host/process_cache.hpp"
 #include "tarmac/nvml/library.hpp"
 #include "tarmac/util/strings.hpp"
@@ -83,7 +84,7 @@ class NvmlDevice {
   [[nodiscard]] std::vector<ReadError> take_errors() { return std::move(errors_); }
 
   DeviceIdentity identity;
-  bool identity_read = false;
+  ValueGroups identity_read;  // the groups whose identity part is in `identity`
   GpmSample gpm_previous;  // the last slow read's GPM sample
 
  private:
@@ -96,11 +97,14 @@ class NvmlDevice {
 };
 
 // The readers, one per area (nvml_identity.cpp, nvml_sample.cpp, nvml_processes.cpp, nvml_topology.cpp).
-void read_identity(NvmlDevice& dev);
-[[nodiscard]] DeviceModes read_modes(NvmlDevice& dev);
-[[nodiscard]] DeviceSample read_sample(NvmlDevice& dev);
+// Each reads the values of `groups` only (value_groups.hpp); read_identity skips groups whose
+// identity was read before.
+void read_identity(NvmlDevice& dev, ValueGroups groups);
+[[nodiscard]] DeviceModes read_modes(NvmlDevice& dev, ValueGroups groups);
+[[nodiscard]] DeviceSample read_sample(NvmlDevice& dev, ValueGroups groups);
 [[nodiscard]] DeviceSlowSample read_slow(NvmlDevice& dev);
-[[nodiscard]] std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host_cache);
+[[nodiscard]] std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host_cache,
+                                                   ValueGroups groups);
 [[nodiscard]] Topology read_topology(std::vector<NvmlDevice>& devices);
 
 // Reads a fixed-size string value (name, UUID, serial...) through a (device, buffer, length) call.

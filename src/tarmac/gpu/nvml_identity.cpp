@@ -1,4 +1,4 @@
-// Static identity of a device: read once when the backend opens it.
+// Static identity of a device: read once per value group, by the first snapshot that asks for it.
 #include <fmt/format.h>
 
 #include <thread>
@@ -101,83 +101,19 @@ std::vector<unsigned> read_cpu_affinity(NvmlDevice& dev) {
   return out;
 }
 
-}  // namespace
-
-void read_identity(NvmlDevice& dev) {
+// Minor number, brand, architecture, board part number, GPM support and NUMA/CPU affinity.
+void read_board(NvmlDevice& dev) {
   const Functions& f = dev.fn();
   const nvmlDevice_t h = dev.handle();
   DeviceIdentity& id = dev.identity;
-  id.index = dev.index();
-  id.uuid = read_string(dev, "uuid", f.nvmlDeviceGetUUID, NVML_DEVICE_UUID_BUFFER_SIZE);
-  id.name = read_string(dev, "name", f.nvmlDeviceGetName, NVML_DEVICE_NAME_BUFFER_SIZE);
-  id.serial = read_string(dev, "serial", f.nvmlDeviceGetSerial, NVML_DEVICE_SERIAL_BUFFER_SIZE);
-  id.vbios_version = read_string(dev, "vbios", f.nvmlDeviceGetVbiosVersion, NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE);
   id.board_part_number =
       read_string(dev, "part_number", f.nvmlDeviceGetBoardPartNumber, NVML_DEVICE_PART_NUMBER_BUFFER_SIZE);
-  if (auto pci = read_pci(dev)) {
-    id.pci_bus_id = util::from_c_buffer(pci->busId, sizeof(pci->busId));
-    id.pci_device_id = pci->pciDeviceId;
-    id.pci_subsystem_id = pci->pciSubSystemId;
-  }
   id.minor_number = dev.read<unsigned>("minor", [&](unsigned* v) { return call(f.nvmlDeviceGetMinorNumber, h, v); });
   if (auto brand = dev.read<int>("brand", [&](int* v) { return call(f.nvmlDeviceGetBrand, h, v); })) {
     id.brand = brand_name(*brand);
   }
   if (auto arch = dev.read<unsigned>("arch", [&](unsigned* v) { return call(f.nvmlDeviceGetArchitecture, h, v); })) {
     id.architecture = architecture_name(*arch);
-  }
-  int major = 0;
-  int minor = 0;
-  if (dev.read<bool>("cuda_cc", [&](bool* ok) {
-        *ok = true;
-        return call(f.nvmlDeviceGetCudaComputeCapability, h, &major, &minor);
-      })) {
-    id.cuda_capability = fmt::format("{}.{}", major, minor);
-  }
-  // The total never changes; v2 first (it also gives "reserved"), v1 for older drivers.
-  if (f.nvmlDeviceGetMemoryInfo_v2 != nullptr) {
-    if (auto mem = dev.read<nvmlMemory_v2_t>("memory_v2", [&](nvmlMemory_v2_t* m) {
-          m->version = nvmlMemory_v2;
-          return f.nvmlDeviceGetMemoryInfo_v2(h, m);
-        })) {
-      id.mem_total_bytes = mem->total;
-    }
-  }
-  if (!id.mem_total_bytes) {
-    if (auto mem = dev.read<nvmlMemory_t>("memory", [&](nvmlMemory_t* m) { return call(f.nvmlDeviceGetMemoryInfo, h, m); })) {
-      id.mem_total_bytes = mem->total;
-    }
-  }
-  auto u = [&](std::string_view what, auto fn, auto... args) {
-    return dev.read<unsigned>(what, [&](unsigned* v) { return call(fn, h, args..., v); });
-  };
-  id.power_default_limit_mw = u("power_default_limit", f.nvmlDeviceGetPowerManagementDefaultLimit);
-  unsigned min_mw = 0;
-  unsigned max_mw = 0;
-  if (dev.read<bool>("power_constraints", [&](bool* ok) {
-        *ok = true;
-        return call(f.nvmlDeviceGetPowerManagementLimitConstraints, h, &min_mw, &max_mw);
-      })) {
-    id.power_min_limit_mw = min_mw;
-    id.power_max_limit_mw = max_mw;
-  }
-  id.temp_shutdown_c = u("temp_shutdown", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_SHUTDOWN);
-  id.temp_slowdown_c = u("temp_slowdown", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN);
-  id.temp_gpu_max_c = u("temp_gpu_max", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_GPU_MAX);
-  id.temp_mem_max_c = u("temp_mem_max", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_MEM_MAX);
-  id.clock_graphics_max_mhz = u("clock_max_graphics", f.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_GRAPHICS);
-  id.clock_sm_max_mhz = u("clock_max_sm", f.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_SM);
-  id.clock_mem_max_mhz = u("clock_max_mem", f.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_MEM);
-  id.clock_video_max_mhz = u("clock_max_video", f.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_VIDEO);
-  id.pcie_gen_max = u("pcie_gen_max", f.nvmlDeviceGetMaxPcieLinkGeneration);
-  id.pcie_width_max = u("pcie_width_max", f.nvmlDeviceGetMaxPcieLinkWidth);
-  id.fan_count = u("fan_count", f.nvmlDeviceGetNumFans);
-  auto reasons = [&](std::string_view what, auto fn) {
-    return dev.read<unsigned long long>(what, [&](unsigned long long* v) { return call(fn, h, v); });
-  };
-  id.supported_clock_event_reasons = reasons("supported_events", f.nvmlDeviceGetSupportedClocksEventReasons);
-  if (!id.supported_clock_event_reasons) {
-    id.supported_clock_event_reasons = reasons("supported_throttle", f.nvmlDeviceGetSupportedClocksThrottleReasons);
   }
   if (auto gpm = dev.read<nvmlGpmSupport_t>("gpm_support", [&](nvmlGpmSupport_t* s) {
         s->version = NVML_GPM_SUPPORT_VERSION;
@@ -187,7 +123,87 @@ void read_identity(NvmlDevice& dev) {
   }
   id.numa_node = read_numa_node(dev);
   id.cpu_affinity = read_cpu_affinity(dev);
-  dev.identity_read = !dev.lost().has_value();
+}
+
+}  // namespace
+
+void read_identity(NvmlDevice& dev, ValueGroups groups) {
+  const ValueGroups todo = groups.without(dev.identity_read);
+  if (todo.empty()) return;
+  const auto wants = [&todo](ValueGroup g) { return todo.has(g); };
+  const Functions& f = dev.fn();
+  const nvmlDevice_t h = dev.handle();
+  DeviceIdentity& id = dev.identity;
+  id.index = dev.index();
+  if (wants(ValueGroup::Uuid)) id.uuid = read_string(dev, "uuid", f.nvmlDeviceGetUUID, NVML_DEVICE_UUID_BUFFER_SIZE);
+  if (wants(ValueGroup::Name)) id.name = read_string(dev, "name", f.nvmlDeviceGetName, NVML_DEVICE_NAME_BUFFER_SIZE);
+  if (wants(ValueGroup::Serial)) {
+    id.serial = read_string(dev, "serial", f.nvmlDeviceGetSerial, NVML_DEVICE_SERIAL_BUFFER_SIZE);
+  }
+  if (wants(ValueGroup::VbiosVersion)) {
+    id.vbios_version = read_string(dev, "vbios", f.nvmlDeviceGetVbiosVersion, NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE);
+  }
+  if (wants(ValueGroup::Pci)) {
+    if (auto pci = read_pci(dev)) {
+      id.pci_bus_id = util::from_c_buffer(pci->busId, sizeof(pci->busId));
+      id.pci_device_id = pci->pciDeviceId;
+      id.pci_subsystem_id = pci->pciSubSystemId;
+    }
+  }
+  if (wants(ValueGroup::ComputeCapability)) {
+    int major = 0;
+    int minor = 0;
+    if (dev.read<bool>("cuda_cc", [&](bool* ok) {
+          *ok = true;
+          return call(f.nvmlDeviceGetCudaComputeCapability, h, &major, &minor);
+        })) {
+      id.cuda_capability = fmt::format("{}.{}", major, minor);
+    }
+  }
+  if (wants(ValueGroup::Board)) read_board(dev);
+  auto u = [&](std::string_view what, auto fn, auto... args) {
+    return dev.read<unsigned>(what, [&](unsigned* v) { return call(fn, h, args..., v); });
+  };
+  if (wants(ValueGroup::PowerLimits)) {
+    id.power_default_limit_mw = u("power_default_limit", f.nvmlDeviceGetPowerManagementDefaultLimit);
+    unsigned min_mw = 0;
+    unsigned max_mw = 0;
+    if (dev.read<bool>("power_constraints", [&](bool* ok) {
+          *ok = true;
+          return call(f.nvmlDeviceGetPowerManagementLimitConstraints, h, &min_mw, &max_mw);
+        })) {
+      id.power_min_limit_mw = min_mw;
+      id.power_max_limit_mw = max_mw;
+    }
+  }
+  if (wants(ValueGroup::TemperatureThresholds)) {
+    id.temp_shutdown_c = u("temp_shutdown", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_SHUTDOWN);
+    id.temp_slowdown_c = u("temp_slowdown", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN);
+    id.temp_gpu_max_c = u("temp_gpu_max", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_GPU_MAX);
+    id.temp_mem_max_c = u("temp_mem_max", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_MEM_MAX);
+  }
+  if (wants(ValueGroup::MaxClocks)) {
+    id.clock_graphics_max_mhz = u("clock_max_graphics", f.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_GRAPHICS);
+    id.clock_sm_max_mhz = u("clock_max_sm", f.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_SM);
+    id.clock_mem_max_mhz = u("clock_max_mem", f.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_MEM);
+    id.clock_video_max_mhz = u("clock_max_video", f.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_VIDEO);
+  }
+  if (wants(ValueGroup::PcieLink)) {
+    id.pcie_gen_max = u("pcie_gen_max", f.nvmlDeviceGetMaxPcieLinkGeneration);
+    id.pcie_width_max = u("pcie_width_max", f.nvmlDeviceGetMaxPcieLinkWidth);
+  }
+  if (wants(ValueGroup::Fans)) id.fan_count = u("fan_count", f.nvmlDeviceGetNumFans);
+  if (wants(ValueGroup::ClockEvents)) {
+    auto reasons = [&](std::string_view what, auto fn) {
+      return dev.read<unsigned long long>(what, [&](unsigned long long* v) { return call(fn, h, v); });
+    };
+    id.supported_clock_event_reasons = reasons("supported_events", f.nvmlDeviceGetSupportedClocksEventReasons);
+    if (!id.supported_clock_event_reasons) {
+      id.supported_clock_event_reasons = reasons("supported_throttle", f.nvmlDeviceGetSupportedClocksThrottleReasons);
+    }
+  }
+  // The memory total comes with the first sample's memory read (read_sample): one call, not two.
+  if (!dev.lost()) dev.identity_read |= todo;
 }
 
 }  // namespace tarmac::gpu::detail

@@ -90,7 +90,7 @@ void read_process_utilization(NvmlDevice& dev, std::vector<GpuProcess>& processe
 
 }  // namespace
 
-std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host_cache) {
+std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host_cache, ValueGroups groups) {
   const Functions& f = dev.fn();
   std::vector<GpuProcess> out;
   auto add = [&](const std::vector<Found>& found, ProcessType type) {
@@ -114,8 +114,10 @@ std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host
   add(read_family(dev, "mps_processes", f.nvmlDeviceGetMPSComputeRunningProcesses_v3,
                   f.nvmlDeviceGetMPSComputeRunningProcesses_v2, f.nvmlDeviceGetMPSComputeRunningProcesses),
       ProcessType::Mps);
-  read_process_utilization(dev, out);
-  for (auto& p : out) p.host = host_cache.lookup(p.pid);
+  if (groups.has(ValueGroup::ProcessUtilization)) read_process_utilization(dev, out);
+  if (groups.has(ValueGroup::ProcessHost)) {
+    for (auto& p : out) p.host = host_cache.lookup(p.pid);
+  }
   std::sort(out.begin(), out.end(), [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });
   return out;
 }

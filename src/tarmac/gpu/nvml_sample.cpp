@@ -25,53 +25,58 @@ const char* compute_mode_name(int mode) {
 
 }  // namespace
 
-DeviceModes read_modes(NvmlDevice& dev) {
+DeviceModes read_modes(NvmlDevice& dev, ValueGroups groups) {
   const Functions& f = dev.fn();
   const nvmlDevice_t h = dev.handle();
   DeviceModes m;
-  m.persistence_mode = read_enabled(dev, "persistence", f.nvmlDeviceGetPersistenceMode);
-  m.display_mode = read_enabled(dev, "display_mode", f.nvmlDeviceGetDisplayMode);
-  m.display_active = read_enabled(dev, "display_active", f.nvmlDeviceGetDisplayActive);
-  if (auto mode = dev.read<int>("compute_mode", [&](int* v) { return call(f.nvmlDeviceGetComputeMode, h, v); })) {
-    m.compute_mode = compute_mode_name(*mode);
+  if (groups.has(ValueGroup::PersistenceMode)) {
+    m.persistence_mode = read_enabled(dev, "persistence", f.nvmlDeviceGetPersistenceMode);
   }
+  if (groups.has(ValueGroup::DisplayMode)) {
+    m.display_mode = read_enabled(dev, "display_mode", f.nvmlDeviceGetDisplayMode);
+    m.display_active = read_enabled(dev, "display_active", f.nvmlDeviceGetDisplayActive);
+  }
+  if (groups.has(ValueGroup::ComputeMode)) {
+    if (auto mode = dev.read<int>("compute_mode", [&](int* v) { return call(f.nvmlDeviceGetComputeMode, h, v); })) {
+      m.compute_mode = compute_mode_name(*mode);
+    }
+  }
+  // Modes that come as a (current, pending) pair.
+  const auto pair = [&](std::string_view what, auto fn, auto& current, auto& pending) {
+    return dev.read<bool>(what, [&](bool* ok) {
+      *ok = true;
+      return call(fn, h, &current, &pending);
+    });
+  };
   unsigned mig_current = 0;
   unsigned mig_pending = 0;
-  if (dev.read<bool>("mig", [&](bool* ok) {
-        *ok = true;
-        return call(f.nvmlDeviceGetMigMode, h, &mig_current, &mig_pending);
-      })) {
+  if (groups.has(ValueGroup::MigMode) && pair("mig", f.nvmlDeviceGetMigMode, mig_current, mig_pending)) {
     m.mig_mode_current = mig_current == NVML_DEVICE_MIG_ENABLE;
     m.mig_mode_pending = mig_pending == NVML_DEVICE_MIG_ENABLE;
   }
   int ecc_current = 0;
   int ecc_pending = 0;
-  if (dev.read<bool>("ecc_mode", [&](bool* ok) {
-        *ok = true;
-        return call(f.nvmlDeviceGetEccMode, h, &ecc_current, &ecc_pending);
-      })) {
+  if (groups.has(ValueGroup::EccMode) && pair("ecc_mode", f.nvmlDeviceGetEccMode, ecc_current, ecc_pending)) {
     m.ecc_mode_current = ecc_current == NVML_FEATURE_ENABLED;
     m.ecc_mode_pending = ecc_pending == NVML_FEATURE_ENABLED;
   }
-  m.power_limit_mw =
-      dev.read<unsigned>("power_limit", [&](unsigned* v) { return call(f.nvmlDeviceGetPowerManagementLimit, h, v); });
-  m.enforced_power_limit_mw =
-      dev.read<unsigned>("enforced_power_limit", [&](unsigned* v) { return call(f.nvmlDeviceGetEnforcedPowerLimit, h, v); });
+  if (groups.has(ValueGroup::PowerLimits)) {
+    m.power_limit_mw =
+        dev.read<unsigned>("power_limit", [&](unsigned* v) { return call(f.nvmlDeviceGetPowerManagementLimit, h, v); });
+    m.enforced_power_limit_mw = dev.read<unsigned>(
+        "enforced_power_limit", [&](unsigned* v) { return call(f.nvmlDeviceGetEnforcedPowerLimit, h, v); });
+  }
   return m;
 }
 
-DeviceSample read_sample(NvmlDevice& dev) {
+namespace {
+
+// Memory: v2 separates "reserved" from "used"; v1 (older drivers) counts both as used. The total
+// never changes: the first read also fills the identity's.
+void read_memory(NvmlDevice& dev, DeviceSample& s) {
   const Functions& f = dev.fn();
   const nvmlDevice_t h = dev.handle();
-  DeviceSample s;
-  auto u = [&](std::string_view what, auto fn, auto... args) {
-    return dev.read<unsigned>(what, [&](unsigned* v) { return call(fn, h, args..., v); });
-  };
-  auto ull = [&](std::string_view what, auto fn, auto... args) {
-    return dev.read<unsigned long long>(what, [&](unsigned long long* v) { return call(fn, h, args..., v); });
-  };
-
-  // Memory: v2 separates "reserved" from "used"; v1 (older drivers) counts both as used.
+  std::optional<std::uint64_t> total;
   std::optional<nvmlMemory_v2_t> mem2;
   if (f.nvmlDeviceGetMemoryInfo_v2 != nullptr && dev.supported("memory_v2")) {
     mem2 = dev.read<nvmlMemory_v2_t>("memory_v2", [&](nvmlMemory_v2_t* m) {
@@ -83,69 +88,124 @@ DeviceSample read_sample(NvmlDevice& dev) {
     s.mem_used_bytes = mem2->used;
     s.mem_free_bytes = mem2->free;
     s.mem_reserved_bytes = mem2->reserved;
+    total = mem2->total;
   } else if (auto mem = dev.read<nvmlMemory_t>("memory", [&](nvmlMemory_t* m) { return call(f.nvmlDeviceGetMemoryInfo, h, m); })) {
     s.mem_used_bytes = mem->used;
     s.mem_free_bytes = mem->free;
+    total = mem->total;
   }
-  if (auto bar1 = dev.read<nvmlBAR1Memory_t>("bar1", [&](nvmlBAR1Memory_t* b) { return call(f.nvmlDeviceGetBAR1MemoryInfo, h, b); })) {
-    s.bar1_used_bytes = bar1->bar1Used;
-    s.bar1_total_bytes = bar1->bar1Total;
+  if (!dev.identity.mem_total_bytes) dev.identity.mem_total_bytes = total;
+}
+
+// ECC error counters, retired pages and remapped rows.
+void read_memory_health(NvmlDevice& dev, ValueGroups groups, DeviceSample& s) {
+  const Functions& f = dev.fn();
+  const nvmlDevice_t h = dev.handle();
+  if (groups.has(ValueGroup::EccErrors)) {
+    auto ecc = [&](std::string_view what, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter) {
+      return dev.read<unsigned long long>(
+          what, [&](unsigned long long* v) { return call(f.nvmlDeviceGetTotalEccErrors, h, type, counter, v); });
+    };
+    s.ecc_corrected_volatile = ecc("ecc_cv", NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC);
+    s.ecc_uncorrected_volatile = ecc("ecc_uv", NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC);
+    s.ecc_corrected_aggregate = ecc("ecc_ca", NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC);
+    s.ecc_uncorrected_aggregate = ecc("ecc_ua", NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC);
   }
-  if (auto util = dev.read<nvmlUtilization_t>("utilization", [&](nvmlUtilization_t* v) { return call(f.nvmlDeviceGetUtilizationRates, h, v); })) {
-    s.util_gpu_pct = util->gpu;
-    s.util_mem_pct = util->memory;
+  if (groups.has(ValueGroup::RetiredPages)) {
+    auto retired = [&](std::string_view what, int cause) {
+      return dev.read<unsigned>(what, [&](unsigned* count) {
+        // count=0 with no buffer asks only for the number of pages: NVML answers INSUFFICIENT_SIZE
+        // (with the number) when there are some, as nvidia-smi reads it.
+        *count = 0;
+        const nvmlReturn_t rc =
+            call(f.nvmlDeviceGetRetiredPages, h, cause, count, static_cast<unsigned long long*>(nullptr));
+        return rc == NVML_ERROR_INSUFFICIENT_SIZE ? NVML_SUCCESS : rc;
+      });
+    };
+    s.retired_pages_sbe = retired("retired_sbe", NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS);
+    s.retired_pages_dbe = retired("retired_dbe", NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR);
+    if (auto pending = dev.read<int>("retired_pending", [&](int* v) { return call(f.nvmlDeviceGetRetiredPagesPendingStatus, h, v); })) {
+      s.retired_pages_pending = *pending == NVML_FEATURE_ENABLED;
+    }
   }
-  unsigned period_us = 0;
-  s.util_encoder_pct = dev.read<unsigned>("encoder", [&](unsigned* v) { return call(f.nvmlDeviceGetEncoderUtilization, h, v, &period_us); });
-  s.util_decoder_pct = dev.read<unsigned>("decoder", [&](unsigned* v) { return call(f.nvmlDeviceGetDecoderUtilization, h, v, &period_us); });
-  s.temp_c = u("temperature", f.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU);
-  s.fan_pct = u("fan", f.nvmlDeviceGetFanSpeed);
-  s.power_mw = u("power", f.nvmlDeviceGetPowerUsage);
-  s.energy_mj = ull("energy", f.nvmlDeviceGetTotalEnergyConsumption);
-  s.clock_graphics_mhz = u("clock_graphics", f.nvmlDeviceGetClockInfo, NVML_CLOCK_GRAPHICS);
-  s.clock_sm_mhz = u("clock_sm", f.nvmlDeviceGetClockInfo, NVML_CLOCK_SM);
-  s.clock_mem_mhz = u("clock_mem", f.nvmlDeviceGetClockInfo, NVML_CLOCK_MEM);
-  s.clock_video_mhz = u("clock_video", f.nvmlDeviceGetClockInfo, NVML_CLOCK_VIDEO);
-  s.clock_sm_app_mhz = u("clock_app_sm", f.nvmlDeviceGetApplicationsClock, NVML_CLOCK_SM);
-  s.clock_mem_app_mhz = u("clock_app_mem", f.nvmlDeviceGetApplicationsClock, NVML_CLOCK_MEM);
-  if (auto p = dev.read<int>("pstate", [&](int* v) { return call(f.nvmlDeviceGetPerformanceState, h, v); });
-      p && *p >= 0 && *p <= 15) {
-    s.pstate = static_cast<unsigned>(*p);
+  if (groups.has(ValueGroup::RemappedRows)) {
+    unsigned corr = 0;
+    unsigned unc = 0;
+    unsigned pending = 0;
+    unsigned failure = 0;
+    if (dev.read<bool>("remapped_rows", [&](bool* ok) {
+          *ok = true;
+          return call(f.nvmlDeviceGetRemappedRows, h, &corr, &unc, &pending, &failure);
+        })) {
+      s.remapped_rows_correctable = corr;
+      s.remapped_rows_uncorrectable = unc;
+      s.remapped_rows_pending = pending != 0;
+      s.remapped_rows_failure = failure != 0;
+    }
   }
-  // The "event" names replaced the "throttle" names in newer drivers; same bits.
-  s.clock_event_reasons = ull("clock_events", f.nvmlDeviceGetCurrentClocksEventReasons);
-  if (!s.clock_event_reasons) s.clock_event_reasons = ull("clock_throttle", f.nvmlDeviceGetCurrentClocksThrottleReasons);
-  s.pcie_gen = u("pcie_gen", f.nvmlDeviceGetCurrPcieLinkGeneration);
-  s.pcie_width = u("pcie_width", f.nvmlDeviceGetCurrPcieLinkWidth);
-  s.pcie_replay_count = u("pcie_replay", f.nvmlDeviceGetPcieReplayCounter);
-  s.ecc_corrected_volatile = ull("ecc_cv", f.nvmlDeviceGetTotalEccErrors, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC);
-  s.ecc_uncorrected_volatile = ull("ecc_uv", f.nvmlDeviceGetTotalEccErrors, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC);
-  s.ecc_corrected_aggregate = ull("ecc_ca", f.nvmlDeviceGetTotalEccErrors, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC);
-  s.ecc_uncorrected_aggregate = ull("ecc_ua", f.nvmlDeviceGetTotalEccErrors, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC);
-  auto retired = [&](std::string_view what, int cause) {
-    return dev.read<unsigned>(what, [&](unsigned* count) {
-      *count = 0;  // count=0 with no buffer asks only for the number of pages
-      return call(f.nvmlDeviceGetRetiredPages, h, cause, count, static_cast<unsigned long long*>(nullptr));
-    });
+}
+
+}  // namespace
+
+DeviceSample read_sample(NvmlDevice& dev, ValueGroups groups) {
+  const Functions& f = dev.fn();
+  const nvmlDevice_t h = dev.handle();
+  const auto wants = [&groups](ValueGroup g) { return groups.has(g); };
+  DeviceSample s;
+  auto u = [&](std::string_view what, auto fn, auto... args) {
+    return dev.read<unsigned>(what, [&](unsigned* v) { return call(fn, h, args..., v); });
   };
-  s.retired_pages_sbe = retired("retired_sbe", NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS);
-  s.retired_pages_dbe = retired("retired_dbe", NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR);
-  if (auto pending = dev.read<int>("retired_pending", [&](int* v) { return call(f.nvmlDeviceGetRetiredPagesPendingStatus, h, v); })) {
-    s.retired_pages_pending = *pending == NVML_FEATURE_ENABLED;
+  auto ull = [&](std::string_view what, auto fn, auto... args) {
+    return dev.read<unsigned long long>(what, [&](unsigned long long* v) { return call(fn, h, args..., v); });
+  };
+
+  if (wants(ValueGroup::Memory)) read_memory(dev, s);
+  if (wants(ValueGroup::Bar1)) {
+    if (auto bar1 = dev.read<nvmlBAR1Memory_t>("bar1", [&](nvmlBAR1Memory_t* b) { return call(f.nvmlDeviceGetBAR1MemoryInfo, h, b); })) {
+      s.bar1_used_bytes = bar1->bar1Used;
+      s.bar1_total_bytes = bar1->bar1Total;
+    }
   }
-  unsigned corr = 0;
-  unsigned unc = 0;
-  unsigned pending = 0;
-  unsigned failure = 0;
-  if (dev.read<bool>("remapped_rows", [&](bool* ok) {
-        *ok = true;
-        return call(f.nvmlDeviceGetRemappedRows, h, &corr, &unc, &pending, &failure);
-      })) {
-    s.remapped_rows_correctable = corr;
-    s.remapped_rows_uncorrectable = unc;
-    s.remapped_rows_pending = pending != 0;
-    s.remapped_rows_failure = failure != 0;
+  if (wants(ValueGroup::Utilization)) {
+    if (auto util = dev.read<nvmlUtilization_t>("utilization", [&](nvmlUtilization_t* v) { return call(f.nvmlDeviceGetUtilizationRates, h, v); })) {
+      s.util_gpu_pct = util->gpu;
+      s.util_mem_pct = util->memory;
+    }
   }
+  if (wants(ValueGroup::CodecUtilization)) {
+    unsigned period_us = 0;
+    s.util_encoder_pct = dev.read<unsigned>("encoder", [&](unsigned* v) { return call(f.nvmlDeviceGetEncoderUtilization, h, v, &period_us); });
+    s.util_decoder_pct = dev.read<unsigned>("decoder", [&](unsigned* v) { return call(f.nvmlDeviceGetDecoderUtilization, h, v, &period_us); });
+  }
+  if (wants(ValueGroup::Temperature)) s.temp_c = u("temperature", f.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU);
+  if (wants(ValueGroup::Fans)) s.fan_pct = u("fan", f.nvmlDeviceGetFanSpeed);
+  if (wants(ValueGroup::Power)) s.power_mw = u("power", f.nvmlDeviceGetPowerUsage);
+  if (wants(ValueGroup::Energy)) s.energy_mj = ull("energy", f.nvmlDeviceGetTotalEnergyConsumption);
+  if (wants(ValueGroup::ClockGraphics)) s.clock_graphics_mhz = u("clock_graphics", f.nvmlDeviceGetClockInfo, NVML_CLOCK_GRAPHICS);
+  if (wants(ValueGroup::ClockSm)) s.clock_sm_mhz = u("clock_sm", f.nvmlDeviceGetClockInfo, NVML_CLOCK_SM);
+  if (wants(ValueGroup::ClockMem)) s.clock_mem_mhz = u("clock_mem", f.nvmlDeviceGetClockInfo, NVML_CLOCK_MEM);
+  if (wants(ValueGroup::ClockVideo)) s.clock_video_mhz = u("clock_video", f.nvmlDeviceGetClockInfo, NVML_CLOCK_VIDEO);
+  if (wants(ValueGroup::ApplicationsClocks)) {
+    s.clock_sm_app_mhz = u("clock_app_sm", f.nvmlDeviceGetApplicationsClock, NVML_CLOCK_SM);
+    s.clock_mem_app_mhz = u("clock_app_mem", f.nvmlDeviceGetApplicationsClock, NVML_CLOCK_MEM);
+  }
+  if (wants(ValueGroup::PerformanceState)) {
+    if (auto p = dev.read<int>("pstate", [&](int* v) { return call(f.nvmlDeviceGetPerformanceState, h, v); });
+        p && *p >= 0 && *p <= 15) {
+      s.pstate = static_cast<unsigned>(*p);
+    }
+  }
+  if (wants(ValueGroup::ClockEvents)) {
+    // The "event" names replaced the "throttle" names in newer drivers; same bits.
+    s.clock_event_reasons = ull("clock_events", f.nvmlDeviceGetCurrentClocksEventReasons);
+    if (!s.clock_event_reasons) s.clock_event_reasons = ull("clock_throttle", f.nvmlDeviceGetCurrentClocksThrottleReasons);
+  }
+  if (wants(ValueGroup::PcieLink)) {
+    s.pcie_gen = u("pcie_gen", f.nvmlDeviceGetCurrPcieLinkGeneration);
+    s.pcie_width = u("pcie_width", f.nvmlDeviceGetCurrPcieLinkWidth);
+    s.pcie_replay_count = u("pcie_replay", f.nvmlDeviceGetPcieReplayCounter);
+  }
+  read_memory_health(dev, groups, s);
   return s;
 }
 
