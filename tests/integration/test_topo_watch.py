@@ -23,6 +23,15 @@ class Topo(unittest.TestCase):
         self.assertIn("  NV#  = Connection traversing a bonded set of # NVLinks", lines)
         self.assertIn("Legend:", lines)
 
+    def test_nvswitch_box_shows_nvlink_between_every_pair(self):
+        # A DGX H100: each GPU's 18 links go to NVSwitches, none to another GPU directly; nvidia-smi
+        # shows NV18 between every pair, and so must tarmac.
+        r = sim("h100x8-idle-fleet", TARMAC, "topo", "-m")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = {l.split("\t")[0]: l.split("\t")[1:] for l in r.stdout.splitlines()[1:9]}
+        for i in range(8):
+            self.assertEqual(rows[f"GPU{i}"][:8], [" X " if j == i else "NV18" for j in range(8)])
+
     def test_json_is_symmetric_and_typed(self):
         r = sim("mixed-topology-8gpu", TARMAC, "--json", "topo")
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -1,5 +1,10 @@
 // The GPU x GPU link matrix: NVLink counts from each device's active links and their remote PCI
-// ids; otherwise the PCIe common ancestor, named as nvidia-smi topo -m names it.
+// ids (direct, or through a shared NVSwitch); otherwise the PCIe common ancestor, named as
+// nvidia-smi topo -m names it.
+#include <algorithm>
+#include <set>
+#include <string>
+
 #include "tarmac/gpu/nvml_device.hpp"
 
 namespace tarmac::gpu::detail {
@@ -35,6 +40,9 @@ Topology read_topology(std::vector<NvmlDevice>& devices) {
   Topology t;
   t.links.assign(n, std::vector<Link>(n, Link::Unknown));
   t.nvlink_count.assign(n, std::vector<unsigned>(n, 0));
+  // Links whose far end is not one of the GPUs go to an NVSwitch: per device, how many, and which.
+  std::vector<unsigned> switch_links(n, 0);
+  std::vector<std::set<std::string>> switches(n);
   for (std::size_t i = 0; i < n; ++i) {
     NvmlDevice& dev = devices[i];
     const Functions& f = dev.fn();
@@ -47,11 +55,27 @@ Topology read_topology(std::vector<NvmlDevice>& devices) {
       auto remote = dev.read<nvmlPciInfo_t>("nvlink_remote", [&](nvmlPciInfo_t* p) { return call(remote_fn, dev.handle(), link, p); });
       if (!remote) continue;
       const std::string remote_id = normalise_bus_id(util::from_c_buffer(remote->busId, sizeof(remote->busId)));
+      bool to_gpu = false;
       for (std::size_t j = 0; j < n; ++j) {
-        if (j != i && devices[j].identity.pci_bus_id && normalise_bus_id(*devices[j].identity.pci_bus_id) == remote_id) {
-          ++t.nvlink_count[i][j];
+        if (devices[j].identity.pci_bus_id && normalise_bus_id(*devices[j].identity.pci_bus_id) == remote_id) {
+          to_gpu = true;
+          if (j != i) ++t.nvlink_count[i][j];
         }
       }
+      if (!to_gpu) {
+        ++switch_links[i];
+        switches[i].insert(remote_id);
+      }
+    }
+  }
+  // Two GPUs on a common NVSwitch talk through it over all their switch links: nvidia-smi shows
+  // NV18 between every pair of a DGX H100's GPUs.
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      if (i == j || t.nvlink_count[i][j] > 0) continue;
+      const bool shared = std::any_of(switches[i].begin(), switches[i].end(),
+                                      [&](const std::string& s) { return switches[j].contains(s); });
+      if (shared) t.nvlink_count[i][j] = std::min(switch_links[i], switch_links[j]);
     }
   }
   for (std::size_t i = 0; i < n; ++i) {
