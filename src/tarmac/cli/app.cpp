@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <string_view>
 
+#include "tarmac/cli/config_command.hpp"
 #include "tarmac/cli/context.hpp"
+#include "tarmac/cli/doctor.hpp"
 #include "tarmac/cli/query.hpp"
 #include "tarmac/cli/sim_command.hpp"
 #include "tarmac/cli/status.hpp"
@@ -56,6 +58,8 @@ int run_app(int argc, char** argv) {
   add_topo_command(app, global, exit_code);
   add_watch_command(app, global, exit_code);
   add_query_command(app, global, exit_code);
+  add_doctor_command(app, global, exit_code);
+  add_config_command(app, global, exit_code);
   app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
                             "(sim list names the bundled scenarios)");
   try {

@@ -20,6 +20,16 @@ Result<std::unique_ptr<gpu::Backend>> open_backend(const GlobalOptions& options)
   return backend;
 }
 
+Result<config::Loaded> load_config(const GlobalOptions& options) {
+  auto loaded = config::load(options.config.empty() ? std::nullopt : std::optional<std::string>(options.config));
+  if (!loaded.ok()) {
+    print_error(loaded.error());
+    return loaded;
+  }
+  for (const auto& w : loaded->warnings) fmt::print(stderr, "tarmac: warning: {}\n", w);
+  return loaded;
+}
+
 void print_error(const Error& error) { fmt::print(stderr, "tarmac: {}\n", error.message); }
 
 }  // namespace tarmac::cli

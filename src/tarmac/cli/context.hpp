@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "tarmac/config/config.hpp"
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/util/result.hpp"
 
@@ -22,6 +23,10 @@ struct GlobalOptions {
 
 // Opens the NVML backend; on failure prints the error to stderr ("tarmac: ...").
 [[nodiscard]] Result<std::unique_ptr<gpu::Backend>> open_backend(const GlobalOptions& options);
+
+// Loads the configuration (--config, else the default files); prints each warning to stderr
+// ("tarmac: warning: file:line: ..."), and on failure the error.
+[[nodiscard]] Result<config::Loaded> load_config(const GlobalOptions& options);
 
 // Prints "tarmac: <message>" to stderr.
 void print_error(const Error& error);

@@ -157,8 +157,9 @@ void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<A
       ++count;
       const auto& h = p.host;
       const bool visible = h.visibility == host::PidVisibility::Visible;
+      // NVML reports host PIDs: a process of another container has no /proc entry here.
       std::string command = visible ? h.command_line.value_or(h.name.value_or("-"))
-                                    : "(not in this PID namespace: a container's or another host namespace's process)";
+                                    : "(PID not visible here: a process of another container or PID namespace)";
       if (command.empty()) command = h.name.value_or("-");
       procs.add_row({{std::to_string(d.id.index)},
                      {std::to_string(p.pid)},
@@ -217,7 +218,16 @@ std::vector<Activity> classify_all(const gpu::Snapshot& snap, const gpu::Activit
   return classes;
 }
 
-int run_status(const GlobalOptions& global, const StatusOptions& options) {
+bool resolve_thresholds(const GlobalOptions& global, StatusOptions& options) {
+  auto loaded = load_config(global);
+  if (!loaded.ok()) return false;
+  options.thresholds = loaded->config.activity;
+  if (options.holding_after_s) options.thresholds.holding_after_s = *options.holding_after_s;
+  return true;
+}
+
+int run_status(const GlobalOptions& global, StatusOptions options) {
+  if (!resolve_thresholds(global, options)) return kExitUsage;
   auto backend = open_backend(global);
   if (!backend.ok()) return kExitCouldNotLook;
   auto snap = (*backend)->snapshot(gpu::SnapshotOptions{});
@@ -267,7 +277,7 @@ void add_status_command(CLI::App& app, const GlobalOptions& global, int& exit_co
         return util::parse_duration_s(text) ? std::string() : "not a duration (examples: 90s, 10m, 2h)";
       });
   cmd->callback([&global, &exit_code, options, holding] {
-    if (!holding->empty()) options->thresholds.holding_after_s = *util::parse_duration_s(*holding);
+    if (!holding->empty()) options->holding_after_s = *util::parse_duration_s(*holding);
     exit_code = run_status(global, *options);
   });
 }

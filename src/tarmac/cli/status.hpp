@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "tarmac/cli/context.hpp"
@@ -14,8 +15,13 @@ namespace tarmac::cli {
 void add_status_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
 
 struct StatusOptions {
-  gpu::ActivityThresholds thresholds;
+  gpu::ActivityThresholds thresholds;      // from the configuration ([activity])
+  std::optional<long long> holding_after_s;  // --holding-after, over the configuration
 };
+
+// Fills options.thresholds from the configuration and the command line; false (the error
+// printed) when the configuration cannot be read.
+[[nodiscard]] bool resolve_thresholds(const GlobalOptions& global, StatusOptions& options);
 
 // The activity class of every device of `snapshot`, in order.
 [[nodiscard]] std::vector<gpu::Activity> classify_all(const gpu::Snapshot& snapshot,
@@ -30,6 +36,6 @@ void print_status(std::FILE* out, const gpu::Snapshot& snapshot, const std::vect
 void print_cuda_visibility(std::FILE* out, const gpu::Snapshot& snapshot, bool color);
 
 // Runs status with the given options (also what plain `tarmac` runs).
-[[nodiscard]] int run_status(const GlobalOptions& global, const StatusOptions& options = {});
+[[nodiscard]] int run_status(const GlobalOptions& global, StatusOptions options = {});
 
 }  // namespace tarmac::cli

@@ -107,7 +107,8 @@ struct WatchOptions {
   StatusOptions status;
 };
 
-int run_watch(const GlobalOptions& global, const WatchOptions& options) {
+int run_watch(const GlobalOptions& global, WatchOptions options) {
+  if (!resolve_thresholds(global, options.status)) return kExitUsage;
   auto backend = open_backend(global);
   if (!backend.ok()) return kExitCouldNotLook;
   const bool tty = isatty(STDOUT_FILENO) != 0;

@@ -56,9 +56,10 @@ std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity
   }
   if (auto starved = with_class(s, classes, Activity::Starved); !starved.empty()) {
     out.push_back({Severity::Warning, "starved",
-                   fmt::format("{} {} hold memory at low utilization: waiting for data or other ranks "
+                   fmt::format("{} {} {} memory at low utilization: waiting for data or other ranks "
                                "(see `tarmac doctor`)",
-                               plural(starved.size(), "GPU", "GPUs"), format_index_list(starved))});
+                               plural(starved.size(), "GPU", "GPUs"), format_index_list(starved),
+                               plural(starved.size(), "holds", "hold"))});
   }
   if (auto holding = with_class(s, classes, Activity::Holding); !holding.empty()) {
     out.push_back({Severity::Warning, "holding",

@@ -49,6 +49,57 @@ std::optional<long long> parse_duration_s(std::string_view text) {
   return total;
 }
 
+std::optional<long long> parse_duration_ms(std::string_view text) {
+  text = trim(text);
+  if (text.empty()) return std::nullopt;
+  if (auto plain = parse_double(text)) {
+    if (*plain < 0 || !std::isfinite(*plain)) return std::nullopt;
+    return std::llround(*plain * 1000.0);
+  }
+  double total = 0;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    std::size_t j = i;
+    while (j < text.size() && ((text[j] >= '0' && text[j] <= '9') || text[j] == '.')) ++j;
+    if (j == i || j == text.size()) return std::nullopt;
+    auto number = parse_double(text.substr(i, j - i));
+    if (!number) return std::nullopt;
+    std::size_t k = j;
+    while (k < text.size() && text[k] >= 'a' && text[k] <= 'z') ++k;
+    const std::string_view unit = text.substr(j, k - j);
+    double scale = 0;
+    if (unit == "ms") {
+      scale = 1;
+    } else if (unit == "s") {
+      scale = 1000;
+    } else if (unit == "m") {
+      scale = 60e3;
+    } else if (unit == "h") {
+      scale = 3600e3;
+    } else if (unit == "d") {
+      scale = 86400e3;
+    } else if (unit == "w") {
+      scale = 7 * 86400e3;
+    } else {
+      return std::nullopt;
+    }
+    total += *number * scale;
+    i = k;
+  }
+  return std::llround(total);
+}
+
+std::string format_duration_ms(long long ms) {
+  if (ms < 0) ms = 0;
+  if (ms < 1000 && ms != 0) return fmt::format("{}ms", ms);
+  if (ms % 1000 != 0) return fmt::format("{:g}s", static_cast<double>(ms) / 1000.0);
+  const long long s = ms / 1000;
+  if (s < 60 || s % 60 != 0) return fmt::format("{}s", s);
+  if (s < 3600 || s % 3600 != 0) return fmt::format("{}m", s / 60);
+  if (s < 86400 || s % 86400 != 0) return fmt::format("{}h", s / 3600);
+  return fmt::format("{}d", s / 86400);
+}
+
 std::optional<std::uint64_t> parse_size_bytes(std::string_view text) {
   text = trim(text);
   std::size_t j = 0;

@@ -20,6 +20,12 @@ inline constexpr std::uint64_t kGiB = 1024ULL * kMiB;
 // "30s", "10m", "2h", "7d", "1h30m", or a plain number of seconds; nullopt on anything else.
 [[nodiscard]] std::optional<long long> parse_duration_s(std::string_view text);
 
+// Like parse_duration_s with millisecond precision: also "500ms", "2.5s", "0.25" (seconds).
+[[nodiscard]] std::optional<long long> parse_duration_ms(std::string_view text);
+
+// "250ms", "3s", "2.5s", "10m", "1h30m": the inverse of parse_duration_ms, for messages and docs.
+[[nodiscard]] std::string format_duration_ms(long long ms);
+
 // "20GiB", "512MiB", "1.5G", "1024" (MiB); nullopt on anything else.
 [[nodiscard]] std::optional<std::uint64_t> parse_size_bytes(std::string_view text);
 

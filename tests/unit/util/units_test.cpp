@@ -67,3 +67,29 @@ TEST(Strings, TrimAndCase) {
 
 }  // namespace
 }  // namespace tarmac::util
+
+TEST(Units, ParsesDurationsInMilliseconds) {
+  EXPECT_EQ(tarmac::util::parse_duration_ms("500ms"), 500);
+  EXPECT_EQ(tarmac::util::parse_duration_ms("2.5s"), 2500);
+  EXPECT_EQ(tarmac::util::parse_duration_ms("0.25"), 250);
+  EXPECT_EQ(tarmac::util::parse_duration_ms("3"), 3000);
+  EXPECT_EQ(tarmac::util::parse_duration_ms("1m30s"), 90000);
+  EXPECT_EQ(tarmac::util::parse_duration_ms("0"), 0);
+  EXPECT_EQ(tarmac::util::parse_duration_ms(""), std::nullopt);
+  EXPECT_EQ(tarmac::util::parse_duration_ms("-1"), std::nullopt);
+  EXPECT_EQ(tarmac::util::parse_duration_ms("5x"), std::nullopt);
+  EXPECT_EQ(tarmac::util::parse_duration_ms("ms"), std::nullopt);
+  EXPECT_EQ(tarmac::util::parse_duration_ms("5 s"), std::nullopt);
+}
+
+TEST(Units, FormatsDurationsBackToText) {
+  EXPECT_EQ(tarmac::util::format_duration_ms(250), "250ms");
+  EXPECT_EQ(tarmac::util::format_duration_ms(2500), "2.5s");
+  EXPECT_EQ(tarmac::util::format_duration_ms(3000), "3s");
+  EXPECT_EQ(tarmac::util::format_duration_ms(600000), "10m");
+  EXPECT_EQ(tarmac::util::format_duration_ms(90000), "90s");
+  EXPECT_EQ(tarmac::util::format_duration_ms(0), "0s");
+  for (long long ms : {1LL, 999LL, 1500LL, 61000LL, 3600000LL, 86400000LL * 7}) {
+    EXPECT_EQ(tarmac::util::parse_duration_ms(tarmac::util::format_duration_ms(ms)), ms) << ms;
+  }
+}

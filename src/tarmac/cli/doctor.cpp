@@ -1,0 +1,386 @@
+#include "tarmac/cli/doctor.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fmt/format.h>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tarmac/cli/app.hpp"
+#include "tarmac/cli/table.hpp"
+#include "tarmac/config/config.hpp"
+#include "tarmac/diagnose/doctor.hpp"
+#include "tarmac/host/proc_reader.hpp"
+#include "tarmac/util/units.hpp"
+
+extern char** environ;  // NOLINT: POSIX
+
+namespace tarmac::cli {
+
+namespace {
+
+using diagnose::Finding;
+using diagnose::Severity;
+
+struct DoctorOptions {
+  std::string window;  // --window (else the configuration's)
+  std::string interval;
+  unsigned pid = 0;
+  unsigned expect_gpus = 0;
+};
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+}
+
+diagnose::Environment read_environment() {
+  diagnose::Environment e;
+  e.cuda_visible_devices = env("CUDA_VISIBLE_DEVICES");
+  e.nvidia_visible_devices = env("NVIDIA_VISIBLE_DEVICES");
+  e.cuda_device_order = env("CUDA_DEVICE_ORDER");
+  e.cuda_launch_blocking = env("CUDA_LAUNCH_BLOCKING");
+  for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
+    const std::string_view entry = *p;
+    if (!entry.starts_with("NCCL_")) continue;
+    const auto eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    e.nccl.emplace_back(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  std::sort(e.nccl.begin(), e.nccl.end());
+  e.container = host::ProcReader().read(static_cast<unsigned>(getpid())).container;
+  std::error_code ec;
+  e.in_container = e.container.has_value() || std::filesystem::exists("/.dockerenv", ec) ||
+                   std::filesystem::exists("/run/.containerenv", ec);
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.starts_with("nvidia")) e.device_nodes.push_back("/dev/" + name);
+  }
+  std::sort(e.device_nodes.begin(), e.device_nodes.end());
+  return e;
+}
+
+nlohmann::json optional_json(const std::optional<std::string>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+
+nlohmann::json to_json(const diagnose::Environment& e) {
+  nlohmann::json nccl = nlohmann::json::object();
+  for (const auto& [k, v] : e.nccl) nccl[k] = v;
+  nlohmann::json container = nullptr;
+  if (e.container) container = {{"runtime", e.container->runtime}, {"id", e.container->id}};
+  return {{"cuda_visible_devices", optional_json(e.cuda_visible_devices)},
+          {"nvidia_visible_devices", optional_json(e.nvidia_visible_devices)},
+          {"cuda_device_order", optional_json(e.cuda_device_order)},
+          {"cuda_launch_blocking", optional_json(e.cuda_launch_blocking)},
+          {"nccl", nccl},
+          {"in_container", e.in_container},
+          {"container", container},
+          {"device_nodes", e.device_nodes}};
+}
+
+nlohmann::json to_json(const Finding& f) {
+  nlohmann::json evidence = nlohmann::json::array();
+  for (const auto& e : f.evidence) {
+    nlohmann::json item = {{"gpu", e.gpu}};
+    for (const auto& [key, value] : e.values) {
+      std::visit([&](const auto& v) { item[key] = v; }, value);
+    }
+    evidence.push_back(std::move(item));
+  }
+  return {{"code", f.code},   {"severity", diagnose::to_string(f.severity)},
+          {"summary", f.summary}, {"gpus", f.gpus},
+          {"evidence", evidence}, {"facts", f.facts},
+          {"causes", f.causes},   {"fixes", f.fixes}};
+}
+
+template <typename T>
+nlohmann::json optional_json(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+nlohmann::json to_json(const diagnose::GpuSummary& g) {
+  return {{"index", g.index},
+          {"name", optional_json(g.name)},
+          {"activity", g.activity ? nlohmann::json(gpu::to_string(*g.activity)) : nlohmann::json(nullptr)},
+          {"lost", g.lost},
+          {"util_gpu_median_pct", optional_json(g.util_median_pct)},
+          {"util_gpu_max_pct", optional_json(g.util_max_pct)},
+          {"temp_max_c", optional_json(g.temp_max_c)},
+          {"mem_used_median_bytes", optional_json(g.mem_used_median_bytes)},
+          {"mem_total_bytes", optional_json(g.mem_total_bytes)},
+          {"processes", g.processes}};
+}
+
+struct Report {
+  std::vector<Finding> findings;
+  std::vector<diagnose::GpuSummary> gpus;
+  std::vector<unsigned> job_gpus;
+  diagnose::Environment environment;
+  std::optional<diagnose::JobScope> job;
+  std::optional<unsigned> expect_gpus;
+  long long window_ms = 0;
+  std::size_t samples = 0;
+  std::optional<std::string> driver_version;
+  long long timestamp_unix_ms = 0;
+  int exit_code = 0;
+};
+
+void print_json(const Report& r) {
+  nlohmann::json j;
+  j["schema"] = 1;
+  j["timestamp_unix_ms"] = r.timestamp_unix_ms;
+  j["window_ms"] = r.window_ms;
+  j["samples"] = r.samples;
+  j["driver_version"] = optional_json(r.driver_version);
+  j["exit_code"] = r.exit_code;
+  std::map<std::string, int> counts{{"critical", 0}, {"warning", 0}, {"info", 0}};
+  for (const auto& f : r.findings) ++counts[diagnose::to_string(f.severity)];
+  j["summary"] = counts;
+  j["environment"] = to_json(r.environment);
+  j["expect_gpus"] = optional_json(r.expect_gpus);
+  if (r.job) {
+    j["job"] = {{"pid", r.job->root_pid}, {"pids", r.job->pids}, {"gpus", r.job_gpus}};
+  } else {
+    j["job"] = nullptr;
+  }
+  j["gpus"] = nlohmann::json::array();
+  for (const auto& g : r.gpus) j["gpus"].push_back(to_json(g));
+  j["findings"] = nlohmann::json::array();
+  for (const auto& f : r.findings) j["findings"].push_back(to_json(f));
+  fmt::print("{}\n", j.dump(2));
+}
+
+// "util_gpu 98 %", "mem_used 38.1 GiB": evidence values with their units for people.
+std::string evidence_text(const std::string& key, const diagnose::EvidenceValue& value) {
+  auto name_without = [&](std::string_view suffix) { return key.substr(0, key.size() - suffix.size()); };
+  if (const auto* i = std::get_if<long long>(&value)) {
+    if (key.ends_with("_bytes")) return fmt::format("{} {}", name_without("_bytes"), util::format_bytes(static_cast<std::uint64_t>(*i)));
+    if (key.ends_with("_age_s")) return fmt::format("{} {}", name_without("_s"), util::format_age(*i));
+    if (key.ends_with("_c")) return fmt::format("{} {} C", name_without("_c"), *i);
+    if (key.ends_with("_mhz")) return fmt::format("{} {} MHz", name_without("_mhz"), *i);
+    if (key.ends_with("_pct")) return fmt::format("{} {} %", name_without("_pct"), *i);
+    return fmt::format("{} {}", key, *i);
+  }
+  if (const auto* d = std::get_if<double>(&value)) {
+    if (key.ends_with("_pct")) return fmt::format("{} {:.0f} %", name_without("_pct"), *d);
+    return fmt::format("{} {:.1f}", key, *d);
+  }
+  if (const auto* b = std::get_if<bool>(&value)) return fmt::format("{} {}", key, *b ? "yes" : "no");
+  return fmt::format("{} {}", key, std::get<std::string>(value));
+}
+
+// "GPU 0: util_gpu 98 %, memory 38.1 of 40.0 GiB, processes 1, ...": the common values first.
+std::string evidence_line(const diagnose::GpuEvidence& e) {
+  std::vector<std::string> parts;
+  auto values = e.values;
+  const auto take = [&](const std::string& key) {
+    auto it = values.find(key);
+    if (it == values.end()) return;
+    parts.push_back(evidence_text(key, it->second));
+    values.erase(it);
+  };
+  take("lost");
+  take("util_gpu_pct");
+  const auto used = values.find("mem_used_bytes");
+  const auto total = values.find("mem_total_bytes");
+  if (used != values.end() && total != values.end()) {
+    const auto* u = std::get_if<long long>(&used->second);
+    const auto* t = std::get_if<long long>(&total->second);
+    if (u != nullptr && t != nullptr) {
+      parts.push_back(fmt::format("memory {} of {}", util::format_bytes(static_cast<std::uint64_t>(*u)),
+                                  util::format_bytes(static_cast<std::uint64_t>(*t))));
+      values.erase("mem_used_bytes");
+      values.erase("mem_total_bytes");
+    }
+  }
+  take("processes");
+  for (const auto& [key, value] : values) parts.push_back(evidence_text(key, value));
+  return fmt::format("GPU {}: {}", e.gpu, fmt::join(parts, ", "));
+}
+
+void print_list(const char* label, const std::vector<std::string>& lines) {
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    fmt::print("    {:<9} {}\n", i == 0 ? label : "", lines[i]);
+  }
+}
+
+void print_human(const Report& r, bool color) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string sampled = r.samples <= 1 ? std::string("one snapshot")
+                                              : fmt::format("sampled {} ({} samples)",
+                                                            util::format_duration_ms(r.window_ms), r.samples);
+  if (r.exit_code == kExitCouldNotLook) {
+    fmt::print("tarmac doctor  {}  could not look at the GPUs\n", host);
+  } else {
+    fmt::print("tarmac doctor  {}  {} GPU{}  driver {}  {}\n", host, r.gpus.size(), r.gpus.size() == 1 ? "" : "s",
+               r.driver_version.value_or("-"), sampled);
+  }
+  if (r.job) {
+    fmt::print("job: PID {} and {} descendant{}, on {}\n", r.job->root_pid, r.job->pids.size() - 1,
+               r.job->pids.size() == 2 ? "" : "s",
+               r.job_gpus.empty() ? std::string("no GPU") : "GPUs " + diagnose::format_index_list(r.job_gpus));
+  }
+  std::set<unsigned> flagged;
+  for (Severity severity : {Severity::Critical, Severity::Warning, Severity::Info}) {
+    bool header = false;
+    for (const auto& f : r.findings) {
+      if (f.severity != severity) continue;
+      if (!header) {
+        const Style style = severity == Severity::Critical ? Style::Bad
+                            : severity == Severity::Warning ? Style::Warn
+                                                            : Style::Dim;
+        std::string title = diagnose::to_string(severity);
+        std::transform(title.begin(), title.end(), title.begin(), [](unsigned char ch) { return std::toupper(ch); });
+        fmt::print("\n{}\n", styled(title, style, color));
+        header = true;
+      }
+      if (severity != Severity::Info) flagged.insert(f.gpus.begin(), f.gpus.end());
+      fmt::print("  {}  {}\n", styled(f.code, Style::Bold, color), f.summary);
+      std::vector<std::string> evidence;
+      for (const auto& e : f.evidence) evidence.push_back(evidence_line(e));
+      evidence.insert(evidence.end(), f.facts.begin(), f.facts.end());
+      print_list("evidence", evidence);
+      print_list("causes", f.causes);
+      print_list("fix", f.fixes);
+    }
+  }
+  std::vector<unsigned> healthy;
+  unsigned util_lo = 100;
+  unsigned util_hi = 0;
+  unsigned temp_hi = 0;
+  for (const auto& g : r.gpus) {
+    if (flagged.contains(g.index) || g.lost) continue;
+    healthy.push_back(g.index);
+    const auto u = static_cast<unsigned>(g.util_median_pct.value_or(0) + 0.5);
+    util_lo = std::min(util_lo, u);
+    util_hi = std::max(util_hi, u);
+    temp_hi = std::max(temp_hi, g.temp_max_c.value_or(0));
+  }
+  fmt::print("\n");
+  if (!healthy.empty()) {
+    const std::string util = util_lo == util_hi ? fmt::format("{} %", util_lo) : fmt::format("{}-{} %", util_lo, util_hi);
+    fmt::print("{}\n", styled(fmt::format("healthy: {} {} (utilization {}, up to {} C)",
+                                          healthy.size() == 1 ? "GPU" : "GPUs", diagnose::format_index_list(healthy),
+                                          util, temp_hi),
+                              Style::Good, color));
+  } else if (!r.gpus.empty()) {
+    fmt::print("healthy: none\n");
+  }
+  std::map<Severity, int> n;
+  for (const auto& f : r.findings) ++n[f.severity];
+  fmt::print("{} critical, {} warning{}, {} info: exit {}\n", n[Severity::Critical], n[Severity::Warning],
+             n[Severity::Warning] == 1 ? "" : "s", n[Severity::Info], r.exit_code);
+}
+
+int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
+  auto loaded = load_config(global);
+  if (!loaded.ok()) return kExitUsage;
+  diagnose::DoctorInput input;
+  input.activity = loaded->config.activity;
+  input.thresholds = loaded->config.doctor;
+  if (!options.window.empty()) input.thresholds.window_ms = *util::parse_duration_ms(options.window);
+  if (!options.interval.empty()) input.thresholds.interval_ms = *util::parse_duration_ms(options.interval);
+  input.environment = read_environment();
+
+  Report report;
+  report.environment = input.environment;
+  report.window_ms = input.thresholds.window_ms;
+  if (options.expect_gpus != 0) input.expect_gpus = options.expect_gpus;
+  report.expect_gpus = input.expect_gpus;
+  if (options.pid != 0) {
+    const host::ProcReader proc;
+    if (proc.read(options.pid).visibility != host::PidVisibility::Visible) {
+      fmt::print(stderr, "tarmac: doctor --pid {}: no such process in this PID namespace\n", options.pid);
+      return kExitUsage;
+    }
+    diagnose::JobScope scope;
+    scope.root_pid = options.pid;
+    scope.pids.push_back(options.pid);
+    // doctor itself may run inside the job (a launcher script calling it): it is not one of the job's processes.
+    const auto self = static_cast<unsigned>(getpid());
+    for (unsigned child : proc.descendants(options.pid)) {
+      if (child != self) scope.pids.push_back(child);
+    }
+    input.job = scope;
+    report.job = scope;
+  }
+
+  auto backend = gpu::open_nvml_backend(global.nvml_lib);
+  std::optional<std::string> failure;
+  if (!backend.ok()) failure = backend.error().message;
+  if (!failure) {
+    const auto start = std::chrono::steady_clock::now();
+    const long long interval = std::max<long long>(input.thresholds.interval_ms, 1);
+    const long long count = input.thresholds.window_ms / interval + 1;
+    for (long long k = 0; k < count; ++k) {
+      std::this_thread::sleep_until(start + std::chrono::milliseconds(k * interval));
+      gpu::SnapshotOptions so;
+      so.processes = true;
+      so.topology = k == 0;
+      auto snap = (*backend)->snapshot(so);
+      if (!snap.ok()) {
+        if (input.samples.empty()) failure = snap.error().message;
+        break;  // keep what was sampled before the failure
+      }
+      if (k == 0) input.topology = snap->topology;
+      input.samples.push_back(std::move(*snap));
+    }
+  }
+  if (failure) {
+    report.findings.push_back(diagnose::no_gpus_visible(*failure, input.environment));
+    report.exit_code = kExitCouldNotLook;
+  } else {
+    auto diagnosis = diagnose::diagnose(input);
+    report.findings = std::move(diagnosis.findings);
+    report.gpus = std::move(diagnosis.gpus);
+    report.job_gpus = std::move(diagnosis.job_gpus);
+    report.samples = input.samples.size();
+    report.driver_version = input.samples.back().driver_version;
+    report.timestamp_unix_ms = input.samples.back().timestamp_unix_ms;
+    report.exit_code = diagnose::exit_code_for(report.findings);
+  }
+  if (report.timestamp_unix_ms == 0) {
+    report.timestamp_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count();
+  }
+  if (global.json) {
+    print_json(report);
+  } else {
+    print_human(report, use_color(global, stdout));
+  }
+  return report.exit_code;
+}
+
+}  // namespace
+
+void add_doctor_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "doctor", "Diagnose a (distributed) training launch from what the GPUs show: findings with evidence and fixes "
+                "(exit 0 healthy, 1 warnings, 2 critical, 3 could not look)");
+  auto options = std::make_shared<DoctorOptions>();
+  const auto duration_check = [](const std::string& text) {
+    return util::parse_duration_ms(text) ? std::string() : "not a duration (examples: 0, 500ms, 3s, 1m)";
+  };
+  cmd->add_option("--window", options->window, "How long to sample (default 3s; 0 for one snapshot)")
+      ->check(duration_check);
+  cmd->add_option("--interval", options->interval, "Time between samples (default 500ms)")
+      ->check([duration_check](const std::string& text) {
+        auto ms = util::parse_duration_ms(text);
+        if (!ms) return duration_check(text);
+        return *ms >= 50 ? std::string() : std::string("at least 50ms");
+      });
+  cmd->add_option("--expect-gpus", options->expect_gpus, "How many GPUs the job should be using")
+      ->check(CLI::Range(1u, 1024u));
+  cmd->add_option("--pid", options->pid,
+                  "Look at one job: this process (a torchrun/deepspeed launcher, say) and its descendants")
+      ->check(CLI::Range(1u, 4194304u));
+  cmd->callback([&global, &exit_code, options] { exit_code = run_doctor(global, *options); });
+}
+
+}  // namespace tarmac::cli

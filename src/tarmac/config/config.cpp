@@ -1,0 +1,242 @@
+// The one translation unit of the product that includes toml++ (header-only).
+#define TOML_HEADER_ONLY 1
+#define TOML_EXCEPTIONS 0
+#include <toml++/toml.h>
+
+#include "tarmac/config/config.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fmt/format.h>
+#include <functional>
+
+#include "tarmac/util/fs.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::config {
+
+namespace {
+
+// A key with how to read and write it. Values travel as long long in the key's own unit:
+// percent, °C, milliseconds, bytes.
+struct Key {
+  KeyInfo info;
+  long long min = 0;
+  long long max = 0;
+  std::function<void(Config&, long long)> set;
+  std::function<long long(const Config&)> get;
+};
+
+template <typename T, typename Part>
+Key key(std::string_view section, std::string_view name, Kind kind, std::string_view doc, long long min,
+        long long max, Part Config::*part, T Part::*member, long long scale = 1) {
+  return Key{{section, name, kind, doc},
+             min,
+             max,
+             [=](Config& c, long long v) { (c.*part).*member = static_cast<T>(v / scale); },
+             [=](const Config& c) { return static_cast<long long>((c.*part).*member) * scale; }};
+}
+
+const std::vector<Key>& table() {
+  using diagnose::DoctorThresholds;
+  using gpu::ActivityThresholds;
+  constexpr long long kDay = 86400LL * 1000;
+  constexpr long long kTiB = 1LL << 40;
+  static const std::vector<Key> keys = {
+      key("activity", "busy_util_pct", Kind::Percent,
+          "GPU utilization at or above which a GPU is busy", 1, 100, &Config::activity,
+          &ActivityThresholds::busy_util_pct),
+      key("activity", "starved_mem_pct", Kind::Percent,
+          "share of memory held by processes, below busy utilization, at or above which a GPU is starved", 1,
+          100, &Config::activity, &ActivityThresholds::starved_mem_pct),
+      key("activity", "holding_after", Kind::Duration,
+          "how long processes must hold memory at 0 % before the GPU counts as holding", 0, 30 * kDay,
+          &Config::activity, &ActivityThresholds::holding_after_s, 1000),
+      key("doctor", "window", Kind::Duration, "how long doctor samples when --window is not given", 0, kDay,
+          &Config::doctor, &DoctorThresholds::window_ms),
+      key("doctor", "interval", Kind::Duration, "time between doctor's samples", 50, 60 * 1000, &Config::doctor,
+          &DoctorThresholds::interval_ms),
+      key("doctor", "sustain_pct", Kind::Percent,
+          "share of the window a condition must hold without a break to be reported (brief spikes are not)", 1,
+          100, &Config::doctor, &DoctorThresholds::sustain_pct),
+      key("doctor", "thermal_c", Kind::Celsius, "GPU temperature at or above which doctor reports thermal", 40,
+          120, &Config::doctor, &DoctorThresholds::thermal_c),
+      key("doctor", "near_oom_pct", Kind::Percent, "memory used (of total) at or above which doctor reports near-oom",
+          50, 100, &Config::doctor, &DoctorThresholds::near_oom_pct),
+      key("doctor", "imbalance_pct", Kind::Percent,
+          "spread of memory used across one job's GPUs, (max - min) / max, at or above which doctor reports "
+          "memory-imbalance",
+          1, 100, &Config::doctor, &DoctorThresholds::imbalance_pct),
+      key("doctor", "imbalance_min", Kind::Size, "the least memory difference that counts as memory-imbalance", 0,
+          kTiB, &Config::doctor, &DoctorThresholds::imbalance_min_bytes),
+      key("doctor", "holding_min", Kind::Size, "the least memory held at 0 % that doctor reports as holding", 0,
+          kTiB, &Config::doctor, &DoctorThresholds::holding_min_bytes),
+  };
+  return keys;
+}
+
+const char* kind_example(Kind kind) {
+  switch (kind) {
+    case Kind::Percent: return "an integer percentage, like 30";
+    case Kind::Celsius: return "an integer in degrees Celsius, like 85";
+    case Kind::Duration: return "a duration, like \"500ms\", \"3s\" or \"10m\" (or a number of seconds)";
+    case Kind::Size: return "a size with its unit, like \"2GiB\" or \"512MiB\"";
+  }
+  return "a value";
+}
+
+// The value of `node` in the key's unit, or why it cannot be.
+Result<long long> read_value(const toml::node& node, const Key& k) {
+  std::optional<long long> value;
+  switch (k.info.kind) {
+    case Kind::Percent:
+    case Kind::Celsius:
+      if (const auto* i = node.as_integer()) value = i->get();
+      break;
+    case Kind::Duration:
+      if (const auto* s = node.as_string()) {
+        value = util::parse_duration_ms(s->get());
+      } else if (const auto* i = node.as_integer()) {
+        if (i->get() >= 0) value = i->get() * 1000;
+      } else if (const auto* f = node.as_floating_point()) {
+        value = util::parse_duration_ms(fmt::format("{}", f->get()));
+      }
+      break;
+    case Kind::Size:
+      if (const auto* s = node.as_string()) {
+        const std::string text = s->get();
+        // A bare number would be ambiguous (bytes? MiB?): sizes carry their unit.
+        if (text.find_first_not_of("0123456789. ") != std::string::npos) {
+          if (auto bytes = util::parse_size_bytes(text)) value = static_cast<long long>(*bytes);
+        }
+      }
+      break;
+  }
+  if (!value) return make_error(Error::Code::Invalid, fmt::format("expected {}", kind_example(k.info.kind)));
+  if (*value < k.min || *value > k.max) {
+    const auto show = [&](long long v) {
+      switch (k.info.kind) {
+        case Kind::Duration: return util::format_duration_ms(v);
+        case Kind::Size: return util::format_bytes(static_cast<std::uint64_t>(v));
+        default: return std::to_string(v);
+      }
+    };
+    return make_error(Error::Code::Invalid, fmt::format("{} is out of range ({} to {})", show(*value), show(k.min),
+                                                        show(k.max)));
+  }
+  return *value;
+}
+
+const Key* find_key(std::string_view section, std::string_view name) {
+  for (const auto& k : table()) {
+    if (k.info.section == section && k.info.name == name) return &k;
+  }
+  return nullptr;
+}
+
+bool known_section(std::string_view section) {
+  for (const auto& k : table()) {
+    if (k.info.section == section) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const std::vector<KeyInfo>& keys() {
+  static const std::vector<KeyInfo> infos = [] {
+    std::vector<KeyInfo> out;
+    for (const auto& k : table()) out.push_back(k.info);
+    return out;
+  }();
+  return infos;
+}
+
+std::string value_text(const Config& config, const KeyInfo& info) {
+  const Key* k = find_key(info.section, info.name);
+  if (k == nullptr) return "";
+  const long long v = k->get(config);
+  switch (info.kind) {
+    case Kind::Duration: return fmt::format("\"{}\"", util::format_duration_ms(v));
+    case Kind::Size: {
+      const auto bytes = static_cast<std::uint64_t>(v);
+      if (bytes % util::kGiB == 0) return fmt::format("\"{}GiB\"", bytes / util::kGiB);
+      if (bytes % util::kMiB == 0) return fmt::format("\"{}MiB\"", bytes / util::kMiB);
+      return fmt::format("\"{}KiB\"", bytes / 1024);
+    }
+    default: return std::to_string(v);
+  }
+}
+
+Result<Config> parse(std::string_view text, const std::string& file, const Config& base,
+                     std::vector<std::string>& warnings) {
+  toml::parse_result parsed = toml::parse(text, file);
+  if (!parsed) {
+    const auto& err = parsed.error();
+    return make_error(Error::Code::Invalid, fmt::format("{}:{}:{}: {}", file, err.source().begin.line,
+                                                        err.source().begin.column, err.description()));
+  }
+  Config out = base;
+  std::vector<std::pair<std::size_t, std::string>> found;  // by line: toml++ keeps keys sorted, not in file order
+  for (const auto& [section, node] : parsed.table()) {
+    const auto line = section.source().begin.line;
+    const auto* sub = node.as_table();
+    if (sub == nullptr || !known_section(section.str())) {
+      found.emplace_back(line, fmt::format("{}:{}: unknown {} '{}' (ignored)", file, line, sub ? "section" : "key",
+                                           section.str()));
+      continue;
+    }
+    for (const auto& [name, value] : *sub) {
+      const Key* k = find_key(section.str(), name.str());
+      const auto at = name.source().begin;
+      if (k == nullptr) {
+        found.emplace_back(at.line, fmt::format("{}:{}: unknown key '{}.{}' (ignored)", file, at.line, section.str(),
+                                                name.str()));
+        continue;
+      }
+      auto v = read_value(value, *k);
+      if (!v.ok()) {
+        const auto vat = value.source().begin;
+        return make_error(Error::Code::Invalid, fmt::format("{}:{}:{}: {}.{}: {}", file, vat.line, vat.column,
+                                                            section.str(), name.str(), v.error().message));
+      }
+      k->set(out, *v);
+    }
+  }
+  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [line, message] : found) warnings.push_back(std::move(message));
+  return out;
+}
+
+std::vector<std::string> default_files() {
+  std::vector<std::string> candidates = {"/etc/tarmac/tarmac.toml"};
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg != nullptr && *xdg == '/') {
+    candidates.push_back(std::string(xdg) + "/tarmac/tarmac.toml");
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+    candidates.push_back(std::string(home) + "/.config/tarmac/tarmac.toml");
+  }
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto& c : candidates) {
+    if (std::filesystem::is_regular_file(c, ec)) out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Result<Loaded> load(const std::optional<std::string>& explicit_file) {
+  Loaded loaded;
+  loaded.files = explicit_file ? std::vector<std::string>{*explicit_file} : default_files();
+  for (const auto& file : loaded.files) {
+    auto text = util::read_file(file);
+    if (!text) {
+      return make_error(Error::Code::NotFound,
+                        fmt::format("cannot read the configuration file {}: {}", file,
+                                    std::filesystem::exists(file) ? "permission denied" : "no such file"));
+    }
+    TARMAC_TRY_ASSIGN(loaded.config, parse(*text, file, loaded.config, loaded.warnings));
+  }
+  return loaded;
+}
+
+}  // namespace tarmac::config

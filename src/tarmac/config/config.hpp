@@ -1,0 +1,64 @@
+// tarmac's configuration (PRODUCT.md §10): TOML at /etc/tarmac/tarmac.toml, then
+// $XDG_CONFIG_HOME/tarmac/tarmac.toml (each key of the later file overrides the earlier), or the
+// one file `--config` names. Every key has a documented default (docs/configuration.md); an
+// unknown key is a warning that names its line, a bad value an error that names its line.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tarmac/diagnose/doctor.hpp"
+#include "tarmac/gpu/activity.hpp"
+#include "tarmac/util/result.hpp"
+
+namespace tarmac::config {
+
+struct Config {
+  gpu::ActivityThresholds activity;
+  diagnose::DoctorThresholds doctor;
+};
+
+// The kinds of value a key takes, as written in the file.
+enum class Kind {
+  Percent,   // integer 0-100
+  Celsius,   // integer
+  Duration,  // "500ms", "3s", "10m", or a number of seconds
+  Size,      // "2GiB", "512MiB"
+};
+
+// One documented key: "section.name".
+struct KeyInfo {
+  std::string_view section;
+  std::string_view name;
+  Kind kind;
+  std::string_view doc;  // one sentence
+};
+
+// Every key, in documentation order.
+[[nodiscard]] const std::vector<KeyInfo>& keys();
+
+// A key's value in `config`, written as it would be in the file ("30", "\"10m\"", "\"2GiB\"").
+[[nodiscard]] std::string value_text(const Config& config, const KeyInfo& key);
+
+// Applies the keys of TOML `text` (from `file`, for messages) over `base`. Unknown keys and
+// sections append "file:line: ..." to `warnings`; a syntax error or a bad value fails with
+// "file:line:column: ..." and changes nothing.
+[[nodiscard]] Result<Config> parse(std::string_view text, const std::string& file, const Config& base,
+                                   std::vector<std::string>& warnings);
+
+// The files read when no --config is given, in order: those that exist of /etc/tarmac/tarmac.toml
+// and $XDG_CONFIG_HOME/tarmac/tarmac.toml (~/.config when XDG_CONFIG_HOME is unset).
+[[nodiscard]] std::vector<std::string> default_files();
+
+struct Loaded {
+  Config config;
+  std::vector<std::string> files;     // read, in order
+  std::vector<std::string> warnings;  // "file:line: unknown key ..."
+};
+
+// Loads `explicit_file` (which must exist) or else the default files over the defaults.
+[[nodiscard]] Result<Loaded> load(const std::optional<std::string>& explicit_file);
+
+}  // namespace tarmac::config

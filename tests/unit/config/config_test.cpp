@@ -1,0 +1,123 @@
+#include "tarmac/config/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace tarmac::config {
+namespace {
+
+Result<Config> parse_text(const std::string& text, std::vector<std::string>& warnings) {
+  return parse(text, "t.toml", Config{}, warnings);
+}
+
+TEST(Config, DefaultsAreTheDocumentedOnes) {
+  const Config c;
+  EXPECT_EQ(c.activity.busy_util_pct, 30U);
+  EXPECT_EQ(c.activity.holding_after_s, 600);
+  EXPECT_EQ(c.doctor.window_ms, 3000);
+  EXPECT_EQ(c.doctor.interval_ms, 500);
+  EXPECT_EQ(value_text(c, keys()[2]), "\"10m\"");
+}
+
+TEST(Config, ReadsEveryKind) {
+  std::vector<std::string> warnings;
+  auto c = parse_text(R"(
+[activity]
+busy_util_pct = 40
+holding_after = "30m"
+[doctor]
+window = "6s"
+interval = 0.25
+thermal_c = 80
+imbalance_min = "512MiB"
+)",
+                      warnings);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(c->activity.busy_util_pct, 40U);
+  EXPECT_EQ(c->activity.holding_after_s, 1800);
+  EXPECT_EQ(c->doctor.window_ms, 6000);
+  EXPECT_EQ(c->doctor.interval_ms, 250);
+  EXPECT_EQ(c->doctor.thermal_c, 80U);
+  EXPECT_EQ(c->doctor.imbalance_min_bytes, 512ULL << 20);
+  EXPECT_EQ(c->doctor.near_oom_pct, 98U);  // untouched keys keep their defaults
+}
+
+TEST(Config, UnknownKeysWarnWithTheirLine) {
+  std::vector<std::string> warnings;
+  auto c = parse_text("top = 2\n[doctor]\nwindow = \"1s\"\nwindwo = 3\n[nope]\nx = 1\n", warnings);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(warnings.size(), 3U);
+  EXPECT_EQ(warnings[0], "t.toml:1: unknown key 'top' (ignored)");
+  EXPECT_EQ(warnings[1], "t.toml:4: unknown key 'doctor.windwo' (ignored)");
+  EXPECT_EQ(warnings[2], "t.toml:5: unknown section 'nope' (ignored)");
+  EXPECT_EQ(c->doctor.window_ms, 1000);
+}
+
+TEST(Config, BadValuesAreErrorsWithTheirLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"[activity]\nbusy_util_pct = \"high\"\n", "t.toml:2:17: activity.busy_util_pct: expected an integer percentage"},
+      {"[activity]\n\nbusy_util_pct = 101\n", "t.toml:3:17: activity.busy_util_pct: 101 is out of range (1 to 100)"},
+      {"[doctor]\nwindow = \"soon\"\n", "t.toml:2:10: doctor.window: expected a duration"},
+      {"[doctor]\ninterval = \"10ms\"\n", "t.toml:2:12: doctor.interval: 10ms is out of range (50ms to 1m)"},
+      {"[doctor]\nimbalance_min = 2048\n", "t.toml:2:17: doctor.imbalance_min: expected a size with its unit"},
+      {"[doctor\n", "t.toml:1:"},
+  };
+  for (const auto& [text, want] : cases) {
+    std::vector<std::string> warnings;
+    auto c = parse_text(text, warnings);
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_EQ(c.error().message.substr(0, want.size()), want) << c.error().message;
+  }
+}
+
+TEST(Config, LaterFilesOverrideEarlierOnes) {
+  std::vector<std::string> warnings;
+  auto system = parse("[doctor]\nthermal_c = 80\nnear_oom_pct = 90\n", "etc.toml", Config{}, warnings);
+  ASSERT_TRUE(system.ok());
+  auto user = parse("[doctor]\nthermal_c = 83\n", "user.toml", *system, warnings);
+  ASSERT_TRUE(user.ok());
+  EXPECT_EQ(user->doctor.thermal_c, 83U);
+  EXPECT_EQ(user->doctor.near_oom_pct, 90U);
+}
+
+TEST(Config, AMissingExplicitFileIsAnError) {
+  auto loaded = load(std::string("/nonexistent/tarmac.toml"));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.error().message.find("/nonexistent/tarmac.toml: no such file"), std::string::npos);
+}
+
+TEST(Config, TheDefaultsPrintedAsTomlParseBackToTheDefaults) {
+  std::string text;
+  std::string_view section;
+  for (const auto& k : keys()) {
+    if (k.section != section) text += "[" + std::string(section = k.section) + "]\n";
+    text += std::string(k.name) + " = " + value_text(Config{}, k) + "\n";
+  }
+  std::vector<std::string> warnings;
+  auto c = parse_text(text, warnings);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(warnings.empty());
+  for (const auto& k : keys()) EXPECT_EQ(value_text(*c, k), value_text(Config{}, k)) << k.name;
+}
+
+TEST(Config, EveryKeyIsDocumentedWithItsDefault) {
+  std::ifstream doc(TARMAC_SOURCE_DIR "/docs/configuration.md");
+  ASSERT_TRUE(doc.good()) << "docs/configuration.md is missing";
+  std::stringstream buffer;
+  buffer << doc.rdbuf();
+  const std::string text = buffer.str();
+  for (const auto& k : keys()) {
+    // A table row: | `section.name` | default | ...
+    const std::string row = "| `" + std::string(k.section) + "." + std::string(k.name) + "` | `" +
+                            value_text(Config{}, k) + "` |";
+    EXPECT_NE(text.find(row), std::string::npos) << "docs/configuration.md lacks the row " << row;
+  }
+}
+
+}  // namespace
+}  // namespace tarmac::config
