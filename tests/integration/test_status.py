@@ -159,6 +159,65 @@ class StatusProcesses(unittest.TestCase):
         self.assertEqual(g1["activity"], "idle")
 
 
+class StatusForeignPids(unittest.TestCase):
+    """GPU processes of another container: NVML gives their host PIDs, which tarmac's /proc lacks."""
+
+    SCENARIO = str(pathlib.Path(__file__).resolve().parent / "data" / "foreign-pid.toml")
+    FOREIGN = 4200001  # above the kernel's largest PID: no local process can have it
+
+    def test_json_shows_the_process_as_not_visible_with_its_memory(self):
+        snap = status_json(self.SCENARIO)
+        g0, g1, g2 = snap["gpus"]
+        self.assertEqual(len(g1["processes"]), 1)
+        p = g1["processes"][0]
+        self.assertEqual(p["pid"], self.FOREIGN)
+        self.assertFalse(p["visible"])
+        self.assertEqual(p["used_mem_bytes"], 30000 * MIB)
+        self.assertEqual(p["sm_util_pct"], 10)
+        for key in ("user", "name", "command_line", "start_time_unix", "container"):
+            self.assertIsNone(p[key], key)
+        # Its memory counts: held at 10 % it makes GPU 1 starved, not idle.
+        self.assertEqual(g1["mem_used_bytes"], (300 + 30000) * MIB)
+        self.assertEqual(g1["activity"], "starved")
+        self.assertIn("starved", [v["code"] for v in snap["verdicts"]])
+        # A local and a foreign process on one GPU: both listed, each with its own visibility.
+        self.assertEqual([(q["visible"], q["used_mem_bytes"] // MIB) for q in g2["processes"]],
+                         [(True, 10000), (False, 20000)])
+        self.assertEqual(g2["processes"][1]["pid"], self.FOREIGN + 1)
+        self.assertEqual(g2["mem_used_bytes"], (300 + 10000 + 20000) * MIB)
+        self.assertEqual(g2["activity"], "busy")
+        self.assertTrue(g0["processes"][0]["visible"])
+        self.assertEqual(g0["processes"][0]["command_line"], "python train.py --rank 0")
+
+    def test_table_marks_the_process_as_not_visible(self):
+        r = sim(self.SCENARIO, TARMAC, "status")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = {int(m.group(2)): m.group(0) for m in re.finditer(r"^\s*(\d+)\s+(\d+)\s.*$", r.stdout, re.M)
+                if int(m.group(2)) > 100}
+        foreign = rows.get(self.FOREIGN)
+        self.assertIsNotNone(foreign, r.stdout)
+        self.assertRegex(foreign, r"^\s*1\s+4200001\s+-\s+29\.3 GiB\s+10 %\s+-\s+-\s+"
+                                  r"\(PID not visible here: a process of another container or PID namespace\)$")
+        self.assertIn("python train.py --rank 1", r.stdout)
+        gpu1 = [l for l in r.stdout.splitlines() if re.match(r"^\s+1\s+NVIDIA", l)]
+        self.assertEqual(len(gpu1), 1, r.stdout)
+        self.assertIn("starved", gpu1[0])
+
+    def test_query_compute_apps_says_not_found_as_nvidia_smi(self):
+        fields = "gpu_bus_id,pid,process_name,used_gpu_memory,user,command"
+        r = sim(self.SCENARIO, TARMAC, "query", f"--query-compute-apps={fields}", "--format=csv,noheader", "-i", "1,2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(len(lines), 3, r.stdout)
+        self.assertEqual(lines[0], "00000000:0F:00.0, 4200001, [Not Found], 30000 MiB, [Not Found], [Not Found]")
+        self.assertRegex(lines[1], r"^00000000:47:00\.0, \d+, python, 10000 MiB, \S+, python train.py --rank 1$")
+        self.assertEqual(lines[2], "00000000:47:00.0, 4200002, [Not Found], 20000 MiB, [Not Found], [Not Found]")
+        r = sim(self.SCENARIO, TARMAC, "query", "--query-compute-apps=pid,process_name,used_memory", "--format=json",
+                "-i", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout), [{"pid": self.FOREIGN, "process_name": None, "used_gpu_memory": 30000}])
+
+
 class StatusCudaVisibleDevices(unittest.TestCase):
     def test_says_which_gpus_cuda_would_see(self):
         env = {"CUDA_VISIBLE_DEVICES": "2,0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
