@@ -3,6 +3,7 @@ real simulator launcher, with the exit code its severity calls for."""
 import json
 import os
 import pathlib
+import tempfile
 import unittest
 
 from test_status import BUILD, TARMAC, sim
@@ -189,6 +190,18 @@ class DoctorOnOneJob(unittest.TestCase):
         self.assertEqual(report["job"]["gpus"], [0, 1])
         self.assertEqual([f["code"] for f in report["findings"] if f["severity"] != "info"], [])
         self.assertEqual(rc, 0)
+
+    def test_workers_started_after_doctor_are_part_of_the_job(self):
+        # A launcher starts its workers late: doctor looks for the job's processes at every sample.
+        script = (f"{TARMAC} doctor --json --window 2s --interval 250ms --pid $$ > \"$OUT\" & d=$!; sleep 0.7;"
+                  f" CUDA_VISIBLE_DEVICES=3 {LOAD} --mem 2GiB --util 70 --seconds 30 & p=$!;"
+                  " wait $d; rc=$?; kill $p; wait; cat \"$OUT\"; exit $rc")
+        with tempfile.NamedTemporaryFile() as out:
+            r = sim("h100x8-idle-fleet", "/bin/sh", "-c", script, env=clean_env(OUT=out.name))
+        report = json.loads(r.stdout)
+        # The late worker, started after doctor's first sample, is in the job: its GPU is.
+        self.assertEqual(report["job"]["gpus"], [3])
+        self.assertEqual(report["job"]["pids"][0], report["job"]["pid"])
 
     def test_unknown_pid_is_a_usage_error(self):
         r = sim("a100x4-balanced", TARMAC, "doctor", "--pid", "4194303", *QUICK)

@@ -301,14 +301,18 @@ int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
     diagnose::JobScope scope;
     scope.root_pid = options.pid;
     scope.pids.push_back(options.pid);
-    // doctor itself may run inside the job (a launcher script calling it): it is not one of the job's processes.
-    const auto self = static_cast<unsigned>(getpid());
-    for (unsigned child : proc.descendants(options.pid)) {
-      if (child != self) scope.pids.push_back(child);
-    }
     input.job = scope;
-    report.job = scope;
   }
+  // The job's processes, looked up again with every sample: a launcher starts its workers late.
+  const auto add_descendants = [&input, self = static_cast<unsigned>(getpid())] {
+    if (!input.job) return;
+    auto& pids = input.job->pids;
+    for (unsigned child : host::ProcReader().descendants(input.job->root_pid)) {
+      // doctor itself may run inside the job (a script calling it): it is not one of the job's processes.
+      if (child != self && std::find(pids.begin(), pids.end(), child) == pids.end()) pids.push_back(child);
+    }
+  };
+  add_descendants();
 
   auto backend = gpu::open_nvml_backend(global.nvml_lib);
   std::optional<std::string> failure;
@@ -319,6 +323,7 @@ int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
     const long long count = input.thresholds.window_ms / interval + 1;
     for (long long k = 0; k < count; ++k) {
       std::this_thread::sleep_until(start + std::chrono::milliseconds(k * interval));
+      add_descendants();
       gpu::SnapshotOptions so;
       so.processes = true;
       so.topology = k == 0;
@@ -331,6 +336,7 @@ int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
       input.samples.push_back(std::move(*snap));
     }
   }
+  report.job = input.job;
   if (failure) {
     report.findings.push_back(diagnose::no_gpus_visible(*failure, input.environment));
     report.exit_code = kExitCouldNotLook;
