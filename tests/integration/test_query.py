@@ -16,6 +16,7 @@ import random
 import re
 import signal
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -169,6 +170,27 @@ class GoldenAgainstNvidiaSmi(unittest.TestCase):
         for ids in [uuid, serial, uuid.lower(), f"3,{uuid}"]:
             with self.subTest(ids=ids):
                 self.assert_same("a100x4-balanced", "--query-gpu=index", "--format=csv", "-i", ids)
+
+    def test_driver_failures_say_what_nvidia_smi_says(self):
+        # NVML's init fails: nvidia-smi's message on stdout, and its exit code (9, 4, 18, 255).
+        base = (pathlib.Path(__file__).resolve().parents[2] / "sim" / "scenarios" / "no-driver-container.toml").read_text()
+        with tempfile.TemporaryDirectory() as d:
+            for rc in ["DRIVER_NOT_LOADED", "NO_PERMISSION", "LIB_RM_VERSION_MISMATCH", "UNKNOWN"]:
+                path = pathlib.Path(d) / f"init-{rc}.toml"
+                path.write_text(base.replace('init_error = "DRIVER_NOT_LOADED"', f'init_error = "{rc}"'))
+                with self.subTest(init_error=rc):
+                    theirs = self.assert_same(str(path), "--query-gpu=index,name", "--format=csv")
+                    self.assertNotEqual(theirs.returncode, 0)
+
+    def test_missing_library_says_what_nvidia_smi_says(self):
+        e = env()
+        e.pop("LD_LIBRARY_PATH", None)
+        theirs = subprocess.run([*nvidia_smi_cmd(), "--query-gpu=index", "--format=csv"], capture_output=True,
+                                text=True, timeout=30, env=e)
+        ours = subprocess.run([TARMAC, "--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "query", "--query-gpu=index",
+                               "--format=csv"], capture_output=True, text=True, timeout=30, env=e)
+        self.assertEqual(theirs.returncode, 12, describe(theirs))
+        self.assertEqual((ours.returncode, ours.stdout), (theirs.returncode, theirs.stdout), describe(ours))
 
     def test_unknown_fields(self):
         for fields in ["foo", "index,foo,bar", "index,", "", "index,,name", "Name", "INDEX", "index, name",

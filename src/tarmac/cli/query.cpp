@@ -24,6 +24,38 @@ namespace {
 constexpr int kExitNoDevices = 6;
 constexpr int kExitBadDeviceString = 255;
 constexpr int kExitMissingValue = 255;
+constexpr int kExitLibraryNotFound = 12;
+constexpr int kExitDriverNotLoaded = 9;
+
+// When NVML cannot be used at all, nvidia-smi's words and exit code on stdout (scripts test both):
+// no library, no driver, or "Failed to initialize NVML: <the library's text>" with the return
+// code as exit code.
+int init_failure(const Error& error) {
+  if (error.code == Error::Code::NotFound) {
+    std::fputs("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that the NVIDIA "
+               "Display Driver is properly installed and present in your system.\nPlease also try adding directory "
+               "that contains libnvidia-ml.so to your system PATH.\n",
+               stdout);
+    return kExitLibraryNotFound;
+  }
+  if (error.code != Error::Code::Nvml || error.api_code == 0) {
+    print_error(error);  // not a library nvidia-smi would load: tarmac's own message
+    return kExitCouldNotLook;
+  }
+  if (error.api_code == kExitDriverNotLoaded) {  // NVML_ERROR_DRIVER_NOT_LOADED
+    std::fputs("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+               "latest NVIDIA driver is installed and running.\n\n",
+               stdout);
+    return kExitDriverNotLoaded;
+  }
+  // nvidia-smi has its own words for a version mismatch, NVML's for the rest.
+  constexpr int kVersionMismatch = 18;  // NVML_ERROR_LIB_RM_VERSION_MISMATCH
+  const std::string text = error.api_code == kVersionMismatch ? "Driver/library version mismatch"
+                           : error.api_text.empty()           ? error.message
+                                                              : error.api_text;
+  fmt::print("Failed to initialize NVML: {}\n", text);
+  return error.api_code > 0 && error.api_code < 256 ? error.api_code : 255;
+}
 
 struct QueryArgs {
   std::optional<std::string> fields;   // --query-gpu
@@ -264,8 +296,8 @@ int run_query(const GlobalOptions& global, const std::vector<std::string>& args)
     return usage("\"--format=\" switch is missing. Please run 'tarmac query --help' for help.\n");
   }
 
-  auto backend = open_backend(global);
-  if (!backend.ok()) return kExitCouldNotLook;
+  auto backend = gpu::open_nvml_backend(global.nvml_lib);
+  if (!backend.ok()) return init_failure(backend.error());
   Output output;
   if (q.file) {
     output.stream = std::fopen(q.file->c_str(), "w");

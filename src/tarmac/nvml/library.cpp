@@ -67,7 +67,14 @@ Result<std::unique_ptr<Library>> Library::open(const LoadOptions& options) {
   } else {
     rc = lib->fn_.nvmlInit();
   }
-  if (rc != NVML_SUCCESS) return nvml_error(call, rc);
+  if (rc != NVML_SUCCESS) {
+    Error e = nvml_error(call, rc);
+    // The library's own words for the code, as nvidia-smi prints them ("Insufficient Permissions").
+    if (lib->fn_.nvmlErrorString != nullptr) {
+      if (const char* text = lib->fn_.nvmlErrorString(rc); text != nullptr) e.api_text = text;
+    }
+    return e;
+  }
   lib->initialised_ = true;
   return lib;
 }

@@ -69,8 +69,10 @@ std::string return_code_message(nvmlReturn_t code) {
 }
 
 Error nvml_error(std::string_view call, nvmlReturn_t code) {
-  return make_error(Error::Code::Nvml,
-                    fmt::format("{} failed: {} ({})", call, return_code_message(code), return_code_name(code)));
+  Error e = make_error(Error::Code::Nvml,
+                       fmt::format("{} failed: {} ({})", call, return_code_message(code), return_code_name(code)));
+  e.api_code = static_cast<int>(code);
+  return e;
 }
 
 }  // namespace tarmac::nvml

@@ -21,6 +21,10 @@ struct Error {
   };
   Code code = Code::Internal;
   std::string message;
+  // For a failure of an outside API (Code::Nvml): its own return code and its own text for it,
+  // so that a compatible front end (query, as nvidia-smi) can say what that API's clients say.
+  int api_code = 0;
+  std::string api_text;
 };
 
 template <typename T>
@@ -61,7 +65,12 @@ class [[nodiscard]] Result<void> {
   bool ok_ = true;
 };
 
-inline Error make_error(Error::Code code, std::string message) { return Error{code, std::move(message)}; }
+inline Error make_error(Error::Code code, std::string message) {
+  Error e;
+  e.code = code;
+  e.message = std::move(message);
+  return e;
+}
 
 }  // namespace tarmac
 
