@@ -169,6 +169,22 @@ std::uint64_t process_memory(const gpu::Device& d) {
   return sum;
 }
 
+std::string gpus_text(const std::vector<unsigned>& gpus) {
+  return fmt::format("{} {}", gpus.size() == 1 ? "GPU" : "GPUs", format_index_list(gpus));
+}
+
+double pct(std::uint64_t part, std::uint64_t whole) {
+  return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+}
+
+long long now_s(const Context& c) { return c.in.samples.back().timestamp_unix_ms / 1000; }
+
+void add_process_facts(const Context& c, unsigned index, Finding& f) {
+  for (const auto* p : c.processes(index)) {
+    f.facts.push_back(fmt::format("GPU {}: {}", index, process_line(*p, now_s(c))));
+  }
+}
+
 GpuEvidence gpu_evidence(const Context& c, unsigned index) {
   GpuEvidence e{index, {}};
   const auto* d = c.last(index);

@@ -56,7 +56,11 @@ class Context {
 [[nodiscard]] bool is_empty(const gpu::Device& d, const DoctorInput& in);  // no process, not busy
 [[nodiscard]] std::uint64_t process_memory(const gpu::Device& d);
 
-// Evidence helpers.
+// Text and evidence helpers.
+[[nodiscard]] std::string gpus_text(const std::vector<unsigned>& gpus);  // "GPU 2", "GPUs 0-3"
+[[nodiscard]] double pct(std::uint64_t part, std::uint64_t whole);
+[[nodiscard]] long long now_s(const Context& c);  // the last sample's time
+void add_process_facts(const Context& c, unsigned index, Finding& f);  // one fact per process on the GPU
 [[nodiscard]] GpuEvidence gpu_evidence(const Context& c, unsigned index);
 [[nodiscard]] std::string process_line(const gpu::GpuProcess& p, long long now_unix_s);
 
