@@ -292,8 +292,8 @@ int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
   report.window_ms = input.thresholds.window_ms;
   if (options.expect_gpus != 0) input.expect_gpus = options.expect_gpus;
   report.expect_gpus = input.expect_gpus;
+  const host::ProcReader proc;  // reads boot time and clock ticks once, for every sample
   if (options.pid != 0) {
-    const host::ProcReader proc;
     if (proc.read(options.pid).visibility != host::PidVisibility::Visible) {
       fmt::print(stderr, "tarmac: doctor --pid {}: no such process in this PID namespace\n", options.pid);
       return kExitUsage;
@@ -304,10 +304,10 @@ int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
     input.job = scope;
   }
   // The job's processes, looked up again with every sample: a launcher starts its workers late.
-  const auto add_descendants = [&input, self = static_cast<unsigned>(getpid())] {
+  const auto add_descendants = [&input, &proc, self = static_cast<unsigned>(getpid())] {
     if (!input.job) return;
     auto& pids = input.job->pids;
-    for (unsigned child : host::ProcReader().descendants(input.job->root_pid)) {
+    for (unsigned child : proc.descendants(input.job->root_pid)) {
       // doctor itself may run inside the job (a script calling it): it is not one of the job's processes.
       if (child != self && std::find(pids.begin(), pids.end(), child) == pids.end()) pids.push_back(child);
     }
