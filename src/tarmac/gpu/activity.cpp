@@ -28,27 +28,38 @@ std::optional<std::string> fault_reason(const Device& d) {
   return std::nullopt;
 }
 
-Activity classify(const Device& d, const ActivityThresholds& t, long long now_unix_s, Leased leased) {
+namespace {
+
+// The rules of classify with the holding decision already made by the caller.
+Activity classify_given(const Device& d, const ActivityThresholds& t, bool held_long_enough, Leased leased) {
   if (fault_reason(d)) return Activity::Fault;
   const unsigned util = d.sample.util_gpu_pct.value_or(0);
   if (util >= t.busy_util_pct) return Activity::Busy;
   if (d.processes.empty()) return leased == Leased::Yes ? Activity::ReservedIdle : Activity::Idle;
-  if (util == 0) {
-    // The youngest process bounds how long the memory can have been held idle.
-    long long youngest_age = -1;
-    for (const auto& p : d.processes) {
-      if (!p.host.start_time_unix) continue;
-      const long long age = now_unix_s - *p.host.start_time_unix;
-      youngest_age = youngest_age < 0 ? age : std::min(youngest_age, age);
-    }
-    if (youngest_age < 0 || youngest_age >= t.holding_after_s) return Activity::Holding;
-  }
+  if (util == 0 && held_long_enough) return Activity::Holding;
   // Little memory held at low utilization is a light process (a monitoring probe, a small
   // notebook), not a starved job: the GPU is still available.
   const auto total = d.id.mem_total_bytes.value_or(0);
   const auto used = d.sample.mem_used_bytes.value_or(0);
   if (total > 0 && used * 100 < total * t.starved_mem_pct) return Activity::Idle;
   return Activity::Starved;
+}
+
+}  // namespace
+
+Activity classify(const Device& d, const ActivityThresholds& t, long long now_unix_s, Leased leased) {
+  // The youngest process bounds how long the memory can have been held idle.
+  long long youngest_age = -1;
+  for (const auto& p : d.processes) {
+    if (!p.host.start_time_unix) continue;
+    const long long age = now_unix_s - *p.host.start_time_unix;
+    youngest_age = youngest_age < 0 ? age : std::min(youngest_age, age);
+  }
+  return classify_given(d, t, youngest_age < 0 || youngest_age >= t.holding_after_s, leased);
+}
+
+Activity classify_with_history(const Device& d, const ActivityThresholds& t, long long held_idle_s, Leased leased) {
+  return classify_given(d, t, held_idle_s >= t.holding_after_s, leased);
 }
 
 const char* to_string(Activity a) {

@@ -1,6 +1,7 @@
 // Activity classes (PRODUCT.md §3): one word per GPU saying what it really does.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 
@@ -9,6 +10,10 @@
 namespace tarmac::gpu {
 
 enum class Activity { Busy, Starved, Holding, Idle, ReservedIdle, Fault };
+
+inline constexpr std::array<Activity, 6> kActivities = {Activity::Busy,         Activity::Starved,
+                                                        Activity::Holding,      Activity::Idle,
+                                                        Activity::ReservedIdle, Activity::Fault};
 
 // The thresholds, all configuration with these documented defaults (docs/ARCHITECTURE.md).
 struct ActivityThresholds {
@@ -28,6 +33,12 @@ enum class Leased { No, Yes };
 // memory idle for longer than it has existed.
 [[nodiscard]] Activity classify(const Device& device, const ActivityThresholds& thresholds, long long now_unix_s,
                                 Leased leased = Leased::No);
+
+// Classifies one GPU with history: `held_idle_s` is how long, as the caller measured it over its
+// samples, the GPU has had processes at 0 % utilization (0 when it has not). Process ages do not
+// matter here, so this works on any clock (the agent under a fast simulation).
+[[nodiscard]] Activity classify_with_history(const Device& device, const ActivityThresholds& thresholds,
+                                             long long held_idle_s, Leased leased = Leased::No);
 
 [[nodiscard]] const char* to_string(Activity activity);
 

@@ -1,0 +1,44 @@
+// Reading the store back (tarmac history, export, report): time ranges in milliseconds since the
+// epoch, half-open [since, until). Opens read-only, so readers never block or disturb the agent.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tarmac/store/rows.hpp"
+#include "tarmac/store/sqlite.hpp"
+
+namespace tarmac::store {
+
+struct TimeRange {
+  long long since_ms = 0;
+  long long until_ms = 0;
+};
+
+enum class Level { Samples, Minutes, Hours };
+
+class Reader {
+ public:
+  // Opens the store at `path` read-only and checks it is one this tarmac reads.
+  [[nodiscard]] static Result<Reader> open(const std::string& path);
+
+  [[nodiscard]] Result<std::vector<GpuInfo>> gpus();
+  // The first and last recorded times, or nullopt for an empty store.
+  [[nodiscard]] Result<std::optional<TimeRange>> recorded();
+  [[nodiscard]] Result<std::vector<GpuSample>> samples(const TimeRange& range, const std::vector<unsigned>& gpus);
+  [[nodiscard]] Result<std::vector<Rollup>> rollups(Level level, const TimeRange& range,
+                                                    const std::vector<unsigned>& gpus);
+  [[nodiscard]] Result<std::vector<ProcessSample>> process_samples(const TimeRange& range,
+                                                                   const std::vector<unsigned>& gpus);
+  // Spans that overlap the range (not clipped).
+  [[nodiscard]] Result<std::vector<ActivitySpan>> activity(const TimeRange& range);
+  [[nodiscard]] Result<std::vector<ProcessSpan>> processes(const TimeRange& range);
+  [[nodiscard]] Result<std::vector<Event>> events(const TimeRange& range);
+
+ private:
+  explicit Reader(Database db) : db_(std::move(db)) {}
+  Database db_;
+};
+
+}  // namespace tarmac::store

@@ -1,0 +1,333 @@
+#include "tarmac/store/recorder.hpp"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fmt/format.h>
+
+#include "tarmac/store/schema.hpp"
+
+namespace tarmac::store {
+
+namespace {
+
+constexpr long long kMinuteMs = 60LL * 1000;
+constexpr long long kHourMs = 60 * kMinuteMs;
+
+// The sums of one rollup bucket, added to the stored row (or inserted) by one upsert.
+struct Bucket {
+  long long samples = 0;
+  long long util_sum = 0;
+  long long util_max = 0;
+  long long mem_util_sum = 0;
+  long long mem_used_sum = 0;
+  long long mem_used_max = 0;
+  long long power_sum = 0;
+  long long temp_max = 0;
+
+  void add(const GpuSample& s) {
+    ++samples;
+    util_sum += s.util_pct.value_or(0);
+    util_max = std::max(util_max, s.util_pct.value_or(0));
+    mem_util_sum += s.mem_util_pct.value_or(0);
+    mem_used_sum += s.mem_used_mib.value_or(0);
+    mem_used_max = std::max(mem_used_max, s.mem_used_mib.value_or(0));
+    power_sum += s.power_w.value_or(0);
+    temp_max = std::max(temp_max, s.temp_c.value_or(0));
+  }
+};
+
+std::string rollup_upsert(std::string_view table) {
+  return fmt::format(
+      "INSERT INTO {0}(ts_ms, gpu, samples, util_sum, util_max, mem_util_sum, mem_used_mib_sum, mem_used_mib_max, "
+      "power_w_sum, temp_c_max) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(ts_ms, gpu) DO UPDATE SET "
+      "samples = samples + excluded.samples, util_sum = util_sum + excluded.util_sum, "
+      "util_max = max(util_max, excluded.util_max), mem_util_sum = mem_util_sum + excluded.mem_util_sum, "
+      "mem_used_mib_sum = mem_used_mib_sum + excluded.mem_used_mib_sum, "
+      "mem_used_mib_max = max(mem_used_mib_max, excluded.mem_used_mib_max), "
+      "power_w_sum = power_w_sum + excluded.power_w_sum, temp_c_max = max(temp_c_max, excluded.temp_c_max)",
+      table);
+}
+
+Result<void> write_rollups(Database& db, std::string_view table, long long width_ms,
+                           const std::vector<GpuSample>& samples) {
+  std::map<std::pair<long long, unsigned>, Bucket> buckets;
+  for (const auto& s : samples) buckets[{s.ts_ms - s.ts_ms % width_ms, s.gpu}].add(s);
+  TARMAC_TRY_ASSIGN(auto st, db.prepare(rollup_upsert(table)));
+  for (const auto& [key, b] : buckets) {
+    st.bind(1, key.first);
+    st.bind(2, static_cast<long long>(key.second));
+    const std::array<long long, 8> values = {b.samples,      b.util_sum,     b.util_max,  b.mem_util_sum,
+                                             b.mem_used_sum, b.mem_used_max, b.power_sum, b.temp_max};
+    for (std::size_t i = 0; i < values.size(); ++i) st.bind(static_cast<int>(i) + 3, values[i]);
+    TARMAC_TRY(st.run());
+  }
+  return {};
+}
+
+void bind_text_or_null(Statement& st, int i, const std::string& s) {
+  if (!s.empty()) {
+    st.bind(i, std::string_view(s));
+  } else {
+    st.bind_null(i);
+  }
+}
+
+}  // namespace
+
+std::string database_path(const std::string& state_dir) { return state_dir + "/tarmac.db"; }
+
+Recorder::Recorder(RecorderOptions options) : options_(std::move(options)) {}
+
+void Recorder::add(const GpuInfo& info, long long seen_ms) {
+  auto [it, inserted] = gpus_.try_emplace(info.gpu, GpuSeen{info, seen_ms, seen_ms});
+  if (!inserted) {
+    it->second.info = info;
+    it->second.last_ms = std::max(it->second.last_ms, seen_ms);
+    it->second.first_ms = std::min(it->second.first_ms, seen_ms);
+  }
+}
+void Recorder::add(const GpuSample& s) {
+  samples_.push_back(s);
+  enforce_bound();
+}
+void Recorder::add(const SlowSample& s) { slow_samples_.push_back(s); }
+void Recorder::add(const ProcessSample& s) {
+  process_samples_.push_back(s);
+  enforce_bound();
+}
+void Recorder::add(const Event& e) { events_.push_back(e); }
+void Recorder::update(const ActivitySpan& s) { activity_[{s.gpu, s.start_ms}] = s; }
+void Recorder::update(const ProcessSpan& s) { processes_[{s.gpu, s.pid, s.first_ms}] = s; }
+
+std::size_t Recorder::pending_rows() const {
+  return samples_.size() + slow_samples_.size() + process_samples_.size() + events_.size() + activity_.size() + processes_.size() +
+         gpus_.size();
+}
+
+void Recorder::enforce_bound() {
+  // The samples are the bulk; spans and events are few and carry what the report needs most.
+  const std::size_t rows = samples_.size() + process_samples_.size();
+  if (rows <= options_.max_pending_rows) return;
+  const std::size_t excess = rows - options_.max_pending_rows + options_.max_pending_rows / 10;
+  const std::size_t from_processes = std::min(excess, process_samples_.size());
+  process_samples_.erase(process_samples_.begin(), process_samples_.begin() + static_cast<long>(from_processes));
+  const std::size_t from_samples = std::min(excess - from_processes, samples_.size());
+  samples_.erase(samples_.begin(), samples_.begin() + static_cast<long>(from_samples));
+  dropped_ += from_processes + from_samples;
+}
+
+Result<void> Recorder::open() {
+  std::error_code ec;
+  const auto dir = std::filesystem::path(options_.path).parent_path();
+  if (!dir.empty() && !std::filesystem::exists(dir, ec)) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      Error e = make_error(Error::Code::Io, fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+      e.api_code = 8;  // SQLITE_READONLY: the directory cannot be written
+      return e;
+    }
+  }
+  TARMAC_TRY_ASSIGN(auto db, Database::open(options_.path, Database::Mode::ReadWrite));
+  TARMAC_TRY(ensure_schema(db));
+  db_.emplace(std::move(db));
+  return {};
+}
+
+Result<void> Recorder::write_batch() {
+  Database& db = *db_;
+  if (!gpus_.empty()) {
+    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT INTO gpu(gpu, uuid, name, pci_bus_id, mem_total_mib, first_ms, last_ms) "
+                                          "VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(gpu) DO UPDATE SET "
+                                          "uuid = excluded.uuid, name = excluded.name, pci_bus_id = excluded.pci_bus_id, "
+                                          "mem_total_mib = excluded.mem_total_mib, last_ms = excluded.last_ms"));
+    for (const auto& [index, seen] : gpus_) {
+      const GpuInfo& g = seen.info;
+      st.bind(1, static_cast<long long>(index));
+      bind_text_or_null(st, 2, g.uuid);
+      bind_text_or_null(st, 3, g.name);
+      bind_text_or_null(st, 4, g.pci_bus_id);
+      st.bind(5, g.mem_total_mib);
+      st.bind(6, seen.first_ms);
+      st.bind(7, seen.last_ms);
+      TARMAC_TRY(st.run());
+    }
+  }
+  if (!samples_.empty()) {
+    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT OR REPLACE INTO gpu_sample(ts_ms, gpu, util_pct, mem_util_pct, "
+                                          "mem_used_mib, power_w, temp_c, sm_mhz, mem_mhz, enc_pct, dec_pct, class) "
+                                          "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    for (const auto& s : samples_) {
+      st.bind(1, s.ts_ms);
+      st.bind(2, static_cast<long long>(s.gpu));
+      st.bind(3, s.util_pct);
+      st.bind(4, s.mem_util_pct);
+      st.bind(5, s.mem_used_mib);
+      st.bind(6, s.power_w);
+      st.bind(7, s.temp_c);
+      st.bind(8, s.sm_mhz);
+      st.bind(9, s.mem_mhz);
+      st.bind(10, s.enc_pct);
+      st.bind(11, s.dec_pct);
+      st.bind(12, static_cast<long long>(activity_code(s.activity)));
+      TARMAC_TRY(st.run());
+    }
+    TARMAC_TRY(write_rollups(db, "gpu_minute", kMinuteMs, samples_));
+    TARMAC_TRY(write_rollups(db, "gpu_hour", kHourMs, samples_));
+  }
+  if (!slow_samples_.empty()) {
+    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT OR REPLACE INTO gpu_slow_sample(ts_ms, gpu, pcie_tx_kbps, "
+                                          "pcie_rx_kbps, sm_active_pct, sm_occupancy_pct, tensor_active_pct, "
+                                          "dram_bw_pct) VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
+    for (const auto& s : slow_samples_) {
+      st.bind(1, s.ts_ms);
+      st.bind(2, static_cast<long long>(s.gpu));
+      st.bind(3, s.pcie_tx_kbps);
+      st.bind(4, s.pcie_rx_kbps);
+      st.bind(5, s.sm_active_pct);
+      st.bind(6, s.sm_occupancy_pct);
+      st.bind(7, s.tensor_active_pct);
+      st.bind(8, s.dram_bw_pct);
+      TARMAC_TRY(st.run());
+    }
+  }
+  if (!process_samples_.empty()) {
+    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT OR REPLACE INTO process_sample(ts_ms, gpu, pid, mem_used_mib, "
+                                          "sm_util_pct) VALUES(?, ?, ?, ?, ?)"));
+    for (const auto& s : process_samples_) {
+      st.bind(1, s.ts_ms);
+      st.bind(2, static_cast<long long>(s.gpu));
+      st.bind(3, static_cast<long long>(s.pid));
+      st.bind(4, s.mem_used_mib);
+      st.bind(5, s.sm_util_pct);
+      TARMAC_TRY(st.run());
+    }
+  }
+  if (!events_.empty()) {
+    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT INTO event(ts_ms, gpu, kind, detail) VALUES(?, ?, ?, ?)"));
+    for (const auto& e : events_) {
+      st.bind(1, e.ts_ms);
+      if (e.gpu) {
+        st.bind(2, static_cast<long long>(*e.gpu));
+      } else {
+        st.bind_null(2);
+      }
+      st.bind(3, std::string_view(e.kind));
+      st.bind(4, std::string_view(e.detail));
+      TARMAC_TRY(st.run());
+    }
+  }
+  if (!activity_.empty()) {
+    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT OR REPLACE INTO activity(gpu, start_ms, end_ms, class) "
+                                          "VALUES(?, ?, ?, ?)"));
+    for (const auto& [key, s] : activity_) {
+      st.bind(1, static_cast<long long>(s.gpu));
+      st.bind(2, s.start_ms);
+      st.bind(3, s.end_ms);
+      st.bind(4, std::string_view(gpu::to_string(s.activity)));
+      TARMAC_TRY(st.run());
+    }
+  }
+  if (!processes_.empty()) {
+    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT OR REPLACE INTO process(gpu, pid, first_ms, last_ms, start_unix, "
+                                          "user, command, container, slurm_job, mem_used_mib_max) "
+                                          "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    for (const auto& [key, p] : processes_) {
+      st.bind(1, static_cast<long long>(p.gpu));
+      st.bind(2, static_cast<long long>(p.pid));
+      st.bind(3, p.first_ms);
+      st.bind(4, p.last_ms);
+      st.bind(5, p.start_unix);
+      bind_text_or_null(st, 6, p.user);
+      bind_text_or_null(st, 7, p.command);
+      bind_text_or_null(st, 8, p.container);
+      bind_text_or_null(st, 9, p.slurm_job);
+      st.bind(10, p.mem_used_mib_max);
+      TARMAC_TRY(st.run());
+    }
+  }
+  return {};
+}
+
+FlushStatus Recorder::flush() {
+  FlushStatus status;
+  const std::size_t rows = pending_rows();
+  auto fail = [&](const Error& e, int code) {
+    status.ok = false;
+    status.failure = classify_failure(code != 0 ? code : e.api_code);
+    if (status.failure == Failure::None) status.failure = Failure::Other;
+    status.message = e.message;
+    status.pending = pending_rows();
+    status.dropped = dropped_;
+    // A connection that failed to write may hold a broken view of a file that vanished or turned
+    // read-only: open afresh next time. A full disk keeps it (the file itself is fine).
+    if (status.failure != Failure::DiskFull && status.failure != Failure::Busy) db_.reset();
+    return status;
+  };
+  // A store deleted or renamed under the agent is created afresh rather than written into the void.
+  if (db_ && db_->file_moved()) db_.reset();
+  if (!db_) {
+    if (auto r = open(); !r.ok()) return fail(r.error(), r.error().api_code);
+  }
+  if (rows == 0) return status;
+  if (auto r = db_->exec("BEGIN IMMEDIATE"); !r.ok()) return fail(r.error(), db_->last_code());
+  if (auto r = write_batch(); !r.ok()) {
+    const int code = db_->last_code();
+    (void)db_->exec("ROLLBACK");
+    return fail(r.error(), code);
+  }
+  if (auto r = db_->exec("COMMIT"); !r.ok()) {
+    const int code = db_->last_code();
+    (void)db_->exec("ROLLBACK");
+    return fail(r.error(), code);
+  }
+  status.written = rows;
+  status.dropped = dropped_;
+  gpus_.clear();
+  samples_.clear();
+  slow_samples_.clear();
+  process_samples_.clear();
+  events_.clear();
+  activity_.clear();
+  processes_.clear();
+  dropped_ = 0;
+  samples_.shrink_to_fit();
+  process_samples_.shrink_to_fit();
+  return status;
+}
+
+Result<void> Recorder::prune(long long now_ms) {
+  if (!db_) return {};
+  const auto& r = options_.retention;
+  struct Rule {
+    const char* sql;
+    long long keep_ms;
+  };
+  const std::array<Rule, 8> rules = {{
+      {"DELETE FROM gpu_sample WHERE ts_ms < ?", r.samples_ms},
+      {"DELETE FROM gpu_slow_sample WHERE ts_ms < ?", r.samples_ms},
+      {"DELETE FROM process_sample WHERE ts_ms < ?", r.samples_ms},
+      {"DELETE FROM gpu_minute WHERE ts_ms < ?", r.minutes_ms},
+      {"DELETE FROM gpu_hour WHERE ts_ms < ?", r.hours_ms},
+      {"DELETE FROM activity WHERE end_ms < ?", r.hours_ms},
+      {"DELETE FROM process WHERE last_ms < ?", r.hours_ms},
+      {"DELETE FROM event WHERE ts_ms < ?", r.events_ms},
+  }};
+  TARMAC_TRY(db_->exec("BEGIN IMMEDIATE"));
+  for (const auto& rule : rules) {
+    if (rule.keep_ms <= 0) continue;
+    auto st = db_->prepare(rule.sql);
+    if (!st.ok()) {
+      (void)db_->exec("ROLLBACK");
+      return st.take_error();
+    }
+    st->bind(1, now_ms - rule.keep_ms);
+    if (auto run = st->run(); !run.ok()) {
+      (void)db_->exec("ROLLBACK");
+      return run;
+    }
+  }
+  return db_->exec("COMMIT");
+}
+
+}  // namespace tarmac::store
