@@ -5,9 +5,12 @@
 #include <fmt/format.h>
 #include <string_view>
 
+#include "tarmac/cli/agent_command.hpp"
 #include "tarmac/cli/config_command.hpp"
 #include "tarmac/cli/context.hpp"
 #include "tarmac/cli/doctor.hpp"
+#include "tarmac/cli/history.hpp"
+#include "tarmac/cli/report_command.hpp"
 #include "tarmac/cli/query.hpp"
 #include "tarmac/cli/sim_command.hpp"
 #include "tarmac/cli/status.hpp"
@@ -60,6 +63,9 @@ int run_app(int argc, char** argv) {
   add_query_command(app, global, exit_code);
   add_doctor_command(app, global, exit_code);
   add_config_command(app, global, exit_code);
+  add_agent_command(app, global, exit_code);
+  add_history_commands(app, global, exit_code);
+  add_report_command(app, global, exit_code);
   app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
                             "(sim list names the bundled scenarios)");
   try {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <functional>
+#include <unistd.h>
 
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/units.hpp"
@@ -20,12 +21,16 @@ namespace {
 
 // A key with how to read and write it. Values travel as long long in the key's own unit:
 // percent, °C, milliseconds, bytes.
+// Text keys (Path, Choice) use set_text/get_text and `choices` instead.
 struct Key {
   KeyInfo info;
   long long min = 0;
   long long max = 0;
   std::function<void(Config&, long long)> set;
   std::function<long long(const Config&)> get;
+  std::function<void(Config&, const std::string&)> set_text;
+  std::function<std::string(const Config&)> get_text;
+  std::vector<std::string_view> choices;
 };
 
 template <typename T, typename Part>
@@ -35,7 +40,17 @@ Key key(std::string_view section, std::string_view name, Kind kind, std::string_
              min,
              max,
              [=](Config& c, long long v) { (c.*part).*member = static_cast<T>(v / scale); },
-             [=](const Config& c) { return static_cast<long long>((c.*part).*member) * scale; }};
+             [=](const Config& c) { return static_cast<long long>((c.*part).*member) * scale; },
+             nullptr,
+             nullptr,
+             {}};
+}
+
+Key text_key(std::string_view section, std::string_view name, Kind kind, std::string_view doc,
+             std::vector<std::string_view> choices, std::function<void(Config&, const std::string&)> set,
+             std::function<std::string(const Config&)> get) {
+  Key k{{section, name, kind, doc}, 0, 0, nullptr, nullptr, std::move(set), std::move(get), std::move(choices)};
+  return k;
 }
 
 const std::vector<Key>& table() {
@@ -43,6 +58,9 @@ const std::vector<Key>& table() {
   using gpu::ActivityThresholds;
   constexpr long long kDay = 86400LL * 1000;
   constexpr long long kTiB = 1LL << 40;
+  constexpr long long kYear = 366 * kDay;
+  using agent::AgentOptions;
+  using store::Retention;
   static const std::vector<Key> keys = {
       key("activity", "busy_util_pct", Kind::Percent,
           "GPU utilization at or above which a GPU is busy", 1, 100, &Config::activity,
@@ -72,6 +90,36 @@ const std::vector<Key>& table() {
           kTiB, &Config::doctor, &DoctorThresholds::imbalance_min_bytes),
       key("doctor", "holding_min", Kind::Size, "the least memory held at 0 % that doctor reports as holding", 0,
           kTiB, &Config::doctor, &DoctorThresholds::holding_min_bytes),
+      key("agent", "interval", Kind::Duration, "time between the agent's samples of every GPU's fast values", 100,
+          60 * 1000, &Config::agent, &AgentOptions::interval_ms),
+      key("agent", "process_interval", Kind::Duration,
+          "time between the agent's reads of the processes on each GPU (with who runs them)", 100, 3600 * 1000,
+          &Config::agent, &AgentOptions::process_interval_ms),
+      key("agent", "slow_interval", Kind::Duration,
+          "time between reads of the slow values (PCIe throughput, GPM); 0 turns them off", 0, 3600 * 1000,
+          &Config::agent, &AgentOptions::slow_interval_ms),
+      key("agent", "flush", Kind::Duration,
+          "real time between writes to the store: the most a crash or kill -9 can lose", 100, 3600 * 1000,
+          &Config::agent, &AgentOptions::flush_interval_ms),
+      text_key("agent", "clock", Kind::Choice,
+               "\"real\", or \"sim\" to stamp samples with the NVML simulator's clock (tarmac sim --speed)",
+               {"real", "sim"},
+               [](Config& c, const std::string& v) { c.agent_clock = v == "sim" ? AgentClock::Sim : AgentClock::Real; },
+               [](const Config& c) { return std::string(c.agent_clock == AgentClock::Sim ? "sim" : "real"); }),
+      text_key("agent", "state_dir", Kind::Path,
+               "where the store (tarmac.db) lives; \"\" for /var/lib/tarmac (root) or $XDG_STATE_HOME/tarmac", {},
+               [](Config& c, const std::string& v) { c.agent.state_dir = v; },
+               [](const Config& c) { return c.agent.state_dir; }),
+      key("retention", "samples", Kind::Duration,
+          "how long raw samples (GPU, process, slow) are kept; 0 keeps them forever", 0, 10 * kYear,
+          &Config::retention, &Retention::samples_ms),
+      key("retention", "minutes", Kind::Duration, "how long the 1-minute rollups are kept; 0 keeps them forever", 0,
+          10 * kYear, &Config::retention, &Retention::minutes_ms),
+      key("retention", "hours", Kind::Duration,
+          "how long the 1-hour rollups, activity spans and process spans are kept; 0 keeps them forever", 0,
+          10 * kYear, &Config::retention, &Retention::hours_ms),
+      key("retention", "events", Kind::Duration, "how long events are kept; 0 keeps them forever", 0, 10 * kYear,
+          &Config::retention, &Retention::events_ms),
   };
   return keys;
 }
@@ -82,6 +130,8 @@ const char* kind_example(Kind kind) {
     case Kind::Celsius: return "an integer in degrees Celsius, like 85";
     case Kind::Duration: return "a duration, like \"500ms\", \"3s\" or \"10m\" (or a number of seconds)";
     case Kind::Size: return "a size with its unit, like \"2GiB\" or \"512MiB\"";
+    case Kind::Path: return "a path in quotes, like \"/var/lib/tarmac\"";
+    case Kind::Choice: return "one of the listed words, in quotes";
   }
   return "a value";
 }
@@ -103,6 +153,8 @@ Result<long long> read_value(const toml::node& node, const Key& k) {
         value = util::parse_duration_ms(fmt::format("{}", f->get()));
       }
       break;
+    case Kind::Path:
+    case Kind::Choice: break;  // text keys: read_text
     case Kind::Size:
       if (const auto* s = node.as_string()) {
         const std::string text = s->get();
@@ -127,6 +179,28 @@ Result<long long> read_value(const toml::node& node, const Key& k) {
   }
   return *value;
 }
+
+// The value of a text key, or why it cannot be.
+Result<std::string> read_text(const toml::node& node, const Key& k) {
+  const auto* s = node.as_string();
+  if (s == nullptr) {
+    if (k.info.kind == Kind::Choice) {
+      return make_error(Error::Code::Invalid, fmt::format("expected one of \"{}\"", fmt::join(k.choices, "\", \"")));
+    }
+    return make_error(Error::Code::Invalid, fmt::format("expected {}", kind_example(k.info.kind)));
+  }
+  std::string text = s->get();
+  if (k.info.kind == Kind::Choice && std::find(k.choices.begin(), k.choices.end(), text) == k.choices.end()) {
+    return make_error(Error::Code::Invalid,
+                      fmt::format("'{}' is not one of \"{}\"", text, fmt::join(k.choices, "\", \"")));
+  }
+  if (k.info.kind == Kind::Path && !text.empty() && text.front() != '/') {
+    return make_error(Error::Code::Invalid, fmt::format("'{}' is not an absolute path", text));
+  }
+  return text;
+}
+
+bool is_text(const Key& k) { return k.info.kind == Kind::Path || k.info.kind == Kind::Choice; }
 
 const Key* find_key(std::string_view section, std::string_view name) {
   for (const auto& k : table()) {
@@ -156,6 +230,14 @@ const std::vector<KeyInfo>& keys() {
 std::string value_text(const Config& config, const KeyInfo& info) {
   const Key* k = find_key(info.section, info.name);
   if (k == nullptr) return "";
+  if (is_text(*k)) {
+    std::string quoted = "\"";
+    for (char c : k->get_text(config)) {
+      if (c == '"' || c == '\\') quoted += '\\';
+      quoted += c;
+    }
+    return quoted + "\"";
+  }
   const long long v = k->get(config);
   switch (info.kind) {
     case Kind::Duration: return fmt::format("\"{}\"", util::format_duration_ms(v));
@@ -195,18 +277,41 @@ Result<Config> parse(std::string_view text, const std::string& file, const Confi
                                                 name.str()));
         continue;
       }
-      auto v = read_value(value, *k);
-      if (!v.ok()) {
-        const auto vat = value.source().begin;
+      const auto vat = value.source().begin;
+      const auto bad = [&](const Error& e) {
         return make_error(Error::Code::Invalid, fmt::format("{}:{}:{}: {}.{}: {}", file, vat.line, vat.column,
-                                                            section.str(), name.str(), v.error().message));
+                                                            section.str(), name.str(), e.message));
+      };
+      if (is_text(*k)) {
+        auto t = read_text(value, *k);
+        if (!t.ok()) return bad(t.error());
+        k->set_text(out, *t);
+        continue;
       }
+      auto v = read_value(value, *k);
+      if (!v.ok()) return bad(v.error());
       k->set(out, *v);
     }
   }
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [line, message] : found) warnings.push_back(std::move(message));
   return out;
+}
+
+std::string state_dir(const Config& config) {
+  if (!config.agent.state_dir.empty()) return config.agent.state_dir;
+  if (const char* sd = std::getenv("STATE_DIRECTORY"); sd != nullptr && *sd == '/') {
+    std::string first(sd);
+    return first.substr(0, first.find(':'));  // systemd lists several, separated by ':'
+  }
+  if (geteuid() == 0) return "/var/lib/tarmac";
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg == '/') {
+    return std::string(xdg) + "/tarmac";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+    return std::string(home) + "/.local/state/tarmac";
+  }
+  return "/var/lib/tarmac";
 }
 
 std::vector<std::string> default_files() {

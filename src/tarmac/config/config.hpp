@@ -9,15 +9,24 @@
 #include <string_view>
 #include <vector>
 
+#include "tarmac/agent/agent.hpp"
 #include "tarmac/diagnose/doctor.hpp"
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/util/result.hpp"
 
 namespace tarmac::config {
 
+// Which clock the agent stamps its samples with.
+enum class AgentClock { Real, Sim };
+
 struct Config {
   gpu::ActivityThresholds activity;
   diagnose::DoctorThresholds doctor;
+  // The agent's cadences and state directory (its thresholds come from `activity`, its retention
+  // from `retention`).
+  agent::AgentOptions agent;
+  AgentClock agent_clock = AgentClock::Real;
+  store::Retention retention;
 };
 
 // The kinds of value a key takes, as written in the file.
@@ -26,6 +35,8 @@ enum class Kind {
   Celsius,   // integer
   Duration,  // "500ms", "3s", "10m", or a number of seconds
   Size,      // "2GiB", "512MiB"
+  Path,      // a string: a file or directory; "" for the default
+  Choice,    // one of a few words
 };
 
 // One documented key: "section.name".
@@ -41,6 +52,10 @@ struct KeyInfo {
 
 // A key's value in `config`, written as it would be in the file ("30", "\"10m\"", "\"2GiB\"").
 [[nodiscard]] std::string value_text(const Config& config, const KeyInfo& key);
+
+// The agent's state directory: agent.state_dir when set, else $STATE_DIRECTORY (systemd's
+// StateDirectory=), else /var/lib/tarmac for root, else $XDG_STATE_HOME/tarmac (~/.local/state/tarmac).
+[[nodiscard]] std::string state_dir(const Config& config);
 
 // Applies the keys of TOML `text` (from `file`, for messages) over `base`. Unknown keys and
 // sections append "file:line: ..." to `warnings`; a syntax error or a bad value fails with

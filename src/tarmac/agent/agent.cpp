@@ -1,0 +1,189 @@
+#include "tarmac/agent/agent.hpp"
+
+#include <chrono>
+#include <fmt/format.h>
+
+#include "tarmac/agent/tracker.hpp"
+
+namespace tarmac::agent {
+
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+constexpr long long kPruneEveryMs = 3600LL * 1000;
+
+double seconds_since(Steady::time_point t) {
+  return std::chrono::duration<double>(Steady::now() - t).count();
+}
+
+std::optional<long long> num(const std::optional<unsigned>& v) {
+  if (!v) return std::nullopt;
+  return static_cast<long long>(*v);
+}
+
+store::GpuInfo info_of(const gpu::Device& d) {
+  store::GpuInfo g;
+  g.gpu = d.id.index;
+  g.uuid = d.id.uuid.value_or("");
+  g.name = d.id.name.value_or("");
+  g.pci_bus_id = d.id.pci_bus_id.value_or("");
+  if (d.id.mem_total_bytes) g.mem_total_mib = static_cast<long long>(*d.id.mem_total_bytes / (1024 * 1024));
+  return g;
+}
+
+// Logs the store's state when it changes: the first failure, a different failure, the recovery.
+class FlushLog {
+ public:
+  FlushLog(const LogSink& log, std::string path) : log_(log), path_(std::move(path)) {}
+
+  void report(const store::FlushStatus& s, long long ts_ms, store::Recorder& rec) {
+    if (!s.ok) {
+      if (!failing_ || s.message != last_message_) {
+        log_(LogLevel::Warning, fmt::format("cannot write {}: {}; keeping {} rows in memory and retrying", path_,
+                                            s.message, s.pending));
+      }
+      failing_ = true;
+      last_message_ = s.message;
+      return;
+    }
+    if (failing_) {
+      log_(LogLevel::Info, fmt::format("recording resumed: {} rows written to {}{}", s.written, path_,
+                                       s.dropped ? fmt::format(", {} samples dropped while it could not be written",
+                                                               s.dropped)
+                                                 : std::string()));
+      if (s.dropped > 0) {
+        rec.add(store::Event{ts_ms, std::nullopt, "recording-gap",
+                             fmt::format("{} samples dropped while the store could not be written", s.dropped)});
+      }
+    }
+    failing_ = false;
+    last_message_.clear();
+  }
+
+ private:
+  const LogSink& log_;
+  std::string path_;
+  bool failing_ = false;
+  std::string last_message_;
+};
+
+}  // namespace
+
+gpu::ValueGroups recorded_groups() {
+  using G = gpu::ValueGroup;
+  return {G::Name,       G::Uuid,        G::Pci,         G::Board,       G::Memory,    G::Utilization,
+          G::CodecUtilization, G::Temperature, G::Power, G::ClockSm, G::ClockMem, G::ClockEvents,
+          G::EccErrors,  G::RetiredPages, G::RemappedRows, G::ProcessHost, G::ProcessUtilization};
+}
+
+Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const AgentOptions& options,
+                               const std::atomic<bool>& stop, const LogSink& log) {
+  store::RecorderOptions ropts;
+  ropts.path = store::database_path(options.state_dir);
+  ropts.retention = options.retention;
+  store::Recorder recorder(ropts);
+  // A pause longer than a few intervals is time nobody watched: spans end rather than stretch.
+  Tracker tracker(options.thresholds, std::max(3 * options.interval_ms, options.process_interval_ms + options.interval_ms));
+  FlushLog flush_log(log, ropts.path);
+
+  gpu::SnapshotOptions fast;
+  fast.values = recorded_groups();
+  fast.processes = false;
+  gpu::SnapshotOptions with_processes = fast;
+  with_processes.processes = true;
+  gpu::SnapshotOptions slow;
+  slow.values = {};
+  slow.processes = false;
+  slow.slow = true;
+
+  // The first snapshot proves NVML works; without it there is nothing to record.
+  TARMAC_TRY_ASSIGN(auto first, backend.snapshot(with_processes));
+  const long long start_ms = clock.now_ms();
+  recorder.add(store::Event{start_ms, std::nullopt, "agent-start",
+                            fmt::format("{} GPUs, every {} ms", first.devices.size(), options.interval_ms)});
+  log(LogLevel::Info, fmt::format("recording {} GPUs every {} ms (processes every {} ms) to {}", first.devices.size(),
+                                  options.interval_ms, options.process_interval_ms, ropts.path));
+
+  AgentSummary summary;
+  const auto real_start = Steady::now();
+  auto last_flush = Steady::now();
+  long long next_fast = start_ms;
+  long long next_processes = start_ms;
+  long long next_slow = start_ms;
+  long long last_prune = 0;
+  long long last_error_log = -1;
+  std::optional<gpu::Snapshot> pending_first(std::move(first));
+
+  auto flush = [&](long long ts_ms) {
+    auto status = recorder.flush();
+    flush_log.report(status, ts_ms, recorder);
+    last_flush = Steady::now();
+    if (status.ok && (last_prune == 0 || ts_ms - last_prune >= kPruneEveryMs)) {
+      if (auto r = recorder.prune(ts_ms); !r.ok()) {
+        log(LogLevel::Warning, fmt::format("cannot prune old data: {}", r.error().message));
+      }
+      last_prune = ts_ms;
+    }
+  };
+
+  // Open the store now: a problem with it shows in the log at once, not a flush interval later.
+  flush(start_ms);
+
+  long long now = start_ms;
+  while (!stop.load(std::memory_order_relaxed)) {
+    now = clock.now_ms();
+    if (options.duration_ms > 0 && now - start_ms >= options.duration_ms) break;
+    const bool list_processes = now >= next_processes;
+    Result<gpu::Snapshot> snap = pending_first ? Result<gpu::Snapshot>(std::move(*pending_first))
+                                               : backend.snapshot(list_processes ? with_processes : fast);
+    pending_first.reset();
+    if (snap.ok()) {
+      ++summary.snapshots;
+      summary.gpu_samples += static_cast<long long>(snap->devices.size());
+      tracker.observe(*snap, now, list_processes, recorder);
+      if (list_processes) {
+        for (const auto& d : snap->devices) recorder.add(info_of(d), now);
+        next_processes = std::max(next_processes + options.process_interval_ms, now + 1);
+      }
+    } else if (last_error_log < 0 || now - last_error_log >= 60 * 1000) {
+      log(LogLevel::Error, fmt::format("cannot read the GPUs: {}", snap.error().message));
+      last_error_log = now;
+    }
+    if (options.slow_interval_ms > 0 && now >= next_slow) {
+      if (auto s = backend.snapshot(slow); s.ok()) {
+        for (const auto& d : s->devices) {
+          if (!d.slow) continue;
+          recorder.add(store::SlowSample{now, d.id.index, num(d.slow->pcie_tx_kbps), num(d.slow->pcie_rx_kbps),
+                                         d.slow->gpm_sm_active_pct, d.slow->gpm_sm_occupancy_pct,
+                                         d.slow->gpm_tensor_active_pct, d.slow->gpm_dram_bw_pct});
+        }
+      }
+      next_slow = std::max(next_slow + options.slow_interval_ms, now + 1);
+    }
+    if (seconds_since(last_flush) * 1000 >= static_cast<double>(options.flush_interval_ms)) flush(now);
+
+    next_fast += options.interval_ms;
+    const long long after = clock.now_ms();
+    if (next_fast <= after) {
+      // The sample ran past the next one's time (a slow GPU, a fast simulation): take the next one
+      // now rather than a burst of catch-up samples.
+      ++summary.late_samples;
+      next_fast = after;
+    }
+    if (options.duration_ms > 0) next_fast = std::min(next_fast, start_ms + options.duration_ms);
+    clock.wait_until(next_fast, stop);
+  }
+  now = std::max(now, clock.now_ms());
+  if (options.duration_ms > 0) now = std::min(now, start_ms + options.duration_ms);
+  recorder.add(store::Event{now, std::nullopt, "agent-stop", fmt::format("{} GPU-samples", summary.gpu_samples)});
+  flush(now);
+  summary.clock_ms = now - start_ms;
+  summary.real_s = seconds_since(real_start);
+  if (recorder.pending_rows() > 0) {
+    log(LogLevel::Warning, fmt::format("stopped with {} rows not written to {}", recorder.pending_rows(), ropts.path));
+  }
+  return summary;
+}
+
+}  // namespace tarmac::agent

@@ -1,0 +1,48 @@
+// `tarmac agent`: the sampler and recorder loop (PRODUCT.md §7). Fast values every interval,
+// processes and slow values on their own cadences, everything through the Tracker into the
+// Recorder, flushed every flush interval of real time. Stops cleanly when `stop` is set.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "tarmac/agent/clock.hpp"
+#include "tarmac/gpu/activity.hpp"
+#include "tarmac/gpu/backend.hpp"
+#include "tarmac/store/recorder.hpp"
+
+namespace tarmac::agent {
+
+struct AgentOptions {
+  long long interval_ms = 1000;          // fast values (clock time)
+  long long process_interval_ms = 5000;  // processes and their host attribution (clock time)
+  long long slow_interval_ms = 30000;    // PCIe throughput and GPM (clock time)
+  long long flush_interval_ms = 5000;    // real time between writes: what a kill -9 can lose
+  long long duration_ms = 0;             // stop after this much clock time; 0 runs until stopped
+  std::string state_dir;
+  store::Retention retention;
+  gpu::ActivityThresholds thresholds;
+};
+
+enum class LogLevel { Info, Warning, Error };
+using LogSink = std::function<void(LogLevel, const std::string&)>;
+
+// What a run did, for its last log line and the benchmarks.
+struct AgentSummary {
+  long long gpu_samples = 0;
+  long long snapshots = 0;
+  long long late_samples = 0;  // samples taken after their time because the previous one ran long
+  long long clock_ms = 0;      // clock time covered
+  double real_s = 0;           // real time taken
+};
+
+// The fast value groups the agent records and classifies with.
+[[nodiscard]] gpu::ValueGroups recorded_groups();
+
+// Runs until `stop` is set or the duration has passed; fails only when nothing can be sampled at
+// start. A store that cannot be written is logged and retried, never fatal.
+[[nodiscard]] Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const AgentOptions& options,
+                                             const std::atomic<bool>& stop, const LogSink& log);
+
+}  // namespace tarmac::agent

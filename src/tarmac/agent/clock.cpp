@@ -1,0 +1,86 @@
+#include "tarmac/agent/clock.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <fmt/format.h>
+#include <thread>
+
+#include "tarmac/util/fs.hpp"
+#include "tarmac/util/strings.hpp"
+
+namespace tarmac::agent {
+
+namespace {
+
+long long real_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class RealClock final : public Clock {
+ public:
+  [[nodiscard]] long long now_ms() const override { return real_ns() / 1'000'000; }
+  [[nodiscard]] double speed() const override { return 1.0; }
+};
+
+class SimClock final : public Clock {
+ public:
+  SimClock(long long start_real_ns, double speed, long long epoch_ns)
+      : start_real_ns_(start_real_ns), speed_(speed), epoch_ns_(epoch_ns) {}
+  [[nodiscard]] long long now_ms() const override {
+    const double t_ns = static_cast<double>(real_ns() - start_real_ns_) * speed_;
+    return (epoch_ns_ + static_cast<long long>(t_ns)) / 1'000'000;
+  }
+  [[nodiscard]] double speed() const override { return speed_; }
+
+ private:
+  long long start_real_ns_;
+  double speed_;
+  long long epoch_ns_;
+};
+
+}  // namespace
+
+void Clock::wait_until(long long target_ms, const std::atomic<bool>& stop) const {
+  // Short real-time slices, so that a stop request (SIGTERM) is seen within 100 ms.
+  constexpr double kSliceMs = 100.0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    const long long left_ms = target_ms - now_ms();
+    if (left_ms <= 0) return;
+    const double real_ms = std::min(kSliceMs, static_cast<double>(left_ms) / speed());
+    std::this_thread::sleep_for(std::chrono::microseconds(std::max(1LL, static_cast<long long>(real_ms * 1000))));
+  }
+}
+
+std::unique_ptr<Clock> real_clock() { return std::make_unique<RealClock>(); }
+
+Result<std::unique_ptr<Clock>> sim_clock(const std::string& state_dir) {
+  const std::string path = state_dir + "/clock";
+  const auto text = util::read_file(path);
+  if (!text) {
+    return make_error(Error::Code::NotFound,
+                      fmt::format("cannot read the simulator's clock at {}: is this running under `tarmac sim`?", path));
+  }
+  long long start = -1;
+  long long epoch = -1;
+  double speed = 0;
+  for (const auto& line : util::split(*text, '\n')) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const auto key = util::trim(std::string_view(line).substr(0, eq));
+    const auto value = util::trim(std::string_view(line).substr(eq + 1));
+    if (key == "start_real_ns") {
+      start = util::parse_int(value).value_or(-1);
+    } else if (key == "epoch_ns") {
+      epoch = util::parse_int(value).value_or(-1);
+    } else if (key == "speed") {
+      speed = util::parse_double(value).value_or(0);
+    }
+  }
+  if (start < 0 || epoch < 0 || !(speed > 0)) {
+    return make_error(Error::Code::Invalid, fmt::format("{}: expected start_real_ns, speed and epoch_ns", path));
+  }
+  return std::unique_ptr<Clock>(std::make_unique<SimClock>(start, speed, epoch));
+}
+
+}  // namespace tarmac::agent

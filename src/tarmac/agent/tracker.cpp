@@ -1,0 +1,165 @@
+#include "tarmac/agent/tracker.hpp"
+
+#include <fmt/format.h>
+
+#include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::agent {
+
+namespace {
+
+std::optional<long long> mib(const std::optional<std::uint64_t>& bytes) {
+  if (!bytes) return std::nullopt;
+  return static_cast<long long>(*bytes / util::kMiB);
+}
+
+std::optional<long long> num(const std::optional<unsigned>& v) {
+  if (!v) return std::nullopt;
+  return static_cast<long long>(*v);
+}
+
+std::string clock_event_words(std::uint64_t mask) {
+  std::string words;
+  for (const auto& n : gpu::clock_event_names()) {
+    if ((mask & n.bit) != 0) words += (words.empty() ? "" : ", ") + std::string(n.words);
+  }
+  return words;
+}
+
+std::string container_text(const host::ProcessInfo& info) {
+  if (!info.container) return {};
+  if (info.container->id.empty()) return info.container->runtime;
+  return fmt::format("{}:{}", info.container->runtime, info.container->id.substr(0, 12));
+}
+
+std::string process_detail(const store::ProcessSpan& p) {
+  return fmt::format("pid {} user {}: {} ({} MiB)", p.pid, p.user.empty() ? "?" : p.user,
+                     p.command.empty() ? "?" : p.command, p.mem_used_mib_max);
+}
+
+}  // namespace
+
+std::string process_command(const gpu::GpuProcess& p) {
+  if (p.host.command_line && !p.host.command_line->empty()) return *p.host.command_line;
+  return p.host.name.value_or("");
+}
+
+Tracker::Tracker(gpu::ActivityThresholds thresholds, long long gap_ms) : thresholds_(thresholds), gap_ms_(gap_ms) {}
+
+std::map<unsigned, gpu::Activity> Tracker::classes() const {
+  std::map<unsigned, gpu::Activity> out;
+  for (const auto& [index, state] : gpus_) {
+    if (state.span) out[index] = state.span->activity;
+  }
+  return out;
+}
+
+void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long ts_ms, store::Recorder& rec) {
+  const unsigned index = d.id.index;
+  std::map<unsigned, store::ProcessSpan> still;
+  for (const auto& p : d.processes) {
+    store::ProcessSample ps{ts_ms, index, p.pid, mib(p.used_mem_bytes), num(p.sm_util_pct)};
+    rec.add(ps);
+    auto it = state.open.find(p.pid);
+    store::ProcessSpan span;
+    if (it != state.open.end() && it->second.start_unix == p.host.start_time_unix) {
+      span = it->second;
+    } else {
+      span.gpu = index;
+      span.pid = p.pid;
+      span.first_ms = ts_ms;
+      span.start_unix = p.host.start_time_unix;
+      span.user = p.host.user.value_or("");
+      span.command = process_command(p);
+      span.container = container_text(p.host);
+      span.slurm_job = p.host.slurm_job_id.value_or("");
+    }
+    span.last_ms = ts_ms;
+    span.mem_used_mib_max = std::max(span.mem_used_mib_max, ps.mem_used_mib.value_or(0));
+    if (span.first_ms == ts_ms) rec.add(store::Event{ts_ms, index, "process-start", process_detail(span)});
+    rec.update(span);
+    still[p.pid] = span;
+  }
+  for (const auto& [pid, span] : state.open) {
+    auto it = still.find(pid);
+    if (it == still.end() || it->second.first_ms != span.first_ms) {
+      rec.add(store::Event{ts_ms, index, "process-end", process_detail(span)});
+    }
+  }
+  state.open = std::move(still);
+  state.processes = d.processes;
+}
+
+void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_processes, store::Recorder& rec) {
+  for (const auto& d : snap.devices) {
+    const unsigned index = d.id.index;
+    GpuState& state = gpus_[index];
+    const bool gap = state.last_ms > 0 && ts_ms - state.last_ms > gap_ms_;
+    if (gap) {
+      // Nobody watched in between: what was open ended when it was last seen.
+      state.span.reset();
+      state.held_since_ms.reset();
+      state.open.clear();
+    }
+    state.last_ms = ts_ms;
+    if (with_processes) observe_processes(d, state, ts_ms, rec);
+
+    // Classify with the processes last listed (a fast sample does not list them).
+    const unsigned util = d.sample.util_gpu_pct.value_or(0);
+    if (util == 0 && !state.processes.empty()) {
+      if (!state.held_since_ms) state.held_since_ms = ts_ms;
+    } else {
+      state.held_since_ms.reset();
+    }
+    const long long held_s = state.held_since_ms ? (ts_ms - *state.held_since_ms) / 1000 : 0;
+    gpu::Device view = d;
+    if (!with_processes) view.processes = state.processes;
+    const gpu::Activity activity = gpu::classify_with_history(view, thresholds_, held_s);
+
+    store::GpuSample s;
+    s.ts_ms = ts_ms;
+    s.gpu = index;
+    s.util_pct = num(d.sample.util_gpu_pct);
+    s.mem_util_pct = num(d.sample.util_mem_pct);
+    s.mem_used_mib = mib(d.sample.mem_used_bytes);
+    if (d.sample.power_mw) s.power_w = (*d.sample.power_mw + 500) / 1000;
+    s.temp_c = num(d.sample.temp_c);
+    s.sm_mhz = num(d.sample.clock_sm_mhz);
+    s.mem_mhz = num(d.sample.clock_mem_mhz);
+    s.enc_pct = num(d.sample.util_encoder_pct);
+    s.dec_pct = num(d.sample.util_decoder_pct);
+    s.activity = activity;
+    rec.add(s);
+
+    // Throttling that slows the clocks for heat or power, as it starts and stops.
+    const std::uint64_t harmful = gpu::harmful_clock_events(d.sample.clock_event_reasons.value_or(0));
+    if (harmful != state.harmful_events) {
+      if (harmful != 0) {
+        rec.add(store::Event{ts_ms, index, "throttle-start", clock_event_words(harmful)});
+      } else {
+        rec.add(store::Event{ts_ms, index, "throttle-end", clock_event_words(state.harmful_events)});
+      }
+      state.harmful_events = harmful;
+    }
+
+    // The class span: extended while the class holds, closed at the sample that changes it.
+    if (state.span && state.span->activity != activity) {
+      state.span->end_ms = ts_ms;
+      rec.update(*state.span);
+      if (activity == gpu::Activity::Fault) {
+        rec.add(store::Event{ts_ms, index, d.lost ? "lost" : "fault", gpu::fault_reason(d).value_or("")});
+      } else if (state.span->activity == gpu::Activity::Fault) {
+        rec.add(store::Event{ts_ms, index, "fault-cleared", ""});
+      }
+      state.span.reset();
+    } else if (!state.span && activity == gpu::Activity::Fault) {
+      rec.add(store::Event{ts_ms, index, d.lost ? "lost" : "fault", gpu::fault_reason(d).value_or("")});
+    }
+    if (!state.span) state.span = store::ActivitySpan{index, activity, ts_ms, ts_ms};
+    state.span->end_ms = ts_ms;
+    rec.update(*state.span);
+  }
+}
+
+}  // namespace tarmac::agent

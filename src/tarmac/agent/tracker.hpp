@@ -1,0 +1,50 @@
+// What the agent makes of its samples: rows for the store, each GPU's activity class measured over
+// time (holding = processes at 0 % for activity.holding_after, by the samples' own clock), the
+// spans of classes and processes, and the events (processes appearing and leaving, throttling,
+// faults). Pure apart from the Recorder it feeds, so it is tested on hand-built snapshots.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "tarmac/gpu/activity.hpp"
+#include "tarmac/gpu/model.hpp"
+#include "tarmac/store/recorder.hpp"
+
+namespace tarmac::agent {
+
+class Tracker {
+ public:
+  // `gap_ms`: a pause between two samples longer than this (the agent was stopped) ends every span
+  // instead of stretching it over time nobody saw.
+  Tracker(gpu::ActivityThresholds thresholds, long long gap_ms);
+
+  // A sample of every GPU taken at `ts_ms`. When `snapshot` lists processes (`with_processes`),
+  // they replace what the tracker knew; otherwise the last known processes stand.
+  void observe(const gpu::Snapshot& snapshot, long long ts_ms, bool with_processes, store::Recorder& recorder);
+
+  // The current class of each GPU seen, by index.
+  [[nodiscard]] std::map<unsigned, gpu::Activity> classes() const;
+
+ private:
+  struct GpuState {
+    std::vector<gpu::GpuProcess> processes;
+    std::optional<long long> held_since_ms;  // processes at 0 % since
+    std::optional<store::ActivitySpan> span;
+    std::uint64_t harmful_events = 0;
+    long long last_ms = 0;
+    std::map<unsigned, store::ProcessSpan> open;  // by pid
+  };
+
+  void observe_processes(const gpu::Device& device, GpuState& state, long long ts_ms, store::Recorder& recorder);
+
+  gpu::ActivityThresholds thresholds_;
+  long long gap_ms_;
+  std::map<unsigned, GpuState> gpus_;
+};
+
+// "python train.py" for a process's span and events: the command line, else the name.
+[[nodiscard]] std::string process_command(const gpu::GpuProcess& process);
+
+}  // namespace tarmac::agent

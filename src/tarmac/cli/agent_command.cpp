@@ -1,0 +1,201 @@
+#include "tarmac/cli/agent_command.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fmt/format.h>
+#include <memory>
+
+#include "tarmac/agent/agent.hpp"
+#include "tarmac/agent/clock.hpp"
+#include "tarmac/cli/app.hpp"
+#include "tarmac/store/recorder.hpp"
+#include "tarmac/util/fs.hpp"
+#include "tarmac/util/strings.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::cli {
+
+namespace {
+
+struct AgentFlags {
+  std::string interval;
+  std::string process_interval;
+  std::string flush;
+  std::string duration;
+  std::string state_dir;
+  std::string clock;
+  bool check_config = false;
+};
+
+std::atomic<bool> g_stop{false};  // set by SIGTERM/SIGINT; the only global, as a signal handler needs
+
+extern "C" void on_stop_signal(int) { g_stop.store(true); }
+
+// Log lines: under systemd (JOURNAL_STREAM) with the kernel-style priority prefix journald reads,
+// elsewhere with the time.
+void log_line(agent::LogLevel level, const std::string& message) {
+  const char* word = level == agent::LogLevel::Info ? "info" : level == agent::LogLevel::Warning ? "warning" : "error";
+  if (std::getenv("JOURNAL_STREAM") != nullptr) {
+    const int prio = level == agent::LogLevel::Info ? 6 : level == agent::LogLevel::Warning ? 4 : 3;
+    fmt::print(stderr, "<{}>{}\n", prio, message);
+  } else {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S%z", &tm);
+    fmt::print(stderr, "{} tarmac agent: {}: {}\n", stamp, word, message);
+  }
+  std::fflush(stderr);
+}
+
+// Applies a duration flag over the configured value; false (with a message) when it is not one.
+bool apply_duration(const std::string& text, const char* flag, long long min_ms, long long& target) {
+  if (text.empty()) return true;
+  auto ms = util::parse_duration_ms(text);
+  if (!ms || *ms < min_ms) {
+    fmt::print(stderr, "tarmac: {} {}: expected a duration of at least {}\n", flag, text,
+               util::format_duration_ms(min_ms));
+    return false;
+  }
+  target = *ms;
+  return true;
+}
+
+// Holds an exclusive lock on <state_dir>/agent.lock for the process's lifetime: one agent per store.
+class AgentLock {
+ public:
+  ~AgentLock() {
+    if (fd_ >= 0) close(fd_);
+  }
+  // Fails when another agent holds it; a directory that cannot be written is not an error here
+  // (the recorder warns and retries).
+  Result<void> acquire(const std::string& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const std::string path = dir + "/agent.lock";
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return {};
+    if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const auto holder = util::read_file(path).value_or("");
+      const auto pid = util::trim(holder);
+      return make_error(Error::Code::Invalid, fmt::format("another tarmac agent{} already records to {}",
+                                                          pid.empty() ? "" : fmt::format(" (pid {})", pid), dir));
+    }
+    if (ftruncate(fd_, 0) == 0) {
+      const std::string pid = std::to_string(getpid()) + "\n";
+      (void)!write(fd_, pid.data(), pid.size());
+    }
+    return {};
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
+  auto loaded = load_config(global);
+  if (!loaded.ok()) return kExitUsage;
+  config::Config cfg = loaded->config;
+  agent::AgentOptions options = cfg.agent;
+  options.thresholds = cfg.activity;
+  options.retention = cfg.retention;
+  if (!apply_duration(flags.interval, "--interval", 100, options.interval_ms) ||
+      !apply_duration(flags.process_interval, "--process-interval", 100, options.process_interval_ms) ||
+      !apply_duration(flags.flush, "--flush", 100, options.flush_interval_ms) ||
+      !apply_duration(flags.duration, "--duration", 1, options.duration_ms)) {
+    return kExitUsage;
+  }
+  if (!flags.state_dir.empty()) cfg.agent.state_dir = flags.state_dir;
+  options.state_dir = config::state_dir(cfg);
+  config::AgentClock clock_kind = cfg.agent_clock;
+  if (!flags.clock.empty()) clock_kind = flags.clock == "sim" ? config::AgentClock::Sim : config::AgentClock::Real;
+
+  if (flags.check_config) {
+    fmt::print("configuration ok: {}\n", loaded->files.empty() ? std::string("the defaults (no file)")
+                                                               : fmt::format("{}", fmt::join(loaded->files, ", ")));
+    fmt::print("agent: every {} (processes every {}, slow values every {}), flush every {}, {} clock\n",
+               util::format_duration_ms(options.interval_ms), util::format_duration_ms(options.process_interval_ms),
+               options.slow_interval_ms ? util::format_duration_ms(options.slow_interval_ms) : std::string("never"),
+               util::format_duration_ms(options.flush_interval_ms),
+               clock_kind == config::AgentClock::Sim ? "simulator" : "real");
+    fmt::print("store: {}\n", store::database_path(options.state_dir));
+    const auto keep = [](long long ms) { return ms ? util::format_duration_ms(ms) : std::string("forever"); };
+    fmt::print("retention: samples {}, minutes {}, hours {}, events {}\n", keep(options.retention.samples_ms),
+               keep(options.retention.minutes_ms), keep(options.retention.hours_ms), keep(options.retention.events_ms));
+    return kExitOk;
+  }
+
+  std::unique_ptr<agent::Clock> clock;
+  if (clock_kind == config::AgentClock::Sim) {
+    const char* state = std::getenv("TARMAC_SIM_STATE");
+    if (state == nullptr || *state == '\0') {
+      fmt::print(stderr, "tarmac: --clock sim needs the simulator's state directory (TARMAC_SIM_STATE): run the agent "
+                         "under `tarmac sim --scenario NAME --speed X -- tarmac agent --clock sim`\n");
+      return kExitUsage;
+    }
+    auto c = agent::sim_clock(state);
+    if (!c.ok()) {
+      print_error(c.error());
+      return kExitCouldNotLook;
+    }
+    clock = std::move(*c);
+  } else {
+    clock = agent::real_clock();
+  }
+
+  AgentLock lock;
+  if (auto r = lock.acquire(options.state_dir); !r.ok()) {
+    print_error(r.error());
+    return kExitUsage;
+  }
+  auto backend = open_backend(global);
+  if (!backend.ok()) return kExitCouldNotLook;
+
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  auto summary = agent::run_agent(**backend, *clock, options, g_stop, log_line);
+  if (!summary.ok()) {
+    print_error(summary.error());
+    return kExitCouldNotLook;
+  }
+  log_line(agent::LogLevel::Info,
+           fmt::format("stopped: {} GPU-samples over {} of {} clock in {:.1f} s ({:.0f} GPU-samples/s, {} late)",
+                       summary->gpu_samples, util::format_duration_ms(summary->clock_ms),
+                       clock_kind == config::AgentClock::Sim ? "simulated" : "real", summary->real_s,
+                       summary->real_s > 0 ? static_cast<double>(summary->gpu_samples) / summary->real_s : 0.0,
+                       summary->late_samples));
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_agent_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  auto* cmd = app.add_subcommand("agent",
+                                 "Record every GPU and process into the store (docs/recorder.md) until stopped "
+                                 "(SIGTERM, Ctrl-C)");
+  auto flags = std::make_shared<AgentFlags>();
+  cmd->add_option("--interval", flags->interval, "Time between samples (default agent.interval, 1s; at least 100ms)");
+  cmd->add_option("--process-interval", flags->process_interval, "Time between process reads (default 5s)");
+  cmd->add_option("--flush", flags->flush, "Real time between writes to the store (default 5s)");
+  cmd->add_option("--duration", flags->duration, "Stop after this much clock time (default: run until stopped)");
+  cmd->add_option("--state-dir", flags->state_dir, "Directory of the store, tarmac.db (default agent.state_dir)");
+  cmd->add_option("--clock", flags->clock, "real, or sim: stamp samples with the NVML simulator's clock")
+      ->check(CLI::IsMember({"real", "sim"}));
+  cmd->add_flag("--check-config", flags->check_config,
+                "Validate the configuration, print the agent's effective settings and exit (2 on an error)");
+  cmd->callback([&global, &exit_code, flags] { exit_code = run_agent_command(global, *flags); });
+}
+
+}  // namespace tarmac::cli

@@ -1,0 +1,54 @@
+#include "tarmac/report/format.hpp"
+
+#include <cmath>
+#include <ctime>
+#include <fmt/format.h>
+
+namespace tarmac::report {
+
+namespace {
+
+std::tm utc(long long ms) {
+  const std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return tm;
+}
+
+constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+
+}  // namespace
+
+std::string format_utc(long long ms) {
+  const std::tm t = utc(ms);
+  return fmt::format("{:04}-{:02}-{:02} {:02}:{:02}", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min);
+}
+
+std::string format_iso(long long ms) {
+  const std::tm t = utc(ms);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday, t.tm_hour,
+                     t.tm_min, t.tm_sec);
+}
+
+std::string format_day(long long ms) {
+  const std::tm t = utc(ms);
+  return fmt::format("{} {:02}-{:02}", kDays[t.tm_wday % 7], t.tm_mon + 1, t.tm_mday);
+}
+
+std::string format_hours(double hours) {
+  if (hours == 0) return "0 h";
+  return fmt::format("{:.1f} h", hours);
+}
+
+std::string format_money(double usd) {
+  const long long cents = std::llround(usd * 100);
+  const std::string digits = std::to_string(std::llabs(cents) / 100);
+  std::string whole;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) whole += ',';
+    whole += digits[i];
+  }
+  return fmt::format("{}${}.{:02}", cents < 0 ? "-" : "", whole, std::llabs(cents) % 100);
+}
+
+}  // namespace tarmac::report

@@ -1,0 +1,19 @@
+// Text forms shared by the report's renderings (text, HTML, JSON).
+#pragma once
+
+#include <string>
+
+namespace tarmac::report {
+
+// "2025-01-06 09:00" (UTC) for milliseconds since the epoch.
+[[nodiscard]] std::string format_utc(long long ms);
+// "2025-01-06T09:00:00Z".
+[[nodiscard]] std::string format_iso(long long ms);
+// "Mon 01-06" (UTC): a heat-map row label.
+[[nodiscard]] std::string format_day(long long ms);
+// "12.3 h"; "0 h" for zero.
+[[nodiscard]] std::string format_hours(double hours);
+// "$1,234.56".
+[[nodiscard]] std::string format_money(double usd);
+
+}  // namespace tarmac::report

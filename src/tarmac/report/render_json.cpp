@@ -1,0 +1,82 @@
+// The report as JSON (docs/report.md): hours as numbers, times as ISO 8601 UTC and milliseconds.
+#include <nlohmann/json.hpp>
+
+#include "tarmac/report/format.hpp"
+#include "tarmac/report/report.hpp"
+
+namespace tarmac::report {
+
+namespace {
+
+nlohmann::json optional(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+
+nlohmann::json hours_json(const ClassHours& h) {
+  nlohmann::json j = nlohmann::json::object();
+  for (auto a : gpu::kActivities) j[gpu::to_string(a)] = h.of(a);
+  j["unrecorded"] = h.unrecorded;
+  return j;
+}
+
+nlohmann::json consumers_json(const std::vector<Consumer>& list) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& c : list) out.push_back({{"name", c.name}, {"gpu_hours", c.gpu_hours}, {"processes", c.processes}});
+  return out;
+}
+
+nlohmann::json window_json(unsigned gpu, long long start, long long end) {
+  return {{"gpu", gpu}, {"start", format_iso(start)}, {"end", format_iso(end)}, {"start_ms", start}, {"end_ms", end},
+          {"hours", static_cast<double>(end - start) / 3600e3}};
+}
+
+}  // namespace
+
+std::string render_json(const Report& r) {
+  nlohmann::json j;
+  j["schema"] = 1;
+  j["since"] = format_iso(r.since_ms);
+  j["until"] = format_iso(r.until_ms);
+  j["since_ms"] = r.since_ms;
+  j["until_ms"] = r.until_ms;
+  j["price_per_gpu_hour"] = optional(r.price_per_gpu_hour);
+  j["fleet"] = {{"hours", hours_json(r.fleet)},
+                {"util_avg_pct", optional(r.fleet_util_avg_pct)},
+                {"idle_cost", optional(r.idle_cost)},
+                {"holding_cost", optional(r.holding_cost)},
+                {"fault_events", r.fault_events}};
+  j["gpus"] = nlohmann::json::array();
+  for (const auto& g : r.gpus) {
+    j["gpus"].push_back({{"gpu", g.gpu},
+                         {"name", g.name},
+                         {"uuid", g.uuid},
+                         {"hours", hours_json(g.hours)},
+                         {"util_avg_pct", optional(g.util_avg_pct)},
+                         {"mem_used_avg_mib", optional(g.mem_used_avg_mib)},
+                         {"idle_cost", optional(g.idle_cost)},
+                         {"holding_cost", optional(g.holding_cost)}});
+  }
+  j["heatmap"] = nlohmann::json::array();
+  for (const auto& d : r.heat) {
+    nlohmann::json cells = nlohmann::json::array();
+    for (const auto& c : d.util_pct) cells.push_back(optional(c));
+    j["heatmap"].push_back({{"day", format_iso(d.day_start_ms).substr(0, 10)}, {"util_pct_by_hour", cells}});
+  }
+  j["top"] = {{"users", consumers_json(r.users)},
+              {"commands", consumers_json(r.commands)},
+              {"containers", consumers_json(r.containers)},
+              {"slurm_jobs", consumers_json(r.slurm_jobs)}};
+  j["idle_windows"] = nlohmann::json::array();
+  for (const auto& w : r.idle_windows) j["idle_windows"].push_back(window_json(w.gpu, w.start_ms, w.end_ms));
+  j["holding"] = nlohmann::json::array();
+  for (const auto& h : r.holding) {
+    auto item = window_json(h.gpu, h.start_ms, h.end_ms);
+    item["processes"] = nlohmann::json::array();
+    for (const auto& p : h.processes) {
+      item["processes"].push_back(
+          {{"pid", p.pid}, {"user", p.user}, {"command", p.command}, {"mem_used_mib_max", p.mem_used_mib_max}});
+    }
+    j["holding"].push_back(item);
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace tarmac::report

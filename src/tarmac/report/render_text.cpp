@@ -1,0 +1,112 @@
+// The report on the terminal: the fleet in one paragraph, a row per GPU, the heat map as shaded
+// characters, then who used the GPUs, where backfill would fit, and who held GPUs doing nothing.
+#include <fmt/format.h>
+
+#include "tarmac/report/format.hpp"
+#include "tarmac/report/report.hpp"
+
+namespace tarmac::report {
+
+namespace {
+
+std::string pct(double part, double whole) {
+  return whole > 0 ? fmt::format("{:.1f} %", 100.0 * part / whole) : std::string("-");
+}
+
+std::string bold(const std::string& s, bool color) { return color ? "\033[1m" + s + "\033[0m" : s; }
+
+// One character per hour: blank for no data, then darker with more utilization.
+std::string shade(const std::optional<double>& util) {
+  if (!util) return " ";
+  static const char* const kLevels[] = {"·", "░", "▒", "▓", "█"};
+  if (*util < 1) return kLevels[0];
+  const auto level = std::min<std::size_t>(4, 1 + static_cast<std::size_t>(*util / 25.0));
+  return kLevels[level];
+}
+
+void consumers(std::string& out, const char* title, const std::vector<Consumer>& list) {
+  if (list.empty()) return;
+  out += fmt::format("\n{}:\n", title);
+  for (const auto& c : list) {
+    out += fmt::format("  {:>9}  {:>3} proc  {}\n", format_hours(c.gpu_hours), c.processes, c.name);
+  }
+}
+
+}  // namespace
+
+std::string render_text(const Report& r, bool color) {
+  std::string out;
+  const double span_h = static_cast<double>(r.until_ms - r.since_ms) / 3600e3;
+  out += bold(fmt::format("tarmac report: {} to {} UTC ({}), {} GPU{}", format_utc(r.since_ms), format_utc(r.until_ms),
+                          format_hours(span_h), r.gpus.size(), r.gpus.size() == 1 ? "" : "s"),
+              color) +
+         "\n";
+  if (r.gpus.empty()) return out + "No recorded telemetry in this range.\n";
+  const double rec = r.fleet.recorded();
+  out += fmt::format("Recorded {:.1f} GPU-hours: busy {} ({}), starved {}, holding {}, idle {} ({}), fault {}",
+                     rec, format_hours(r.fleet.of(gpu::Activity::Busy)),
+                     pct(r.fleet.of(gpu::Activity::Busy), rec), format_hours(r.fleet.of(gpu::Activity::Starved)),
+                     format_hours(r.fleet.of(gpu::Activity::Holding)), format_hours(r.fleet.idle()),
+                     pct(r.fleet.idle(), rec), format_hours(r.fleet.of(gpu::Activity::Fault)));
+  out += r.fleet.unrecorded > 0.05 ? fmt::format("; not recorded {}.\n", format_hours(r.fleet.unrecorded)) : ".\n";
+  if (r.fleet_util_avg_pct) out += fmt::format("Mean utilization {:.1f} %.\n", *r.fleet_util_avg_pct);
+  if (r.price_per_gpu_hour) {
+    out += bold(fmt::format("Cost of idle GPUs: {}; of GPUs held doing nothing: {} (at {} per GPU-hour).",
+                            format_money(r.idle_cost.value_or(0)), format_money(r.holding_cost.value_or(0)),
+                            format_money(*r.price_per_gpu_hour)),
+                color) +
+           "\n";
+  }
+  if (r.fault_events > 0) out += fmt::format("{} fault or throttling events (tarmac history --events).\n", r.fault_events);
+
+  out += fmt::format("\n{:<4} {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}", "GPU", "NAME", "BUSY", "STARVED",
+                     "HOLDING", "IDLE", "FAULT", "NO DATA", "UTIL");
+  if (r.price_per_gpu_hour) out += fmt::format(" {:>11}", "IDLE COST");
+  out += "\n";
+  for (const auto& g : r.gpus) {
+    out += fmt::format("{:<4} {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}", g.gpu, g.name.substr(0, 24),
+                       format_hours(g.hours.of(gpu::Activity::Busy)), format_hours(g.hours.of(gpu::Activity::Starved)),
+                       format_hours(g.hours.of(gpu::Activity::Holding)), format_hours(g.hours.idle()),
+                       format_hours(g.hours.of(gpu::Activity::Fault)), format_hours(g.hours.unrecorded),
+                       g.util_avg_pct ? fmt::format("{:.0f} %", *g.util_avg_pct) : std::string("-"));
+    if (g.idle_cost) out += fmt::format(" {:>11}", format_money(*g.idle_cost));
+    out += "\n";
+  }
+
+  out += "\nUtilization by hour (UTC), fleet mean: · <1 %  ░ <25 %  ▒ <50 %  ▓ <75 %  █ 75 % and more\n";
+  out += fmt::format("{:<10}", "");
+  for (int h = 0; h < 24; h += 3) out += fmt::format("{:<3}", fmt::format("{:02}", h));
+  out += "\n";
+  for (const auto& day : r.heat) {
+    out += fmt::format("{:<10}", format_day(day.day_start_ms));
+    for (const auto& cell : day.util_pct) out += shade(cell);
+    out += "\n";
+  }
+
+  consumers(out, "GPU-hours by user", r.users);
+  consumers(out, "GPU-hours by command", r.commands);
+  consumers(out, "GPU-hours by container", r.containers);
+  consumers(out, "GPU-hours by Slurm job", r.slurm_jobs);
+
+  if (!r.idle_windows.empty()) {
+    out += "\nLongest idle windows (where backfill would fit):\n";
+    for (const auto& w : r.idle_windows) {
+      out += fmt::format("  GPU {:<3} {} to {}  {}\n", w.gpu, format_utc(w.start_ms), format_utc(w.end_ms),
+                         format_hours(static_cast<double>(w.end_ms - w.start_ms) / 3600e3));
+    }
+  }
+  out += "\nHolding incidents (memory held at 0 % utilization):";
+  if (r.holding.empty()) out += " none";
+  out += "\n";
+  for (const auto& h : r.holding) {
+    out += fmt::format("  GPU {:<3} {} for {}\n", h.gpu, format_utc(h.start_ms),
+                       format_hours(static_cast<double>(h.end_ms - h.start_ms) / 3600e3));
+    for (const auto& p : h.processes) {
+      out += fmt::format("           pid {} {} {} MiB: {}\n", p.pid, p.user.empty() ? "?" : p.user, p.mem_used_mib_max,
+                         p.command);
+    }
+  }
+  return out;
+}
+
+}  // namespace tarmac::report

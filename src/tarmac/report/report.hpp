@@ -1,0 +1,116 @@
+// The grounded-fleet report (PRODUCT.md §1, §3): for a time range, per GPU the hours in each
+// activity class, utilization, the cost of idle and holding time at a price, a heat map of
+// utilization by day and hour, who used the GPU-hours, the longest idle windows (where backfill
+// would fit) and holding incidents. Computed from the store's spans and hourly rollups only, so a
+// week of 8 GPUs reads a few thousand rows.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tarmac/gpu/activity.hpp"
+#include "tarmac/store/reader.hpp"
+#include "tarmac/store/rows.hpp"
+
+namespace tarmac::report {
+
+// Hours in each class, indexed like gpu::kActivities, plus the hours nothing was recorded.
+struct ClassHours {
+  std::array<double, gpu::kActivities.size()> hours{};
+  double unrecorded = 0;
+
+  [[nodiscard]] double of(gpu::Activity a) const;
+  [[nodiscard]] double recorded() const;
+  // idle + reserved-idle: the GPU was available and nobody used it.
+  [[nodiscard]] double idle() const;
+};
+
+struct GpuReport {
+  unsigned gpu = 0;
+  std::string name;
+  std::string uuid;
+  ClassHours hours;
+  std::optional<double> util_avg_pct;      // over the recorded hours
+  std::optional<double> mem_used_avg_mib;
+  std::optional<double> idle_cost;         // idle hours x price
+  std::optional<double> holding_cost;      // holding hours x price
+};
+
+// One day of the heat map: the fleet's mean utilization in each UTC hour; nullopt where nothing
+// was recorded.
+struct HeatDay {
+  long long day_start_ms = 0;  // 00:00 UTC
+  std::array<std::optional<double>, 24> util_pct{};
+};
+
+// Who used GPU-hours: a user, a command, a container or a Slurm job.
+struct Consumer {
+  std::string name;
+  double gpu_hours = 0;
+  std::size_t processes = 0;
+};
+
+// A stretch of time one GPU sat idle (idle or reserved-idle) without a break.
+struct IdleWindow {
+  unsigned gpu = 0;
+  long long start_ms = 0;
+  long long end_ms = 0;
+};
+
+// A GPU held by processes at 0 % (holding), with the processes seen on it then.
+struct HoldingIncident {
+  unsigned gpu = 0;
+  long long start_ms = 0;
+  long long end_ms = 0;
+  std::vector<store::ProcessSpan> processes;
+};
+
+struct Report {
+  long long since_ms = 0;
+  long long until_ms = 0;
+  std::optional<double> price_per_gpu_hour;  // USD
+  std::vector<GpuReport> gpus;
+  ClassHours fleet;                          // summed over the GPUs
+  std::optional<double> fleet_util_avg_pct;
+  std::optional<double> idle_cost;
+  std::optional<double> holding_cost;
+  std::vector<HeatDay> heat;
+  std::vector<Consumer> users;       // most GPU-hours first (at most 10 each)
+  std::vector<Consumer> commands;
+  std::vector<Consumer> containers;
+  std::vector<Consumer> slurm_jobs;
+  std::vector<IdleWindow> idle_windows;   // longest first, at most 10
+  std::vector<HoldingIncident> holding;   // longest first, at most 20
+  std::size_t fault_events = 0;           // fault, lost, throttle-start events in the range
+};
+
+struct ReportOptions {
+  store::TimeRange range;
+  std::optional<double> price_per_gpu_hour;
+  std::vector<unsigned> gpus;  // empty: every GPU
+};
+
+// What the report is computed from: the store's rows for the range.
+struct ReportInput {
+  std::vector<store::GpuInfo> gpus;
+  std::vector<store::ActivitySpan> activity;
+  std::vector<store::Rollup> hours;
+  std::vector<store::ProcessSpan> processes;
+  std::vector<store::Event> events;
+};
+
+// Pure: the report of `input` for `options`.
+[[nodiscard]] Report compute(const ReportInput& input, const ReportOptions& options);
+
+// Reads the input from the store and computes the report.
+[[nodiscard]] Result<Report> build(store::Reader& reader, const ReportOptions& options);
+
+// Renderings: the terminal's text, one self-contained HTML page (inline SVG, no external
+// resources), and JSON (schema in docs/report.md).
+[[nodiscard]] std::string render_text(const Report& report, bool color);
+[[nodiscard]] std::string render_html(const Report& report);
+[[nodiscard]] std::string render_json(const Report& report);
+
+}  // namespace tarmac::report

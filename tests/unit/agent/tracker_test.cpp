@@ -1,0 +1,430 @@
+#include "tarmac/agent/tracker.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "../store/temp_dir.hpp"
+#include "tarmac/store/reader.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::agent {
+namespace {
+
+using gpu::Activity;
+using store::test_support::TempDir;
+
+constexpr long long kT0 = 1736154000000;  // Monday 2025-01-06 09:00:00 UTC
+constexpr long long kS = 1000;              // one second in ms
+constexpr std::uint64_t kTotalMib = 40960;
+constexpr store::TimeRange kAll{0, 4'000'000'000'000};
+
+gpu::GpuProcess process(unsigned pid, std::uint64_t mem_mib, long long start_unix = 1736150000,
+                        const std::string& user = "alice", const std::string& command = "python train.py") {
+  gpu::GpuProcess p;
+  p.pid = pid;
+  p.used_mem_bytes = mem_mib * util::kMiB;
+  p.host.pid = pid;
+  p.host.user = user;
+  p.host.command_line = command;
+  p.host.name = "python";
+  p.host.start_time_unix = start_unix;
+  return p;
+}
+
+gpu::Device device(unsigned index, unsigned util, std::vector<gpu::GpuProcess> processes = {}) {
+  gpu::Device d;
+  d.id.index = index;
+  d.id.mem_total_bytes = kTotalMib * util::kMiB;
+  d.sample.util_gpu_pct = util;
+  std::uint64_t used = 0;
+  for (const auto& p : processes) used += p.used_mem_bytes.value_or(0);
+  d.sample.mem_used_bytes = used;
+  d.processes = std::move(processes);
+  return d;
+}
+
+gpu::Snapshot snapshot(std::vector<gpu::Device> devices) {
+  gpu::Snapshot s;
+  s.devices = std::move(devices);
+  return s;
+}
+
+gpu::ActivityThresholds thresholds() {
+  gpu::ActivityThresholds t;
+  t.holding_after_s = 60;
+  return t;
+}
+
+// A tracker feeding a recorder in a fresh directory; read() flushes and opens the store.
+class TrackerTest : public ::testing::Test {
+ protected:
+  TrackerTest() : recorder_({store::database_path(dir_.path()), {}, 100000}) {}
+
+  void observe(const gpu::Snapshot& s, long long ts_ms, bool with_processes = true) {
+    tracker_.observe(s, ts_ms, with_processes, recorder_);
+  }
+
+  store::Reader read() {
+    const store::FlushStatus st = recorder_.flush();
+    EXPECT_TRUE(st.ok) << st.message;
+    auto reader = store::Reader::open(store::database_path(dir_.path()));
+    EXPECT_TRUE(reader.ok()) << (reader.ok() ? "" : reader.error().message);
+    return std::move(reader).value();
+  }
+
+  std::vector<store::ActivitySpan> spans(unsigned gpu) {
+    auto all = read().activity(kAll);
+    EXPECT_TRUE(all.ok());
+    std::vector<store::ActivitySpan> out;
+    for (const auto& s : *all) {
+      if (s.gpu == gpu) out.push_back(s);
+    }
+    return out;
+  }
+
+  std::vector<Activity> sample_classes(unsigned gpu) {
+    auto samples = read().samples(kAll, {gpu});
+    EXPECT_TRUE(samples.ok());
+    std::vector<Activity> out;
+    for (const auto& s : *samples) out.push_back(s.activity);
+    return out;
+  }
+
+  std::vector<store::Event> events(const std::string& kind = "") {
+    auto all = read().events(kAll);
+    EXPECT_TRUE(all.ok());
+    std::vector<store::Event> out;
+    for (const auto& e : *all) {
+      if (kind.empty() || e.kind == kind) out.push_back(e);
+    }
+    return out;
+  }
+
+  std::vector<store::ProcessSpan> process_spans() {
+    auto all = read().processes(kAll);
+    EXPECT_TRUE(all.ok());
+    return *all;
+  }
+
+  TempDir dir_;
+  store::Recorder recorder_;
+  Tracker tracker_{thresholds(), 30 * kS};
+};
+
+// (class, start, end) of a span, for one-line comparisons.
+std::tuple<Activity, long long, long long> span(const store::ActivitySpan& s) {
+  return {s.activity, s.start_ms, s.end_ms};
+}
+
+TEST_F(TrackerTest, ABusyGpuGivesOneBusySpanOverItsSamples) {
+  for (int i = 0; i < 3; ++i) observe(snapshot({device(0, 90, {process(100, 30000)})}), kT0 + i * 10 * kS);
+  EXPECT_EQ(tracker_.classes(), (std::map<unsigned, Activity>{{0, Activity::Busy}}));
+  const auto s = spans(0);
+  ASSERT_EQ(s.size(), 1U);
+  EXPECT_EQ(span(s[0]), std::make_tuple(Activity::Busy, kT0, kT0 + 20 * kS));
+  EXPECT_EQ(sample_classes(0), std::vector<Activity>(3, Activity::Busy));
+}
+
+TEST_F(TrackerTest, SamplesCarryTheDevicesValuesInStoreUnits) {
+  gpu::Device d = device(0, 42, {process(100, 2048)});
+  d.sample.util_mem_pct = 17;
+  d.sample.power_mw = 251'600;  // rounds to 252 W
+  d.sample.temp_c = 63;
+  d.sample.clock_sm_mhz = 1410;
+  d.sample.clock_mem_mhz = 1593;
+  gpu::Device bare;  // nothing supported
+  bare.id.index = 1;
+  observe(snapshot({d, bare}), kT0);
+  auto samples = read().samples(kAll, {});
+  ASSERT_TRUE(samples.ok());
+  ASSERT_EQ(samples->size(), 2U);
+  const store::GpuSample& s = (*samples)[0];
+  EXPECT_EQ(s.util_pct, 42);
+  EXPECT_EQ(s.mem_util_pct, 17);
+  EXPECT_EQ(s.mem_used_mib, 2048);
+  EXPECT_EQ(s.power_w, 252);
+  EXPECT_EQ(s.temp_c, 63);
+  EXPECT_EQ(s.sm_mhz, 1410);
+  EXPECT_EQ(s.mem_mhz, 1593);
+  EXPECT_EQ(s.enc_pct, std::nullopt);
+  EXPECT_EQ(s.activity, Activity::Busy);
+  const store::GpuSample& b = (*samples)[1];
+  EXPECT_EQ(b.util_pct, std::nullopt);
+  EXPECT_EQ(b.mem_used_mib, std::nullopt);
+  EXPECT_EQ(b.power_w, std::nullopt);
+  EXPECT_EQ(b.activity, Activity::Idle);
+}
+
+TEST_F(TrackerTest, ProcessesAtZeroPercentBecomeHoldingOnceTheSamplesSpanHoldingAfter) {
+  // GPU 0: a process holding 73 % of memory (starved until holding); GPU 1: a light process
+  // (1 % of memory, idle until holding). Samples every 10 s; holding_after = 60 s.
+  for (int i = 0; i <= 9; ++i) {
+    observe(snapshot({device(0, 0, {process(100, 30000)}), device(1, 0, {process(200, 512)})}), kT0 + i * 10 * kS);
+  }
+  std::vector<Activity> starved_then_holding(6, Activity::Starved);
+  starved_then_holding.resize(10, Activity::Holding);
+  EXPECT_EQ(sample_classes(0), starved_then_holding);
+  std::vector<Activity> idle_then_holding(6, Activity::Idle);
+  idle_then_holding.resize(10, Activity::Holding);
+  EXPECT_EQ(sample_classes(1), idle_then_holding);
+
+  // The change closes the old span at the sample that changed the class (60 s), where the new one starts.
+  const auto s0 = spans(0);
+  ASSERT_EQ(s0.size(), 2U);
+  EXPECT_EQ(span(s0[0]), std::make_tuple(Activity::Starved, kT0, kT0 + 60 * kS));
+  EXPECT_EQ(span(s0[1]), std::make_tuple(Activity::Holding, kT0 + 60 * kS, kT0 + 90 * kS));
+  const auto s1 = spans(1);
+  ASSERT_EQ(s1.size(), 2U);
+  EXPECT_EQ(span(s1[0]), std::make_tuple(Activity::Idle, kT0, kT0 + 60 * kS));
+  EXPECT_EQ(span(s1[1]), std::make_tuple(Activity::Holding, kT0 + 60 * kS, kT0 + 90 * kS));
+  EXPECT_EQ(tracker_.classes(), (std::map<unsigned, Activity>{{0, Activity::Holding}, {1, Activity::Holding}}));
+}
+
+TEST_F(TrackerTest, AnyUtilizationRestartsTheHoldingClock) {
+  const auto held = [](unsigned util) { return snapshot({device(0, util, {process(100, 30000)})}); };
+  for (int i = 0; i <= 5; ++i) observe(held(0), kT0 + i * 10 * kS);  // 0..50 s at 0 %
+  observe(held(5), kT0 + 60 * kS);                                    // a blip of work
+  for (int i = 7; i <= 12; ++i) observe(held(0), kT0 + i * 10 * kS);  // 70..120 s at 0 %
+  // 50 s at 0 % after the blip (70 s -> 120 s): not yet holding, although 0 % began 120 s ago.
+  EXPECT_EQ(sample_classes(0), std::vector<Activity>(13, Activity::Starved));
+  observe(held(0), kT0 + 130 * kS);  // 60 s since the blip
+  EXPECT_EQ(tracker_.classes().at(0), Activity::Holding);
+}
+
+TEST_F(TrackerTest, AClassChangeClosesTheOldSpanAtTheNewSamplesTime) {
+  observe(snapshot({device(0, 95, {process(100, 30000)})}), kT0);
+  observe(snapshot({device(0, 95, {process(100, 30000)})}), kT0 + 10 * kS);
+  observe(snapshot({device(0, 0)}), kT0 + 20 * kS);
+  observe(snapshot({device(0, 0)}), kT0 + 30 * kS);
+  const auto s = spans(0);
+  ASSERT_EQ(s.size(), 2U);
+  EXPECT_EQ(span(s[0]), std::make_tuple(Activity::Busy, kT0, kT0 + 20 * kS));
+  EXPECT_EQ(span(s[1]), std::make_tuple(Activity::Idle, kT0 + 20 * kS, kT0 + 30 * kS));
+}
+
+TEST_F(TrackerTest, AGapLongerThanGapMsStartsNewSpansInsteadOfStretchingTheOld) {
+  observe(snapshot({device(0, 90)}), kT0);
+  observe(snapshot({device(0, 90)}), kT0 + 10 * kS);
+  observe(snapshot({device(0, 90)}), kT0 + 100 * kS);  // 90 s later; gap_ms is 30 s
+  observe(snapshot({device(0, 90)}), kT0 + 110 * kS);
+  const auto s = spans(0);
+  ASSERT_EQ(s.size(), 2U);
+  EXPECT_EQ(span(s[0]), std::make_tuple(Activity::Busy, kT0, kT0 + 10 * kS));
+  EXPECT_EQ(span(s[1]), std::make_tuple(Activity::Busy, kT0 + 100 * kS, kT0 + 110 * kS));
+}
+
+TEST_F(TrackerTest, AGapOfExactlyGapMsIsNotAGap) {
+  observe(snapshot({device(0, 90)}), kT0);
+  observe(snapshot({device(0, 90)}), kT0 + 30 * kS);
+  const auto s = spans(0);
+  ASSERT_EQ(s.size(), 1U);
+  EXPECT_EQ(span(s[0]), std::make_tuple(Activity::Busy, kT0, kT0 + 30 * kS));
+}
+
+TEST_F(TrackerTest, AGapRestartsTheHoldingClock) {
+  const auto held = snapshot({device(0, 0, {process(100, 30000)})});
+  for (int i = 0; i <= 5; ++i) observe(held, kT0 + i * 10 * kS);  // 50 s at 0 %
+  observe(held, kT0 + 200 * kS);                                  // after a gap: not 200 s of holding
+  observe(held, kT0 + 210 * kS);
+  EXPECT_EQ(tracker_.classes().at(0), Activity::Starved);
+}
+
+TEST_F(TrackerTest, AGapEndsProcessSpansToo) {
+  // A process seen before and after a gap in sampling gets two spans: the report must not count
+  // GPU-hours for it over time nobody saw (tracker.hpp: a gap ends every span).
+  const auto with_job = snapshot({device(0, 90, {process(100, 30000)})});
+  observe(with_job, kT0);
+  observe(with_job, kT0 + 10 * kS);
+  observe(with_job, kT0 + 600 * kS);  // ten minutes unobserved
+  observe(with_job, kT0 + 610 * kS);
+  auto p = process_spans();
+  std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first_ms < b.first_ms; });
+  ASSERT_EQ(p.size(), 2U);
+  EXPECT_EQ(std::make_pair(p[0].first_ms, p[0].last_ms), std::make_pair(kT0, kT0 + 10 * kS));
+  EXPECT_EQ(std::make_pair(p[1].first_ms, p[1].last_ms), std::make_pair(kT0 + 600 * kS, kT0 + 610 * kS));
+}
+
+TEST_F(TrackerTest, ProcessesArrivingAndLeavingGiveEventsAndSpans) {
+  observe(snapshot({device(0, 0)}), kT0);
+  observe(snapshot({device(0, 50, {process(100, 1000)})}), kT0 + 10 * kS);
+  observe(snapshot({device(0, 50, {process(100, 2000), process(200, 500, 1736150100, "bob", "./bench")})}),
+          kT0 + 20 * kS);
+  observe(snapshot({device(0, 50, {process(100, 1500), process(200, 700, 1736150100, "bob", "./bench")})}),
+          kT0 + 30 * kS);
+  observe(snapshot({device(0, 50, {process(200, 600, 1736150100, "bob", "./bench")})}), kT0 + 40 * kS);
+  observe(snapshot({device(0, 0)}), kT0 + 50 * kS);
+
+  const auto starts = events("process-start");
+  ASSERT_EQ(starts.size(), 2U);
+  EXPECT_EQ(starts[0].ts_ms, kT0 + 10 * kS);
+  EXPECT_EQ(starts[0].gpu, 0U);
+  EXPECT_NE(starts[0].detail.find("pid 100"), std::string::npos) << starts[0].detail;
+  EXPECT_NE(starts[0].detail.find("alice"), std::string::npos) << starts[0].detail;
+  EXPECT_NE(starts[0].detail.find("python train.py"), std::string::npos) << starts[0].detail;
+  EXPECT_EQ(starts[1].ts_ms, kT0 + 20 * kS);
+  EXPECT_NE(starts[1].detail.find("pid 200"), std::string::npos) << starts[1].detail;
+
+  const auto ends = events("process-end");
+  ASSERT_EQ(ends.size(), 2U);
+  EXPECT_EQ(ends[0].ts_ms, kT0 + 40 * kS);
+  EXPECT_NE(ends[0].detail.find("pid 100"), std::string::npos) << ends[0].detail;
+  EXPECT_NE(ends[0].detail.find("2000 MiB"), std::string::npos) << ends[0].detail;
+  EXPECT_EQ(ends[1].ts_ms, kT0 + 50 * kS);
+  EXPECT_NE(ends[1].detail.find("pid 200"), std::string::npos) << ends[1].detail;
+
+  const auto p = process_spans();
+  ASSERT_EQ(p.size(), 2U);
+  EXPECT_EQ(p[0].pid, 100U);
+  EXPECT_EQ(p[0].gpu, 0U);
+  EXPECT_EQ(std::make_pair(p[0].first_ms, p[0].last_ms), std::make_pair(kT0 + 10 * kS, kT0 + 30 * kS));
+  EXPECT_EQ(p[0].mem_used_mib_max, 2000);
+  EXPECT_EQ(p[0].user, "alice");
+  EXPECT_EQ(p[0].command, "python train.py");
+  EXPECT_EQ(p[0].start_unix, 1736150000);
+  EXPECT_EQ(p[1].pid, 200U);
+  EXPECT_EQ(std::make_pair(p[1].first_ms, p[1].last_ms), std::make_pair(kT0 + 20 * kS, kT0 + 40 * kS));
+  EXPECT_EQ(p[1].mem_used_mib_max, 700);
+  EXPECT_EQ(p[1].user, "bob");
+  EXPECT_EQ(p[1].command, "./bench");
+
+  auto samples = read().process_samples(kAll, {});
+  ASSERT_TRUE(samples.ok());
+  EXPECT_EQ(samples->size(), 6U);  // 1 + 2 + 2 + 1
+}
+
+TEST_F(TrackerTest, AReusedPidIsANewProcess) {
+  observe(snapshot({device(0, 50, {process(100, 1000, 1736150000)})}), kT0);
+  observe(snapshot({device(0, 50, {process(100, 1000, 1736153000, "carol", "other")})}), kT0 + 10 * kS);
+  EXPECT_EQ(events("process-end").size(), 1U);
+  EXPECT_EQ(events("process-start").size(), 2U);
+  const auto p = process_spans();
+  ASSERT_EQ(p.size(), 2U);
+  EXPECT_EQ(p[0].user, "alice");
+  EXPECT_EQ(p[0].last_ms, kT0);
+  EXPECT_EQ(p[1].user, "carol");
+  EXPECT_EQ(p[1].first_ms, kT0 + 10 * kS);
+}
+
+TEST_F(TrackerTest, AFastSampleWithoutProcessesKeepsTheLastKnownOnes) {
+  observe(snapshot({device(0, 0, {process(100, 30000)})}), kT0, true);
+  // Fast samples list no processes; the device's memory still says they are there.
+  for (int i = 1; i <= 6; ++i) {
+    gpu::Device fast = device(0, 0);
+    fast.sample.mem_used_bytes = 30000 * util::kMiB;
+    observe(snapshot({fast}), kT0 + i * 10 * kS, false);
+  }
+  std::vector<Activity> expected(6, Activity::Starved);
+  expected.push_back(Activity::Holding);  // 60 s of fast samples at 0 % with the known process
+  EXPECT_EQ(sample_classes(0), expected);
+  EXPECT_TRUE(events("process-end").empty());
+  const auto p = process_spans();
+  ASSERT_EQ(p.size(), 1U);
+  EXPECT_EQ(p[0].last_ms, kT0);  // only full samples see processes
+
+  // The next full sample without the process ends it.
+  observe(snapshot({device(0, 0)}), kT0 + 70 * kS, true);
+  EXPECT_EQ(events("process-end").size(), 1U);
+  EXPECT_EQ(tracker_.classes().at(0), Activity::Idle);
+}
+
+TEST_F(TrackerTest, ThrottlingStartsAndEndsWithTheHarmfulBits) {
+  const auto with_reasons = [](std::uint64_t reasons) {
+    gpu::Device d = device(0, 95, {process(100, 30000)});
+    d.sample.clock_event_reasons = reasons;
+    return snapshot({d});
+  };
+  observe(with_reasons(0x1 | 0x4), kT0);          // idle + software power cap: normal
+  observe(with_reasons(0x40 | 0x4), kT0 + 10 * kS);  // HW thermal slowdown starts
+  observe(with_reasons(0x40), kT0 + 20 * kS);        // still HW thermal: no new event
+  observe(with_reasons(0x4), kT0 + 30 * kS);         // over
+  observe(with_reasons(0x0), kT0 + 40 * kS);
+
+  const auto starts = events("throttle-start");
+  ASSERT_EQ(starts.size(), 1U);
+  EXPECT_EQ(starts[0].ts_ms, kT0 + 10 * kS);
+  EXPECT_EQ(starts[0].gpu, 0U);
+  EXPECT_EQ(starts[0].detail, "HW thermal");
+  const auto ends = events("throttle-end");
+  ASSERT_EQ(ends.size(), 1U);
+  EXPECT_EQ(ends[0].ts_ms, kT0 + 30 * kS);
+  EXPECT_EQ(ends[0].detail, "HW thermal");
+
+  // Slowed clocks are a fault while they last.
+  const auto s = spans(0);
+  ASSERT_EQ(s.size(), 3U);
+  EXPECT_EQ(span(s[0]), std::make_tuple(Activity::Busy, kT0, kT0 + 10 * kS));
+  EXPECT_EQ(span(s[1]), std::make_tuple(Activity::Fault, kT0 + 10 * kS, kT0 + 30 * kS));
+  EXPECT_EQ(span(s[2]), std::make_tuple(Activity::Busy, kT0 + 30 * kS, kT0 + 40 * kS));
+  const auto faults = events("fault");
+  ASSERT_EQ(faults.size(), 1U);
+  EXPECT_NE(faults[0].detail.find("HW thermal"), std::string::npos) << faults[0].detail;
+  const auto cleared = events("fault-cleared");
+  ASSERT_EQ(cleared.size(), 1U);
+  EXPECT_EQ(cleared[0].ts_ms, kT0 + 30 * kS);
+}
+
+TEST_F(TrackerTest, PowerBrakeAndHwSlowdownAreHarmfulToo) {
+  gpu::Device d = device(0, 95);
+  d.sample.clock_event_reasons = 0x80 | 0x8;
+  observe(snapshot({d}), kT0);
+  const auto starts = events("throttle-start");
+  ASSERT_EQ(starts.size(), 1U);
+  EXPECT_NE(starts[0].detail.find("power brake"), std::string::npos) << starts[0].detail;
+  EXPECT_NE(starts[0].detail.find("HW slowdown"), std::string::npos) << starts[0].detail;
+}
+
+TEST_F(TrackerTest, ALostGpuGivesALostEventAndTheFaultClass) {
+  observe(snapshot({device(0, 0), device(1, 80)}), kT0);
+  gpu::Device lost = device(0, 0);
+  lost.sample = {};
+  lost.lost = "GPU has fallen off the bus";
+  observe(snapshot({lost, device(1, 80)}), kT0 + 10 * kS);
+  observe(snapshot({lost, device(1, 80)}), kT0 + 20 * kS);
+  observe(snapshot({device(0, 0), device(1, 80)}), kT0 + 30 * kS);
+
+  const auto lost_events = events("lost");
+  ASSERT_EQ(lost_events.size(), 1U);
+  EXPECT_EQ(lost_events[0].ts_ms, kT0 + 10 * kS);
+  EXPECT_EQ(lost_events[0].gpu, 0U);
+  EXPECT_NE(lost_events[0].detail.find("fallen off the bus"), std::string::npos) << lost_events[0].detail;
+  EXPECT_TRUE(events("fault").empty());
+  const auto cleared = events("fault-cleared");
+  ASSERT_EQ(cleared.size(), 1U);
+  EXPECT_EQ(cleared[0].ts_ms, kT0 + 30 * kS);
+
+  const auto s = spans(0);
+  ASSERT_EQ(s.size(), 3U);
+  EXPECT_EQ(span(s[0]), std::make_tuple(Activity::Idle, kT0, kT0 + 10 * kS));
+  EXPECT_EQ(span(s[1]), std::make_tuple(Activity::Fault, kT0 + 10 * kS, kT0 + 30 * kS));
+  EXPECT_EQ(span(s[2]), std::make_tuple(Activity::Idle, kT0 + 30 * kS, kT0 + 30 * kS));
+  // The other GPU is untouched.
+  const auto other = spans(1);
+  ASSERT_EQ(other.size(), 1U);
+  EXPECT_EQ(span(other[0]), std::make_tuple(Activity::Busy, kT0, kT0 + 30 * kS));
+}
+
+TEST_F(TrackerTest, AGpuLostFromTheFirstSampleIsReportedAtOnce) {
+  gpu::Device lost;
+  lost.id.index = 3;
+  lost.lost = "GPU is lost";
+  observe(snapshot({lost}), kT0);
+  EXPECT_EQ(tracker_.classes(), (std::map<unsigned, Activity>{{3, Activity::Fault}}));
+  const auto lost_events = events("lost");
+  ASSERT_EQ(lost_events.size(), 1U);
+  EXPECT_EQ(lost_events[0].gpu, 3U);
+}
+
+TEST(ProcessCommand, PrefersTheCommandLineOverTheName) {
+  gpu::GpuProcess p;
+  p.host.name = "python3";
+  EXPECT_EQ(process_command(p), "python3");
+  p.host.command_line = "";
+  EXPECT_EQ(process_command(p), "python3");
+  p.host.command_line = "python3 train.py --epochs 3";
+  EXPECT_EQ(process_command(p), "python3 train.py --epochs 3");
+  EXPECT_EQ(process_command(gpu::GpuProcess{}), "");
+}
+
+}  // namespace
+}  // namespace tarmac::agent
