@@ -1,0 +1,259 @@
+"""End-to-end tests of `tarmac agent`: recording under the simulator, kill -9 at random moments,
+a full or read-only state directory, configuration errors, one agent per store, clean stops."""
+import json
+import os
+import pathlib
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from agent_support import HeldSim, integrity, query, stop, wait_for
+from test_status import TARMAC, sim
+
+
+class AgentRecords(unittest.TestCase):
+    def setUp(self):
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-agent-"))
+        self.db = self.dir / "tarmac.db"
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_records_samples_spans_processes_and_events(self):
+        r = sim("a100x4-gpu0-only", TARMAC, "agent", "--state-dir", str(self.dir), "--interval", "100ms",
+                "--process-interval", "200ms", "--flush", "200ms", "--duration", "2s", timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("recording 4 GPUs every 100 ms", r.stderr)
+        self.assertEqual(integrity(self.db), "ok")
+        self.assertEqual(query(self.db, "PRAGMA journal_mode")[0][0], "wal")
+        per_gpu = dict(query(self.db, "SELECT gpu, count(*) FROM gpu_sample GROUP BY gpu"))
+        self.assertEqual(sorted(per_gpu), [0, 1, 2, 3])
+        self.assertTrue(all(n >= 10 for n in per_gpu.values()), per_gpu)
+        # GPU 0 trains at 98 %, the others sit idle (docs/simulator.md, a100x4-gpu0-only).
+        util0 = query(self.db, "SELECT DISTINCT util_pct, mem_used_mib FROM gpu_sample WHERE gpu = 0")
+        self.assertEqual(util0, [(98, 39000)])
+        classes = dict(query(self.db, "SELECT gpu, group_concat(DISTINCT class) FROM activity GROUP BY gpu"))
+        self.assertEqual(classes[0], "busy")
+        self.assertEqual(classes[1], "idle")
+        procs = query(self.db, "SELECT gpu, command, mem_used_mib_max FROM process")
+        self.assertEqual([(p[0], p[1]) for p in procs], [(0, "python train.py --epochs 90 --batch-size 256 --data /datasets/imagenet")])
+        kinds = [k for (k,) in query(self.db, "SELECT kind FROM event ORDER BY id")]
+        self.assertEqual(kinds[0], "agent-start")
+        self.assertIn("process-start", kinds)
+        self.assertEqual(kinds[-1], "agent-stop")
+        names = [n for (n,) in query(self.db, "SELECT name FROM gpu ORDER BY gpu")]
+        self.assertEqual(names, ["NVIDIA A100-SXM4-40GB"] * 4)
+        # The rollups agree with the samples they summarize.
+        n_samples = query(self.db, "SELECT count(*) FROM gpu_sample")[0][0]
+        self.assertEqual(query(self.db, "SELECT sum(samples) FROM gpu_minute")[0][0], n_samples)
+        self.assertEqual(query(self.db, "SELECT sum(samples) FROM gpu_hour")[0][0], n_samples)
+
+    def test_sigterm_flushes_and_exits_0(self):
+        s = HeldSim("a100x4-balanced")
+        try:
+            agent = s.agent(self.dir, "--interval", "100ms", "--flush", "60s")
+            self.addCleanup(agent.kill)
+            self.assertTrue(wait_for(lambda: self.db.exists()))
+            time.sleep(1.0)
+            rc, err = stop(agent)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("stopped:", err)
+            # The flush interval is a minute: everything here was written by the stop.
+            self.assertGreaterEqual(query(self.db, "SELECT count(*) FROM gpu_sample")[0][0], 4 * 5)
+            self.assertEqual(query(self.db, "SELECT kind FROM event ORDER BY id DESC LIMIT 1")[0][0], "agent-stop")
+        finally:
+            s.close()
+
+    def test_one_agent_per_store(self):
+        s = HeldSim("a100x4-balanced")
+        try:
+            first = s.agent(self.dir, "--interval", "200ms")
+            self.addCleanup(first.kill)
+            self.assertTrue(wait_for(lambda: self.db.exists()))
+            second = s.run("agent", "--state-dir", str(self.dir), "--duration", "1s")
+            self.assertEqual(second.returncode, 2)
+            self.assertIn(f"another tarmac agent (pid {first.pid}) already records to {self.dir}", second.stderr)
+            self.assertEqual(stop(first)[0], 0)
+        finally:
+            s.close()
+
+    def test_kill_9_twenty_times_never_corrupts_and_resumes(self):
+        """kill -9 at random moments while recording at 100 ms: after every restart the file is
+        intact, recording resumes, and what was lost is at most the last flush interval."""
+        interval_ms, flush_ms = 100, 300
+        rng = random.Random(1234)
+        s = HeldSim("a100x4-balanced")
+        kills = []
+        try:
+            for _ in range(20):
+                agent = s.agent(self.dir, "--interval", f"{interval_ms}ms", "--flush", f"{flush_ms}ms",
+                                stderr=subprocess.DEVNULL)
+                time.sleep(rng.uniform(0.4, 1.2))
+                kills.append(int(time.time() * 1000))
+                agent.send_signal(signal.SIGKILL)
+                agent.wait()
+                self.assertEqual(integrity(self.db), "ok")
+            agent = s.agent(self.dir, "--interval", f"{interval_ms}ms", "--flush", f"{flush_ms}ms")
+            self.addCleanup(agent.kill)
+            start = int(time.time() * 1000)
+            self.assertTrue(wait_for(lambda: query(self.db, "SELECT max(ts_ms) FROM gpu_sample")[0][0] > start + 200))
+            self.assertEqual(stop(agent)[0], 0)
+        finally:
+            s.close()
+        self.assertEqual(integrity(self.db), "ok")
+        times = [t for (t,) in query(self.db, "SELECT DISTINCT ts_ms FROM gpu_sample WHERE gpu = 0 ORDER BY ts_ms")]
+        starts = [t for (t,) in query(self.db, "SELECT ts_ms FROM event WHERE kind = 'agent-start' ORDER BY ts_ms")]
+        self.assertEqual(len(starts), 21)
+        # Scheduling on a loaded 2-core CI machine: a flush is due at the first loop turn after the
+        # flush interval, and the loop turns every interval, after a snapshot and a commit.
+        slack_ms = 300
+        for i, killed in enumerate(kills):
+            with self.subTest(kill=i):
+                before = [t for t in times if t <= killed]
+                after = [t for t in times if t > killed]
+                self.assertTrue(before and after, "samples on both sides of the kill")
+                # Lost: the samples after the last flush, at most one flush interval (plus the
+                # interval in progress).
+                self.assertLessEqual(killed - before[-1], flush_ms + interval_ms + slack_ms)
+                # Resumed: the next agent recorded, from its start on.
+                self.assertGreaterEqual(after[0], starts[i + 1])
+                self.assertLessEqual(after[0] - starts[i + 1], 2000)
+        # Between restarts the samples keep their interval: no gap beyond the downtime.
+        for a, b in zip(times, times[1:]):
+            if not any(a <= k < b for k in kills):
+                self.assertLess(b - a, 4 * interval_ms + slack_ms, f"gap at {a}")
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root to mount a small tmpfs")
+class AgentFullDisk(unittest.TestCase):
+    """A state directory on a tiny tmpfs: full, then freed; read-only, then writable."""
+
+    def setUp(self):
+        self.mnt = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-tmpfs-"))
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tarmac-test", str(self.mnt)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            self.mnt.rmdir()
+            self.skipTest(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+
+    def tearDown(self):
+        subprocess.run(["umount", "-l", str(self.mnt)], check=False)
+        self.mnt.rmdir()
+
+    def test_full_disk_is_survived_and_recording_resumes(self):
+        db = self.mnt / "tarmac.db"
+        filler = self.mnt / "filler"
+        s = HeldSim("a100x4-balanced")
+        try:
+            # Start with 900 KiB of the 1 MiB taken: the store fills within seconds at 100 ms.
+            filler.write_bytes(b"\0" * (900 * 1024))
+            agent = s.agent(self.mnt, "--interval", "100ms", "--process-interval", "100ms", "--flush", "200ms")
+            self.addCleanup(agent.kill)
+            err_lines = []
+            self.assertTrue(wait_for(lambda: not self.free_space_left(), timeout=60), "the disk never filled")
+            time.sleep(1.5)
+            self.assertIsNone(agent.poll(), "the agent died on a full disk")
+            filler.unlink()
+            freed_at = int(time.time() * 1000)
+            self.assertTrue(wait_for(lambda: self.latest(db) > freed_at + 500, timeout=30),
+                            "recording did not resume after space returned")
+            rc, err = stop(agent)
+            err_lines = err.splitlines()
+            self.assertEqual(rc, 0, err)
+            self.assertTrue(any("cannot write" in l and "warning" in l for l in err_lines), err)
+            self.assertTrue(any("recording resumed" in l for l in err_lines), err)
+            self.assertEqual(integrity(db), "ok")
+        finally:
+            s.close()
+
+    def test_read_only_directory_then_writable(self):
+        subprocess.run(["mount", "-o", "remount,ro", str(self.mnt)], check=True)
+        s = HeldSim("a100x4-balanced")
+        try:
+            agent = s.agent(self.mnt / "state", "--interval", "100ms", "--flush", "200ms")
+            self.addCleanup(agent.kill)
+            time.sleep(1.5)
+            self.assertIsNone(agent.poll(), "the agent died on a read-only directory")
+            subprocess.run(["mount", "-o", "remount,rw", str(self.mnt)], check=True)
+            db = self.mnt / "state" / "tarmac.db"
+            self.assertTrue(wait_for(lambda: db.exists() and self.latest(db) > 0, timeout=30))
+            rc, err = stop(agent)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("cannot write", err)
+            self.assertIn("recording resumed", err)
+            # What was sampled while nothing could be written was kept and written afterwards.
+            first = query(db, "SELECT min(ts_ms) FROM gpu_sample")[0][0]
+            start = query(db, "SELECT min(ts_ms) FROM event WHERE kind = 'agent-start'")[0][0]
+            self.assertLess(first - start, 500)
+        finally:
+            s.close()
+
+    def free_space_left(self):
+        st = os.statvfs(self.mnt)
+        return st.f_bavail * st.f_frsize > 8 * 1024
+
+    @staticmethod
+    def latest(db):
+        try:
+            return query(db, "SELECT max(ts_ms) FROM gpu_sample")[0][0] or 0
+        except Exception:  # noqa: BLE001 - a store being created or on a full disk
+            return 0
+
+
+class AgentConfiguration(unittest.TestCase):
+    def setUp(self):
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-agent-config-"))
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run_agent(self, config_text, *args):
+        path = self.dir / "tarmac.toml"
+        path.write_text(config_text)
+        return path, subprocess.run([TARMAC, "--config", str(path), "agent", *args], capture_output=True, text=True,
+                                    timeout=30)
+
+    def test_check_config_prints_the_effective_settings(self):
+        path, r = self.run_agent('[agent]\ninterval = "250ms"\nstate_dir = "/srv/tarmac"\n\n[retention]\nsamples = "3d"\n',
+                                 "--check-config")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"configuration ok: {path}", r.stdout)
+        self.assertIn("agent: every 250ms", r.stdout)
+        self.assertIn("store: /srv/tarmac/tarmac.db", r.stdout)
+        self.assertIn("retention: samples 3d, minutes 90d, hours 730d, events 365d", r.stdout)
+
+    def test_each_bad_value_names_its_line(self):
+        cases = [
+            ('[agent]\ninterval = "10ms"\n', ":2:12: agent.interval: 10ms is out of range (100ms to 1m)"),
+            ('[agent]\n\nclock = "wall"\n', ":3:9: agent.clock: 'wall' is not one of \"real\", \"sim\""),
+            ('[agent]\nstate_dir = "relative/dir"\n', ":2:13: agent.state_dir: 'relative/dir' is not an absolute path"),
+            ('[retention]\nhours = "forever"\n', ":2:9: retention.hours: expected a duration"),
+            ('[agent]\ninterval = \n', ":2:"),
+        ]
+        for text, message in cases:
+            with self.subTest(text=text):
+                path, r = self.run_agent(text, "--check-config")
+                self.assertEqual(r.returncode, 2)
+                self.assertIn(f"{path}{message}", r.stderr)
+                self.assertEqual(r.stdout, "")
+
+    def test_unknown_key_warns_with_its_line(self):
+        path, r = self.run_agent('[agent]\ninterval = "1s"\nintervall = "2s"\n', "--check-config")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn(f"tarmac: warning: {path}:3: unknown key 'agent.intervall' (ignored)", r.stderr)
+
+    def test_sim_clock_outside_the_simulator_is_a_usage_error(self):
+        env = dict(os.environ)
+        env.pop("TARMAC_SIM_STATE", None)
+        r = subprocess.run([TARMAC, "agent", "--clock", "sim", "--state-dir", str(self.dir)], capture_output=True,
+                           text=True, timeout=30, env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("TARMAC_SIM_STATE", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

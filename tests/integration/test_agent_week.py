@@ -1,0 +1,186 @@
+"""A simulated week of h100x8-idle-fleet recorded at high speed, then read back: the report's
+hours per GPU against the scenario's schedule, its costs, and every export format parsed back and
+compared with the store (read with Python's sqlite3)."""
+import csv
+import io
+import json
+import pathlib
+import shutil
+import tempfile
+import unittest
+
+from agent_support import integrity, query
+from test_status import TARMAC, sim
+
+SPEED = 3600        # a week in 168 s
+INTERVAL_S = 120    # simulated seconds between samples
+PRICE = 2.5
+HOUR_MS = 3600 * 1000
+# docs/simulator.md, h100x8-idle-fleet: busy hours per week and windows (transitions) per GPU.
+BUSY_H = {0: 10, 1: 10, 2: 10, 3: 10, 4: 10, 5: 2, 6: 2, 7: 2}
+WINDOWS = {0: 2, 1: 2, 2: 2, 3: 2, 4: 2, 5: 1, 6: 1, 7: 1}
+# The simulator starts a window's processes on its next 20 ms tick plus the time to fork and exec
+# them, and a sample that lists new processes reads /proc for each: up to ~80 ms of real time,
+# which at this speed is up to ~5 simulated minutes. A transition is seen at the first sample
+# after that.
+SIM_START_LAG_S = 300
+
+
+class RecordedWeek(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-week-"))
+        cls.db = cls.dir / "tarmac.db"
+        r = sim("h100x8-idle-fleet", TARMAC, "agent", "--clock", "sim", "--interval", f"{INTERVAL_S}s",
+                "--process-interval", f"{INTERVAL_S}s", "--duration", "7d", "--state-dir", str(cls.dir),
+                extra=["--speed", str(SPEED)], timeout=400)
+        if r.returncode != 0:
+            raise AssertionError(f"agent exit {r.returncode}: {r.stderr}")
+        cls.agent_log = r.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def report(self, *args):
+        r = sim("h100x8-idle-fleet", TARMAC, "--json", "report", "--db", str(self.db), *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_store_is_intact(self):
+        self.assertEqual(integrity(self.db), "ok")
+        start, stop = query(self.db, "SELECT min(ts_ms), max(ts_ms) FROM gpu_sample")[0]
+        self.assertGreater((stop - start) / HOUR_MS, 167.5)
+
+    def test_busy_and_idle_hours_match_the_schedule(self):
+        report = self.report("--price", str(PRICE))
+        self.assertEqual([g["gpu"] for g in report["gpus"]], list(range(8)))
+        total_tolerance_h = 0
+        for g in report["gpus"]:
+            with self.subTest(gpu=g["gpu"]):
+                hours = g["hours"]
+                recorded = sum(v for k, v in hours.items() if k != "unrecorded")
+                first, last = query(self.db, "SELECT min(ts_ms), max(ts_ms) FROM gpu_sample WHERE gpu = ?", g["gpu"])[0]
+                self.assertAlmostEqual(recorded, (last - first) / HOUR_MS, delta=1e-6)
+                self.assertGreater(recorded, 167.5)
+                # Each window has two transitions, each seen within one sample interval (plus the
+                # simulator's own start lag for the first).
+                tolerance_h = WINDOWS[g["gpu"]] * (2 * INTERVAL_S + SIM_START_LAG_S) / 3600
+                total_tolerance_h += tolerance_h
+                self.assertAlmostEqual(hours["busy"], BUSY_H[g["gpu"]], delta=tolerance_h)
+                self.assertAlmostEqual(hours["idle"], recorded - hours["busy"], delta=1e-6)
+                self.assertEqual(hours["holding"] + hours["starved"] + hours["fault"], 0)
+                self.assertAlmostEqual(g["idle_cost"], hours["idle"] * PRICE, places=6)
+        fleet = report["fleet"]
+        self.assertAlmostEqual(fleet["hours"]["busy"], 56, delta=total_tolerance_h)
+        recorded = sum(v for k, v in fleet["hours"].items() if k != "unrecorded")
+        self.assertAlmostEqual(fleet["hours"]["idle"], recorded - fleet["hours"]["busy"], delta=1e-6)
+        self.assertAlmostEqual(fleet["idle_cost"], fleet["hours"]["idle"] * PRICE, places=6)
+        self.assertEqual(fleet["holding_cost"], 0)
+
+    def test_report_finds_the_windows_and_the_users(self):
+        report = self.report()
+        days = report["heatmap"]
+        # The week starts a few simulated minutes after Monday 00:00 (the agent's start), so it may
+        # end a few minutes into the next Monday: 7 rows, or 8 with only the first hour of the 8th.
+        self.assertIn(len(days), (7, 8))
+        if len(days) == 8:
+            self.assertEqual(days[7]["util_pct_by_hour"][1:], [None] * 23)
+        monday = days[0]
+        self.assertEqual(monday["day"], "2025-01-06")
+        # Monday 10:00-16:00 UTC: four of eight GPUs at 97 %.
+        for hour in range(10, 16):
+            self.assertAlmostEqual(monday["util_pct_by_hour"][hour], 97 * 4 / 8, delta=1)
+        self.assertEqual(monday["util_pct_by_hour"][3], 0)
+        # The longest idle window: GPUs 5-7 from Wednesday 15:00 to the end of the week.
+        longest = report["idle_windows"][0]
+        self.assertIn(longest["gpu"], (5, 6, 7))
+        self.assertGreater(longest["hours"], 100)
+        commands = {c["name"].split(" --")[0] for c in report["top"]["commands"]}
+        self.assertTrue(any("pretrain.py" in c for c in commands), commands)
+        self.assertTrue(any("eval.py" in c for c in commands), commands)
+        self.assertTrue(any("batch_infer.py" in c for c in commands), commands)
+
+    def test_text_report_says_it_in_hours_and_money(self):
+        r = sim("h100x8-idle-fleet", TARMAC, "report", "--db", str(self.db), "--price", str(PRICE))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Cost of idle GPUs: $", r.stdout)
+        self.assertIn("Longest idle windows", r.stdout)
+        self.assertIn("Mon 01-06", r.stdout)
+
+    def samples(self):
+        return query(self.db, "SELECT ts_ms, gpu, util_pct, mem_util_pct, mem_used_mib, power_w, temp_c, class "
+                              "FROM gpu_sample ORDER BY ts_ms, gpu")
+
+    def export(self, fmt, *args):
+        r = sim("h100x8-idle-fleet", TARMAC, "export", "--db", str(self.db), "--since", "7d", "--format", fmt, *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_export_csv_and_ndjson_match_the_store(self):
+        stored = self.samples()
+        names = dict(query(self.db, "SELECT code, name FROM activity_class"))
+        rows = list(csv.DictReader(io.StringIO(self.export("csv"))))
+        self.assertEqual(len(rows), len(stored))
+        for row, s in zip(rows, stored):
+            self.assertEqual((int(row["ts_ms"]), int(row["gpu"]), int(row["util_pct"]), int(row["mem_util_pct"]),
+                              int(row["mem_used_mib"]), int(row["power_w"]), int(row["temp_c"]), row["class"]),
+                             s[:7] + (names[s[7]],))
+        lines = self.export("ndjson").splitlines()
+        self.assertEqual(len(lines), len(stored))
+        for line, s in zip(lines, stored):
+            j = json.loads(line)
+            self.assertEqual((j["ts_ms"], j["gpu"], j["util_pct"], j["mem_used_mib"]), (s[0], s[1], s[2], s[4]))
+
+    def test_export_gpu_utilization_layout(self):
+        stored = self.samples()
+        by_time = {}
+        for ts, gpu, util, memutil, used, power, *_ in stored:
+            by_time.setdefault(ts, {})[gpu] = f"{util}|{memutil}|{used}|{power}"
+        lines = self.export("gpu-utilization").splitlines()
+        self.assertEqual(len(lines), len(by_time))
+        for line, (ts, cells) in zip(lines, sorted(by_time.items())):
+            fields = line.split(",")
+            self.assertEqual(int(fields[0]), ts // 1000)
+            self.assertEqual(fields[1:], [cells[g] for g in sorted(cells)])
+
+    def test_export_nvidia_smi_layout(self):
+        stored = self.samples()
+        rows = list(csv.reader(io.StringIO(self.export("nvidia-smi")), skipinitialspace=True))
+        self.assertEqual(rows[0][:5], ["timestamp", "index", "name", "uuid", "utilization.gpu [%]"])
+        self.assertEqual(len(rows) - 1, len(stored))
+        for row, s in zip(rows[1:], stored):
+            self.assertRegex(row[0], r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}$")
+            self.assertEqual(row[1], str(s[1]))
+            self.assertEqual(row[2], "NVIDIA H100 80GB HBM3")
+            self.assertEqual(row[4], f"{s[2]} %")
+            self.assertEqual(row[6], f"{s[4]} MiB")
+            self.assertEqual(row[8], f"{s[5]:.2f} W")
+
+    def test_history_reads_rollups_for_long_ranges(self):
+        r = sim("h100x8-idle-fleet", TARMAC, "--json", "history", "--db", str(self.db), "--since", "7d", "-i", "4")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["level"], "minutes")
+        self.assertTrue(all(row["gpu"] == 4 for row in j["rows"]))
+        self.assertEqual(sum(row["samples"] for row in j["rows"]),
+                         query(self.db, "SELECT count(*) FROM gpu_sample WHERE gpu = 4")[0][0])
+
+    def test_bad_ranges_are_usage_errors(self):
+        for args, message in ((["--since", "last tuesday"], "--since last tuesday: expected"),
+                              (["--until", "2025-13-45"], "--until 2025-13-45: expected"),
+                              (["--since", "2025-01-10", "--until", "2025-01-08"], "--since must be before --until")):
+            with self.subTest(args=args):
+                r = sim("h100x8-idle-fleet", TARMAC, "report", "--db", str(self.db), *args)
+                self.assertEqual(r.returncode, 2)
+                self.assertIn(message, r.stderr)
+
+    def test_missing_store_is_explained(self):
+        r = sim("h100x8-idle-fleet", TARMAC, "report", "--db", str(self.dir / "nope.db"))
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("no recorded telemetry at", r.stderr)
+        self.assertIn("tarmac agent", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
