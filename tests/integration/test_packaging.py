@@ -1,0 +1,183 @@
+"""End-to-end tests of the install rules (cmake/install.cmake): what `cmake --install` puts where, and
+that the installed binary, tarmac.toml and systemd unit work together."""
+import json
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from test_status import BUILD
+
+UNIT = "tarmac-agent.service"
+
+
+def cmake_command():
+    """The cmake that configured the build (CMakeCache.txt), else the one on PATH."""
+    cache = BUILD / "CMakeCache.txt"
+    if cache.exists():
+        m = re.search(r"^CMAKE_COMMAND:INTERNAL=(.+)$", cache.read_text(), re.M)
+        if m:
+            return m.group(1)
+    return shutil.which("cmake") or "cmake"
+
+
+def install(prefix, destdir=None):
+    """`cmake --install BUILD --prefix PREFIX` (with DESTDIR when given); returns the CompletedProcess."""
+    env = dict(os.environ)
+    env.pop("DESTDIR", None)
+    if destdir is not None:
+        env["DESTDIR"] = str(destdir)
+    return subprocess.run([cmake_command(), "--install", str(BUILD), "--prefix", str(prefix)],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def unit_settings(text):
+    """The unit's KEY=VALUE lines (comments left out), each key with the list of its values."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key, []).append(value)
+    return out
+
+
+def run(*args, env=None):
+    full = dict(os.environ)
+    full.update(env or {})
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=30, env=full)
+
+
+class InstallUnderAPrefix(unittest.TestCase):
+    """One `cmake --install --prefix TMP`, as a user trying tarmac out without root would run it."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not (BUILD / "packaging" / "tarmac.toml").exists():
+            raise AssertionError(f"{BUILD}/packaging/tarmac.toml is missing: build the tarmac_packaging target "
+                                 "(part of the default target)")
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.prefix = pathlib.Path(cls.dir.name) / "prefix"
+        r = install(cls.prefix)
+        if r.returncode != 0:
+            cls.dir.cleanup()
+            raise AssertionError(f"cmake --install failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+        cls.output = r.stdout
+        cls.tarmac = cls.prefix / "bin" / "tarmac"
+        cls.toml = cls.prefix / "etc" / "tarmac" / "tarmac.toml"
+        cls.unit = cls.prefix / "lib" / "systemd" / "system" / UNIT
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def test_the_files_land_under_the_prefix(self):
+        self.assertTrue(os.access(self.tarmac, os.X_OK), self.output)
+        self.assertTrue(self.toml.is_file(), self.output)
+        self.assertTrue(self.unit.is_file(), self.output)
+        docs = self.prefix / "share" / "doc" / "tarmac"
+        self.assertTrue((docs / "ARCHITECTURE.md").is_file(), self.output)
+        self.assertTrue((docs / "configuration.md").is_file(), self.output)
+        self.assertEqual((docs / "tarmac.toml.default").read_text(), self.toml.read_text())
+
+    def test_nothing_else_is_installed_the_simulator_least_of_all(self):
+        files = {str(p.relative_to(self.prefix)) for p in self.prefix.rglob("*")
+                 if p.is_file() and not p.is_relative_to(self.prefix / "share" / "doc")}
+        self.assertEqual(files, {"bin/tarmac", "etc/tarmac/tarmac.toml", f"lib/systemd/system/{UNIT}"})
+
+    def test_the_installed_binary_runs(self):
+        r = run(str(self.tarmac), "--version")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tarmac", r.stdout)
+        self.assertEqual(r.stdout, run(str(BUILD / "tarmac"), "--version").stdout)
+
+    def test_the_installed_configuration_is_the_defaults_and_reads_back_clean(self):
+        defaults = run(str(self.tarmac), "config", "--defaults")
+        self.assertEqual(defaults.returncode, 0, defaults.stderr)
+        self.assertEqual(self.toml.read_text(), defaults.stdout)
+        r = run(str(self.tarmac), "--config", str(self.toml), "config", "--check")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, f"configuration ok: {self.toml}\n")
+        self.assertEqual(r.stderr, "")
+        # Read back, it changes no value.
+        r = run(str(self.tarmac), "--json", "--config", str(self.toml), "config")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        read = json.loads(r.stdout)
+        self.assertEqual(read["files"], [str(self.toml)])
+        self.assertEqual(read["warnings"], [])
+        defaults = json.loads(run(str(self.tarmac), "--json", "config", "--defaults").stdout)
+        self.assertEqual(read["values"], defaults["values"])
+
+    def test_the_unit_runs_the_installed_binary_with_the_installed_configuration(self):
+        s = unit_settings(self.unit.read_text())
+        config = f" --config {self.toml}"  # the prefix's sysconfdir is not /etc
+        self.assertEqual(s["ExecStart"], [f"{self.tarmac}{config} agent"])
+        self.assertEqual(s["ExecStartPre"], [f"{self.tarmac}{config} agent --check-config"])
+        self.assertEqual(s["Restart"], ["on-failure"])
+        self.assertEqual(s["RestartPreventExitStatus"], ["2"])
+        self.assertEqual(s["StateDirectory"], ["tarmac"])
+        self.assertEqual(s["RuntimeDirectory"], ["tarmac"])
+        self.assertEqual(s["ConfigurationDirectory"], ["tarmac"])
+        self.assertEqual(s["ProtectProc"], ["default"])
+        self.assertNotIn("User", s)  # root: it must see every process
+        self.assertNotRegex(self.unit.read_text(), r"@[A-Z_]+@")  # every placeholder substituted
+
+    def test_the_units_check_command_accepts_the_installed_configuration(self):
+        # What systemd runs first, with the environment StateDirectory= gives it.
+        state = pathlib.Path(self.dir.name) / "state"
+        pre = shlex.split(unit_settings(self.unit.read_text())["ExecStartPre"][0])
+        r = run(*pre, env={"STATE_DIRECTORY": str(state)})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"configuration ok: {self.toml}\n", r.stdout)
+        self.assertIn(f"store: {state}/", r.stdout)
+        self.assertEqual(r.stderr, "")
+
+    def test_systemd_analyze_verify_accepts_the_unit(self):
+        analyze = shutil.which("systemd-analyze")
+        if analyze is None:
+            self.skipTest("systemd-analyze is not installed (Debian: the systemd package)")
+        r = subprocess.run([analyze, "verify", "--man=no", str(self.unit)], capture_output=True, text=True,
+                           timeout=60)
+        about_unit = [line for line in (r.stdout + r.stderr).splitlines() if UNIT in line]
+        self.assertEqual(about_unit, [], r.stdout + r.stderr)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_a_second_install_keeps_an_edited_configuration(self):
+        dir = tempfile.TemporaryDirectory()
+        self.addCleanup(dir.cleanup)
+        prefix = pathlib.Path(dir.name)
+        self.assertEqual(install(prefix).returncode, 0)
+        toml = prefix / "etc" / "tarmac" / "tarmac.toml"
+        toml.write_text("[activity]\nbusy_util_pct = 40\n")
+        r = install(prefix)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"Keeping: {toml}", r.stdout)
+        self.assertEqual(toml.read_text(), "[activity]\nbusy_util_pct = 40\n")
+
+
+class InstallForAPackage(unittest.TestCase):
+    """`DESTDIR=ROOT cmake --install --prefix /usr`, as a distribution package is staged."""
+
+    def test_usr_prefix_puts_the_configuration_in_etc_and_the_unit_needs_no_config_flag(self):
+        dir = tempfile.TemporaryDirectory()
+        self.addCleanup(dir.cleanup)
+        root = pathlib.Path(dir.name)
+        r = install("/usr", destdir=root)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertTrue((root / "usr" / "bin" / "tarmac").is_file())
+        self.assertTrue((root / "etc" / "tarmac" / "tarmac.toml").is_file())
+        self.assertTrue((root / "usr" / "share" / "doc" / "tarmac" / "ARCHITECTURE.md").is_file())
+        s = unit_settings((root / "usr" / "lib" / "systemd" / "system" / UNIT).read_text())
+        self.assertEqual(s["ExecStart"], ["/usr/bin/tarmac agent"])
+        self.assertEqual(s["ExecStartPre"], ["/usr/bin/tarmac agent --check-config"])
+        self.assertEqual(s["Documentation"], ["file:/usr/share/doc/tarmac/recorder.md",
+                                              "file:/usr/share/doc/tarmac/configuration.md"])
+
+
+if __name__ == "__main__":
+    unittest.main()
