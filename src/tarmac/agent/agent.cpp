@@ -12,6 +12,7 @@ namespace {
 using Steady = std::chrono::steady_clock;
 
 constexpr long long kPruneEveryMs = 3600LL * 1000;
+constexpr std::size_t kFlushRows = 20000;
 
 double seconds_since(Steady::time_point t) {
   return std::chrono::duration<double>(Steady::now() - t).count();
@@ -161,7 +162,11 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
       }
       next_slow = std::max(next_slow + options.slow_interval_ms, now + 1);
     }
-    if (seconds_since(last_flush) * 1000 >= static_cast<double>(options.flush_interval_ms)) flush(now);
+    // Flush on time, or sooner when a fast simulation piles rows up: memory stays bounded.
+    if (seconds_since(last_flush) * 1000 >= static_cast<double>(options.flush_interval_ms) ||
+        recorder.pending_rows() >= kFlushRows) {
+      flush(now);
+    }
 
     next_fast += options.interval_ms;
     const long long after = clock.now_ms();

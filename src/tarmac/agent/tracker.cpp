@@ -9,6 +9,8 @@ namespace tarmac::agent {
 
 namespace {
 
+constexpr long long kProcessSampleEveryMs = 60 * 1000;
+
 std::optional<long long> mib(const std::optional<std::uint64_t>& bytes) {
   if (!bytes) return std::nullopt;
   return static_cast<long long>(*bytes / util::kMiB);
@@ -60,7 +62,6 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
   std::map<unsigned, store::ProcessSpan> still;
   for (const auto& p : d.processes) {
     store::ProcessSample ps{ts_ms, index, p.pid, mib(p.used_mem_bytes), num(p.sm_util_pct)};
-    rec.add(ps);
     auto it = state.open.find(p.pid);
     store::ProcessSpan span;
     if (it != state.open.end() && it->second.start_unix == p.host.start_time_unix) {
@@ -79,6 +80,14 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
     span.mem_used_mib_max = std::max(span.mem_used_mib_max, ps.mem_used_mib.value_or(0));
     if (span.first_ms == ts_ms) rec.add(store::Event{ts_ms, index, "process-start", process_detail(span)});
     rec.update(span);
+    // A steady process costs one row a minute, not one per read: a sample is written when its
+    // memory or utilization changes, and at least every kProcessSampleEveryMs.
+    auto& last = state.written[p.pid];
+    if (span.first_ms == ts_ms || last.mem_used_mib != ps.mem_used_mib || last.sm_util_pct != ps.sm_util_pct ||
+        ts_ms - last.ts_ms >= kProcessSampleEveryMs) {
+      rec.add(ps);
+      last = ps;
+    }
     still[p.pid] = span;
   }
   for (const auto& [pid, span] : state.open) {
@@ -88,6 +97,7 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
     }
   }
   state.open = std::move(still);
+  std::erase_if(state.written, [&](const auto& entry) { return !state.open.contains(entry.first); });
   state.processes = d.processes;
 }
 
@@ -101,6 +111,7 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
       state.span.reset();
       state.held_since_ms.reset();
       state.open.clear();
+      state.written.clear();
     }
     state.last_ms = ts_ms;
     if (with_processes) observe_processes(d, state, ts_ms, rec);

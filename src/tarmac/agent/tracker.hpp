@@ -35,6 +35,7 @@ class Tracker {
     std::uint64_t harmful_events = 0;
     long long last_ms = 0;
     std::map<unsigned, store::ProcessSpan> open;  // by pid
+    std::map<unsigned, store::ProcessSample> written;  // the last process sample recorded, by pid
   };
 
   void observe_processes(const gpu::Device& device, GpuState& state, long long ts_ms, store::Recorder& recorder);
