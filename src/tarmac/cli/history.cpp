@@ -94,7 +94,7 @@ struct Rows {
 Result<Rows> read_rows(const GlobalOptions& global, const HistoryFlags& flags, long long default_since_ms,
                        const std::string& default_level) {
   auto loaded = load_config(global);
-  if (!loaded.ok()) return loaded.take_error();
+  if (!loaded.ok()) return make_error(Error::Code::Invalid, "");  // load_config printed why
   TARMAC_TRY_ASSIGN(auto reader, open_store(loaded->config, flags.range));
   Rows rows;
   TARMAC_TRY_ASSIGN(rows.range, resolve_range(reader, flags.range, default_since_ms));
@@ -212,7 +212,7 @@ std::string events_text(const std::vector<store::Event>& events) {
 int run_history(const GlobalOptions& global, const HistoryFlags& flags) {
   auto rows = read_rows(global, flags, kHourMs, "auto");
   if (!rows.ok()) {
-    if (rows.error().code == Error::Code::Invalid) print_error(rows.error());
+    if (!rows.error().message.empty()) print_error(rows.error());
     return rows.error().code == Error::Code::Invalid ? kExitUsage : kExitCouldNotLook;
   }
   if (global.json) {
@@ -267,7 +267,7 @@ int run_history(const GlobalOptions& global, const HistoryFlags& flags) {
 int run_export(const GlobalOptions& global, const HistoryFlags& flags) {
   auto rows = read_rows(global, flags, 24 * kHourMs, "samples");
   if (!rows.ok()) {
-    if (rows.error().code == Error::Code::Invalid) print_error(rows.error());
+    if (!rows.error().message.empty()) print_error(rows.error());
     return rows.error().code == Error::Code::Invalid ? kExitUsage : kExitCouldNotLook;
   }
   const bool raw = rows->level == store::Level::Samples;

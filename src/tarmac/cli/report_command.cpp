@@ -58,7 +58,10 @@ int run_report(const GlobalOptions& global, const ReportFlags& flags) {
   auto loaded = load_config(global);
   if (!loaded.ok()) return kExitUsage;
   auto reader = open_store(loaded->config, flags.range);
-  if (!reader.ok()) return kExitCouldNotLook;
+  if (!reader.ok()) {
+    print_error(reader.error());
+    return kExitCouldNotLook;
+  }
   auto range = resolve_range(*reader, flags.range, kWeekMs);
   if (!range.ok()) {
     print_error(range.error());

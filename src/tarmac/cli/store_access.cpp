@@ -79,9 +79,7 @@ Result<store::TimeRange> resolve_range(store::Reader& reader, const RangeFlags& 
 }
 
 Result<store::Reader> open_store(const config::Config& config, const RangeFlags& flags) {
-  auto reader = store::Reader::open(store_path(config, flags.db));
-  if (!reader.ok()) print_error(reader.error());
-  return reader;
+  return store::Reader::open(store_path(config, flags.db));
 }
 
 void add_range_flags(CLI::App& cmd, RangeFlags& flags, const std::string& default_since) {

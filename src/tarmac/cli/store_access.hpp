@@ -33,7 +33,7 @@ struct RangeFlags {
 [[nodiscard]] Result<store::TimeRange> resolve_range(store::Reader& reader, const RangeFlags& flags,
                                                      long long default_since_ms);
 
-// Opens the store named by the flags and the configuration; prints the error on failure.
+// Opens the store named by the flags and the configuration.
 [[nodiscard]] Result<store::Reader> open_store(const config::Config& config, const RangeFlags& flags);
 
 // Adds --db, --since and --until to `cmd`.

@@ -426,5 +426,18 @@ TEST(ProcessCommand, PrefersTheCommandLineOverTheName) {
   EXPECT_EQ(process_command(gpu::GpuProcess{}), "");
 }
 
+TEST_F(TrackerTest, ASteadyProcessIsSampledOnChangeAndOnceAMinute) {
+  // Read every 5 s for 3 minutes; the memory grows once, at 100 s.
+  for (long long t = 0; t <= 180; t += 5) {
+    observe(snapshot({device(0, 90, {process(100, t < 100 ? 30000 : 31000)})}), kT0 + t * kS);
+  }
+  auto samples = read().process_samples(kAll, {});
+  ASSERT_TRUE(samples.ok());
+  std::vector<long long> at;
+  for (const auto& s : *samples) at.push_back((s.ts_ms - kT0) / kS);
+  EXPECT_EQ(at, (std::vector<long long>{0, 60, 100, 160}));
+  EXPECT_EQ(samples->back().mem_used_mib, 31000);
+}
+
 }  // namespace
 }  // namespace tarmac::agent
