@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "tarmac/agent/tracker.hpp"
+#include "tarmac/util/units.hpp"
 
 namespace tarmac::agent {
 
@@ -29,7 +30,7 @@ store::GpuInfo info_of(const gpu::Device& d) {
   g.uuid = d.id.uuid.value_or("");
   g.name = d.id.name.value_or("");
   g.pci_bus_id = d.id.pci_bus_id.value_or("");
-  if (d.id.mem_total_bytes) g.mem_total_mib = static_cast<long long>(*d.id.mem_total_bytes / (1024 * 1024));
+  if (d.id.mem_total_bytes) g.mem_total_mib = static_cast<long long>(*d.id.mem_total_bytes / util::kMiB);
   return g;
 }
 

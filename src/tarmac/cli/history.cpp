@@ -12,6 +12,7 @@
 #include "tarmac/fields/format.hpp"
 #include "tarmac/fields/table.hpp"
 #include "tarmac/report/format.hpp"
+#include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
 
@@ -34,17 +35,6 @@ constexpr long long kHourMs = 3600LL * 1000;
 constexpr std::string_view kNvidiaSmiFields =
     "timestamp,index,name,uuid,utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,"
     "temperature.gpu,clocks.sm,clocks.mem";
-
-Result<std::vector<unsigned>> parse_gpus(const std::string& text) {
-  std::vector<unsigned> out;
-  if (text.empty()) return out;
-  for (const auto& part : util::split(text, ',')) {
-    auto n = util::parse_int(util::trim(part));
-    if (!n || *n < 0) return make_error(Error::Code::Invalid, fmt::format("-i {}: expected GPU indices like 0,2", text));
-    out.push_back(static_cast<unsigned>(*n));
-  }
-  return out;
-}
 
 Result<store::Level> parse_level(const std::string& text, const store::TimeRange& range) {
   if (text == "samples") return store::Level::Samples;
@@ -98,7 +88,7 @@ Result<Rows> read_rows(const GlobalOptions& global, const HistoryFlags& flags, l
   TARMAC_TRY_ASSIGN(auto reader, open_store(loaded->config, flags.range));
   Rows rows;
   TARMAC_TRY_ASSIGN(rows.range, resolve_range(reader, flags.range, default_since_ms));
-  TARMAC_TRY_ASSIGN(const auto gpus, parse_gpus(flags.gpus));
+  TARMAC_TRY_ASSIGN(const auto gpus, parse_gpu_list(flags.gpus));
   TARMAC_TRY_ASSIGN(rows.level, parse_level(flags.level == "auto" ? default_level : flags.level, rows.range));
   TARMAC_TRY_ASSIGN(rows.gpus, reader.gpus());
   if (rows.level == store::Level::Samples) {
@@ -290,13 +280,8 @@ int run_export(const GlobalOptions& global, const HistoryFlags& flags) {
     std::fwrite(out.data(), 1, out.size(), stdout);
     return kExitOk;
   }
-  // Written beside the target and renamed: a reader never sees half a file.
-  const std::string tmp = flags.output + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr || std::fwrite(out.data(), 1, out.size(), f) != out.size() || std::fclose(f) != 0 ||
-      std::rename(tmp.c_str(), flags.output.c_str()) != 0) {
+  if (!util::write_file_atomically(flags.output, out)) {
     print_error(make_error(Error::Code::Io, fmt::format("cannot write {}", flags.output)));
-    std::remove(tmp.c_str());
     return kExitCouldNotLook;
   }
   return kExitOk;

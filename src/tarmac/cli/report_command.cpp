@@ -7,6 +7,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/store_access.hpp"
 #include "tarmac/report/report.hpp"
+#include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
 
 namespace tarmac::cli {
@@ -22,19 +23,6 @@ struct ReportFlags {
 
 constexpr long long kWeekMs = 7LL * 86400 * 1000;
 
-// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half a page.
-Result<void> write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  const bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (f != nullptr && std::fclose(f) != 0) return make_error(Error::Code::Io, fmt::format("cannot write {}", path));
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return make_error(Error::Code::Io, fmt::format("cannot write {}", path));
-  }
-  return {};
-}
-
 int run_report(const GlobalOptions& global, const ReportFlags& flags) {
   report::ReportOptions options;
   if (!flags.price.empty()) {
@@ -46,15 +34,12 @@ int run_report(const GlobalOptions& global, const ReportFlags& flags) {
     }
     options.price_per_gpu_hour = *price;
   }
-  for (const auto& part : util::split(flags.gpus, ',')) {
-    if (util::trim(part).empty()) continue;
-    auto n = util::parse_int(util::trim(part));
-    if (!n || *n < 0) {
-      print_error(make_error(Error::Code::Invalid, fmt::format("-i {}: expected GPU indices like 0,2", flags.gpus)));
-      return kExitUsage;
-    }
-    options.gpus.push_back(static_cast<unsigned>(*n));
+  auto gpus = parse_gpu_list(flags.gpus);
+  if (!gpus.ok()) {
+    print_error(gpus.error());
+    return kExitUsage;
   }
+  options.gpus = std::move(*gpus);
   auto loaded = load_config(global);
   if (!loaded.ok()) return kExitUsage;
   auto reader = open_store(loaded->config, flags.range);
@@ -74,8 +59,8 @@ int run_report(const GlobalOptions& global, const ReportFlags& flags) {
     return kExitCouldNotLook;
   }
   if (!flags.html.empty()) {
-    if (auto w = write_atomically(flags.html, report::render_html(*built)); !w.ok()) {
-      print_error(w.error());
+    if (!util::write_file_atomically(flags.html, report::render_html(*built))) {
+      print_error(make_error(Error::Code::Io, fmt::format("cannot write {}", flags.html)));
       return kExitCouldNotLook;
     }
   }

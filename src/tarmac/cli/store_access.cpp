@@ -78,6 +78,17 @@ Result<store::TimeRange> resolve_range(store::Reader& reader, const RangeFlags& 
   return range;
 }
 
+Result<std::vector<unsigned>> parse_gpu_list(const std::string& text) {
+  std::vector<unsigned> out;
+  for (const auto& part : util::split(text, ',')) {
+    if (util::trim(part).empty()) continue;
+    auto n = util::parse_int(util::trim(part));
+    if (!n || *n < 0) return make_error(Error::Code::Invalid, fmt::format("-i {}: expected GPU indices like 0,2", text));
+    out.push_back(static_cast<unsigned>(*n));
+  }
+  return out;
+}
+
 Result<store::Reader> open_store(const config::Config& config, const RangeFlags& flags) {
   return store::Reader::open(store_path(config, flags.db));
 }

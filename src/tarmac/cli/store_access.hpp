@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tarmac/cli/context.hpp"
 #include "tarmac/store/reader.hpp"
@@ -32,6 +33,9 @@ struct RangeFlags {
 // starts no earlier than the recording.
 [[nodiscard]] Result<store::TimeRange> resolve_range(store::Reader& reader, const RangeFlags& flags,
                                                      long long default_since_ms);
+
+// "0,2" as GPU indices (empty: every GPU); fails naming the text.
+[[nodiscard]] Result<std::vector<unsigned>> parse_gpu_list(const std::string& text);
 
 // Opens the store named by the flags and the configuration.
 [[nodiscard]] Result<store::Reader> open_store(const config::Config& config, const RangeFlags& flags);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 namespace tarmac::util {
 
@@ -25,6 +26,17 @@ std::optional<std::string> read_file(const std::string& path) {
     if (n < 0) return std::nullopt;  // e.g. EACCES on read, or the process exited mid-read
     return text;
   }
+}
+
+bool write_file_atomically(const std::string& path, std::string_view text) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const bool closed = std::fclose(f) == 0;
+  if (written && closed && std::rename(tmp.c_str(), path.c_str()) == 0) return true;
+  std::remove(tmp.c_str());
+  return false;
 }
 
 }  // namespace tarmac::util
