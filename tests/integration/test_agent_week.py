@@ -55,7 +55,7 @@ class RecordedWeek(unittest.TestCase):
     def test_busy_and_idle_hours_match_the_schedule(self):
         report = self.report("--price", str(PRICE))
         self.assertEqual([g["gpu"] for g in report["gpus"]], list(range(8)))
-        total_tolerance_h = 0
+        total_tolerance_h = sum(WINDOWS.values()) * (2 * INTERVAL_S + SIM_START_LAG_S) / 3600
         for g in report["gpus"]:
             with self.subTest(gpu=g["gpu"]):
                 hours = g["hours"]
@@ -66,7 +66,6 @@ class RecordedWeek(unittest.TestCase):
                 # Each window has two transitions, each seen within one sample interval (plus the
                 # simulator's own start lag for the first).
                 tolerance_h = WINDOWS[g["gpu"]] * (2 * INTERVAL_S + SIM_START_LAG_S) / 3600
-                total_tolerance_h += tolerance_h
                 self.assertAlmostEqual(hours["busy"], BUSY_H[g["gpu"]], delta=tolerance_h)
                 self.assertAlmostEqual(hours["idle"], recorded - hours["busy"], delta=1e-6)
                 self.assertEqual(hours["holding"] + hours["starved"] + hours["fault"], 0)
@@ -92,10 +91,12 @@ class RecordedWeek(unittest.TestCase):
         for hour in range(10, 16):
             self.assertAlmostEqual(monday["util_pct_by_hour"][hour], 97 * 4 / 8, delta=1)
         self.assertEqual(monday["util_pct_by_hour"][3], 0)
-        # The longest idle window: GPUs 5-7 from Wednesday 15:00 to the end of the week.
+        # The longest idle windows: every GPU but 4 from Wednesday 15:00 to the end of the week
+        # (~105 h); GPU 4 works Friday night.
         longest = report["idle_windows"][0]
-        self.assertIn(longest["gpu"], (5, 6, 7))
+        self.assertNotEqual(longest["gpu"], 4)
         self.assertGreater(longest["hours"], 100)
+        self.assertTrue(longest["start"].startswith("2025-01-08T15:"), longest)
         commands = {c["name"].split(" --")[0] for c in report["top"]["commands"]}
         self.assertTrue(any("pretrain.py" in c for c in commands), commands)
         self.assertTrue(any("eval.py" in c for c in commands), commands)

@@ -61,13 +61,14 @@ class Watch(unittest.TestCase):
         self.assertEqual([g["util_gpu_pct"] for g in frames[-1]["gpus"]], [96, 94, 95, 93])
 
     def test_gpu_lost_mid_loop_keeps_watching(self):
-        # GPU 2 falls off the bus one simulated second in: the frames before show it, the
-        # frames after mark it lost, and the watch goes on for the others.
-        r = sim("a100x4-balanced", TARMAC, "--json", "watch", "-n", "0.5", "-c", "5",
-                faults=["gpu=2,lost_at=1"])
+        # GPU 2 falls off the bus three simulated seconds in (time enough for a start-up under a
+        # sanitizer on a loaded machine): the frames before show it, the frames after mark it
+        # lost, and the watch goes on for the others.
+        r = sim("a100x4-balanced", TARMAC, "--json", "watch", "-n", "0.5", "-c", "10",
+                faults=["gpu=2,lost_at=3"])
         self.assertEqual(r.returncode, 0, r.stderr)
         frames = [json.loads(l) for l in r.stdout.splitlines()]
-        self.assertEqual(len(frames), 5)
+        self.assertEqual(len(frames), 10)
         self.assertIsNone(frames[0]["gpus"][2]["lost"])
         self.assertIsNotNone(frames[-1]["gpus"][2]["lost"])
         self.assertEqual(frames[-1]["gpus"][2]["activity"], "fault")

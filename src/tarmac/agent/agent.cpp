@@ -1,5 +1,6 @@
 #include "tarmac/agent/agent.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <fmt/format.h>
 
@@ -85,8 +86,11 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
   ropts.path = store::database_path(options.state_dir);
   ropts.retention = options.retention;
   store::Recorder recorder(ropts);
-  // A pause longer than a few intervals is time nobody watched: spans end rather than stretch.
-  Tracker tracker(options.thresholds, std::max(3 * options.interval_ms, options.process_interval_ms + options.interval_ms));
+  // A pause longer than a few intervals, and than 10 s of real time (a slow snapshot under a fast
+  // simulation is late, not a gap), is time nobody watched: spans end rather than stretch.
+  const long long gap_ms = std::max({3 * options.interval_ms, options.process_interval_ms + options.interval_ms,
+                                     static_cast<long long>(10'000 * clock.speed())});
+  Tracker tracker(options.thresholds, gap_ms);
   FlushLog flush_log(log, ropts.path);
 
   gpu::SnapshotOptions fast;
