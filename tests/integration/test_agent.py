@@ -117,10 +117,10 @@ class AgentRecords(unittest.TestCase):
         times = [t for (t,) in query(self.db, "SELECT DISTINCT ts_ms FROM gpu_sample WHERE gpu = 0 ORDER BY ts_ms")]
         starts = [t for (t,) in query(self.db, "SELECT ts_ms FROM event WHERE kind = 'agent-start' ORDER BY ts_ms")]
         self.assertEqual(len(starts), 21)
-        # Scheduling on a loaded 2-core CI machine (sanitizers, two tests at once): a flush is due at
-        # the first loop turn after the flush interval, and the loop turns every interval, after a
-        # snapshot and a commit.
-        slack_ms = 500
+        # Scheduling on a loaded 2-core CI machine (sanitizers, two tests at once) can starve the
+        # agent for a second; the typical loss (the median) must still be within one flush.
+        slack_ms = 1500
+        losses = []
         for i, killed in enumerate(kills):
             with self.subTest(kill=i):
                 before = [t for t in times if t <= killed]
@@ -128,10 +128,13 @@ class AgentRecords(unittest.TestCase):
                 self.assertTrue(before and after, "samples on both sides of the kill")
                 # Lost: the samples after the last flush, at most one flush interval (plus the
                 # interval in progress).
-                self.assertLessEqual(killed - before[-1], flush_ms + interval_ms + slack_ms)
+                losses.append(killed - before[-1])
+                self.assertLessEqual(losses[-1], flush_ms + interval_ms + slack_ms)
                 # Resumed: the next agent recorded, from its start on.
                 self.assertGreaterEqual(after[0], starts[i + 1])
                 self.assertLessEqual(after[0] - starts[i + 1], 2000)
+        losses.sort()
+        self.assertLessEqual(losses[len(losses) // 2], flush_ms + interval_ms + 100, losses)
         # Between restarts the samples keep their interval: no gap beyond the downtime.
         for a, b in zip(times, times[1:]):
             if not any(a <= k < b for k in kills):
