@@ -118,8 +118,8 @@ class AgentRecords(unittest.TestCase):
         starts = [t for (t,) in query(self.db, "SELECT ts_ms FROM event WHERE kind = 'agent-start' ORDER BY ts_ms")]
         self.assertEqual(len(starts), 21)
         # Scheduling on a loaded 2-core CI machine (sanitizers, two tests at once) can starve the
-        # agent for a second; the typical loss (the median) must still be within one flush.
-        slack_ms = 1500
+        # agent for seconds; the typical loss (the median) must still be within one flush.
+        slack_ms = 5000
         losses = []
         for i, killed in enumerate(kills):
             with self.subTest(kill=i):
@@ -132,7 +132,7 @@ class AgentRecords(unittest.TestCase):
                 self.assertLessEqual(losses[-1], flush_ms + interval_ms + slack_ms)
                 # Resumed: the next agent recorded, from its start on.
                 self.assertGreaterEqual(after[0], starts[i + 1])
-                self.assertLessEqual(after[0] - starts[i + 1], 2000)
+                self.assertLessEqual(after[0] - starts[i + 1], slack_ms)
         losses.sort()
         self.assertLessEqual(losses[len(losses) // 2], flush_ms + interval_ms + 100, losses)
         # Between restarts the samples keep their interval: no gap beyond the downtime.
