@@ -24,8 +24,8 @@ WINDOWS = {0: 2, 1: 2, 2: 2, 3: 2, 4: 2, 5: 1, 6: 1, 7: 1}
 # them, and a sample that lists new processes reads /proc for each: up to ~80 ms of real time,
 # which at this speed is up to ~5 simulated minutes; under the sanitizers (the simulator library
 # and its load processes instrumented; TARMAC_COMPAT_PRELOAD marks that build) eight processes
-# starting at once take up to ~400 ms on a loaded machine, 25 simulated minutes. A transition is seen at the first sample
-# after that.
+# starting at once take up to ~400 ms on a loaded machine, 25 simulated minutes. A transition is
+# seen at the first sample after that.
 SIM_START_LAG_S = 1500 if os.environ.get("TARMAC_COMPAT_PRELOAD") else 300
 
 
