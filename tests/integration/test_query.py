@@ -333,9 +333,18 @@ class QueryOnItsOwn(unittest.TestCase):
                                       "--query-gpu=index,utilization.gpu", "--format=csv", "-lms", "100"],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
                                      start_new_session=True)
-                time.sleep(1.5)
+                # Wait for the header and eight rows (start-up under the sanitizers on a loaded
+                # machine can take longer than the loop takes to print them), then interrupt.
+                first = []
+                deadline = time.monotonic() + 60
+                while len(first) < 9 and time.monotonic() < deadline:
+                    line = p.stdout.readline()
+                    if not line:
+                        break
+                    first.append(line)
                 os.killpg(p.pid, sig)  # as a terminal's Ctrl-C reaches the whole foreground group
-                out, err = p.communicate(timeout=10)
+                rest, err = p.communicate(timeout=10)
+                out = "".join(first) + rest
                 self.assertIn(p.returncode, (0, -sig, 128 + sig), err)
                 lines = out.splitlines()
                 self.assertEqual(lines.count("index, utilization.gpu [%]"), 1, out)
