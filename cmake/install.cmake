@@ -4,6 +4,7 @@
 #   <TARMAC_SYSTEMD_UNIT_DIR>/tarmac-agent.service   from packaging/systemd/tarmac-agent.service.in
 #   <sysconfdir>/tarmac/tarmac.toml              `tarmac config --defaults`; an existing one is kept
 #   <docdir>/*.md, <docdir>/tarmac.toml.default  docs/*.md and a pristine copy of the defaults
+#   <datadir>/tarmac/grafana/tarmac.json         the Grafana dashboard for tarmac's own metrics
 #
 # The unit names the installed binary, so it is written at install time with the prefix the install
 # uses (a `--prefix` given to `cmake --install` included); the build tree also gets one for the
@@ -38,6 +39,7 @@ configure_file("${PROJECT_SOURCE_DIR}/packaging/systemd/tarmac-agent.service.in"
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/docs/" DESTINATION "${CMAKE_INSTALL_DOCDIR}"
         FILES_MATCHING PATTERN "*.md")
 install(FILES "${_tarmac_default_config}" DESTINATION "${CMAKE_INSTALL_DOCDIR}" RENAME tarmac.toml.default)
+install(FILES "${PROJECT_SOURCE_DIR}/packaging/grafana/tarmac.json" DESTINATION "${CMAKE_INSTALL_DATADIR}/tarmac/grafana")
 
 # Install time: the unit and tarmac.toml, with the directories of the prefix in use then (the same
 # rules as GNUInstallDirs' CMAKE_INSTALL_FULL_<dir>: /usr and / put sysconfdir at /etc, /opt/x at

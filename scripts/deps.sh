@@ -4,7 +4,7 @@
 set -euo pipefail
 build=(cmake ninja-build g++ pkg-config libfmt-dev libcli11-dev nlohmann-json3-dev
        libtomlplusplus-dev libsqlite3-dev libncurses-dev)
-test=(libgtest-dev libgmock-dev libbenchmark-dev tmux python3 procps util-linux chromium)
+test=(libgtest-dev libgmock-dev libbenchmark-dev tmux python3 procps util-linux chromium prometheus wrk)
 want=("${build[@]}")
 [[ ${1:-} == --test ]] && want+=("${test[@]}")
 missing=()

@@ -84,11 +84,15 @@ class InstallUnderAPrefix(unittest.TestCase):
         self.assertTrue((docs / "ARCHITECTURE.md").is_file(), self.output)
         self.assertTrue((docs / "configuration.md").is_file(), self.output)
         self.assertEqual((docs / "tarmac.toml.default").read_text(), self.toml.read_text())
+        self.assertTrue((docs / "metrics.md").is_file(), self.output)
+        dashboard = self.prefix / "share" / "tarmac" / "grafana" / "tarmac.json"
+        self.assertTrue(json.loads(dashboard.read_text())["title"].startswith("tarmac"), self.output)
 
     def test_nothing_else_is_installed_the_simulator_least_of_all(self):
         files = {str(p.relative_to(self.prefix)) for p in self.prefix.rglob("*")
                  if p.is_file() and not p.is_relative_to(self.prefix / "share" / "doc")}
-        self.assertEqual(files, {"bin/tarmac", "etc/tarmac/tarmac.toml", f"lib/systemd/system/{UNIT}"})
+        self.assertEqual(files, {"bin/tarmac", "etc/tarmac/tarmac.toml", f"lib/systemd/system/{UNIT}",
+                                 "share/tarmac/grafana/tarmac.json"})
 
     def test_the_installed_binary_runs(self):
         r = run(str(self.tarmac), "--version")

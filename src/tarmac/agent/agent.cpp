@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fmt/format.h>
+#include <map>
 
 #include "tarmac/agent/tracker.hpp"
 #include "tarmac/util/units.hpp"
@@ -96,6 +97,7 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
   gpu::SnapshotOptions fast;
   fast.values = recorded_groups();
   fast.processes = false;
+  fast.xid_events = true;
   gpu::SnapshotOptions with_processes = fast;
   with_processes.processes = true;
   gpu::SnapshotOptions slow;
@@ -120,6 +122,9 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
   long long last_prune = 0;
   long long last_error_log = -1;
   std::optional<gpu::Snapshot> pending_first(std::move(first));
+  long long nvml_errors = 0;
+  std::map<unsigned, std::vector<gpu::GpuProcess>> latest_processes;  // for on_sample
+  std::map<unsigned, gpu::DeviceSlowSample> latest_slow;
 
   auto flush = [&](long long ts_ms) {
     auto status = recorder.flush();
@@ -141,25 +146,45 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
     now = clock.now_ms();
     if (options.duration_ms > 0 && now - start_ms >= options.duration_ms) break;
     const bool list_processes = now >= next_processes;
+    const auto sample_start = Steady::now();
     Result<gpu::Snapshot> snap = pending_first ? Result<gpu::Snapshot>(std::move(*pending_first))
                                                : backend.snapshot(list_processes ? with_processes : fast);
+    const double sample_seconds = seconds_since(sample_start);
     pending_first.reset();
     if (snap.ok()) {
       ++summary.snapshots;
       summary.gpu_samples += static_cast<long long>(snap->devices.size());
+      for (const auto& d : snap->devices) nvml_errors += static_cast<long long>(d.errors.size());
       tracker.observe(*snap, now, list_processes, recorder);
       if (list_processes) {
         for (const auto& d : snap->devices) recorder.add(info_of(d), now);
         next_processes = std::max(next_processes + options.process_interval_ms, now + 1);
       }
-    } else if (last_error_log < 0 || now - last_error_log >= 60 * 1000) {
-      log(LogLevel::Error, fmt::format("cannot read the GPUs: {}", snap.error().message));
-      last_error_log = now;
+      if (options.on_sample) {
+        // The hook sees every GPU whole: this sample's values, the last processes and slow values.
+        for (auto& d : snap->devices) {
+          if (list_processes) {
+            latest_processes[d.id.index] = d.processes;
+          } else if (auto it = latest_processes.find(d.id.index); it != latest_processes.end()) {
+            d.processes = it->second;
+          }
+          if (auto it = latest_slow.find(d.id.index); it != latest_slow.end()) d.slow = it->second;
+        }
+        const auto classes = tracker.classes();
+        options.on_sample(SampleView{*snap, classes, now, summary, nvml_errors, sample_seconds});
+      }
+    } else {
+      ++nvml_errors;
+      if (last_error_log < 0 || now - last_error_log >= 60 * 1000) {
+        log(LogLevel::Error, fmt::format("cannot read the GPUs: {}", snap.error().message));
+        last_error_log = now;
+      }
     }
     if (options.slow_interval_ms > 0 && now >= next_slow) {
       if (auto s = backend.snapshot(slow); s.ok()) {
         for (const auto& d : s->devices) {
           if (!d.slow) continue;
+          if (options.on_sample) latest_slow[d.id.index] = *d.slow;
           recorder.add(store::SlowSample{now, d.id.index, num(d.slow->pcie_tx_kbps), num(d.slow->pcie_rx_kbps),
                                          d.slow->gpm_sm_active_pct, d.slow->gpm_sm_occupancy_pct,
                                          d.slow->gpm_tensor_active_pct, d.slow->gpm_dram_bw_pct});

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "tarmac/agent/clock.hpp"
@@ -13,6 +14,8 @@
 #include "tarmac/store/recorder.hpp"
 
 namespace tarmac::agent {
+
+struct SampleView;
 
 struct AgentOptions {
   long long interval_ms = 1000;          // fast values (clock time)
@@ -23,6 +26,8 @@ struct AgentOptions {
   std::string state_dir;
   store::Retention retention;
   gpu::ActivityThresholds thresholds;
+  // Called on the sampling thread after every successful sample; must be quick.
+  std::function<void(const SampleView&)> on_sample;
 };
 
 enum class LogLevel { Info, Warning, Error };
@@ -35,6 +40,17 @@ struct AgentSummary {
   long long late_samples = 0;  // samples taken after their time because the previous one ran long
   long long clock_ms = 0;      // clock time covered
   double real_s = 0;           // real time taken
+};
+
+// What the agent saw at one sample, for the live endpoints and alerts: every GPU's latest values
+// with the processes of the latest process read and the latest slow values merged in.
+struct SampleView {
+  const gpu::Snapshot& merged;
+  const std::map<unsigned, gpu::Activity>& classes;
+  long long ts_ms;
+  const AgentSummary& summary;
+  long long nvml_errors;       // failed snapshots and values since the start
+  double sample_seconds;       // real time this snapshot took
 };
 
 // The fast value groups the agent records and classifies with.

@@ -154,6 +154,9 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
       state.harmful_events = harmful;
     }
 
+    // XID events (critical errors the driver reported), each once.
+    for (const unsigned xid : d.new_xids) rec.add(store::Event{ts_ms, index, "xid", fmt::format("XID {}", xid)});
+
     // The class span: extended while the class holds, closed at the sample that changes it.
     if (state.span && state.span->activity != activity) {
       state.span->end_ms = ts_ms;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
@@ -14,6 +15,8 @@
 
 #include "tarmac/agent/agent.hpp"
 #include "tarmac/agent/clock.hpp"
+#include "tarmac/alerts/alerter.hpp"
+#include "tarmac/serve/service.hpp"
 #include "tarmac/cli/app.hpp"
 #include "tarmac/store/recorder.hpp"
 #include "tarmac/util/fs.hpp"
@@ -31,6 +34,7 @@ struct AgentFlags {
   std::string duration;
   std::string state_dir;
   std::string clock;
+  std::optional<std::string> listen;
   bool check_config = false;
 };
 
@@ -114,6 +118,16 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
     return kExitUsage;
   }
   if (!flags.state_dir.empty()) cfg.agent.state_dir = flags.state_dir;
+  if (flags.listen) {
+    if (*flags.listen == "off") {
+      cfg.http_listen.clear();
+    } else if (!config::split_address(*flags.listen)) {
+      fmt::print(stderr, "tarmac: --listen {}: expected host:port (like 127.0.0.1:9478) or off\n", *flags.listen);
+      return kExitUsage;
+    } else {
+      cfg.http_listen = *flags.listen;
+    }
+  }
   options.state_dir = config::state_dir(cfg);
   config::AgentClock clock_kind = cfg.agent_clock;
   if (!flags.clock.empty()) clock_kind = flags.clock == "sim" ? config::AgentClock::Sim : config::AgentClock::Real;
@@ -127,6 +141,9 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
                util::format_duration_ms(options.flush_interval_ms),
                clock_kind == config::AgentClock::Sim ? "simulator" : "real");
     fmt::print("store: {}\n", store::database_path(options.state_dir));
+    fmt::print("http: {}\n", cfg.http_listen.empty() ? std::string("off")
+                                                    : fmt::format("http://{}/ (/metrics, /api/v1, /healthz)",
+                                                                  cfg.http_listen));
     const auto keep = [](long long ms) { return ms ? util::format_duration_ms(ms) : std::string("forever"); };
     fmt::print("retention: samples {}, minutes {}, hours {}, events {}\n", keep(options.retention.samples_ms),
                keep(options.retention.minutes_ms), keep(options.retention.hours_ms), keep(options.retention.events_ms));
@@ -165,7 +182,50 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 
+  // The live view for the HTTP endpoints and the alerts, fed by the sampling loop.
+  alerts::Alerter alerter(cfg.alerts, log_line);
+  serve::LiveState live;
+  std::unique_ptr<serve::Service> service;
+  if (!cfg.http_listen.empty()) {
+    const auto address = config::split_address(cfg.http_listen);
+    serve::ServiceOptions sopts;
+    sopts.host = address->first;
+    sopts.port = address->second;
+    sopts.db_path = store::database_path(options.state_dir);
+    sopts.hostname = serve::host_name();
+    sopts.alerts = [&alerter] {
+      std::vector<serve::FiringAlert> out;
+      for (const auto& a : alerter.firing()) {
+        out.push_back({alerts::to_string(a.rule), alerts::to_string(a.severity), a.gpu, a.summary, a.since_ms});
+      }
+      return out;
+    };
+    service = std::make_unique<serve::Service>(live, sopts);
+    if (auto r = service->start(); !r.ok()) {
+      print_error(make_error(Error::Code::Invalid, r.error().message + " (set http.listen, or --listen off)"));
+      return kExitUsage;
+    }
+    log_line(agent::LogLevel::Info,
+             fmt::format("serving http://{}/ (dashboard; /metrics, /api/v1/gpus, /api/v1/processes, "
+                         "/api/v1/history, /healthz, /report)",
+                         cfg.http_listen));
+  }
+  const auto start_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  options.on_sample = [&](const agent::SampleView& s) {
+    serve::AgentStats stats;
+    stats.snapshots = s.summary.snapshots;
+    stats.gpu_samples = s.summary.gpu_samples;
+    stats.nvml_errors = s.nvml_errors;
+    stats.last_sample_seconds = s.sample_seconds;
+    stats.start_unix_ms = start_unix_ms;
+    alerter.observe(s.merged, s.classes, s.ts_ms);  // first, so the view published sees its alerts
+    if (service) live.publish(s.merged, s.classes, s.ts_ms, stats);
+  };
+
   auto summary = agent::run_agent(**backend, *clock, options, g_stop, log_line);
+  if (service) service->stop();
   if (!summary.ok()) {
     print_error(summary.error());
     return kExitCouldNotLook;
@@ -191,6 +251,9 @@ void add_agent_command(CLI::App& app, const GlobalOptions& global, int& exit_cod
   cmd->add_option("--flush", flags->flush, "Real time between writes to the store (default 5s)");
   cmd->add_option("--duration", flags->duration, "Stop after this much clock time (default: run until stopped)");
   cmd->add_option("--state-dir", flags->state_dir, "Directory of the store, tarmac.db (default agent.state_dir)");
+  cmd->add_option("--listen", flags->listen,
+                  "Serve /metrics, the API and the dashboard on host:port, or off (default http.listen, "
+                  "127.0.0.1:9478)");
   cmd->add_option("--clock", flags->clock, "real, or sim: stamp samples with the NVML simulator's clock")
       ->check(CLI::IsMember({"real", "sim"}));
   cmd->add_flag("--check-config", flags->check_config,

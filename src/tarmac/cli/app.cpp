@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "tarmac/cli/agent_command.hpp"
+#include "tarmac/cli/alerts_command.hpp"
 #include "tarmac/cli/config_command.hpp"
 #include "tarmac/cli/context.hpp"
 #include "tarmac/cli/doctor.hpp"
@@ -66,6 +67,7 @@ int run_app(int argc, char** argv) {
   add_agent_command(app, global, exit_code);
   add_history_commands(app, global, exit_code);
   add_report_command(app, global, exit_code);
+  add_alerts_command(app, global, exit_code);
   app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
                             "(sim list names the bundled scenarios)");
   try {

@@ -12,7 +12,9 @@
 #include <functional>
 #include <unistd.h>
 
+#include "tarmac/alerts/sinks.hpp"
 #include "tarmac/util/fs.hpp"
+#include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::config {
@@ -31,6 +33,8 @@ struct Key {
   std::function<void(Config&, const std::string&)> set_text;
   std::function<std::string(const Config&)> get_text;
   std::vector<std::string_view> choices;
+  // For Text keys: why a value is refused, or nullopt when it is accepted.
+  std::function<std::optional<std::string>(const std::string&)> check;
 };
 
 template <typename T, typename Part>
@@ -43,13 +47,16 @@ Key key(std::string_view section, std::string_view name, Kind kind, std::string_
              [=](const Config& c) { return static_cast<long long>((c.*part).*member) * scale; },
              nullptr,
              nullptr,
-             {}};
+             {},
+             nullptr};
 }
 
 Key text_key(std::string_view section, std::string_view name, Kind kind, std::string_view doc,
              std::vector<std::string_view> choices, std::function<void(Config&, const std::string&)> set,
-             std::function<std::string(const Config&)> get) {
-  Key k{{section, name, kind, doc}, 0, 0, nullptr, nullptr, std::move(set), std::move(get), std::move(choices)};
+             std::function<std::string(const Config&)> get,
+             std::function<std::optional<std::string>(const std::string&)> check = nullptr) {
+  Key k{{section, name, kind, doc}, 0,      0, nullptr, nullptr, std::move(set), std::move(get), std::move(choices),
+        std::move(check)};
   return k;
 }
 
@@ -61,6 +68,8 @@ const std::vector<Key>& table() {
   constexpr long long kYear = 366 * kDay;
   using agent::AgentOptions;
   using store::Retention;
+  using alerts::AlertConfig;
+  constexpr long long kAlertForMax = 30 * kDay;
   static const std::vector<Key> keys = {
       key("activity", "busy_util_pct", Kind::Percent,
           "GPU utilization at or above which a GPU is busy", 1, 100, &Config::activity,
@@ -120,6 +129,67 @@ const std::vector<Key>& table() {
           10 * kYear, &Config::retention, &Retention::hours_ms),
       key("retention", "events", Kind::Duration, "how long events are kept; 0 keeps them forever", 0, 10 * kYear,
           &Config::retention, &Retention::events_ms),
+      text_key("http", "listen", Kind::Address,
+               "where the agent serves /metrics, its API and its dashboard, as \"host:port\"; \"\" for nowhere", {},
+               [](Config& c, const std::string& v) { c.http_listen = v; },
+               [](const Config& c) { return c.http_listen; }),
+      key("alerts", "starvation_for", Kind::Duration,
+          "how long a GPU must stay starved (memory held, utilization low) before the starvation alert fires", 0,
+          kAlertForMax, &Config::alerts, &AlertConfig::starvation_for_ms),
+      key("alerts", "starvation_util_pct", Kind::Percent, "GPU utilization below which held memory counts as starved",
+          1, 100, &Config::alerts, &AlertConfig::starvation_util_pct),
+      key("alerts", "starvation_mem_pct", Kind::Percent,
+          "share of memory held by processes at or above which a GPU below starvation_util_pct is starved", 1, 100,
+          &Config::alerts, &AlertConfig::starvation_mem_pct),
+      key("alerts", "idle_for", Kind::Duration,
+          "how long a GPU must stay idle or reserved-idle before the idle alert fires", 0, kAlertForMax,
+          &Config::alerts, &AlertConfig::idle_for_ms),
+      key("alerts", "holding_for", Kind::Duration,
+          "how long a GPU must stay in class holding (already activity.holding_after at 0 %) before the holding "
+          "alert fires",
+          0, kAlertForMax, &Config::alerts, &AlertConfig::holding_for_ms),
+      key("alerts", "thermal_c", Kind::Celsius, "GPU temperature at or above which the thermal alert's condition holds",
+          40, 120, &Config::alerts, &AlertConfig::thermal_c),
+      key("alerts", "thermal_for", Kind::Duration,
+          "how long the temperature (or a thermal clock slowdown) must last before the thermal alert fires", 0,
+          kAlertForMax, &Config::alerts, &AlertConfig::thermal_for_ms),
+      key("alerts", "near_oom_pct", Kind::Percent, "memory used (of total) at or above which a GPU is near OOM", 50,
+          100, &Config::alerts, &AlertConfig::near_oom_pct),
+      key("alerts", "near_oom_for", Kind::Duration, "how long a GPU must stay near OOM before the alert fires", 0,
+          kAlertForMax, &Config::alerts, &AlertConfig::near_oom_for_ms),
+      key("alerts", "imbalance_pct", Kind::Percent,
+          "spread of utilization, in points, across one job's GPUs above which the job is imbalanced", 1, 100,
+          &Config::alerts, &AlertConfig::imbalance_pct),
+      key("alerts", "imbalance_for", Kind::Duration, "how long a job must stay imbalanced before the alert fires", 0,
+          kAlertForMax, &Config::alerts, &AlertConfig::imbalance_for_ms),
+      key("alerts", "fault_for", Kind::Duration, "how long a GPU must stay in class fault (or lost) before the alert fires",
+          0, kAlertForMax, &Config::alerts, &AlertConfig::fault_for_ms),
+      text_key("alerts", "disabled", Kind::Text,
+               "rules turned off, comma-separated: starvation, idle, holding, thermal, near_oom, imbalance, fault", {},
+               [](Config& c, const std::string& v) { c.alerts.disabled = alerts::parse_rule_list(v).value_or(std::vector<alerts::Rule>{}); },
+               [](const Config& c) { return alerts::rule_list_text(c.alerts.disabled); },
+               [](const std::string& v) -> std::optional<std::string> {
+                 std::string bad;
+                 if (alerts::parse_rule_list(v, &bad)) return std::nullopt;
+                 return fmt::format("'{}' is not a rule (starvation, idle, holding, thermal, near_oom, imbalance, fault)",
+                                    bad);
+               }),
+      text_key("alerts", "webhook", Kind::Text,
+               "http://host[:port]/path that gets each firing and resolved alert as JSON with a Slack-compatible text; "
+               "\"\" for none",
+               {}, [](Config& c, const std::string& v) { c.alerts.webhook = v; },
+               [](const Config& c) { return c.alerts.webhook; },
+               [](const std::string& v) -> std::optional<std::string> {
+                 if (v.empty()) return std::nullopt;
+                 auto url = alerts::parse_webhook_url(v);
+                 if (url.ok()) return std::nullopt;
+                 return url.error().message;
+               }),
+      text_key("alerts", "command", Kind::Text,
+               "a command run for each firing and resolved alert, split on spaces and run without a shell, with the "
+               "alert's JSON on stdin and TARMAC_ALERT_* in its environment; \"\" for none",
+               {}, [](Config& c, const std::string& v) { c.alerts.command = v; },
+               [](const Config& c) { return c.alerts.command; }),
   };
   return keys;
 }
@@ -132,6 +202,8 @@ const char* kind_example(Kind kind) {
     case Kind::Size: return "a size with its unit, like \"2GiB\" or \"512MiB\"";
     case Kind::Path: return "a path in quotes, like \"/var/lib/tarmac\"";
     case Kind::Choice: return "one of the listed words, in quotes";
+    case Kind::Address: return "\"host:port\" in quotes, like \"127.0.0.1:9478\" or \"[::1]:9478\", or \"\"";
+    case Kind::Text: return "a string in quotes";
   }
   return "a value";
 }
@@ -154,7 +226,9 @@ Result<long long> read_value(const toml::node& node, const Key& k) {
       }
       break;
     case Kind::Path:
-    case Kind::Choice: break;  // text keys: read_text
+    case Kind::Choice:
+    case Kind::Address:
+    case Kind::Text: break;  // text keys: read_text
     case Kind::Size:
       if (const auto* s = node.as_string()) {
         const std::string text = s->get();
@@ -197,10 +271,20 @@ Result<std::string> read_text(const toml::node& node, const Key& k) {
   if (k.info.kind == Kind::Path && !text.empty() && text.front() != '/') {
     return make_error(Error::Code::Invalid, fmt::format("'{}' is not an absolute path", text));
   }
+  if (k.info.kind == Kind::Address && !text.empty() && !split_address(text)) {
+    return make_error(Error::Code::Invalid,
+                      fmt::format("'{}' is not host:port with a port from 1 to 65535", text));
+  }
+  if (k.check) {
+    if (auto why = k.check(text)) return make_error(Error::Code::Invalid, *why);
+  }
   return text;
 }
 
-bool is_text(const Key& k) { return k.info.kind == Kind::Path || k.info.kind == Kind::Choice; }
+bool is_text(const Key& k) {
+  return k.info.kind == Kind::Path || k.info.kind == Kind::Choice || k.info.kind == Kind::Address ||
+         k.info.kind == Kind::Text;
+}
 
 const Key* find_key(std::string_view section, std::string_view name) {
   for (const auto& k : table()) {
@@ -296,6 +380,17 @@ Result<Config> parse(std::string_view text, const std::string& file, const Confi
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [line, message] : found) warnings.push_back(std::move(message));
   return out;
+}
+
+std::optional<std::pair<std::string, unsigned>> split_address(std::string_view text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  std::string host(text.substr(0, colon));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host.find_first_of(" /[]") != std::string::npos) return std::nullopt;
+  const auto port = util::parse_int(text.substr(colon + 1));
+  if (!port || *port < 1 || *port > 65535) return std::nullopt;
+  return std::make_pair(host, static_cast<unsigned>(*port));
 }
 
 std::string state_dir(const Config& config) {

@@ -7,9 +7,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tarmac/agent/agent.hpp"
+#include "tarmac/alerts/rules.hpp"
 #include "tarmac/diagnose/doctor.hpp"
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/util/result.hpp"
@@ -27,6 +29,10 @@ struct Config {
   agent::AgentOptions agent;
   AgentClock agent_clock = AgentClock::Real;
   store::Retention retention;
+  // The agent's HTTP endpoint (docs/metrics.md): "host:port", or "" for none.
+  std::string http_listen = "127.0.0.1:9478";
+  // The agent's alert rules and sinks (docs/alerts.md); also `tarmac alerts`.
+  alerts::AlertConfig alerts;
 };
 
 // The kinds of value a key takes, as written in the file.
@@ -37,6 +43,8 @@ enum class Kind {
   Size,      // "2GiB", "512MiB"
   Path,      // a string: a file or directory; "" for the default
   Choice,    // one of a few words
+  Address,   // "host:port" to listen on, "" for none
+  Text,      // any string (a URL, a command line)
 };
 
 // One documented key: "section.name".
@@ -52,6 +60,9 @@ struct KeyInfo {
 
 // A key's value in `config`, written as it would be in the file ("30", "\"10m\"", "\"2GiB\"").
 [[nodiscard]] std::string value_text(const Config& config, const KeyInfo& key);
+
+// "127.0.0.1:9478" -> ("127.0.0.1", 9478); "[::1]:80" -> ("::1", 80); nullopt when it is not host:port.
+[[nodiscard]] std::optional<std::pair<std::string, unsigned>> split_address(std::string_view text);
 
 // The agent's state directory: agent.state_dir when set, else $STATE_DIRECTORY (systemd's
 // StateDirectory=), else /var/lib/tarmac for root, else $XDG_STATE_HOME/tarmac (~/.local/state/tarmac).

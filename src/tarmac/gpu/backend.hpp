@@ -16,6 +16,9 @@ struct SnapshotOptions {
   bool processes = true;   // running processes with host attribution
   bool slow = false;       // PCIe throughput and GPM (tens of ms per GPU on real hardware)
   bool topology = false;   // the GPU x GPU link matrix
+  // Watch XID (critical error) events: the first snapshot that asks registers every device; each
+  // one then collects the events that arrived since (Device::new_xids, Device::last_xid).
+  bool xid_events = false;
   // The per-device values read; values of other groups stay empty (std::nullopt) in the snapshot.
   ValueGroups values = ValueGroups::all();
 };

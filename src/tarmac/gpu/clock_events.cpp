@@ -32,4 +32,6 @@ std::vector<std::string> clock_event_keys(std::uint64_t mask) {
 
 std::uint64_t harmful_clock_events(std::uint64_t mask) { return mask & (0x8ULL | 0x20ULL | 0x40ULL | 0x80ULL); }
 
+std::uint64_t thermal_clock_events(std::uint64_t mask) { return mask & (0x20ULL | 0x40ULL); }
+
 }  // namespace tarmac::gpu

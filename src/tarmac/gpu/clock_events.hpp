@@ -23,4 +23,7 @@ struct ClockEventName {
 // Idle, application clocks, sync boost and the software power cap are normal operation.
 [[nodiscard]] std::uint64_t harmful_clock_events(std::uint64_t mask);
 
+// The thermal bits: SW thermal slowdown (0x20) and HW thermal slowdown (0x40).
+[[nodiscard]] std::uint64_t thermal_clock_events(std::uint64_t mask);
+
 }  // namespace tarmac::gpu

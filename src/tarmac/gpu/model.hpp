@@ -139,6 +139,10 @@ struct Device {
   // The GPU stopped answering (fallen off the bus): the identity is what was known before.
   std::optional<std::string> lost;
   std::vector<ReadError> errors;
+  // XID (critical error) events, where the snapshot watches them (SnapshotOptions::xid_events):
+  // those that arrived since the previous snapshot, and the last one seen since watching began.
+  std::vector<unsigned> new_xids;
+  std::optional<unsigned> last_xid;
 };
 
 // How two GPUs are connected, as nvidia-smi topo -m names it.

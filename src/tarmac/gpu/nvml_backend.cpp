@@ -2,6 +2,7 @@
 // the per-area readers, reading only the value groups each snapshot asks for.
 #include <chrono>
 #include <fmt/format.h>
+#include <map>
 
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/gpu/nvml_device.hpp"
@@ -17,6 +18,11 @@ namespace {
 class NvmlBackend final : public Backend {
  public:
   explicit NvmlBackend(std::unique_ptr<Library> lib) : lib_(std::move(lib)) {}
+  ~NvmlBackend() override {
+    if (xid_set_ != nullptr) call(lib_->fn().nvmlEventSetFree, xid_set_);
+  }
+  NvmlBackend(const NvmlBackend&) = delete;
+  NvmlBackend& operator=(const NvmlBackend&) = delete;
 
   Result<void> enumerate() {
     const Functions& f = lib_->fn();
@@ -48,8 +54,19 @@ class NvmlBackend final : public Backend {
     ValueGroups groups = options.values;
     if (options.slow) groups |= {ValueGroup::Board};      // GPM support decides whether GPM is read
     if (options.topology) groups |= {ValueGroup::Pci};    // NVLink remote ends are matched by bus id
+    std::map<unsigned, std::vector<unsigned>> xids;
+    if (options.xid_events) xids = drain_xids();
     for (NvmlDevice& dev : devices_) {
       Device out;
+      if (options.xid_events) {
+        out.new_xids = std::move(xids[dev.identity.index]);
+        if (!out.new_xids.empty()) last_xid_[dev.identity.index] = out.new_xids.back();
+        if (auto it = last_xid_.find(dev.identity.index); it != last_xid_.end()) {
+          out.last_xid = it->second;
+        } else if (xid_set_ != nullptr) {
+          out.last_xid = 0;  // watched, none seen: what DCGM reports too
+        }
+      }
       if (dev.handle() == nullptr) {
         out.id = dev.identity;
         out.lost = "the GPU did not answer when tarmac opened it";
@@ -73,6 +90,39 @@ class NvmlBackend final : public Backend {
   }
 
  private:
+  // Registers every device for XID events once; then returns the events waiting, by device index.
+  std::map<unsigned, std::vector<unsigned>> drain_xids() {
+    std::map<unsigned, std::vector<unsigned>> out;
+    const Functions& f = lib_->fn();
+    if (!xid_tried_) {
+      xid_tried_ = true;
+      if (call(f.nvmlEventSetCreate, &xid_set_) != NVML_SUCCESS) {
+        xid_set_ = nullptr;
+        return out;
+      }
+      bool any = false;
+      for (NvmlDevice& dev : devices_) {
+        if (dev.handle() == nullptr) continue;
+        any |= call(f.nvmlDeviceRegisterEvents, dev.handle(), nvmlEventTypeXidCriticalError, xid_set_) == NVML_SUCCESS;
+      }
+      if (!any) {
+        call(f.nvmlEventSetFree, xid_set_);
+        xid_set_ = nullptr;
+      }
+    }
+    if (xid_set_ == nullptr) return out;
+    auto wait = f.nvmlEventSetWait_v2 != nullptr ? f.nvmlEventSetWait_v2 : f.nvmlEventSetWait;
+    for (int i = 0; i < 1024; ++i) {  // bounded: a storm of events cannot stall the snapshot
+      nvmlEventData_t data{};
+      if (call(wait, xid_set_, &data, 0U) != NVML_SUCCESS) break;
+      if ((data.eventType & nvmlEventTypeXidCriticalError) == 0) continue;
+      for (NvmlDevice& dev : devices_) {
+        if (dev.handle() == data.device) out[dev.identity.index].push_back(static_cast<unsigned>(data.eventData));
+      }
+    }
+    return out;
+  }
+
   void read_versions() {
     const Functions& f = lib_->fn();
     char buffer[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
@@ -97,6 +147,9 @@ class NvmlBackend final : public Backend {
   std::optional<std::string> driver_version_;
   std::optional<std::string> nvml_version_;
   std::optional<int> cuda_version_;
+  bool xid_tried_ = false;
+  nvmlEventSet_t xid_set_ = nullptr;
+  std::map<unsigned, unsigned> last_xid_;
 };
 
 }  // namespace

@@ -49,11 +49,14 @@ std::optional<long long> parse_duration_s(std::string_view text) {
   return total;
 }
 
+// Durations beyond ~292 million years do not fit in milliseconds of a long long.
+constexpr double kMaxDurationMs = 9.0e18;
+
 std::optional<long long> parse_duration_ms(std::string_view text) {
   text = trim(text);
   if (text.empty()) return std::nullopt;
   if (auto plain = parse_double(text)) {
-    if (*plain < 0 || !std::isfinite(*plain)) return std::nullopt;
+    if (*plain < 0 || !std::isfinite(*plain) || *plain * 1000.0 > kMaxDurationMs) return std::nullopt;
     return std::llround(*plain * 1000.0);
   }
   double total = 0;
@@ -86,6 +89,7 @@ std::optional<long long> parse_duration_ms(std::string_view text) {
     total += *number * scale;
     i = k;
   }
+  if (!std::isfinite(total) || total > kMaxDurationMs) return std::nullopt;  // llround would overflow
   return std::llround(total);
 }
 

@@ -364,6 +364,22 @@ TEST_F(TrackerTest, ThrottlingStartsAndEndsWithTheHarmfulBits) {
   EXPECT_EQ(cleared[0].ts_ms, kT0 + 30 * kS);
 }
 
+TEST_F(TrackerTest, EachXidIsOneEvent) {
+  gpu::Device d = device(1, 95);
+  d.new_xids = {48, 79};
+  gpu::Device none = device(0, 95);
+  observe(snapshot({none, d}), kT0);
+  d.new_xids.clear();
+  d.last_xid = 79;  // seen before: not an event again
+  observe(snapshot({none, d}), kT0 + kS);
+  const auto xids = events("xid");
+  ASSERT_EQ(xids.size(), 2U);
+  EXPECT_EQ(xids[0].gpu, 1U);
+  EXPECT_EQ(xids[0].detail, "XID 48");
+  EXPECT_EQ(xids[1].detail, "XID 79");
+  EXPECT_EQ(xids[1].ts_ms, kT0);
+}
+
 TEST_F(TrackerTest, PowerBrakeAndHwSlowdownAreHarmfulToo) {
   gpu::Device d = device(0, 95);
   d.sample.clock_event_reasons = 0x80 | 0x8;

@@ -105,6 +105,42 @@ TEST(Config, TheDefaultsPrintedAsTomlParseBackToTheDefaults) {
   for (const auto& k : keys()) EXPECT_EQ(value_text(*c, k), value_text(Config{}, k)) << k.name;
 }
 
+TEST(Config, ReadsAlerts) {
+  std::vector<std::string> warnings;
+  auto c = parse_text(R"(
+[alerts]
+starvation_for = "30m"
+thermal_c = 80
+near_oom_pct = 97
+disabled = "idle, thermal"
+webhook = "http://127.0.0.1:8099/slack"
+command = "/usr/local/bin/page-oncall --quiet"
+)",
+                      warnings);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(c->alerts.starvation_for_ms, 30 * 60 * 1000);
+  EXPECT_EQ(c->alerts.thermal_c, 80U);
+  EXPECT_EQ(c->alerts.near_oom_pct, 97U);
+  EXPECT_FALSE(c->alerts.enabled(alerts::Rule::Idle));
+  EXPECT_FALSE(c->alerts.enabled(alerts::Rule::Thermal));
+  EXPECT_TRUE(c->alerts.enabled(alerts::Rule::Holding));
+  EXPECT_EQ(c->alerts.webhook, "http://127.0.0.1:8099/slack");
+  EXPECT_EQ(c->alerts.command, "/usr/local/bin/page-oncall --quiet");
+}
+
+TEST(Config, RefusesBadAlertValues) {
+  std::vector<std::string> warnings;
+  auto https = parse_text("[alerts]\nwebhook = \"https://hooks.slack.com/services/X\"\n", warnings);
+  ASSERT_FALSE(https.ok());
+  EXPECT_NE(https.error().message.find("t.toml:2:"), std::string::npos) << https.error().message;
+  EXPECT_NE(https.error().message.find("local relay"), std::string::npos) << https.error().message;
+  auto rule = parse_text("[alerts]\ndisabled = \"idle,zombie\"\n", warnings);
+  ASSERT_FALSE(rule.ok());
+  EXPECT_NE(rule.error().message.find("'zombie' is not a rule"), std::string::npos) << rule.error().message;
+  EXPECT_FALSE(parse_text("[alerts]\nwebhook = \"localhost:80\"\n", warnings).ok());
+}
+
 TEST(Config, EveryKeyIsDocumentedWithItsDefault) {
   std::ifstream doc(TARMAC_SOURCE_DIR "/docs/configuration.md");
   ASSERT_TRUE(doc.good()) << "docs/configuration.md is missing";

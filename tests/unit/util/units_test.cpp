@@ -72,6 +72,8 @@ TEST(Units, ParsesDurationsInMilliseconds) {
   EXPECT_EQ(tarmac::util::parse_duration_ms("500ms"), 500);
   EXPECT_EQ(tarmac::util::parse_duration_ms("2.5s"), 2500);
   EXPECT_EQ(tarmac::util::parse_duration_ms("0.25"), 250);
+  EXPECT_EQ(tarmac::util::parse_duration_ms("9999999999999999h"), std::nullopt);  // would overflow
+  EXPECT_EQ(tarmac::util::parse_duration_ms("99999999999999999999"), std::nullopt);
   EXPECT_EQ(tarmac::util::parse_duration_ms("3"), 3000);
   EXPECT_EQ(tarmac::util::parse_duration_ms("1m30s"), 90000);
   EXPECT_EQ(tarmac::util::parse_duration_ms("0"), 0);

@@ -1,0 +1,101 @@
+#include "tarmac/alerts/alerter.hpp"
+
+#include <fmt/format.h>
+
+namespace tarmac::alerts {
+
+namespace {
+constexpr std::size_t kMaxQueued = 1000;  // a sink down for long must not grow memory without bound
+}  // namespace
+
+Alerter::Alerter(AlertConfig config, agent::LogSink log) : log_(std::move(log)), evaluator_(config) {
+  if (!config.webhook.empty()) {
+    auto url = parse_webhook_url(config.webhook);
+    if (url.ok()) {
+      webhook_ = *url;
+    } else if (log_) {
+      log_(agent::LogLevel::Error, fmt::format("alerts.webhook: {} (no webhook)", url.error().message));
+    }
+  }
+  command_ = command_argv(config.command);
+  if (webhook_ || !command_.empty()) sender_ = std::thread([this] { send_loop(); });
+}
+
+Alerter::~Alerter() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (sender_.joinable()) sender_.join();
+}
+
+void Alerter::observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu::Activity>& classes, long long ts_ms) {
+  std::vector<Notice> notices;
+  {
+    std::lock_guard lock(evaluate_mutex_);
+    notices = evaluator_.observe(merged, classes, ts_ms);
+    // Refreshed after every sample, not only on a change: the summaries carry durations.
+    std::lock_guard firing_lock(firing_mutex_);
+    firing_ = evaluator_.firing();
+  }
+  for (const auto& n : notices) {
+    if (log_) {
+      log_(n.kind == Notice::Kind::Firing && n.alert.severity != Severity::Info ? agent::LogLevel::Warning
+                                                                                 : agent::LogLevel::Info,
+           "alert " + n.text());
+    }
+  }
+  if (!sender_.joinable()) return;
+  {
+    std::lock_guard lock(queue_mutex_);
+    for (auto& n : notices) {
+      if (queue_.size() >= kMaxQueued) queue_.pop_front();
+      queue_.push_back(std::move(n));
+    }
+  }
+  queue_cv_.notify_one();
+}
+
+std::vector<Alert> Alerter::firing() const {
+  std::lock_guard lock(firing_mutex_);
+  return firing_;
+}
+
+void Alerter::send_loop() {
+  for (;;) {
+    Notice next;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything sent
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    deliver(next);
+  }
+}
+
+void Alerter::deliver(const Notice& notice) {
+  if (webhook_) {
+    auto sent = post_json(*webhook_, notice_body(notice));
+    if (!sent.ok() && !webhook_failing_ && log_) {
+      log_(agent::LogLevel::Warning,
+           fmt::format("alert webhook http://{}:{}{}: {} (logged once until it works again)", webhook_->host,
+                       webhook_->port, webhook_->path, sent.error().message));
+    } else if (sent.ok() && webhook_failing_ && log_) {
+      log_(agent::LogLevel::Info, "alert webhook works again");
+    }
+    webhook_failing_ = !sent.ok();
+  }
+  if (!command_.empty()) {
+    auto ran = run_command(command_, notice_body(notice) + "\n", notice_env(notice));
+    if (!ran.ok() && !command_failing_ && log_) {
+      log_(agent::LogLevel::Warning,
+           fmt::format("alert command: {} (logged once until it works again)", ran.error().message));
+    }
+    command_failing_ = !ran.ok();
+  }
+}
+
+}  // namespace tarmac::alerts

@@ -1,0 +1,58 @@
+// The agent's alerting front (docs/alerts.md): evaluates the rules after every sample, logs each
+// notice, and hands it to a sender thread for the webhook and the command, so that a slow or
+// failing sink never delays sampling.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "tarmac/agent/agent.hpp"
+#include "tarmac/alerts/rules.hpp"
+#include "tarmac/alerts/sinks.hpp"
+
+namespace tarmac::alerts {
+
+class Alerter {
+ public:
+  // `log` gets one line per notice (from the thread that calls observe) and one per sink failure
+  // streak (from the sender thread), so it must be callable from two threads.
+  Alerter(AlertConfig config, agent::LogSink log);
+  ~Alerter();  // sends what is queued (each send bounded by its timeout), then stops the thread
+  Alerter(const Alerter&) = delete;
+  Alerter& operator=(const Alerter&) = delete;
+
+  // Evaluates the rules on the latest merged snapshot (fast values and the latest processes of
+  // every device) and its activity classes by GPU index; cheap, never blocks on a sink.
+  void observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu::Activity>& classes, long long ts_ms);
+
+  // The alerts firing now (a copy).
+  [[nodiscard]] std::vector<Alert> firing() const;
+
+ private:
+  void send_loop();
+  void deliver(const Notice& notice);
+
+  agent::LogSink log_;
+  std::optional<WebhookUrl> webhook_;
+  std::vector<std::string> command_;
+
+  std::mutex evaluate_mutex_;  // observe is called by one thread, but keep it safe anyway
+  Evaluator evaluator_;
+  mutable std::mutex firing_mutex_;
+  std::vector<Alert> firing_;
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Notice> queue_;
+  bool stopping_ = false;
+  bool webhook_failing_ = false;  // sender thread only
+  bool command_failing_ = false;  // sender thread only
+  std::thread sender_;
+};
+
+}  // namespace tarmac::alerts

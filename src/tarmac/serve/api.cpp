@@ -1,0 +1,226 @@
+#include "tarmac/serve/api.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tarmac/store/reader.hpp"
+#include "tarmac/util/strings.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::serve {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr long long kMaxPoints = 5000;  // per GPU and request
+constexpr long long kHourMs = 3600LL * 1000;
+
+template <typename T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+json opt_scaled(const std::optional<unsigned>& v, double scale) {
+  return v ? json(static_cast<double>(*v) * scale) : json(nullptr);
+}
+
+json mib(const std::optional<std::uint64_t>& bytes) {
+  return bytes ? json(*bytes / util::kMiB) : json(nullptr);
+}
+
+std::string command_of(const gpu::GpuProcess& p) {
+  if (p.host.command_line && !p.host.command_line->empty()) return *p.host.command_line;
+  return p.host.name.value_or("");
+}
+
+Error bad(std::string message) { return make_error(Error::Code::Invalid, std::move(message)); }
+
+// "1h" (ago, from now) or epoch milliseconds (a bare number), up to a year from now.
+Result<long long> parse_when(const std::string& text, long long now_ms, const char* what) {
+  constexpr long long kYearMs = 366LL * 24 * 3600 * 1000;
+  std::optional<long long> when;
+  if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+    when = util::parse_int(text);  // nullopt when it overflows
+  } else if (auto ago = util::parse_duration_ms(text); ago && *ago >= 0) {
+    when = *ago >= now_ms ? 0 : now_ms - *ago;  // a range reaching before 1970 starts there
+  }
+  if (!when || *when < 0 || *when > now_ms + kYearMs) {
+    return bad(fmt::format("{}={}: expected a duration ago (like 1h) or milliseconds since the epoch", what, text));
+  }
+  return *when;
+}
+
+}  // namespace
+
+std::string gpus_json(const LiveView& view, const std::string& hostname, const std::vector<FiringAlert>& alerts) {
+  json gpus = json::array();
+  for (const auto& d : view.snapshot.devices) {
+    const auto cls = view.classes.find(d.id.index);
+    gpus.push_back({{"index", d.id.index},
+                    {"uuid", opt(d.id.uuid)},
+                    {"name", opt(d.id.name)},
+                    {"pci_bus_id", opt(d.id.pci_bus_id)},
+                    {"activity", cls == view.classes.end() ? json(nullptr) : json(gpu::to_string(cls->second))},
+                    {"util_gpu_pct", opt(d.sample.util_gpu_pct)},
+                    {"util_mem_pct", opt(d.sample.util_mem_pct)},
+                    {"mem_used_mib", mib(d.sample.mem_used_bytes)},
+                    {"mem_total_mib", mib(d.id.mem_total_bytes)},
+                    {"temp_c", opt(d.sample.temp_c)},
+                    {"power_w", opt_scaled(d.sample.power_mw, 0.001)},
+                    {"power_limit_w", opt_scaled(d.modes.enforced_power_limit_mw, 0.001)},
+                    {"clock_sm_mhz", opt(d.sample.clock_sm_mhz)},
+                    {"processes", d.processes.size()},
+                    {"lost", opt(d.lost)}});
+  }
+  json firing = json::array();
+  for (const auto& a : alerts) {
+    firing.push_back({{"rule", a.rule},
+                      {"severity", a.severity},
+                      {"gpu", opt(a.gpu)},
+                      {"summary", a.summary},
+                      {"since_ms", a.since_ms}});
+  }
+  json out = {{"hostname", hostname},
+              {"driver_version", opt(view.snapshot.driver_version)},
+              {"timestamp_ms", view.ts_ms},
+              {"gpus", std::move(gpus)},
+              {"alerts", std::move(firing)}};
+  return out.dump();
+}
+
+std::string processes_json(const LiveView& view) {
+  json procs = json::array();
+  for (const auto& d : view.snapshot.devices) {
+    for (const auto& p : d.processes) {
+      json container = nullptr;
+      if (p.host.container) {
+        container = p.host.container->id.empty() ? p.host.container->runtime
+                                                 : p.host.container->runtime + ":" + p.host.container->id.substr(0, 12);
+      }
+      procs.push_back({{"gpu", d.id.index},
+                       {"uuid", opt(d.id.uuid)},
+                       {"pid", p.pid},
+                       {"user", opt(p.host.user)},
+                       {"command", command_of(p)},
+                       {"container", container},
+                       {"job", opt(p.host.slurm_job_id)},
+                       {"used_mib", mib(p.used_mem_bytes)},
+                       {"sm_util_pct", opt(p.sm_util_pct)}});
+    }
+  }
+  return json{{"timestamp_ms", view.ts_ms}, {"processes", std::move(procs)}}.dump();
+}
+
+Result<std::string> history_json(const std::string& db_path, const std::map<std::string, std::string>& query,
+                                 long long now_ms) {
+  for (const auto& [name, value] : query) {
+    if (name != "gpu" && name != "since" && name != "until" && name != "step") {
+      return bad(fmt::format("unknown parameter '{}': expected gpu, since, until, step", name));
+    }
+  }
+  const auto get = [&](const char* name, const char* fallback) {
+    auto it = query.find(name);
+    return it == query.end() || it->second.empty() ? std::string(fallback) : it->second;
+  };
+  TARMAC_TRY_ASSIGN(const long long since, parse_when(get("since", "1h"), now_ms, "since"));
+  TARMAC_TRY_ASSIGN(const long long until, parse_when(get("until", "0s"), now_ms, "until"));
+  if (until <= since) return bad("since must be before until");
+  long long step = std::max(1000LL, (until - since) / 120);
+  if (auto it = query.find("step"); it != query.end() && !it->second.empty()) {
+    auto s = util::parse_duration_ms(it->second);
+    if (!s || *s < 1000) return bad(fmt::format("step={}: expected a duration of at least 1s", it->second));
+    step = *s;
+  }
+  if ((until - since) / step > kMaxPoints) {
+    return bad(fmt::format("{} points per GPU is too many (at most {}): use a larger step", (until - since) / step,
+                           kMaxPoints));
+  }
+  std::vector<unsigned> gpus;
+  if (auto it = query.find("gpu"); it != query.end() && !it->second.empty()) {
+    for (const auto& part : util::split(it->second, ',')) {
+      auto n = util::parse_int(util::trim(part));
+      if (!n || *n < 0 || *n > 1023) return bad(fmt::format("gpu={}: expected GPU indices like 0,1", it->second));
+      gpus.push_back(static_cast<unsigned>(*n));
+    }
+  }
+
+  auto opened = store::Reader::open(db_path);
+  if (!opened.ok()) {
+    Error e = opened.error();
+    e.code = Error::Code::Io;  // the store, not the request: not a 400
+    return e;
+  }
+  store::Reader& reader = *opened;
+  const store::TimeRange range{since, until};
+  // Buckets of `step`: per GPU, the average of each value and the class seen most in it.
+  struct Bucket {
+    long long n = 0;
+    double util = 0, mem_util = 0, mem = 0, power = 0, temp = 0;
+    long long n_util = 0, n_mem_util = 0, n_mem = 0, n_power = 0, n_temp = 0;
+    std::map<gpu::Activity, long long> classes;
+  };
+  std::map<unsigned, std::map<long long, Bucket>> buckets;
+  const auto add = [](double& sum, long long& n, const std::optional<double>& v) {
+    if (v) {
+      sum += *v;
+      ++n;
+    }
+  };
+  const auto as = [](const std::optional<long long>& v) {
+    return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
+  };
+  const bool raw = step < 60 * 1000 || until - since <= 6 * kHourMs;
+  if (raw) {
+    TARMAC_TRY_ASSIGN(auto samples, reader.samples(range, gpus));
+    for (const auto& s : samples) {
+      Bucket& b = buckets[s.gpu][since + (s.ts_ms - since) / step * step];
+      ++b.n;
+      add(b.util, b.n_util, as(s.util_pct));
+      add(b.mem_util, b.n_mem_util, as(s.mem_util_pct));
+      add(b.mem, b.n_mem, as(s.mem_used_mib));
+      add(b.power, b.n_power, as(s.power_w));
+      add(b.temp, b.n_temp, as(s.temp_c));
+      ++b.classes[s.activity];
+    }
+  } else {
+    const auto level = step >= kHourMs && until - since > 8 * 24 * kHourMs ? store::Level::Hours : store::Level::Minutes;
+    TARMAC_TRY_ASSIGN(auto rollups, reader.rollups(level, range, gpus));
+    for (const auto& r : rollups) {
+      Bucket& b = buckets[r.gpu][since + (std::max(r.ts_ms, since) - since) / step * step];
+      ++b.n;
+      add(b.util, b.n_util, r.util_avg);
+      add(b.mem_util, b.n_mem_util, r.mem_util_avg);
+      add(b.mem, b.n_mem, r.mem_used_mib_avg);
+      add(b.power, b.n_power, r.power_w_avg);
+      add(b.temp, b.n_temp, static_cast<double>(r.temp_c_max));
+    }
+  }
+  const auto avg = [](double sum, long long n) { return n ? json(sum / static_cast<double>(n)) : json(nullptr); };
+  json out_gpus = json::array();
+  for (const auto& [g, series] : buckets) {
+    json points = json::array();
+    for (const auto& [ts, b] : series) {
+      json activity = nullptr;
+      if (!b.classes.empty()) {
+        const auto most = std::max_element(b.classes.begin(), b.classes.end(),
+                                           [](const auto& a, const auto& c) { return a.second < c.second; });
+        activity = gpu::to_string(most->first);
+      }
+      points.push_back({{"ts_ms", ts},
+                        {"util_gpu_pct", avg(b.util, b.n_util)},
+                        {"util_mem_pct", avg(b.mem_util, b.n_mem_util)},
+                        {"mem_used_mib", avg(b.mem, b.n_mem)},
+                        {"power_w", avg(b.power, b.n_power)},
+                        {"temp_c", avg(b.temp, b.n_temp)},
+                        {"activity", activity}});
+    }
+    out_gpus.push_back({{"gpu", g}, {"points", std::move(points)}});
+  }
+  return json{{"since_ms", since}, {"until_ms", until}, {"step_ms", step},
+              {"level", raw ? "samples" : "rollups"}, {"gpus", std::move(out_gpus)}}
+      .dump();
+}
+
+}  // namespace tarmac::serve

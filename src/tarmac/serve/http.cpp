@@ -1,0 +1,418 @@
+#include "tarmac/serve/http.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fmt/format.h>
+#include <list>
+#include <vector>
+
+#include "tarmac/util/strings.hpp"
+
+namespace tarmac::serve {
+
+namespace {
+
+using Steady = std::chrono::steady_clock;
+constexpr std::size_t kMaxBodyBytes = 1 << 20;  // a GET has no business sending more
+
+const char* reason(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+  }
+}
+
+Error http_error(int status, std::string message) {
+  Error e = make_error(Error::Code::Invalid, std::move(message));
+  e.api_code = status;
+  return e;
+}
+
+bool is_token(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 32 || u >= 127 || std::strchr("()<>@,;:\\\"/[]?={}", c) != nullptr) return false;
+  }
+  return true;
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::optional<std::string> percent_decode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%') {
+      if (i + 2 >= s.size()) return std::nullopt;
+      const int hi = hex_digit(s[i + 1]);
+      const int lo = hex_digit(s[i + 2]);
+      if (hi < 0 || lo < 0) return std::nullopt;
+      const char c = static_cast<char>(hi * 16 + lo);
+      if (c == '\0') return std::nullopt;
+      out += c;
+      i += 2;
+    } else if (plus_is_space && s[i] == '+') {
+      out += ' ';
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string serialize(const Response& r, bool head_only, bool keep_alive) {
+  std::string out = fmt::format(
+      "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n"
+      "X-Content-Type-Options: nosniff\r\nConnection: {}\r\n{}\r\n",
+      r.status, reason(r.status), r.content_type, r.body.size(), keep_alive ? "keep-alive" : "close",
+      r.extra_headers);
+  if (!head_only) out += r.body;
+  return out;
+}
+
+}  // namespace
+
+Response text_response(int status, std::string body) {
+  Response r;
+  r.status = status;
+  r.body = std::move(body);
+  if (r.body.empty() || r.body.back() != '\n') r.body += '\n';
+  return r;
+}
+
+Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits) {
+  std::vector<std::string_view> lines;
+  while (!head.empty()) {
+    const auto nl = head.find('\n');
+    std::string_view line = head.substr(0, nl);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) break;
+    lines.push_back(line);
+    if (nl == std::string_view::npos) break;
+    head.remove_prefix(nl + 1);
+  }
+  if (lines.empty()) return http_error(400, "empty request");
+  const std::string_view line = lines[0];
+  const auto sp1 = line.find(' ');
+  const auto sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp1 == std::string_view::npos || sp2 == std::string_view::npos ||
+      line.find(' ', sp2 + 1) != std::string_view::npos) {
+    return http_error(400, "the request line is not METHOD TARGET VERSION");
+  }
+  const std::string_view method = line.substr(0, sp1);
+  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string_view version = line.substr(sp2 + 1);
+  if (!is_token(method)) return http_error(400, "malformed method");
+  if (version != "HTTP/1.1" && version != "HTTP/1.0") {
+    if (version.substr(0, 5) == "HTTP/") return http_error(505, "only HTTP/1.0 and HTTP/1.1 are spoken here");
+    return http_error(400, "malformed HTTP version");
+  }
+  if (target.size() > limits.max_target_bytes) {
+    return http_error(414, fmt::format("the request target is over {} bytes", limits.max_target_bytes));
+  }
+  if (target.empty() || target.front() != '/') return http_error(400, "the request target must start with /");
+  for (char c : target) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 32 || u >= 127) return http_error(400, "the request target has characters that must be escaped");
+  }
+
+  ParsedHead out;
+  out.keep_alive = version == "HTTP/1.1";
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    const auto colon = lines[i].find(':');
+    if (colon == std::string_view::npos || !is_token(lines[i].substr(0, colon))) {
+      return http_error(400, "malformed header line");
+    }
+    const std::string name = lower(lines[i].substr(0, colon));
+    const std::string value(util::trim(lines[i].substr(colon + 1)));
+    if (name == "connection") {
+      const std::string v = lower(value);
+      if (v.find("close") != std::string::npos) out.keep_alive = false;
+      if (v.find("keep-alive") != std::string::npos) out.keep_alive = true;
+    } else if (name == "content-length") {
+      const auto n = util::parse_int(value);
+      if (!n || *n < 0) return http_error(400, "malformed Content-Length");
+      if (static_cast<std::size_t>(*n) > kMaxBodyBytes) return http_error(413, "request body too large");
+      out.body_bytes = static_cast<std::size_t>(*n);
+    } else if (name == "transfer-encoding") {
+      return http_error(411, "bodies must come with a Content-Length");
+    }
+  }
+
+  if (method != "GET" && method != "HEAD") {
+    return http_error(405, fmt::format("{} is not allowed: the agent's endpoints are read-only (GET, HEAD)", method));
+  }
+  out.request.method = std::string(method);
+  const auto qmark = target.find('?');
+  auto path = percent_decode(target.substr(0, qmark), false);
+  if (!path) return http_error(400, "malformed percent-escape in the path");
+  out.request.path = std::move(*path);
+  if (qmark != std::string_view::npos) {
+    for (const auto& part : util::split(target.substr(qmark + 1), '&')) {
+      if (part.empty()) continue;
+      const auto eq = part.find('=');
+      auto name = percent_decode(std::string_view(part).substr(0, eq), true);
+      auto value = percent_decode(eq == std::string::npos ? std::string_view() : std::string_view(part).substr(eq + 1),
+                                  true);
+      if (!name || !value) return http_error(400, "malformed percent-escape in the query");
+      out.request.query[*name] = *value;
+    }
+  }
+  return out;
+}
+
+struct HttpServer::Connection {
+  int fd = -1;
+  std::string in;
+  std::string out;
+  std::size_t skip_body = 0;
+  bool close_after = false;
+  bool peer_gone = false;  // EOF or an error: close at once
+  bool draining = false;   // answered and shut down for writing: reading what the client still sends
+  Steady::time_point drain_until;
+  Steady::time_point head_started;  // when the first byte of the pending head arrived
+  Steady::time_point last_active;
+};
+
+HttpServer::HttpServer(Handler handler, ServerLimits limits) : handler_(std::move(handler)), limits_(limits) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Result<void> HttpServer::start(const std::string& host, unsigned port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return make_error(Error::Code::Invalid, fmt::format("cannot listen on {}:{}: {}", host, port, gai_strerror(rc)));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0) {
+      listen_fd_ = fd;
+      sockaddr_storage bound{};
+      socklen_t len = sizeof bound;
+      getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+      port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+      break;
+    }
+    why = std::strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (listen_fd_ < 0) return make_error(Error::Code::Invalid, fmt::format("cannot listen on {}:{}: {}", host, port, why));
+  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    close(listen_fd_);
+    listen_fd_ = -1;
+    return make_error(Error::Code::Invalid, fmt::format("cannot start the HTTP server: {}", std::strerror(errno)));
+  }
+  thread_ = std::thread([this] { run(); });
+  return {};
+}
+
+void HttpServer::stop() {
+  if (thread_.joinable()) {
+    const char b = 'x';
+    (void)!write(wake_[1], &b, 1);
+    thread_.join();
+  }
+  for (int* fd : {&listen_fd_, &wake_[0], &wake_[1]}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+void HttpServer::serve_input(Connection& c) {
+  while (!c.close_after) {
+    if (c.skip_body > 0) {
+      const std::size_t n = std::min(c.skip_body, c.in.size());
+      c.in.erase(0, n);
+      c.skip_body -= n;
+      if (c.skip_body > 0) return;
+    }
+    if (c.in.empty()) return;
+    auto end = c.in.find("\r\n\r\n");
+    std::size_t head_len = end == std::string::npos ? 0 : end + 4;
+    if (end == std::string::npos) {
+      if (auto lf = c.in.find("\n\n"); lf != std::string::npos) head_len = lf + 2;
+    }
+    if (head_len == 0) {
+      if (c.in.size() > limits_.max_head_bytes) {
+        ++stats_.rejected;
+        c.out += serialize(text_response(431, "request head too large"), false, false);
+        c.close_after = true;
+      }
+      return;
+    }
+    if (head_len > limits_.max_head_bytes) {
+      ++stats_.rejected;
+      c.out += serialize(text_response(431, "request head too large"), false, false);
+      c.close_after = true;
+      return;
+    }
+    ++stats_.requests;
+    auto parsed = parse_head(std::string_view(c.in).substr(0, head_len), limits_);
+    c.in.erase(0, head_len);
+    c.head_started = Steady::now();
+    if (!parsed.ok()) {
+      ++stats_.rejected;
+      Response r = text_response(parsed.error().api_code != 0 ? parsed.error().api_code : 400, parsed.error().message);
+      if (r.status == 405) r.extra_headers = "Allow: GET, HEAD\r\n";
+      c.out += serialize(r, false, false);
+      c.close_after = true;
+      return;
+    }
+    c.skip_body = parsed->body_bytes;
+    Response response;
+    try {
+      response = handler_(parsed->request);
+    } catch (const std::exception& e) {
+      response = text_response(500, fmt::format("internal error: {}", e.what()));
+    }
+    c.out += serialize(response, parsed->request.method == "HEAD", parsed->keep_alive);
+    if (!parsed->keep_alive) c.close_after = true;
+  }
+}
+
+void HttpServer::run() {
+  std::list<Connection> conns;
+  std::vector<pollfd> fds;
+  std::vector<Connection*> by_index;
+  char buf[16384];
+  for (;;) {
+    fds.clear();
+    by_index.clear();
+    fds.push_back({wake_[0], POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (auto& c : conns) {
+      fds.push_back({c.fd, static_cast<short>(c.out.empty() || c.draining ? POLLIN : POLLOUT), 0});
+      by_index.push_back(&c);
+    }
+    const int n = poll(fds.data(), fds.size(), 1000);
+    if (n < 0 && errno != EINTR) break;
+    if (fds[0].revents != 0) break;
+    const auto now = Steady::now();
+    if (fds[1].revents & POLLIN) {
+      for (;;) {
+        const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) break;
+        if (conns.size() >= limits_.max_connections) {
+          ++stats_.rejected;
+          const std::string busy = serialize(text_response(503, "too many connections"), false, false);
+          (void)!send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+          close(fd);
+          continue;
+        }
+        const int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        Connection c;
+        c.fd = fd;
+        c.head_started = c.last_active = now;
+        conns.push_back(std::move(c));
+      }
+    }
+    for (std::size_t i = 0; i < by_index.size(); ++i) {
+      Connection& c = *by_index[i];
+      const short ev = fds[i + 2].revents;
+      if (ev & (POLLERR | POLLNVAL)) {
+        c.close_after = c.peer_gone = true;
+        c.out.clear();
+        continue;
+      }
+      if (ev & (POLLIN | POLLHUP)) {
+        const ssize_t got = recv(c.fd, buf, sizeof buf, 0);
+        if (got <= 0) {
+          if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+            c.close_after = c.peer_gone = true;
+            c.out.clear();
+          }
+          continue;
+        }
+        if (c.draining) continue;  // the rest of a refused request: read and dropped
+        if (c.in.empty() && c.skip_body == 0) c.head_started = now;
+        c.in.append(buf, static_cast<std::size_t>(got));
+        c.last_active = now;
+        serve_input(c);
+      }
+      if (!c.out.empty()) {
+        const ssize_t sent = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+        if (sent > 0) {
+          c.out.erase(0, static_cast<std::size_t>(sent));
+          c.last_active = now;
+        } else if (sent < 0 && errno != EAGAIN && errno != EINTR) {
+          c.close_after = c.peer_gone = true;
+          c.out.clear();
+        }
+      }
+    }
+    for (auto it = conns.begin(); it != conns.end();) {
+      Connection& c = *it;
+      const auto since = [&](Steady::time_point t) {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
+      };
+      if (c.out.empty() && !c.close_after && !c.in.empty() && since(c.head_started) > limits_.head_timeout_ms) {
+        ++stats_.rejected;
+        const std::string late = serialize(text_response(408, "the request head took too long"), false, false);
+        (void)!send(c.fd, late.data(), late.size(), MSG_NOSIGNAL);
+        c.close_after = true;
+      }
+      const bool idle = c.out.empty() && c.in.empty() && since(c.last_active) > limits_.idle_timeout_ms;
+      if (c.close_after && c.out.empty() && !c.peer_gone && !c.draining) {
+        // A lingering close: closing with unread input would reset the connection and could
+        // destroy the answer before the client reads it. Stop writing, drain for a moment.
+        shutdown(c.fd, SHUT_WR);
+        c.draining = true;
+        c.drain_until = now + std::chrono::seconds(2);
+      }
+      if ((c.close_after && c.out.empty() && (c.peer_gone || now >= c.drain_until)) || idle) {
+        close(c.fd);
+        it = conns.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& c : conns) close(c.fd);
+}
+
+}  // namespace tarmac::serve

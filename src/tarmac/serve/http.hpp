@@ -1,0 +1,86 @@
+// A small HTTP/1.1 server for the agent's endpoints (docs/metrics.md): one thread, poll(2) over
+// non-blocking sockets, keep-alive, GET and HEAD only. Every request is bounded (head size, body
+// size, time to send the head, connections), and anything malformed gets a 4xx answer and a
+// closed connection: a bad client never stops the agent or its other clients.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "tarmac/util/result.hpp"
+
+namespace tarmac::serve {
+
+struct Request {
+  std::string method;  // "GET" or "HEAD"
+  std::string path;    // "/api/v1/history", percent-decoded
+  std::map<std::string, std::string> query;  // decoded; a repeated name keeps the last value
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::string extra_headers;  // "Name: value\r\n" lines
+};
+
+[[nodiscard]] Response text_response(int status, std::string body);
+
+using Handler = std::function<Response(const Request&)>;
+
+struct ServerLimits {
+  std::size_t max_head_bytes = 8192;    // request line and headers: 431 beyond
+  std::size_t max_target_bytes = 2048;  // the request target: 414 beyond
+  std::size_t max_connections = 256;    // 503 to the next one
+  int head_timeout_ms = 10'000;         // the head must arrive within this: 408
+  int idle_timeout_ms = 60'000;         // a keep-alive connection with nothing to do is closed
+};
+
+// What the server counted, for tarmac_agent_http_* metrics.
+struct ServerStats {
+  std::atomic<long long> requests{0};
+  std::atomic<long long> rejected{0};  // 4xx and 5xx answers the server gave itself
+};
+
+// Parses the head of one request ("GET /x?a=1 HTTP/1.1\r\nHost: ...\r\n\r\n"), for tests and the
+// server. Fails with the status to answer (400, 405, 411, 413, 414, 505) in Error::api_code.
+struct ParsedHead {
+  Request request;
+  bool keep_alive = true;
+  std::size_t body_bytes = 0;  // Content-Length, to skip
+};
+[[nodiscard]] Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits);
+
+class HttpServer {
+ public:
+  HttpServer(Handler handler, ServerLimits limits = {});
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port (port 0 picks a free one) and starts serving on a thread of its own.
+  [[nodiscard]] Result<void> start(const std::string& host, unsigned port);
+  // The port bound (useful after port 0).
+  [[nodiscard]] unsigned port() const { return port_; }
+  const ServerStats& stats() const { return stats_; }
+  void stop();
+
+ private:
+  struct Connection;
+  void run();
+  void serve_input(Connection& c);
+
+  Handler handler_;
+  ServerLimits limits_;
+  ServerStats stats_;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};
+  unsigned port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace tarmac::serve

@@ -1,0 +1,49 @@
+#include "tarmac/serve/live.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace tarmac::serve {
+
+std::size_t activity_slot(gpu::Activity activity) {
+  const auto it = std::find(gpu::kActivities.begin(), gpu::kActivities.end(), activity);
+  return static_cast<std::size_t>(it - gpu::kActivities.begin());
+}
+
+void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, gpu::Activity>& classes,
+                        long long ts_ms, const AgentStats& stats) {
+  auto next = std::make_shared<LiveView>();
+  next->ts_ms = ts_ms;
+  next->published_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  next->snapshot = snapshot;
+  next->classes = classes;
+  next->stats = stats;
+  const auto previous = view();
+  if (previous) next->counters = previous->counters;
+  for (const auto& [gpu, activity] : classes) {
+    GpuCounters& c = next->counters[gpu];
+    // The time since the previous sample counts for the class seen then (what held over it).
+    if (previous) {
+      if (auto it = previous->classes.find(gpu); it != previous->classes.end() && ts_ms > previous->ts_ms) {
+        c.class_seconds[activity_slot(it->second)] += static_cast<double>(ts_ms - previous->ts_ms) / 1000.0;
+      }
+    }
+    const bool idle = activity == gpu::Activity::Idle || activity == gpu::Activity::ReservedIdle;
+    if (!idle) {
+      c.idle_since_ms.reset();
+    } else if (!c.idle_since_ms) {
+      c.idle_since_ms = ts_ms;
+    }
+  }
+  std::lock_guard lock(mutex_);
+  view_ = std::move(next);
+}
+
+std::shared_ptr<const LiveView> LiveState::view() const {
+  std::lock_guard lock(mutex_);
+  return view_;
+}
+
+}  // namespace tarmac::serve

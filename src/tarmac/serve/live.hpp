@@ -1,0 +1,57 @@
+// What the agent saw last, shared with the HTTP thread: the sampling loop publishes a view after
+// every sample; readers take the current view (an immutable shared_ptr) without ever blocking the
+// loop for longer than a pointer swap. The view also keeps the counters that need history: seconds
+// in each activity class since the agent started, and how long each GPU has been idle.
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "tarmac/gpu/activity.hpp"
+#include "tarmac/gpu/model.hpp"
+
+namespace tarmac::serve {
+
+// The agent's own health, for tarmac_agent_* metrics.
+struct AgentStats {
+  long long snapshots = 0;
+  long long gpu_samples = 0;
+  long long nvml_errors = 0;          // snapshots that failed, and values that failed to read
+  double last_sample_seconds = 0;     // real time the last snapshot took
+  long long start_unix_ms = 0;        // real time
+};
+
+struct GpuCounters {
+  std::array<double, gpu::kActivities.size()> class_seconds{};  // by kActivities order
+  std::optional<long long> idle_since_ms;                        // idle or reserved-idle without a break
+};
+
+struct LiveView {
+  long long ts_ms = 0;              // the agent's clock (the simulator's under --clock sim)
+  long long published_unix_ms = 0;  // real time of publication, for sample lag
+  gpu::Snapshot snapshot;           // the latest values, with the processes of the latest process read
+  std::map<unsigned, gpu::Activity> classes;
+  std::map<unsigned, GpuCounters> counters;
+  AgentStats stats;
+};
+
+class LiveState {
+ public:
+  // Called by the sampling loop after every sample.
+  void publish(const gpu::Snapshot& snapshot, const std::map<unsigned, gpu::Activity>& classes, long long ts_ms,
+               const AgentStats& stats);
+  // The latest view, or null before the first sample.
+  [[nodiscard]] std::shared_ptr<const LiveView> view() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<const LiveView> view_;
+};
+
+[[nodiscard]] std::size_t activity_slot(gpu::Activity activity);
+
+}  // namespace tarmac::serve

@@ -1,0 +1,396 @@
+#include "tarmac/serve/metrics.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <fmt/format.h>
+
+#include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::serve {
+
+namespace {
+
+constexpr std::size_t kMaxCommandLabel = 128;  // command lines can be huge; labels should not be
+
+enum class Type { Gauge, Counter };
+
+// One metric family: its samples, written under one HELP and TYPE (the format wants them together).
+struct Family {
+  const char* name;
+  Type type;
+  const char* help;
+};
+
+// dcgm-exporter's fields (default-counters.csv and dcp-metrics-included.csv), read from the model.
+struct DcgmField {
+  Family family;
+  std::optional<double> (*read)(const gpu::Device&);
+};
+
+template <typename T>
+std::optional<double> as_double(const std::optional<T>& v, double scale = 1.0) {
+  if (!v) return std::nullopt;
+  return static_cast<double>(*v) * scale;
+}
+
+std::optional<double> slow_ratio(const gpu::Device& d, std::optional<double> gpu::DeviceSlowSample::*member) {
+  if (!d.slow || !((*d.slow).*member)) return std::nullopt;
+  return *((*d.slow).*member) / 100.0;
+}
+
+const std::vector<DcgmField>& dcgm_fields() {
+  using D = gpu::Device;
+  static const std::vector<DcgmField> fields = {
+      {{"DCGM_FI_DEV_SM_CLOCK", Type::Gauge, "SM clock frequency (in MHz)."},
+       [](const D& d) { return as_double(d.sample.clock_sm_mhz); }},
+      {{"DCGM_FI_DEV_MEM_CLOCK", Type::Gauge, "Memory clock frequency (in MHz)."},
+       [](const D& d) { return as_double(d.sample.clock_mem_mhz); }},
+      {{"DCGM_FI_DEV_GPU_TEMP", Type::Gauge, "GPU temperature (in C)."},
+       [](const D& d) { return as_double(d.sample.temp_c); }},
+      {{"DCGM_FI_DEV_POWER_USAGE", Type::Gauge, "Power draw (in W)."},
+       [](const D& d) { return as_double(d.sample.power_mw, 0.001); }},
+      {{"DCGM_FI_DEV_POWER_MGMT_LIMIT", Type::Gauge, "Power management limit (in W)."},
+       [](const D& d) { return as_double(d.modes.enforced_power_limit_mw, 0.001); }},
+      {{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", Type::Counter, "Total energy consumption since boot (in mJ)."},
+       [](const D& d) { return as_double(d.sample.energy_mj); }},
+      {{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", Type::Counter, "Total number of PCIe retries."},
+       [](const D& d) { return as_double(d.sample.pcie_replay_count); }},
+      {{"DCGM_FI_DEV_GPU_UTIL", Type::Gauge, "GPU utilization (in %)."},
+       [](const D& d) { return as_double(d.sample.util_gpu_pct); }},
+      {{"DCGM_FI_DEV_MEM_COPY_UTIL", Type::Gauge, "Memory utilization (in %)."},
+       [](const D& d) { return as_double(d.sample.util_mem_pct); }},
+      {{"DCGM_FI_DEV_ENC_UTIL", Type::Gauge, "Encoder utilization (in %)."},
+       [](const D& d) { return as_double(d.sample.util_encoder_pct); }},
+      {{"DCGM_FI_DEV_DEC_UTIL", Type::Gauge, "Decoder utilization (in %)."},
+       [](const D& d) { return as_double(d.sample.util_decoder_pct); }},
+      {{"DCGM_FI_DEV_FAN_SPEED", Type::Gauge, "Fan speed (in 0-100%)."},
+       [](const D& d) { return as_double(d.sample.fan_pct); }},
+      {{"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", Type::Gauge, "Current clock throttle reasons (NVML's bitmask)."},
+       [](const D& d) { return as_double(d.sample.clock_event_reasons); }},
+      {{"DCGM_FI_DEV_FB_FREE", Type::Gauge, "Framebuffer memory free (in MiB)."},
+       [](const D& d) { return as_double(d.sample.mem_free_bytes, 1.0 / util::kMiB); }},
+      {{"DCGM_FI_DEV_FB_USED", Type::Gauge, "Framebuffer memory used (in MiB)."},
+       [](const D& d) { return as_double(d.sample.mem_used_bytes, 1.0 / util::kMiB); }},
+      {{"DCGM_FI_DEV_FB_RESERVED", Type::Gauge, "Framebuffer memory reserved (in MiB)."},
+       [](const D& d) { return as_double(d.sample.mem_reserved_bytes, 1.0 / util::kMiB); }},
+      {{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", Type::Counter, "Total number of single-bit volatile ECC errors."},
+       [](const D& d) { return as_double(d.sample.ecc_corrected_volatile); }},
+      {{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", Type::Counter, "Total number of double-bit volatile ECC errors."},
+       [](const D& d) { return as_double(d.sample.ecc_uncorrected_volatile); }},
+      {{"DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", Type::Counter, "Total number of single-bit persistent ECC errors."},
+       [](const D& d) { return as_double(d.sample.ecc_corrected_aggregate); }},
+      {{"DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", Type::Counter, "Total number of double-bit persistent ECC errors."},
+       [](const D& d) { return as_double(d.sample.ecc_uncorrected_aggregate); }},
+      {{"DCGM_FI_DEV_RETIRED_SBE", Type::Counter, "Total number of retired pages due to single-bit errors."},
+       [](const D& d) { return as_double(d.sample.retired_pages_sbe); }},
+      {{"DCGM_FI_DEV_RETIRED_DBE", Type::Counter, "Total number of retired pages due to double-bit errors."},
+       [](const D& d) { return as_double(d.sample.retired_pages_dbe); }},
+      {{"DCGM_FI_DEV_RETIRED_PENDING", Type::Counter, "Total number of pages pending retirement."},
+       [](const D& d) {
+         return d.sample.retired_pages_pending ? std::optional<double>(*d.sample.retired_pages_pending ? 1 : 0)
+                                               : std::nullopt;
+       }},
+      {{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", Type::Counter,
+        "Number of remapped rows for uncorrectable errors."},
+       [](const D& d) { return as_double(d.sample.remapped_rows_uncorrectable); }},
+      {{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", Type::Counter, "Number of remapped rows for correctable errors."},
+       [](const D& d) { return as_double(d.sample.remapped_rows_correctable); }},
+      {{"DCGM_FI_DEV_ROW_REMAP_FAILURE", Type::Gauge, "Whether remapping of rows has failed."},
+       [](const D& d) {
+         return d.sample.remapped_rows_failure ? std::optional<double>(*d.sample.remapped_rows_failure ? 1 : 0)
+                                               : std::nullopt;
+       }},
+      {{"DCGM_FI_DEV_XID_ERRORS", Type::Gauge, "Value of the last XID error encountered."},
+       [](const D& d) { return as_double(d.last_xid); }},
+      {{"DCGM_FI_PROF_SM_ACTIVE", Type::Gauge,
+        "The ratio of cycles an SM has at least 1 warp assigned (in %, from NVML's GPM)."},
+       [](const D& d) { return slow_ratio(d, &gpu::DeviceSlowSample::gpm_sm_active_pct); }},
+      {{"DCGM_FI_PROF_SM_OCCUPANCY", Type::Gauge,
+        "The ratio of number of warps resident on an SM (from NVML's GPM)."},
+       [](const D& d) { return slow_ratio(d, &gpu::DeviceSlowSample::gpm_sm_occupancy_pct); }},
+      {{"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", Type::Gauge,
+        "Ratio of cycles the tensor (HMMA) pipe is active (from NVML's GPM)."},
+       [](const D& d) { return slow_ratio(d, &gpu::DeviceSlowSample::gpm_tensor_active_pct); }},
+      {{"DCGM_FI_PROF_DRAM_ACTIVE", Type::Gauge,
+        "Ratio of cycles the device memory interface is active sending or receiving data (from NVML's GPM)."},
+       [](const D& d) { return slow_ratio(d, &gpu::DeviceSlowSample::gpm_dram_bw_pct); }},
+      {{"DCGM_FI_PROF_PCIE_TX_BYTES", Type::Gauge, "The rate of data transmitted over the PCIe bus (bytes/s)."},
+       [](const D& d) { return d.slow ? as_double(d.slow->pcie_tx_kbps, 1024.0) : std::nullopt; }},
+      {{"DCGM_FI_PROF_PCIE_RX_BYTES", Type::Gauge, "The rate of data received over the PCIe bus (bytes/s)."},
+       [](const D& d) { return d.slow ? as_double(d.slow->pcie_rx_kbps, 1024.0) : std::nullopt; }},
+  };
+  return fields;
+}
+
+const std::vector<Family>& own_families() {
+  static const std::vector<Family> families = {
+      {"tarmac_gpu_activity", Type::Gauge,
+       "1 for the GPU's activity class now (busy, starved, holding, idle, reserved-idle, fault), 0 for the others."},
+      {"tarmac_gpu_activity_seconds_total", Type::Counter,
+       "Seconds the GPU spent in each activity class since the agent started (agent clock)."},
+      {"tarmac_gpu_idle_seconds", Type::Gauge, "Seconds the GPU has been idle (or reserved-idle) without a break."},
+      {"tarmac_gpu_lost", Type::Gauge, "1 when the GPU stopped answering (fell off the bus)."},
+      {"tarmac_gpu_clock_events_thermal", Type::Gauge, "1 while a thermal slowdown (SW or HW) holds the clocks down."},
+      {"tarmac_gpu_processes", Type::Gauge, "Processes using the GPU."},
+      {"tarmac_gpu_holding_processes", Type::Gauge, "Processes holding memory at 0 % on a GPU in class holding."},
+      {"tarmac_process_info", Type::Gauge, "1 for each process on a GPU, with its user, command, container and job."},
+      {"tarmac_process_memory_used_bytes", Type::Gauge, "GPU memory the process uses (bytes)."},
+      {"tarmac_process_sm_util_percent", Type::Gauge, "The process's SM utilization (in %), where NVML gives it."},
+      {"tarmac_process_holding", Type::Gauge, "Bytes held by a process on a GPU in class holding (memory at 0 %)."},
+      {"tarmac_alert_firing", Type::Gauge, "1 for each alert that fires now (docs/alerts.md)."},
+      {"tarmac_agent_start_time_seconds", Type::Gauge, "When the agent started (Unix time)."},
+      {"tarmac_agent_samples_total", Type::Counter, "GPU-samples taken since the agent started."},
+      {"tarmac_agent_nvml_errors_total", Type::Counter, "NVML reads that failed since the agent started."},
+      {"tarmac_agent_sample_duration_seconds", Type::Gauge, "Real time the last snapshot of every GPU took."},
+      {"tarmac_agent_sample_lag_seconds", Type::Gauge, "Age of the newest sample at this scrape (real time)."},
+      {"tarmac_agent_scrape_duration_seconds", Type::Gauge, "Real time the previous /metrics took to render."},
+      {"tarmac_agent_resident_memory_bytes", Type::Gauge, "The agent's resident memory (bytes)."},
+      {"tarmac_agent_http_requests_total", Type::Counter, "HTTP requests the agent answered."},
+      {"tarmac_agent_http_rejected_total", Type::Counter, "HTTP requests answered with 4xx or 5xx (malformed, too big)."},
+  };
+  return families;
+}
+
+const Family& own_family(std::string_view name) {
+  for (const auto& f : own_families()) {
+    if (name == f.name) return f;
+  }
+  std::abort();  // a name missing from own_families() is a bug the unit tests catch at once
+}
+
+void put_number(std::string& out, double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
+    fmt::format_to(std::back_inserter(out), "{}", static_cast<long long>(v));
+  } else {
+    fmt::format_to(std::back_inserter(out), "{}", v);
+  }
+}
+
+class Writer {
+ public:
+  void begin(const Family& f) {
+    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name,
+                   f.type == Type::Gauge ? "gauge" : "counter");
+  }
+  void sample(const char* name, std::string_view labels, double value) {
+    out_ += name;
+    if (!labels.empty()) {
+      out_ += '{';
+      out_ += labels;
+      out_ += '}';
+    }
+    out_ += ' ';
+    put_number(out_, value);
+    out_ += '\n';
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+std::string label(std::string_view name, std::string_view value) {
+  return fmt::format("{}=\"{}\"", name, escape_label(value));
+}
+
+// tarmac's own labels for one GPU: snake_case, as Prometheus's conventions (and promtool) want;
+// `gpu` is common to both sets, so `on(instance, gpu)` joins them.
+std::string own_labels(const gpu::Device& d, const std::string& hostname) {
+  return fmt::format("{},{},{},{}", label("gpu", std::to_string(d.id.index)), label("uuid", d.id.uuid.value_or("")),
+                     label("pci_bus_id", d.id.pci_bus_id.value_or("")), label("hostname", hostname));
+}
+
+// dcgm-exporter's labels for one GPU (its camelCase names, which its dashboards select on).
+std::string gpu_labels(const gpu::Device& d, const std::string& hostname, const std::string& driver) {
+  const auto& id = d.id;
+  std::string device = id.minor_number ? fmt::format("nvidia{}", *id.minor_number) : fmt::format("nvidia{}", id.index);
+  std::string out = fmt::format("{},{},{},{},{},{}", label("gpu", std::to_string(id.index)),
+                                label("UUID", id.uuid.value_or("")), label("pci_bus_id", id.pci_bus_id.value_or("")),
+                                label("device", device), label("modelName", id.name.value_or("")),
+                                label("Hostname", hostname));
+  if (!driver.empty()) out += "," + label("DCGM_FI_DRIVER_VERSION", driver);
+  return out;
+}
+
+std::string process_labels(const std::string& base, const gpu::GpuProcess& p) {
+  std::string command = p.host.command_line && !p.host.command_line->empty() ? *p.host.command_line
+                                                                             : p.host.name.value_or("");
+  if (command.size() > kMaxCommandLabel) command = command.substr(0, kMaxCommandLabel - 3) + "...";
+  std::string container;
+  if (p.host.container) {
+    container = p.host.container->id.empty() ? p.host.container->runtime
+                                             : p.host.container->runtime + ":" + p.host.container->id.substr(0, 12);
+  }
+  return fmt::format("{},{},{},{},{},{}", base, label("pid", std::to_string(p.pid)), label("user", p.host.user.value_or("")),
+                     label("command", command), label("container", container),
+                     label("slurm_job", p.host.slurm_job_id.value_or("")));
+}
+
+}  // namespace
+
+std::string escape_label(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> metric_names() {
+  std::vector<std::string> out;
+  for (const auto& f : dcgm_fields()) out.emplace_back(f.family.name);
+  for (const auto& f : own_families()) out.emplace_back(f.name);
+  return out;
+}
+
+std::string render_sample_metrics(const LiveView& view, const std::string& hostname,
+                                  const std::vector<FiringAlert>& alerts) {
+  Writer w;
+  const auto& devices = view.snapshot.devices;
+  const std::string driver = view.snapshot.driver_version.value_or("");
+  std::vector<std::string> dcgm;
+  std::vector<std::string> labels;
+  dcgm.reserve(devices.size());
+  labels.reserve(devices.size());
+  for (const auto& d : devices) {
+    dcgm.push_back(gpu_labels(d, hostname, driver));
+    labels.push_back(own_labels(d, hostname));
+  }
+
+  for (const auto& field : dcgm_fields()) {
+    bool begun = false;
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      if (devices[i].lost) continue;
+      const auto v = field.read(devices[i]);
+      if (!v) continue;
+      if (!begun) w.begin(field.family);
+      begun = true;
+      w.sample(field.family.name, dcgm[i], *v);
+    }
+  }
+
+  const auto begin = [&w](const char* name) { w.begin(own_family(name)); };
+  const auto class_of = [&](const gpu::Device& d) {
+    auto it = view.classes.find(d.id.index);
+    return it == view.classes.end() ? std::optional<gpu::Activity>() : std::optional<gpu::Activity>(it->second);
+  };
+
+  begin("tarmac_gpu_activity");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const auto cls = class_of(devices[i]);
+    if (!cls) continue;
+    for (auto a : gpu::kActivities) {
+      w.sample("tarmac_gpu_activity", labels[i] + "," + label("class", gpu::to_string(a)), a == *cls ? 1 : 0);
+    }
+  }
+  begin("tarmac_gpu_activity_seconds_total");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const auto it = view.counters.find(devices[i].id.index);
+    if (it == view.counters.end()) continue;
+    for (auto a : gpu::kActivities) {
+      w.sample("tarmac_gpu_activity_seconds_total", labels[i] + "," + label("class", gpu::to_string(a)),
+               it->second.class_seconds[activity_slot(a)]);
+    }
+  }
+  begin("tarmac_gpu_idle_seconds");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const auto it = view.counters.find(devices[i].id.index);
+    const bool idle = it != view.counters.end() && it->second.idle_since_ms;
+    w.sample("tarmac_gpu_idle_seconds", labels[i],
+             idle ? static_cast<double>(view.ts_ms - *it->second.idle_since_ms) / 1000.0 : 0.0);
+  }
+  begin("tarmac_gpu_lost");
+  for (std::size_t i = 0; i < devices.size(); ++i) w.sample("tarmac_gpu_lost", labels[i], devices[i].lost ? 1 : 0);
+  begin("tarmac_gpu_clock_events_thermal");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const auto& reasons = devices[i].sample.clock_event_reasons;
+    if (!reasons || devices[i].lost) continue;
+    w.sample("tarmac_gpu_clock_events_thermal", labels[i], gpu::thermal_clock_events(*reasons) != 0 ? 1 : 0);
+  }
+  begin("tarmac_gpu_processes");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    w.sample("tarmac_gpu_processes", labels[i], static_cast<double>(devices[i].processes.size()));
+  }
+  begin("tarmac_gpu_holding_processes");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const bool holding = class_of(devices[i]) == gpu::Activity::Holding;
+    w.sample("tarmac_gpu_holding_processes", labels[i],
+             holding ? static_cast<double>(devices[i].processes.size()) : 0.0);
+  }
+
+  std::vector<std::pair<std::string, const gpu::GpuProcess*>> procs;
+  std::vector<bool> on_holding;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    for (const auto& p : devices[i].processes) {
+      procs.emplace_back(process_labels(labels[i], p), &p);
+      on_holding.push_back(class_of(devices[i]) == gpu::Activity::Holding);
+    }
+  }
+  begin("tarmac_process_info");
+  for (const auto& [l, p] : procs) w.sample("tarmac_process_info", l, 1);
+  begin("tarmac_process_memory_used_bytes");
+  for (const auto& [l, p] : procs) {
+    if (p->used_mem_bytes) w.sample("tarmac_process_memory_used_bytes", l, static_cast<double>(*p->used_mem_bytes));
+  }
+  begin("tarmac_process_sm_util_percent");
+  for (const auto& [l, p] : procs) {
+    if (p->sm_util_pct) w.sample("tarmac_process_sm_util_percent", l, *p->sm_util_pct);
+  }
+  begin("tarmac_process_holding");
+  for (std::size_t k = 0; k < procs.size(); ++k) {
+    if (!on_holding[k]) continue;
+    w.sample("tarmac_process_holding", procs[k].first,
+             static_cast<double>(procs[k].second->used_mem_bytes.value_or(0)));
+  }
+
+  begin("tarmac_alert_firing");
+  for (const auto& a : alerts) {
+    std::string l = label("alertname", a.rule) + "," + label("severity", a.severity) + "," +
+                    label("gpu", a.gpu ? std::to_string(*a.gpu) : std::string()) + "," +
+                    label("hostname", hostname);
+    w.sample("tarmac_alert_firing", l, 1);
+  }
+  return w.take();
+}
+
+std::string render_agent_metrics(const LiveView& view, const MetricsExtras& extras) {
+  Writer w;
+  const auto begin = [&w](const char* name) { w.begin(own_family(name)); };
+  const auto& s = view.stats;
+  begin("tarmac_agent_start_time_seconds");
+  w.sample("tarmac_agent_start_time_seconds", "", static_cast<double>(s.start_unix_ms) / 1000.0);
+  begin("tarmac_agent_samples_total");
+  w.sample("tarmac_agent_samples_total", "", static_cast<double>(s.gpu_samples));
+  begin("tarmac_agent_nvml_errors_total");
+  w.sample("tarmac_agent_nvml_errors_total", "", static_cast<double>(s.nvml_errors));
+  begin("tarmac_agent_sample_duration_seconds");
+  w.sample("tarmac_agent_sample_duration_seconds", "", s.last_sample_seconds);
+  begin("tarmac_agent_sample_lag_seconds");
+  w.sample("tarmac_agent_sample_lag_seconds", "",
+           std::max(0.0, static_cast<double>(extras.now_unix_ms - view.published_unix_ms) / 1000.0));
+  begin("tarmac_agent_scrape_duration_seconds");
+  w.sample("tarmac_agent_scrape_duration_seconds", "", extras.last_scrape_seconds);
+  begin("tarmac_agent_resident_memory_bytes");
+  w.sample("tarmac_agent_resident_memory_bytes", "", static_cast<double>(extras.resident_bytes));
+  begin("tarmac_agent_http_requests_total");
+  w.sample("tarmac_agent_http_requests_total", "", static_cast<double>(extras.http_requests));
+  begin("tarmac_agent_http_rejected_total");
+  w.sample("tarmac_agent_http_rejected_total", "", static_cast<double>(extras.http_rejected));
+  return w.take();
+}
+
+std::string render_metrics(const LiveView& view, const MetricsExtras& extras) {
+  return render_sample_metrics(view, extras.hostname, extras.alerts) + render_agent_metrics(view, extras);
+}
+
+}  // namespace tarmac::serve

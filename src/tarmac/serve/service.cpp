@@ -1,0 +1,153 @@
+#include "tarmac/serve/service.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <fmt/format.h>
+
+#include "tarmac/report/report.hpp"
+#include "tarmac/serve/api.hpp"
+#include "tarmac/store/reader.hpp"
+#include "tarmac/util/fs.hpp"
+#include "tarmac/util/strings.hpp"
+
+namespace tarmac::serve {
+
+namespace {
+
+using Steady = std::chrono::steady_clock;
+constexpr long long kReportMs = 7LL * 24 * 3600 * 1000;
+
+long long unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// VmRSS from /proc/self/status, in bytes.
+long long resident_bytes() {
+  const auto status = util::read_file("/proc/self/status");
+  if (!status) return 0;
+  const auto at = status->find("VmRSS:");
+  if (at == std::string::npos) return 0;
+  const auto end = status->find('\n', at);
+  const std::string field(util::trim(status->substr(at + 6, end - at - 6)));
+  const auto kb = util::parse_int(field.substr(0, field.find(' ')));
+  return kb ? *kb * 1024 : 0;
+}
+
+Response json_response(std::string body) {
+  Response r;
+  r.content_type = "application/json";
+  r.body = std::move(body);
+  return r;
+}
+
+Response not_ready() {
+  Response r = text_response(503, "no sample yet: the agent is starting");
+  r.extra_headers = "Retry-After: 1\r\n";
+  return r;
+}
+
+}  // namespace
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+Service::Service(const LiveState& live, ServiceOptions options)
+    : live_(live), options_(std::move(options)), server_([this](const Request& r) { return handle(r); }) {}
+
+Service::~Service() { stop(); }
+
+Result<void> Service::start() { return server_.start(options_.host, options_.port); }
+
+void Service::stop() { server_.stop(); }
+
+Response Service::metrics() {
+  const auto started = Steady::now();
+  const auto view = live_.view();
+  if (!view) return not_ready();
+  // Scrapes between two samples get the same values: render them once per sample.
+  if (view != rendered_view_) {
+    rendered_ = render_sample_metrics(*view, options_.hostname,
+                                      options_.alerts ? options_.alerts() : std::vector<FiringAlert>{});
+    rendered_view_ = view;
+  }
+  MetricsExtras extras;
+  extras.hostname = options_.hostname;
+  extras.last_scrape_seconds = last_scrape_seconds_.load();
+  extras.resident_bytes = resident_bytes();
+  extras.http_requests = server_.stats().requests.load();
+  extras.http_rejected = server_.stats().rejected.load();
+  extras.now_unix_ms = unix_ms();
+  Response r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body.reserve(rendered_.size() + 2048);
+  r.body = rendered_;
+  r.body += render_agent_metrics(*view, extras);
+  last_scrape_seconds_.store(std::chrono::duration<double>(Steady::now() - started).count());
+  return r;
+}
+
+Response Service::report() {
+  auto reader = store::Reader::open(options_.db_path);
+  if (!reader.ok()) return text_response(503, fmt::format("no report yet: {}", reader.error().message));
+  auto recorded = reader->recorded();
+  if (!recorded.ok()) return text_response(503, recorded.error().message);
+  if (!*recorded) return text_response(503, "no report yet: nothing is recorded");
+  report::ReportOptions options;
+  options.range.until_ms = (*recorded)->until_ms + 1;
+  options.range.since_ms = std::max((*recorded)->since_ms, options.range.until_ms - kReportMs);
+  auto built = report::build(*reader, options);
+  if (!built.ok()) return text_response(500, built.error().message);
+  Response r;
+  r.content_type = "text/html; charset=utf-8";
+  r.body = report::render_html(*built);
+  return r;
+}
+
+Response Service::handle(const Request& request) {
+  const std::string& path = request.path;
+  if (path == "/metrics") return metrics();
+  if (path == "/healthz") {
+    const auto view = live_.view();
+    if (!view) return not_ready();
+    const long long age = unix_ms() - view->published_unix_ms;
+    if (age > options_.stale_after_ms) {
+      return text_response(503, fmt::format("stale: the last sample is {} s old", age / 1000));
+    }
+    return text_response(200, "ok");
+  }
+  if (path == "/" || path == "/index.html") {
+    Response r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(dashboard_html());
+    return r;
+  }
+  if (path == "/api/v1/gpus" || path == "/api/v1/processes") {
+    const auto view = live_.view();
+    if (!view) return not_ready();
+    if (path == "/api/v1/gpus") {
+      return json_response(
+          gpus_json(*view, options_.hostname, options_.alerts ? options_.alerts() : std::vector<FiringAlert>{}));
+    }
+    return json_response(processes_json(*view));
+  }
+  if (path == "/api/v1/history") {
+    const auto view = live_.view();
+    const long long now = view ? view->ts_ms : unix_ms();
+    auto body = history_json(options_.db_path, request.query, now);
+    if (!body.ok()) {
+      return text_response(body.error().code == Error::Code::Invalid ? 400 : 503, body.error().message);
+    }
+    return json_response(std::move(*body));
+  }
+  if (path == "/report") return report();
+  return text_response(404, fmt::format("no such page: {} (try /, /metrics, /api/v1/gpus, /api/v1/processes, "
+                                        "/api/v1/history, /healthz, /report)",
+                                        path));
+}
+
+}  // namespace tarmac::serve

@@ -1,0 +1,61 @@
+// The agent's HTTP endpoints (docs/metrics.md): /metrics, /api/v1/gpus, /api/v1/processes,
+// /api/v1/history, /healthz, /report and the dashboard at /. Reads the live view the sampling loop
+// publishes and the store; never writes anything.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tarmac/serve/http.hpp"
+#include "tarmac/serve/live.hpp"
+#include "tarmac/serve/metrics.hpp"
+
+namespace tarmac::serve {
+
+struct ServiceOptions {
+  std::string host = "127.0.0.1";
+  unsigned port = 9478;
+  std::string db_path;   // the store, for /api/v1/history and /report
+  std::string hostname;  // the Hostname label
+  // The alerts firing now; may be empty. The agent evaluates them before it publishes each sample,
+  // so /metrics reads them once per sample.
+  std::function<std::vector<FiringAlert>()> alerts;
+  // A sample older than this (real time) makes /healthz answer 503.
+  long long stale_after_ms = 60'000;
+};
+
+class Service {
+ public:
+  Service(const LiveState& live, ServiceOptions options);
+  ~Service();
+
+  [[nodiscard]] Result<void> start();
+  [[nodiscard]] unsigned port() const { return server_.port(); }
+  void stop();
+
+  // One request, as the server's thread calls it (public for tests).
+  [[nodiscard]] Response handle(const Request& request);
+
+ private:
+  Response metrics();
+  Response report();
+
+  const LiveState& live_;
+  ServiceOptions options_;
+  HttpServer server_;
+  std::atomic<double> last_scrape_seconds_{0};
+  // The sample part of /metrics for the view it was rendered from (server thread only).
+  std::shared_ptr<const LiveView> rendered_view_;
+  std::string rendered_;
+};
+
+// The dashboard page, embedded from src/tarmac/serve/dashboard.html at build time.
+[[nodiscard]] std::string_view dashboard_html();
+
+// The host's name, for the Hostname label.
+[[nodiscard]] std::string host_name();
+
+}  // namespace tarmac::serve

@@ -1,0 +1,141 @@
+#include "tarmac/alerts/sinks.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "http_server.hpp"
+
+namespace tarmac::alerts {
+namespace {
+
+using testing::body_of;
+using testing::HttpServer;
+
+Notice holding_notice() {
+  Notice n;
+  n.kind = Notice::Kind::Firing;
+  n.ts_ms = 720000;
+  n.alert.rule = Rule::Holding;
+  n.alert.severity = Severity::Warning;
+  n.alert.key = "gpu:3";
+  n.alert.gpu = 3;
+  n.alert.gpus = {3};
+  n.alert.uuid = "GPU-5b2e";
+  n.alert.pid = 1234;
+  n.alert.user = "bob";
+  n.alert.summary = "GPU 3 (GPU-5b2e): python (bob, pid 1234) holds 20.0 GiB at 0 % for 12m";
+  return n;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(WebhookUrl, Parses) {
+  auto u = parse_webhook_url("http://127.0.0.1:8080/hooks/a?x=1");
+  ASSERT_TRUE(u.ok()) << u.error().message;
+  EXPECT_EQ(u->host, "127.0.0.1");
+  EXPECT_EQ(u->port, 8080u);
+  EXPECT_EQ(u->path, "/hooks/a?x=1");
+  u = parse_webhook_url("http://relay.local");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->port, 80u);
+  EXPECT_EQ(u->path, "/");
+  u = parse_webhook_url("http://[::1]:9000/x");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->port, 9000u);
+}
+
+TEST(WebhookUrl, RefusesHttpsAndJunk) {
+  auto https = parse_webhook_url("https://hooks.slack.com/services/T/B/X");
+  ASSERT_FALSE(https.ok());
+  EXPECT_NE(https.error().message.find("local relay"), std::string::npos) << https.error().message;
+  for (const char* bad : {"hooks.slack.com/x", "http://", "http://host:0/", "http://host:70000/", "http://host:x/",
+                          "ftp://host/", "http://user@host/", "http://a b/"}) {
+    EXPECT_FALSE(parse_webhook_url(bad).ok()) << bad;
+  }
+}
+
+TEST(Webhook, PostsJsonWithSlackText) {
+  HttpServer server;
+  auto url = parse_webhook_url(server.url());
+  ASSERT_TRUE(url.ok());
+  auto sent = post_json(*url, notice_body(holding_notice()));
+  ASSERT_TRUE(sent.ok()) << sent.error().message;
+  const auto requests = server.requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].starts_with("POST /hook HTTP/1.1\r\n")) << requests[0];
+  EXPECT_NE(requests[0].find("Content-Type: application/json\r\n"), std::string::npos);
+  const auto body = nlohmann::json::parse(body_of(requests[0]));
+  EXPECT_EQ(body["text"], "FIRING [warning] holding: GPU 3 (GPU-5b2e): python (bob, pid 1234) holds 20.0 GiB at 0 % for 12m");
+  EXPECT_EQ(body["status"], "firing");
+  EXPECT_EQ(body["alert"]["rule"], "holding");
+  EXPECT_EQ(body["alert"]["gpu"], 3);
+  EXPECT_EQ(body["alert"]["pid"], 1234);
+  EXPECT_EQ(body["alert"]["user"], "bob");
+}
+
+TEST(Webhook, FailsOnErrorStatusRefusalAndSilence) {
+  HttpServer broken("500 Internal Server Error");
+  auto sent = post_json(*parse_webhook_url(broken.url()), "{}");
+  ASSERT_FALSE(sent.ok());
+  EXPECT_NE(sent.error().message.find("500"), std::string::npos) << sent.error().message;
+
+  unsigned closed_port = 0;
+  {
+    HttpServer gone;
+    closed_port = gone.port();
+  }
+  sent = post_json(*parse_webhook_url("http://127.0.0.1:" + std::to_string(closed_port) + "/"), "{}");
+  EXPECT_FALSE(sent.ok());
+
+  HttpServer silent("200 OK", true);
+  sent = post_json(*parse_webhook_url(silent.url()), "{}", 300);
+  ASSERT_FALSE(sent.ok());
+  EXPECT_NE(sent.error().message.find("timed out"), std::string::npos) << sent.error().message;
+}
+
+TEST(Command, SplitsOnWhitespaceWithoutAShell) {
+  EXPECT_EQ(command_argv("  /usr/bin/logger -t tarmac\t'a b' "),
+            (std::vector<std::string>{"/usr/bin/logger", "-t", "tarmac", "'a", "b'"}));
+  EXPECT_TRUE(command_argv("   ").empty());
+}
+
+TEST(Command, GetsTheJsonOnStdinAndTheEnvironment) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tarmac-alert-cmd-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "out").string();
+  const Notice n = holding_notice();
+  auto ran = run_command({"/bin/sh", "-c", "cat > \"$0\"; env | grep ^TARMAC_ALERT_ | sort > \"$0.env\"", out},
+                         notice_body(n), notice_env(n));
+  ASSERT_TRUE(ran.ok()) << ran.error().message;
+  EXPECT_EQ(nlohmann::json::parse(slurp(out))["alert"]["rule"], "holding");
+  const std::string env = slurp(out + ".env");
+  EXPECT_NE(env.find("TARMAC_ALERT_STATUS=firing\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("TARMAC_ALERT_RULE=holding\n"), std::string::npos);
+  EXPECT_NE(env.find("TARMAC_ALERT_GPU=3\n"), std::string::npos);
+  EXPECT_NE(env.find("TARMAC_ALERT_PID=1234\n"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Command, FailuresAreErrors) {
+  EXPECT_FALSE(run_command({"/nonexistent/tarmac-hook"}, "", {}).ok());
+  auto failed = run_command({"/bin/false"}, "", {});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.error().message.find("exited with 1"), std::string::npos);
+  // Does not read its stdin (a big one), and takes too long: killed, and no SIGPIPE kills us.
+  auto slow = run_command({"/bin/sleep", "5"}, std::string(1 << 20, 'x'), {}, 200);
+  ASSERT_FALSE(slow.ok());
+  EXPECT_NE(slow.error().message.find("killed"), std::string::npos) << slow.error().message;
+}
+
+}  // namespace
+}  // namespace tarmac::alerts

@@ -1,0 +1,187 @@
+#include "tarmac/serve/metrics.hpp"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::serve {
+namespace {
+
+gpu::Device a100(unsigned index, unsigned util) {
+  gpu::Device d;
+  d.id.index = index;
+  d.id.uuid = "GPU-0000000" + std::to_string(index);
+  d.id.name = "NVIDIA A100-SXM4-40GB";
+  d.id.pci_bus_id = "00000000:07:00.0";
+  d.id.minor_number = index;
+  d.id.mem_total_bytes = 40960 * util::kMiB;
+  d.sample.util_gpu_pct = util;
+  d.sample.util_mem_pct = 41;
+  d.sample.mem_used_bytes = 38900 * util::kMiB;
+  d.sample.mem_free_bytes = 2060 * util::kMiB;
+  d.sample.temp_c = 68;
+  d.sample.power_mw = 250500;
+  d.sample.energy_mj = 123456789;
+  d.sample.clock_sm_mhz = 1410;
+  d.sample.clock_mem_mhz = 1215;
+  d.sample.clock_event_reasons = 0x40;
+  return d;
+}
+
+LiveView view_of(std::vector<gpu::Device> devices, std::map<unsigned, gpu::Activity> classes) {
+  LiveView v;
+  v.ts_ms = 1'000'000;
+  v.snapshot.driver_version = "535.129.03";
+  v.snapshot.devices = std::move(devices);
+  v.classes = std::move(classes);
+  return v;
+}
+
+// Every sample line: name{labels} value.
+std::vector<std::string> samples(const std::string& text, const std::string& name) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0) out.push_back(line);
+  }
+  return out;
+}
+
+TEST(Metrics, DcgmNamesLabelsAndUnits) {
+  auto d = a100(0, 96);
+  const auto text = render_metrics(view_of({d}, {{0, gpu::Activity::Busy}}), {.hostname = "node1"});
+  const std::string labels =
+      R"(gpu="0",UUID="GPU-00000000",pci_bus_id="00000000:07:00.0",device="nvidia0",)"
+      R"(modelName="NVIDIA A100-SXM4-40GB",Hostname="node1",DCGM_FI_DRIVER_VERSION="535.129.03")";
+  EXPECT_NE(text.find("DCGM_FI_DEV_GPU_UTIL{" + labels + "} 96\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("DCGM_FI_DEV_FB_USED{" + labels + "} 38900\n"), std::string::npos);
+  EXPECT_NE(text.find("DCGM_FI_DEV_FB_FREE{" + labels + "} 2060\n"), std::string::npos);
+  EXPECT_NE(text.find("DCGM_FI_DEV_POWER_USAGE{" + labels + "} 250.5\n"), std::string::npos);
+  EXPECT_NE(text.find("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" + labels + "} 123456789\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"), std::string::npos);
+  const std::string own = R"(gpu="0",uuid="GPU-00000000",pci_bus_id="00000000:07:00.0",hostname="node1")";
+  EXPECT_NE(text.find("tarmac_gpu_clock_events_thermal{" + own + "} 1\n"), std::string::npos) << text;
+  // Not read: not invented. No GPM here, no XID watch.
+  EXPECT_EQ(text.find("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"), std::string::npos);
+  EXPECT_EQ(text.find("DCGM_FI_DEV_XID_ERRORS"), std::string::npos);
+  EXPECT_EQ(text.find("DCGM_FI_DEV_ENC_UTIL"), std::string::npos);
+}
+
+TEST(Metrics, GpmValuesAreRatiosAndXidIsTheLastOne) {
+  auto d = a100(0, 96);
+  d.slow = gpu::DeviceSlowSample{};
+  d.slow->gpm_tensor_active_pct = 42.5;
+  d.last_xid = 79;
+  const auto text = render_metrics(view_of({d}, {}), {.hostname = "h"});
+  ASSERT_EQ(samples(text, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE").size(), 1u);
+  EXPECT_NE(samples(text, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")[0].find("} 0.425"), std::string::npos);
+  EXPECT_NE(samples(text, "DCGM_FI_DEV_XID_ERRORS")[0].find("} 79"), std::string::npos);
+}
+
+TEST(Metrics, ActivityIsOneClassAndCountsSeconds) {
+  auto v = view_of({a100(0, 0), a100(1, 96)}, {{0, gpu::Activity::Idle}, {1, gpu::Activity::Busy}});
+  v.counters[0].class_seconds[activity_slot(gpu::Activity::Idle)] = 90;
+  v.counters[0].idle_since_ms = v.ts_ms - 45'000;
+  const auto text = render_metrics(v, {.hostname = "h"});
+  const auto activity = samples(text, "tarmac_gpu_activity");
+  ASSERT_EQ(activity.size(), 12u);  // six classes for each of two GPUs
+  int ones = 0;
+  for (const auto& line : activity) ones += line.back() == '1';
+  EXPECT_EQ(ones, 2);
+  EXPECT_NE(text.find(R"(gpu="0",)"), std::string::npos);
+  bool idle_one = false;
+  for (const auto& line : activity) {
+    if (line.find(R"(gpu="0")") != std::string::npos && line.find(R"(class="idle")") != std::string::npos) {
+      idle_one = line.back() == '1';
+    }
+  }
+  EXPECT_TRUE(idle_one);
+  const auto idle_s = samples(text, "tarmac_gpu_idle_seconds");
+  ASSERT_EQ(idle_s.size(), 2u);
+  EXPECT_NE(idle_s[0].find("} 45"), std::string::npos) << idle_s[0];
+  EXPECT_NE(idle_s[1].find("} 0"), std::string::npos) << idle_s[1];
+  const auto seconds = samples(text, "tarmac_gpu_activity_seconds_total");
+  EXPECT_EQ(seconds.size(), 6u);  // only GPU 0 has counters
+}
+
+TEST(Metrics, ProcessesCarryTheirOwnersAndHoldingIsMarked) {
+  auto d = a100(3, 0);
+  gpu::GpuProcess p;
+  p.pid = 4242;
+  p.used_mem_bytes = 20480 * util::kMiB;
+  p.host.user = "bob";
+  p.host.command_line = "python -m ipykernel_launcher -f \"/run/kernel.json\"\nx\\y";
+  p.host.slurm_job_id = "77";
+  d.processes.push_back(p);
+  const auto text = render_metrics(view_of({d}, {{3, gpu::Activity::Holding}}), {.hostname = "h"});
+  const auto info = samples(text, "tarmac_process_info");
+  ASSERT_EQ(info.size(), 1u);
+  EXPECT_NE(info[0].find(R"(pid="4242",user="bob",command="python -m ipykernel_launcher -f \"/run/kernel.json\"\nx\\y",container="",slurm_job="77")"),
+            std::string::npos)
+      << info[0];
+  const auto holding = samples(text, "tarmac_process_holding");
+  ASSERT_EQ(holding.size(), 1u);
+  EXPECT_NE(holding[0].find("} 21474836480"), std::string::npos) << holding[0];
+  EXPECT_NE(samples(text, "tarmac_gpu_holding_processes")[0].find("} 1"), std::string::npos);
+}
+
+TEST(Metrics, ALostGpuHasNoValuesButSaysItIsLost) {
+  auto lost = a100(2, 0);
+  lost.lost = "GPU is lost";
+  const auto text = render_metrics(view_of({a100(0, 90), lost}, {}), {.hostname = "h"});
+  EXPECT_EQ(samples(text, "DCGM_FI_DEV_GPU_UTIL").size(), 1u);
+  const auto l = samples(text, "tarmac_gpu_lost");
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[1].back(), '1');
+}
+
+TEST(Metrics, EveryFamilyHasHelpAndTypeOnceAndNamesAreValid) {
+  auto v = view_of({a100(0, 96)}, {{0, gpu::Activity::Busy}});
+  MetricsExtras extras{.hostname = "h", .alerts = {{"thermal", "warning", 0u, "GPU 0 is hot", 1}}};
+  const auto text = render_metrics(v, extras);
+  std::set<std::string> typed;
+  std::istringstream in(text);
+  const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (-?[0-9.e+]+)$)");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      const auto name = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_TRUE(typed.insert(name).second) << "TYPE twice for " << name;
+    } else if (line.rfind("# HELP ", 0) != 0) {
+      std::smatch m;
+      ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
+      EXPECT_TRUE(typed.count(m[1].str())) << "no TYPE before " << line;
+    }
+  }
+  for (const auto& name : metric_names()) {
+    EXPECT_TRUE(std::regex_match(name, std::regex("[a-zA-Z_:][a-zA-Z0-9_:]*"))) << name;
+  }
+  EXPECT_EQ(samples(text, "tarmac_alert_firing").size(), 1u);
+}
+
+TEST(Metrics, EscapesLabelValues) { EXPECT_EQ(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd"); }
+
+TEST(LiveState, CountsSecondsInTheClassThatHeldAndIdleStreaks) {
+  LiveState live;
+  EXPECT_EQ(live.view(), nullptr);
+  gpu::Snapshot s;
+  s.devices.push_back(a100(0, 0));
+  live.publish(s, {{0, gpu::Activity::Busy}}, 10'000, {});
+  live.publish(s, {{0, gpu::Activity::Idle}}, 12'000, {});  // the 2 s before were busy
+  live.publish(s, {{0, gpu::Activity::Idle}}, 15'000, {});
+  auto v = live.view();
+  ASSERT_NE(v, nullptr);
+  const auto& c = v->counters.at(0);
+  EXPECT_DOUBLE_EQ(c.class_seconds[activity_slot(gpu::Activity::Busy)], 2.0);
+  EXPECT_DOUBLE_EQ(c.class_seconds[activity_slot(gpu::Activity::Idle)], 3.0);
+  EXPECT_EQ(c.idle_since_ms, 12'000);
+  live.publish(s, {{0, gpu::Activity::Busy}}, 16'000, {});
+  EXPECT_FALSE(live.view()->counters.at(0).idle_since_ms);
+}
+
+}  // namespace
+}  // namespace tarmac::serve

@@ -1,0 +1,104 @@
+#include "tarmac/serve/service.hpp"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::serve {
+namespace {
+
+Request get(std::string path, std::map<std::string, std::string> query = {}) {
+  return Request{"GET", std::move(path), std::move(query)};
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  ServiceTest() : service_(live_, options()) {}
+  static ServiceOptions options() {
+    ServiceOptions o;
+    o.db_path = "/nonexistent/tarmac.db";
+    o.hostname = "node1";
+    o.alerts = [] { return std::vector<FiringAlert>{{"holding", "warning", 3u, "GPU 3 holds", 5}}; };
+    return o;
+  }
+  void publish() {
+    gpu::Snapshot s;
+    gpu::Device d;
+    d.id.index = 0;
+    d.id.uuid = "GPU-a";
+    d.sample.util_gpu_pct = 50;
+    d.sample.mem_used_bytes = 100 * util::kMiB;
+    d.sample.power_mw = 1500;
+    gpu::GpuProcess p;
+    p.pid = 7;
+    p.host.user = "alice";
+    p.host.command_line = "python train.py";
+    d.processes.push_back(p);
+    s.devices.push_back(d);
+    live_.publish(s, {{0, gpu::Activity::Busy}}, 1'796'000'000'000, {});  // Dec 2026
+  }
+  LiveState live_;
+  Service service_;
+};
+
+TEST_F(ServiceTest, BeforeTheFirstSampleTheLiveRoutesSay503) {
+  EXPECT_EQ(service_.handle(get("/metrics")).status, 503);
+  EXPECT_EQ(service_.handle(get("/healthz")).status, 503);
+  EXPECT_EQ(service_.handle(get("/api/v1/gpus")).status, 503);
+  EXPECT_EQ(service_.handle(get("/")).status, 200);  // the page itself is always there
+}
+
+TEST_F(ServiceTest, Routes) {
+  publish();
+  EXPECT_EQ(service_.handle(get("/healthz")).body, "ok\n");
+  const auto m = service_.handle(get("/metrics"));
+  EXPECT_EQ(m.status, 200);
+  EXPECT_EQ(m.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(m.body.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\""), std::string::npos);
+  EXPECT_NE(m.body.find("tarmac_alert_firing{alertname=\"holding\""), std::string::npos);
+
+  const auto g = nlohmann::json::parse(service_.handle(get("/api/v1/gpus")).body);
+  EXPECT_EQ(g["hostname"], "node1");
+  EXPECT_EQ(g["gpus"][0]["util_gpu_pct"], 50);
+  EXPECT_EQ(g["gpus"][0]["mem_used_mib"], 100);
+  EXPECT_DOUBLE_EQ(g["gpus"][0]["power_w"].get<double>(), 1.5);
+  EXPECT_EQ(g["gpus"][0]["activity"], "busy");
+  EXPECT_TRUE(g["gpus"][0]["temp_c"].is_null());
+  EXPECT_EQ(g["alerts"][0]["gpu"], 3);
+
+  const auto p = nlohmann::json::parse(service_.handle(get("/api/v1/processes")).body);
+  EXPECT_EQ(p["processes"][0]["pid"], 7);
+  EXPECT_EQ(p["processes"][0]["user"], "alice");
+  EXPECT_EQ(p["processes"][0]["command"], "python train.py");
+
+  const auto page = service_.handle(get("/"));
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(page.body.find("<html"), std::string::npos);
+  EXPECT_EQ(page.body, std::string(dashboard_html()));
+
+  const auto missing = service_.handle(get("/nope"));
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_NE(missing.body.find("/metrics"), std::string::npos);
+}
+
+TEST_F(ServiceTest, HistoryRefusesBadParametersBeforeTouchingTheStore) {
+  publish();
+  EXPECT_EQ(service_.handle(get("/api/v1/history", {{"since", "yesterday"}})).status, 400);
+  EXPECT_EQ(service_.handle(get("/api/v1/history", {{"step", "0s"}})).status, 400);
+  EXPECT_EQ(service_.handle(get("/api/v1/history", {{"gpu", "x"}})).status, 400);
+  EXPECT_EQ(service_.handle(get("/api/v1/history", {{"bogus", "1"}})).status, 400);
+  EXPECT_EQ(service_.handle(get("/api/v1/history", {{"since", "30d"}, {"step", "1s"}})).status, 400);
+  EXPECT_EQ(service_.handle(get("/api/v1/history", {{"since", "1h"}, {"until", "2h"}})).status, 400);
+  EXPECT_EQ(service_.handle(get("/api/v1/history", {{"since", "99999999999999999999999"}})).status, 400);
+  EXPECT_EQ(service_.handle(get("/api/v1/history", {{"since", "9999999999999999h"}})).status, 400);
+  // Good parameters, no store: 503 that names it.
+  const auto r = service_.handle(get("/api/v1/history", {{"since", "1h"}}));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("/nonexistent/tarmac.db"), std::string::npos) << r.body;
+  EXPECT_EQ(service_.handle(get("/report")).status, 503);
+}
+
+}  // namespace
+}  // namespace tarmac::serve
