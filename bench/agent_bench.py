@@ -26,6 +26,7 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -57,6 +58,12 @@ while True:
     out.flush()
     time.sleep(1)
 """
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def cpu_ticks(pid):
@@ -106,8 +113,9 @@ def cpu_percent(cmd, env, seconds, warmup=2.0):
 def bench_cpu(work):
     sim = HeldSim("mixed-topology-8gpu")
     try:
-        agent = lambda interval: [TARMAC, "agent", "--state-dir", str(work / f"cpu-{interval}"), "--interval",
-                                  interval]
+        # With its HTTP endpoint on (a free port), as it runs in production, but not scraped.
+        agent = lambda interval: [TARMAC, "agent", "--listen", f"127.0.0.1:{free_port()}", "--state-dir",
+                                  str(work / f"cpu-{interval}"), "--interval", interval]
         tarmac_1s = cpu_percent(agent("1s"), sim.env, CPU_SECONDS)
         tarmac_100ms = cpu_percent(agent("100ms"), sim.env, CPU_SECONDS)
         logger = None
@@ -124,7 +132,7 @@ def bench_cpu(work):
 def bench_ingest(work):
     state = work / "week"
     cmd = [TARMAC, "sim", "--scenario", "h100x8-idle-fleet", "--speed", str(SPEED), "--", TARMAC, "agent",
-           "--clock", "sim", "--interval", "10s", "--process-interval", "60s", "--duration", "7d", "--state-dir",
+           "--listen", "off", "--clock", "sim", "--interval", "10s", "--process-interval", "60s", "--duration", "7d", "--state-dir",
            str(state)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     agent_pid, hwm, rss = None, 0, 0
@@ -159,8 +167,8 @@ def bench_ingest(work):
 
 def bench_disk(work):
     state = work / "disk"
-    cmd = [TARMAC, "sim", "--scenario", "mixed-topology-8gpu", "--speed", "300", "--", TARMAC, "agent", "--clock",
-           "sim", "--duration", "3h", "--state-dir", str(state)]
+    cmd = [TARMAC, "sim", "--scenario", "mixed-topology-8gpu", "--speed", "300", "--", TARMAC, "agent", "--listen",
+           "off", "--clock", "sim", "--duration", "3h", "--state-dir", str(state)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = state / "tarmac.db"
     with sqlite3.connect(db) as conn:

@@ -1,8 +1,12 @@
-"""Helpers for the agent's end-to-end tests: a held simulation, agents started and stopped in it,
-and reading the store back with Python's own sqlite3 (a real, independent SQLite client)."""
+"""Helpers for the agent's end-to-end tests: a held simulation, agents started and stopped in it
+(LiveAgent: one serving HTTP on a free loopback port), and reading the store back with Python's own
+sqlite3 (a real, independent SQLite client)."""
+import http.client
 import os
 import pathlib
+import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import tempfile
@@ -35,7 +39,10 @@ class HeldSim:
         return env
 
     def agent(self, state_dir, *args, stderr=subprocess.PIPE):
-        """Starts `tarmac agent` on this simulation; returns the Popen."""
+        """Starts `tarmac agent` on this simulation; returns the Popen. Without HTTP unless ARGS give
+        --listen: tests run side by side, and the default port is one."""
+        if "--listen" not in args:
+            args = ("--listen", "off", *args)
         return subprocess.Popen([TARMAC, "agent", "--state-dir", str(state_dir), *args], env=self.env(),
                                 stdout=subprocess.PIPE, stderr=stderr, text=True)
 
@@ -43,12 +50,122 @@ class HeldSim:
         return subprocess.run([TARMAC, *args], env=self.env(), capture_output=True, text=True, timeout=timeout)
 
     def close(self):
-        self.proc.send_signal(signal.SIGTERM)
+        end_process(self.proc)
+
+
+def end_process(proc, timeout=10):
+    """SIGTERM to PROC if it still runs, SIGKILL after TIMEOUT seconds; waits for it either way."""
+    if proc.poll() is None:
+        proc.terminate()
         try:
-            self.proc.wait(timeout=10)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            proc.kill()
+            proc.wait()
+
+
+def gpu_pids(sim_state, gpu):
+    """The pids of the simulation's live processes on GPU `gpu` alone (docs/simulator.md, the state
+    directory: one procs/PID file per process, `key=value` lines, `gpus` a comma list)."""
+    found = []
+    for f in (pathlib.Path(sim_state) / "procs").iterdir():
+        try:
+            text = f.read_text()
+        except FileNotFoundError:  # the process just went away
+            continue
+        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        if fields.get("gpus", "").split(",") == [str(gpu)]:
+            found.append(int(fields["pid"]))
+    return found
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(port, path, timeout=10):
+    """(status, headers, body text) of GET http://127.0.0.1:PORT/PATH."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+class LiveAgent:
+    """A held simulation of SCENARIO (at SPEED) and `tarmac [--config FILE] agent --listen
+    127.0.0.1:PORT --interval 500ms --process-interval 1s EXTRA...` on it, up once /healthz answers
+    200. CONFIG is the text of the configuration file, if any. `.sim` (HeldSim), `.port`, `.url`
+    ("http://127.0.0.1:PORT/"), `.agent` (the Popen), `.dir` (its own temporary folder)."""
+
+    def __init__(self, scenario, config=None, extra=(), speed=1, wait_s=30):
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-http-"))
+        self.sim = None
+        self.agent = None
+        self.err = None
+        try:
+            self.sim = HeldSim(scenario, speed=speed, state=str(self.dir / "sim"))
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}/"
+            cmd = [TARMAC]
+            if config is not None:
+                cfg = self.dir / "tarmac.toml"
+                cfg.write_text(config)
+                cmd += ["--config", str(cfg)]
+            cmd += ["agent", "--state-dir", str(self.dir / "state"), "--listen", f"127.0.0.1:{self.port}",
+                    "--interval", "500ms", "--process-interval", "1s", *extra]
+            self.err = open(self.dir / "agent.stderr", "w+")
+            self.agent = subprocess.Popen(cmd, env=self.sim.env(), stdout=subprocess.DEVNULL, stderr=self.err,
+                                          text=True)
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    if http_get(self.port, "/healthz", timeout=2)[0] == 200:
+                        break
+                except OSError:
+                    pass
+                if self.agent.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"no /healthz 200 on port {self.port} (agent exit {self.agent.poll()}): "
+                                         f"{self.stderr()[-1500:]}")
+                time.sleep(0.05)
+        except BaseException:
+            self.close()
+            raise
+
+    def get(self, path, timeout=10):
+        return http_get(self.port, path, timeout)
+
+    def metrics(self):
+        status, headers, body = self.get("/metrics")
+        if status != 200:
+            raise AssertionError(f"/metrics: {status} {body[:300]}")
+        return body
+
+    def stderr(self):
+        if self.err is None:
+            return ""
+        self.err.seek(0)
+        return self.err.read()
+
+    def stop(self, timeout=10):
+        """SIGTERM, as systemd stops it; returns the exit code."""
+        self.agent.send_signal(signal.SIGTERM)
+        return self.agent.wait(timeout=timeout)
+
+    def close(self):
+        if self.agent is not None:
+            end_process(self.agent)
+        if self.sim is not None:
+            self.sim.close()
+            self.sim.proc.stdout.close()
+            self.sim.proc.stderr.close()
+        if self.err is not None:
+            self.err.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def stop(agent, timeout=10):

@@ -24,7 +24,7 @@ class AgentRecords(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def test_records_samples_spans_processes_and_events(self):
-        r = sim("a100x4-gpu0-only", TARMAC, "agent", "--state-dir", str(self.dir), "--interval", "100ms",
+        r = sim("a100x4-gpu0-only", TARMAC, "agent", "--listen", "off", "--state-dir", str(self.dir), "--interval", "100ms",
                 "--process-interval", "200ms", "--flush", "200ms", "--duration", "2s", timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("recording 4 GPUs every 100 ms", r.stderr)
@@ -74,7 +74,7 @@ class AgentRecords(unittest.TestCase):
             first = s.agent(self.dir, "--interval", "200ms")
             self.addCleanup(first.kill)
             self.assertTrue(wait_for(lambda: self.db.exists()))
-            second = s.run("agent", "--state-dir", str(self.dir), "--duration", "1s")
+            second = s.run("agent", "--listen", "off", "--state-dir", str(self.dir), "--duration", "1s")
             self.assertEqual(second.returncode, 2)
             self.assertIn(f"another tarmac agent (pid {first.pid}) already records to {self.dir}", second.stderr)
             self.assertEqual(stop(first)[0], 0)
@@ -227,7 +227,7 @@ class AgentConfiguration(unittest.TestCase):
     def run_agent(self, config_text, *args):
         path = self.dir / "tarmac.toml"
         path.write_text(config_text)
-        return path, subprocess.run([TARMAC, "--config", str(path), "agent", *args], capture_output=True, text=True,
+        return path, subprocess.run([TARMAC, "--config", str(path), "agent", "--listen", "off", *args], capture_output=True, text=True,
                                     timeout=30)
 
     def test_check_config_prints_the_effective_settings(self):
@@ -262,7 +262,7 @@ class AgentConfiguration(unittest.TestCase):
     def test_sim_clock_outside_the_simulator_is_a_usage_error(self):
         env = dict(os.environ)
         env.pop("TARMAC_SIM_STATE", None)
-        r = subprocess.run([TARMAC, "agent", "--clock", "sim", "--state-dir", str(self.dir)], capture_output=True,
+        r = subprocess.run([TARMAC, "agent", "--listen", "off", "--clock", "sim", "--state-dir", str(self.dir)], capture_output=True,
                            text=True, timeout=30, env=env)
         self.assertEqual(r.returncode, 2)
         self.assertIn("TARMAC_SIM_STATE", r.stderr)

@@ -35,7 +35,7 @@ class RecordedWeek(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-week-"))
         cls.db = cls.dir / "tarmac.db"
-        r = sim("h100x8-idle-fleet", TARMAC, "agent", "--clock", "sim", "--interval", f"{INTERVAL_S}s",
+        r = sim("h100x8-idle-fleet", TARMAC, "agent", "--listen", "off", "--clock", "sim", "--interval", f"{INTERVAL_S}s",
                 "--process-interval", f"{INTERVAL_S}s", "--duration", "7d", "--state-dir", str(cls.dir),
                 extra=["--speed", str(SPEED)], timeout=400)
         if r.returncode != 0:

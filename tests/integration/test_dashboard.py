@@ -2,11 +2,10 @@
 Chromium, driven through the DevTools protocol (devtools.py) so the page stays open while the GPUs
 change under it.
 
-start_dashboard() runs the real thing: `tarmac sim --scenario a100x4-stall-midway --speed 1 --hold`
-and `tarmac --config FILE agent` with `[http] listen` on a free loopback port. Only when
-TARMAC_DASHBOARD_FAKE=1 is set and the agent serves no HTTP (not built yet, or the binary
-missing) does it fall back to fake_agent.py, which serves the page from the source tree and canned
-JSON in the same shapes; without that variable such an agent is a failure, not a skip.
+Each test runs the real thing (agent_support.LiveAgent): `tarmac sim --scenario ... --speed 1 --hold`
+and `tarmac agent --listen 127.0.0.1:PORT` on it. test_follows_a_killed_process uses holding-zombie
+and makes the change itself: it SIGKILLs GPU 3's notebook kernel while the page is open, so the page
+is always seen before and after.
 
 The console check is DevTools' own: every console call, uncaught exception and browser log entry
 (test_the_console_check_can_fail shows that it sees them).
@@ -14,147 +13,30 @@ The console check is DevTools' own: every console call, uncaught exception and b
 import os
 import pathlib
 import re
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
+import signal
 import time
 import unittest
-import urllib.request
 
+from agent_support import LiveAgent, gpu_pids
 from devtools import CHROMIUM, Browser
-from fake_agent import DASHBOARD, FakeAgent
-from test_status import BUILD, TARMAC
+from test_status import BUILD
 
+REPO = pathlib.Path(__file__).resolve().parents[2]
+DASHBOARD = REPO / "src" / "tarmac" / "serve" / "dashboard.html"
 SCENARIO = "a100x4-stall-midway"  # ~95 % until simulated second 3, then 4 % with memory held
 N_GPUS = 4
 METRICS = ["util", "mem", "power", "temp"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_real_agent_missing = None  # why the real agent could not serve, once found out (fake mode only)
 
-UTIL_TEXT = "(document.querySelector('[data-gpu=\"{}\"] .mv[data-metric=\"util\"] .val')?.textContent ?? null)"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(url, timeout=2):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, r.read().decode("utf-8", "replace")
-
-
-class RealDashboard:
-    """The simulated A100s with `tarmac agent` serving HTTP on them."""
-    kind = "agent"
-
-    def __init__(self, wait_s=20):
-        from agent_support import HeldSim  # its import needs the build directory
-        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-dashboard-"))
-        self.sim = HeldSim(SCENARIO, speed=1, state=str(self.dir / "sim"))
-        self.agent = None
-        self.err = None
-        try:
-            port = free_port()
-            config = self.dir / "tarmac.toml"
-            config.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n')
-            self.err = open(self.dir / "agent.stderr", "w+")
-            self.agent = subprocess.Popen(
-                [TARMAC, "--config", str(config), "agent", "--state-dir", str(self.dir / "state"),
-                 "--interval", "500ms", "--process-interval", "1s"],
-                env=self.sim.env(), stdout=subprocess.DEVNULL, stderr=self.err, text=True)
-            self.url = f"http://127.0.0.1:{port}/"
-            deadline = time.monotonic() + wait_s
-            while True:
-                try:
-                    if http_get(self.url + "healthz")[1].strip() == "ok":
-                        break
-                except OSError:
-                    pass
-                # Today's agent warns about [http] and serves nothing: no need to wait for it.
-                unserved = "unknown section 'http'" in self.stderr()
-                if unserved or self.agent.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the agent served no /healthz on {self.url} "
-                                       f"(exit {self.agent.poll()}): {self.stderr()[-1500:]}")
-                time.sleep(0.05)
-        except BaseException:
-            self.close()
-            raise
-
-    def stderr(self):
-        self.err.seek(0)
-        return self.err.read()
-
-    def sim_seconds(self):
-        """The simulation's clock, from `tarmac sim status`."""
-        out = subprocess.run([TARMAC, "sim", "status", "--state", self.sim.state], capture_output=True, text=True,
-                             timeout=30).stdout
-        m = re.search(r"simulated time ([0-9.]+) s", out)
-        return float(m.group(1)) if m else None
-
-    def stall(self):
-        """Nothing to do: the scenario stalls by itself at simulated second 3."""
-
-    def go_down(self):
-        self.agent.terminate()
-        self.agent.wait(timeout=10)
-
-    def close(self):
-        if self.agent is not None and self.agent.poll() is None:
-            self.agent.terminate()
-            try:
-                self.agent.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.agent.kill()
-                self.agent.wait()
-        self.sim.close()
-        self.sim.proc.stdout.close()
-        self.sim.proc.stderr.close()
-        if self.err is not None:
-            self.err.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class FakeDashboard:
-    """fake_agent.py: the same page and API shapes, switched by hand."""
-    kind = "fake"
-
-    def __init__(self):
-        self.fake = FakeAgent(N_GPUS).start()
-        self.url = self.fake.url
-
-    def sim_seconds(self):
-        return 0.0  # before the switch, always
-
-    def stall(self):
-        self.fake.switch()
-
-    def go_down(self):
-        self.fake.set_down(True)
-
-    def close(self):
-        self.fake.stop()
-
-
-def start_dashboard():
-    """The real agent on the stall scenario; the fake only under TARMAC_DASHBOARD_FAKE=1 when the agent
-    serves no HTTP yet."""
-    global _real_agent_missing
-    fake_allowed = os.environ.get("TARMAC_DASHBOARD_FAKE") == "1"
-    if fake_allowed and _real_agent_missing is None and not os.access(TARMAC, os.X_OK):
-        _real_agent_missing = f"{TARMAC} is not built"
-    if _real_agent_missing is None:
-        try:
-            return RealDashboard()
-        except RuntimeError as e:
-            if not fake_allowed:
-                raise AssertionError(f"{e}\n(TARMAC_DASHBOARD_FAKE=1 tests the page against fake_agent.py)")
-            _real_agent_missing = str(e)
-            print(f"\ntest_dashboard: using fake_agent.py: {e}", file=sys.stderr)
-    return FakeDashboard()
+VALUE_TEXT = ("(document.querySelector('[data-gpu=\"{gpu}\"] .mv[data-metric=\"{metric}\"] .val')"
+              "?.textContent ?? null)")
+UTIL_TEXT = VALUE_TEXT.replace("{metric}", "util").replace("{gpu}", "{}")
+PROC_ROWS = "[...document.querySelectorAll('#proc-rows tr')].map(r => [...r.cells].map(c => c.textContent))"
+# Every chart's line has a moved-to point and at least one line-to: its series has drawn.
+ALL_LINES_DRAWN = ("(() => { const d = [...document.querySelectorAll('[data-gpu] svg.chart path.line')]"
+                   ".map(p => p.getAttribute('d') || ''); return d.length == %d && "
+                   "d.every(x => /^M[0-9.]+ [0-9.]+L/.test(x)); })()" % (N_GPUS * len(METRICS)))
+KERNEL = "python -m ipykernel_launcher"
 
 
 def need_chromium():
@@ -188,11 +70,13 @@ class Dashboard(unittest.TestCase):
         cls.browser.close()
 
     def setUp(self):
-        # A fresh backend per test: the stall happens once per simulation.
         self.page = self.browser.page()
         self.page.navigate("about:blank")
         self.page.console.clear()
-        self.backend = start_dashboard()
+
+    def start(self, scenario=SCENARIO):
+        """A fresh simulation and agent for this test, and the page open on it."""
+        self.backend = LiveAgent(scenario, speed=1)
         self.addCleanup(self.backend.close)
         self.page.viewport(1280, 1800)
         self.page.navigate(self.backend.url)
@@ -207,6 +91,7 @@ class Dashboard(unittest.TestCase):
         self.assertTrue(found, f"no GPU values shown: {self.page.eval('document.body.innerText')!r}")
 
     def test_cards_charts_and_processes_without_console_messages(self):
+        self.start()
         self.wait_for_data()
         self.page.pump(5)  # two more live polls, so that the charts have several points
         cards = self.page.eval("[...document.querySelectorAll('#gpus > [data-gpu]')].map(c => ({gpu: c.dataset.gpu,"
@@ -225,8 +110,7 @@ class Dashboard(unittest.TestCase):
         self.assertRegex(header, r"driver 5\d\d\.\d+\.\d+")
         self.assertRegex(header, r"updated \d+ s ago")
         self.assertNotIn("connecting", header)
-        rows = self.page.eval("[...document.querySelectorAll('#proc-rows tr')].map(r => "
-                              "[...r.cells].map(c => c.textContent))")
+        rows = self.page.eval(PROC_ROWS)
         self.assertEqual(sorted(r[0] for r in rows), [str(i) for i in range(N_GPUS)])
         self.assertTrue(all("python train.py" in r[3] for r in rows), rows)
         self.assertTrue(all(re.fullmatch(r"3\d\.\d GiB", r[6]) for r in rows), rows)
@@ -235,30 +119,61 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(link, self.backend.url + "report")
         self.assertEqual(self.page.console, [], "the page must log nothing to the console")
 
-    def test_follows_the_stall(self):
+    def mem_gib(self, gpu):
+        """GPU's memory in use as the page shows it, in GiB (None before it shows a number)."""
+        text = self.page.eval(VALUE_TEXT.format(gpu=gpu, metric="mem"))
+        m = re.fullmatch(r"([0-9.]+) GiB", text or "")
+        return float(m.group(1)) if m else None
+
+    def test_follows_a_killed_process(self):
+        # holding-zombie: GPUs 0-2 train, GPU 3 is held by an idle notebook kernel (20480 MiB at 0 %).
+        self.start("holding-zombie")
         self.wait_for_data()
-        first, at = self.util_text(0), self.backend.sim_seconds()
-        if at is not None and at < 2.5:
-            # Seen before the stall (always with the fake; with the agent when it started in time).
-            self.assertGreaterEqual(int(first.split()[0]), 90, first)
-        else:
-            print(f"\ntest_follows_the_stall: the page first showed {first!r} at simulated {at} s, after the "
-                  "stall; only the stalled value is checked", file=sys.stderr)
-        self.backend.stall()
-        self.assertTrue(self.page.wait_for(UTIL_TEXT.format(0) + " === '4 %'", timeout=15),
-                        f"GPU 0 still shows {self.util_text(0)!r}")
-        self.assertEqual([self.util_text(i) for i in range(N_GPUS)], ["4 %"] * N_GPUS)
-        # The chart moved with the live polls: its last point is near the bottom (4 % of 100).
-        last_y = self.page.eval("(() => { const d = document.querySelector('[data-gpu=\"0\"] svg.chart"
-                                "[data-metric=\"util\"] path.line').getAttribute('d');"
-                                " return parseFloat(d.trim().split(' ').pop()); })()")
-        self.assertGreater(last_y, 90, "the utilization line did not drop")
-        self.assertEqual(self.page.console, [])
+        kernel_shown = (f"{PROC_ROWS}.some(r => r[0] === '3' && r[3].includes('{KERNEL}')) && "
+                        f"/^(19|20|21)\\.[0-9] GiB$/.test({VALUE_TEXT.format(gpu=3, metric='mem')})")
+        self.assertTrue(self.page.wait_for(kernel_shown, timeout=20),
+                        f"no kernel on GPU 3 shown: rows {self.page.eval(PROC_ROWS)}, GPU 3 {self.mem_gib(3)} GiB")
+        pids = gpu_pids(self.backend.sim.state, 3)
+        self.assertEqual(len(pids), 1, f"processes on GPU 3: {pids}")
+        before = self.page.eval(PROC_ROWS)
+        self.assertEqual([r[1] for r in before if r[0] == "3"], [str(pids[0])], before)
+        self.assertTrue(all(r[6] == "20.0 GiB" for r in before if r[0] == "3"), before)
+        self.assertEqual(sorted({r[0] for r in before}), [str(i) for i in range(N_GPUS)], before)
+        mem_before = self.mem_gib(3)
+
+        os.kill(pids[0], signal.SIGKILL)
+        killed = time.monotonic()
+        gone = (f"!{PROC_ROWS}.some(r => r[3].includes('{KERNEL}')) && "
+                f"parseFloat({VALUE_TEXT.format(gpu=3, metric='mem')}) < 1")
+        self.assertTrue(self.page.wait_for(gone, timeout=10),
+                        f"10 s after the kill: rows {self.page.eval(PROC_ROWS)}, GPU 3 {self.mem_gib(3)} GiB")
+        took = time.monotonic() - killed
+        after = self.page.eval(PROC_ROWS)
+        self.assertNotIn(str(pids[0]), [r[1] for r in after], after)
+        self.assertEqual(sorted({r[0] for r in after}), ["0", "1", "2"], after)  # the training goes on
+        self.assertLess(self.mem_gib(3), 1.0)
+        self.assertGreater(mem_before, 19.0)
+
+        # The screenshot shows live data: every chart has drawn a line (history every 30 s, live
+        # polls every 2 s: a few polls after the load).
+        self.assertTrue(self.page.wait_for(ALL_LINES_DRAWN, timeout=15), "a chart has no line yet")
+        self.page.pump(1)
+        artifacts = BUILD / "test-artifacts"
+        artifacts.mkdir(parents=True, exist_ok=True)
+        shot = artifacts / "dashboard.png"
+        shot.unlink(missing_ok=True)
+        data = self.page.screenshot(shot)
+        self.assertTrue(data.startswith(PNG_SIGNATURE), "not a PNG")
+        self.assertGreater(len(data), 20000, "the screenshot looks blank")
+        self.assertEqual(self.page.console, [], "the page must log nothing to the console")
+        print(f"\n  GPU 3: {mem_before} GiB and the kernel shown; {took:.1f} s after the kill the page showed "
+              f"{self.mem_gib(3)} GiB and no kernel", end=" ")
 
     def test_banner_when_the_agent_goes_away(self):
+        self.start()
         self.wait_for_data()
         self.assertTrue(self.page.eval("document.getElementById('banner').hidden"))
-        self.backend.go_down()
+        self.assertEqual(self.backend.stop(), 0, self.backend.stderr()[-1500:])
         self.assertTrue(self.page.wait_for("!document.getElementById('banner').hidden", timeout=15),
                         "no 'agent not reachable' banner")
         self.assertIn("not reachable", self.page.eval("document.getElementById('banner').textContent"))
@@ -269,6 +184,7 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(own, [])
 
     def test_layout_fits_a_phone(self):
+        self.start()
         self.page.viewport(390, 844, mobile=True)
         self.wait_for_data()
         self.page.pump(1)
@@ -281,18 +197,8 @@ class Dashboard(unittest.TestCase):
         self.assertTrue(all(w > 100 for w in m["cards"]), m["cards"])
         self.assertEqual(self.page.console, [])
 
-    def test_screenshot_is_kept_as_an_artifact(self):
-        self.wait_for_data()
-        self.page.pump(3)
-        artifacts = BUILD / "test-artifacts"
-        artifacts.mkdir(parents=True, exist_ok=True)
-        shot = artifacts / "dashboard.png"
-        shot.unlink(missing_ok=True)
-        data = self.page.screenshot(shot)
-        self.assertTrue(data.startswith(PNG_SIGNATURE), "not a PNG")
-        self.assertGreater(len(data), 20000, "the screenshot looks blank")
-
     def test_the_console_check_can_fail(self):
+        self.start()
         # The empty-console assertions above must be able to fail: what the page logs is seen.
         self.wait_for_data()
         self.page.eval("setTimeout(() => { console.error('dashboard-probe'); throw new Error('dashboard-boom'); })")

@@ -3,7 +3,6 @@ linter and a real Prometheus server (the PromQL of Grafana dashboard 12239 and o
 packaging/grafana/tarmac.json), malformed and oversized requests over raw sockets, and --listen
 errors. promtool and prometheus are Debian's `prometheus` package (2.42; PROMTOOL= and PROMETHEUS=
 in the environment name others); the tests that need them skip when they are absent."""
-import http.client
 import json
 import os
 import pathlib
@@ -17,7 +16,7 @@ import time
 import unittest
 import urllib.parse
 
-from agent_support import HeldSim, wait_for
+from agent_support import HeldSim, LiveAgent, end_process, free_port, http_get, wait_for
 from test_status import TARMAC
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -39,23 +38,6 @@ A100_UTIL = [96, 94, 95, 93]          # docs/simulator.md, a100x4-balanced
 A100_USED_MIB = [38900, 38850, 39010, 38790]
 A100_TEMP = [68, 67, 69, 66]
 A100_POWER = [250, 248, 251, 247]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(port, path, timeout=10):
-    """(status, headers, body text) of GET http://127.0.0.1:PORT/PATH."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        r = conn.getresponse()
-        return r.status, dict(r.getheaders()), r.read().decode("utf-8", "replace")
-    finally:
-        conn.close()
 
 
 def raw_request(port, data, timeout=20):
@@ -135,73 +117,6 @@ def promtool_problems(text):
     if r.returncode == 3 and not allowed and not bad:
         bad.append("promtool exit 3 without a complaint")
     return r.returncode, bad, allowed
-
-
-class LiveAgent:
-    """A held simulation and `tarmac [--config FILE] agent --listen 127.0.0.1:PORT` on it, up once
-    /healthz answers 200."""
-
-    def __init__(self, scenario, config=None, extra=(), wait_s=30):
-        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-http-"))
-        self.sim = HeldSim(scenario)
-        self.agent = None
-        self.err = None
-        try:
-            self.port = free_port()
-            cmd = [TARMAC]
-            if config is not None:
-                cfg = self.dir / "tarmac.toml"
-                cfg.write_text(config)
-                cmd += ["--config", str(cfg)]
-            cmd += ["agent", "--state-dir", str(self.dir / "state"), "--listen", f"127.0.0.1:{self.port}",
-                    "--interval", "500ms", "--process-interval", "1s", *extra]
-            self.err = open(self.dir / "agent.stderr", "w+")
-            self.agent = subprocess.Popen(cmd, env=self.sim.env(), stdout=subprocess.DEVNULL, stderr=self.err,
-                                          text=True)
-            deadline = time.monotonic() + wait_s
-            while True:
-                try:
-                    if http_get(self.port, "/healthz", timeout=2)[0] == 200:
-                        break
-                except OSError:
-                    pass
-                if self.agent.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"no /healthz 200 on port {self.port} (agent exit {self.agent.poll()}): "
-                                         f"{self.stderr()[-1500:]}")
-                time.sleep(0.05)
-        except BaseException:
-            self.close()
-            raise
-
-    def get(self, path, timeout=10):
-        return http_get(self.port, path, timeout)
-
-    def metrics(self):
-        status, headers, body = self.get("/metrics")
-        if status != 200:
-            raise AssertionError(f"/metrics: {status} {body[:300]}")
-        return body
-
-    def stderr(self):
-        if self.err is None:
-            return ""
-        self.err.seek(0)
-        return self.err.read()
-
-    def close(self):
-        if self.agent is not None and self.agent.poll() is None:
-            self.agent.terminate()
-            try:
-                self.agent.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.agent.kill()
-                self.agent.wait()
-        self.sim.close()
-        for f in (self.sim.proc.stdout, self.sim.proc.stderr, self.err):
-            if f is not None:
-                f.close()
-        shutil.rmtree(self.sim.state, ignore_errors=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class MetricsFormat(unittest.TestCase):
@@ -294,13 +209,7 @@ scrape_configs:
 
     @classmethod
     def stop_prometheus(cls):
-        if cls.prom.poll() is None:
-            cls.prom.terminate()
-            try:
-                cls.prom.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                cls.prom.kill()
-                cls.prom.wait()
+        end_process(cls.prom, timeout=15)
 
     @classmethod
     def http_ok(cls, path):

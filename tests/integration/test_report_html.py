@@ -82,7 +82,7 @@ class ReportHtml(unittest.TestCase):
         cls.dir = pathlib.Path(cls.tmp.name)
         state = cls.dir / "state"
         # One simulated day of the idle fleet in about 25 s: Monday, GPUs 0-3 pre-train 09:00-17:00.
-        r = sim("h100x8-idle-fleet", TARMAC, "agent", "--clock", "sim", "--interval", "60s", "--duration", "1d",
+        r = sim("h100x8-idle-fleet", TARMAC, "agent", "--listen", "off", "--clock", "sim", "--interval", "60s", "--duration", "1d",
                 "--state-dir", str(state), extra=["--speed", "3600"], timeout=300)
         if r.returncode != 0:
             raise AssertionError(f"agent exit {r.returncode}: {r.stderr}")

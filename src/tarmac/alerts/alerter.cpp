@@ -1,11 +1,18 @@
 #include "tarmac/alerts/alerter.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <fmt/format.h>
 
 namespace tarmac::alerts {
 
 namespace {
 constexpr std::size_t kMaxQueued = 1000;  // a sink down for long must not grow memory without bound
+// On stop, what is queued gets this long in all (systemd waits 90 s for a stop; a dead webhook
+// must not use them up, nor hold the store's lock).
+constexpr auto kStopBudget = std::chrono::seconds(5);
+constexpr int kSendTimeoutMs = 5000;
+constexpr int kCommandTimeoutMs = 10000;
 }  // namespace
 
 Alerter::Alerter(AlertConfig config, agent::LogSink log) : log_(std::move(log)), evaluator_(config) {
@@ -25,6 +32,7 @@ Alerter::~Alerter() {
   {
     std::lock_guard lock(queue_mutex_);
     stopping_ = true;
+    stop_deadline_ = std::chrono::steady_clock::now() + kStopBudget;
   }
   queue_cv_.notify_all();
   if (sender_.joinable()) sender_.join();
@@ -69,6 +77,13 @@ void Alerter::send_loop() {
       std::unique_lock lock(queue_mutex_);
       queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything sent
+      if (stopping_ && std::chrono::steady_clock::now() >= stop_deadline_) {
+        if (log_) {
+          log_(agent::LogLevel::Warning,
+               fmt::format("stopping: {} alert notices not sent (the sinks took too long)", queue_.size()));
+        }
+        return;
+      }
       next = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -76,9 +91,17 @@ void Alerter::send_loop() {
   }
 }
 
+int Alerter::budget_ms(int wanted) const {
+  std::lock_guard lock(queue_mutex_);
+  if (!stopping_) return wanted;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(stop_deadline_ -
+                                                                          std::chrono::steady_clock::now());
+  return static_cast<int>(std::clamp<long long>(left.count(), 1, wanted));
+}
+
 void Alerter::deliver(const Notice& notice) {
   if (webhook_) {
-    auto sent = post_json(*webhook_, notice_body(notice));
+    auto sent = post_json(*webhook_, notice_body(notice), budget_ms(kSendTimeoutMs));
     if (!sent.ok() && !webhook_failing_ && log_) {
       log_(agent::LogLevel::Warning,
            fmt::format("alert webhook http://{}:{}{}: {} (logged once until it works again)", webhook_->host,
@@ -89,7 +112,7 @@ void Alerter::deliver(const Notice& notice) {
     webhook_failing_ = !sent.ok();
   }
   if (!command_.empty()) {
-    auto ran = run_command(command_, notice_body(notice) + "\n", notice_env(notice));
+    auto ran = run_command(command_, notice_body(notice) + "\n", notice_env(notice), budget_ms(kCommandTimeoutMs));
     if (!ran.ok() && !command_failing_ && log_) {
       log_(agent::LogLevel::Warning,
            fmt::format("alert command: {} (logged once until it works again)", ran.error().message));

@@ -3,6 +3,7 @@
 // failing sink never delays sampling.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -22,7 +23,7 @@ class Alerter {
   // `log` gets one line per notice (from the thread that calls observe) and one per sink failure
   // streak (from the sender thread), so it must be callable from two threads.
   Alerter(AlertConfig config, agent::LogSink log);
-  ~Alerter();  // sends what is queued (each send bounded by its timeout), then stops the thread
+  ~Alerter();  // sends what is queued within 5 s in all (the rest is dropped and logged), then stops
   Alerter(const Alerter&) = delete;
   Alerter& operator=(const Alerter&) = delete;
 
@@ -46,7 +47,11 @@ class Alerter {
   mutable std::mutex firing_mutex_;
   std::vector<Alert> firing_;
 
-  std::mutex queue_mutex_;
+  // The timeout for one send: `wanted`, or what is left of the stop budget once stopping.
+  [[nodiscard]] int budget_ms(int wanted) const;
+
+  mutable std::mutex queue_mutex_;
+  std::chrono::steady_clock::time_point stop_deadline_{};
   std::condition_variable queue_cv_;
   std::deque<Notice> queue_;
   bool stopping_ = false;

@@ -161,7 +161,7 @@ std::string notice_body(const Notice& notice) {
 
 Result<void> post_json(const WebhookUrl& url, const std::string& body, int timeout_ms) {
   using Clock = std::chrono::steady_clock;
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);  // for all of it
   auto connected = connect_to(url, deadline);
   if (!connected.ok()) return connected.take_error();
   Fd fd(*connected);
@@ -171,7 +171,6 @@ Result<void> post_json(const WebhookUrl& url, const std::string& body, int timeo
       "Content-Length: {}\r\nConnection: close\r\n\r\n",
       url.path, v6 ? "[" : "", url.host, v6 ? "]" : "", url.port, body.size());
   request += body;
-  deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   std::size_t sent = 0;
   while (sent < request.size()) {
     if (!wait_fd(fd.get(), POLLOUT, deadline)) return make_error(Error::Code::Io, "timed out sending");

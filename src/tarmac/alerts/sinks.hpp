@@ -30,7 +30,7 @@ struct WebhookUrl {
 [[nodiscard]] std::string notice_body(const Notice& notice);
 
 // POSTs `body` as application/json over plain HTTP/1.1; fails on a connection error, a timeout
-// (`timeout_ms` for connecting and again for the answer) or a status other than 2xx.
+// (`timeout_ms` for all of it: connecting, sending and the answer) or a status other than 2xx.
 [[nodiscard]] Result<void> post_json(const WebhookUrl& url, const std::string& body, int timeout_ms = 5000);
 
 // The command line of alerts.command split on whitespace (no quoting: no shell is involved).

@@ -78,7 +78,12 @@ Response Service::metrics() {
   MetricsExtras extras;
   extras.hostname = options_.hostname;
   extras.last_scrape_seconds = last_scrape_seconds_.load();
-  extras.resident_bytes = resident_bytes();
+  // VmRSS once a second at most: reading /proc per scrape would cost more than the rest of one.
+  if (const auto now = Steady::now(); now - rss_read_at_ > std::chrono::seconds(1)) {
+    rss_bytes_ = resident_bytes();
+    rss_read_at_ = now;
+  }
+  extras.resident_bytes = rss_bytes_;
   extras.http_requests = server_.stats().requests.load();
   extras.http_rejected = server_.stats().rejected.load();
   extras.now_unix_ms = unix_ms();

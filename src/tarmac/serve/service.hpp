@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -50,6 +51,8 @@ class Service {
   // The sample part of /metrics for the view it was rendered from (server thread only).
   std::shared_ptr<const LiveView> rendered_view_;
   std::string rendered_;
+  long long rss_bytes_ = 0;
+  std::chrono::steady_clock::time_point rss_read_at_{};
 };
 
 // The dashboard page, embedded from src/tarmac/serve/dashboard.html at build time.
