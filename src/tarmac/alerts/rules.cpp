@@ -5,14 +5,13 @@
 #include <fmt/format.h>
 #include <set>
 
+#include "tarmac/gpu/clock_events.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::alerts {
 
 namespace {
-
-constexpr std::uint64_t kThermalClockEvents = 0x20ULL | 0x40ULL;  // SW and HW thermal slowdown
 
 std::string age(long long ms) { return util::format_age(std::max(0LL, ms) / 1000); }
 
@@ -252,7 +251,7 @@ std::vector<Notice> Evaluator::observe(const gpu::Snapshot& merged, const std::m
       add(std::move(a));
     }
     const bool thermal_reason =
-        d.sample.clock_event_reasons && (*d.sample.clock_event_reasons & kThermalClockEvents) != 0;
+        d.sample.clock_event_reasons && gpu::thermal_clock_events(*d.sample.clock_event_reasons) != 0;
     if ((d.sample.temp_c && *d.sample.temp_c >= config_.thermal_c) || thermal_reason) {
       Alert a = gpu_alert(Rule::Thermal, d);
       if (d.sample.temp_c) {
