@@ -190,6 +190,11 @@ const std::vector<Key>& table() {
                "alert's JSON on stdin and TARMAC_ALERT_* in its environment; \"\" for none",
                {}, [](Config& c, const std::string& v) { c.alerts.command = v; },
                [](const Config& c) { return c.alerts.command; }),
+      text_key("scheduler", "lock_dir", Kind::Path,
+               "the directory of the per-GPU lease files that keep agentless pick and run race-free; \"\" for "
+               "/run/lock/tarmac",
+               {}, [](Config& c, const std::string& v) { c.scheduler_lock_dir = v; },
+               [](const Config& c) { return c.scheduler_lock_dir; }),
   };
   return keys;
 }

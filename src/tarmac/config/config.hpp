@@ -33,6 +33,8 @@ struct Config {
   std::string http_listen = "127.0.0.1:9478";
   // The agent's alert rules and sinks (docs/alerts.md); also `tarmac alerts`.
   alerts::AlertConfig alerts;
+  // The agentless scheduler's lock directory (docs/scheduler.md); "" for /run/lock/tarmac.
+  std::string scheduler_lock_dir;
 };
 
 // The kinds of value a key takes, as written in the file.

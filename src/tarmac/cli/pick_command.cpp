@@ -1,0 +1,166 @@
+#include "tarmac/cli/pick_command.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tarmac/cli/app.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::cli {
+
+void add_request_flags(CLI::App& cmd, RequestFlags& flags) {
+  cmd.add_option("-n,--gpus", flags.n, "How many GPUs (default 1)");
+  cmd.add_option("--min-free", flags.min_free, "Least free memory per GPU, like 20GiB (default: any)");
+  cmd.add_option("--max-util", flags.max_util, "Most GPU utilization per GPU, in percent (default 100)");
+}
+
+Result<sched::PickRequest> parse_request(const RequestFlags& flags) {
+  sched::PickRequest request;
+  if (flags.n == 0) return make_error(Error::Code::Invalid, "-n must be at least 1");
+  request.n = flags.n;
+  if (!flags.min_free.empty()) {
+    const auto bytes = util::parse_size_bytes(flags.min_free);
+    if (!bytes) {
+      return make_error(Error::Code::Invalid,
+                        fmt::format("--min-free: '{}' is not a size (like 20GiB, 512MiB)", flags.min_free));
+    }
+    request.min_free_bytes = *bytes;
+  }
+  if (flags.max_util > 100) return make_error(Error::Code::Invalid, "--max-util must be 0 to 100");
+  request.max_util_pct = flags.max_util;
+  return request;
+}
+
+Result<sched::LeaseDir> open_lease_dir(const GlobalOptions& global) {
+  auto loaded = load_config(global);
+  if (!loaded.ok()) return loaded.take_error();
+  auto dir = sched::LeaseDir::open(sched::lock_dir(loaded->config.scheduler_lock_dir));
+  if (!dir.ok()) print_error(dir.error());
+  return dir;
+}
+
+std::string visible_devices(const sched::Acquired& acquired, bool uuids) {
+  std::string out;
+  for (std::size_t i = 0; i < acquired.pick.chosen.size(); ++i) {
+    if (!out.empty()) out += ',';
+    out += uuids ? acquired.uuids[i] : std::to_string(acquired.pick.chosen[i]);
+  }
+  return out;
+}
+
+std::string not_enough_message(const sched::Acquired& acquired, unsigned n) {
+  std::string out = fmt::format("no {} free GPU{}: {} free of {}\n", n, n == 1 ? "" : "s", acquired.pick.free.size(),
+                                acquired.snapshot.devices.size());
+  for (const auto& e : acquired.pick.excluded) {
+    out += fmt::format("  GPU {}: {}: {}\n", e.index, sched::to_string(e.reason), e.detail);
+  }
+  return out;
+}
+
+std::string current_user() {
+  const uid_t uid = ::getuid();
+  if (const passwd* pw = ::getpwuid(uid); pw != nullptr && pw->pw_name != nullptr) return pw->pw_name;
+  return std::to_string(uid);
+}
+
+long long now_unix_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+struct PickFlags {
+  RequestFlags request;
+  std::string format = "index";
+  std::string hold;
+};
+
+nlohmann::json to_json(const sched::Acquired& a, std::optional<long long> held_until) {
+  nlohmann::json j;
+  j["gpus"] = nlohmann::json::array();
+  for (std::size_t i = 0; i < a.pick.chosen.size(); ++i) {
+    j["gpus"].push_back({{"index", a.pick.chosen[i]}, {"uuid", a.uuids[i]}});
+  }
+  j["cuda_visible_devices"] = visible_devices(a, false);
+  j["held_until_unix_ms"] = held_until ? nlohmann::json(*held_until) : nlohmann::json(nullptr);
+  j["free"] = a.pick.free;
+  j["excluded"] = nlohmann::json::array();
+  for (const auto& e : a.pick.excluded) {
+    j["excluded"].push_back({{"index", e.index}, {"reason", sched::to_string(e.reason)}, {"detail", e.detail}});
+  }
+  return j;
+}
+
+int run_pick(const GlobalOptions& global, const PickFlags& flags) {
+  auto request = parse_request(flags.request);
+  if (!request.ok()) {
+    fmt::print(stderr, "tarmac pick: {}\n", request.error().message);
+    return kExitUsage;
+  }
+  if (flags.format != "index" && flags.format != "uuid" && flags.format != "env") {
+    fmt::print(stderr, "tarmac pick: --format must be index, uuid or env, not '{}'\n", flags.format);
+    return kExitUsage;
+  }
+  std::optional<long long> hold_ms;
+  if (!flags.hold.empty()) {
+    hold_ms = util::parse_duration_ms(flags.hold);
+    if (!hold_ms || *hold_ms <= 0) {
+      fmt::print(stderr, "tarmac pick: --hold: '{}' is not a duration (like 30s, 10m)\n", flags.hold);
+      return kExitUsage;
+    }
+  }
+  auto dir = open_lease_dir(global);
+  if (!dir.ok()) return dir.error().code == Error::Code::Invalid ? kExitUsage : kExitCouldNotLook;
+  auto backend = open_backend(global);
+  if (!backend.ok()) return kExitCouldNotLook;
+
+  const long long now = now_unix_ms();
+  std::optional<sched::Lease> lease;
+  std::optional<long long> held_until;
+  if (hold_ms) {
+    held_until = now + *hold_ms;
+    // No owner: a pick's process ends at once; the expiry alone ends the hold.
+    lease = sched::Lease{.uuid = {}, .pid = 0, .starttime = 0, .expires_unix_ms = *held_until,
+                         .job_id = fmt::format("pick-{}-{}", ::getpid(), now), .user = current_user()};
+  }
+  auto acquired = sched::acquire(*dir, **backend, *request, lease, now);
+  if (!acquired.ok()) {
+    print_error(acquired.error());
+    return kExitCouldNotLook;
+  }
+  if (acquired->snapshot.devices.size() < request->n) {
+    fmt::print(stderr, "tarmac pick: -n {} asks for more GPUs than there are ({})\n", request->n,
+               acquired->snapshot.devices.size());
+    return kExitUsage;
+  }
+  if (global.json) fmt::print("{}\n", to_json(*acquired, acquired->pick.ok() ? held_until : std::nullopt).dump(2));
+  if (!acquired->pick.ok()) {
+    fmt::print(stderr, "tarmac: {}", not_enough_message(*acquired, request->n));
+    return kExitProblems;
+  }
+  if (global.json) return kExitOk;
+  if (flags.format == "env") {
+    fmt::print("CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={}\n", visible_devices(*acquired, false));
+  } else {
+    fmt::print("{}\n", visible_devices(*acquired, flags.format == "uuid"));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_pick_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  auto flags = std::make_shared<PickFlags>();
+  auto* cmd = app.add_subcommand("pick", "Print the best free GPUs for a new job, race-free against other picks and runs");
+  add_request_flags(*cmd, flags->request);
+  cmd->add_option("--format", flags->format, "index (0,2), uuid (GPU-...), or env (CUDA_DEVICE_ORDER=... CUDA_VISIBLE_DEVICES=...)");
+  cmd->add_option("--hold", flags->hold, "Lease the GPUs for this long (like 30s, 10m) so no other pick or run gets them");
+  cmd->callback([&global, &exit_code, flags] { exit_code = run_pick(global, *flags); });
+}
+
+}  // namespace tarmac::cli

@@ -1,0 +1,41 @@
+// `tarmac pick [-n N] [--min-free SIZE] [--max-util PCT] [--format index|uuid|env] [--hold D]`:
+// the best free GPUs for a new job, race-free against concurrent picks and runs
+// (docs/scheduler.md). Also the pieces `tarmac run` shares with it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "tarmac/cli/context.hpp"
+#include "tarmac/sched/acquire.hpp"
+
+namespace tarmac::cli {
+
+void add_pick_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+// The request flags pick and run share, as typed.
+struct RequestFlags {
+  unsigned n = 1;
+  std::string min_free;  // a size; "" for none
+  unsigned max_util = 100;
+};
+
+void add_request_flags(CLI::App& cmd, RequestFlags& flags);
+
+// The request, or an Invalid error naming the bad flag.
+[[nodiscard]] Result<sched::PickRequest> parse_request(const RequestFlags& flags);
+
+// The lock directory (TARMAC_LOCK_DIR, scheduler.lock_dir, /run/lock/tarmac), opened; prints errors.
+[[nodiscard]] Result<sched::LeaseDir> open_lease_dir(const GlobalOptions& global);
+
+// "0,2" (indices) or "GPU-...,GPU-..." (UUIDs) of what was chosen.
+[[nodiscard]] std::string visible_devices(const sched::Acquired& acquired, bool uuids);
+
+// "tarmac: no 2 free GPUs: 1 free of 4\n  GPU 0: process: 1 process (pid 12)\n...": why not.
+[[nodiscard]] std::string not_enough_message(const sched::Acquired& acquired, unsigned n);
+
+// The current user's name (or uid), and the time now in ms since the epoch.
+[[nodiscard]] std::string current_user();
+[[nodiscard]] long long now_unix_ms();
+
+}  // namespace tarmac::cli

@@ -1,0 +1,169 @@
+#include "tarmac/sched/pick.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <tuple>
+
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::sched {
+
+const char* to_string(Exclusion reason) {
+  switch (reason) {
+    case Exclusion::Lost: return "lost";
+    case Exclusion::NoUuid: return "no-uuid";
+    case Exclusion::Leased: return "leased";
+    case Exclusion::Process: return "process";
+    case Exclusion::NotEnoughMemory: return "memory";
+    case Exclusion::TooBusy: return "busy";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// The most free GPUs the combination search looks at: C(16, 8) = 12870 sets at worst.
+constexpr std::size_t kMaxCandidates = 16;
+
+std::optional<Excluded> exclusion(const gpu::Device& d, const LeasedGpus& leased,
+                                  const PickRequest& request) {
+  const unsigned index = d.id.index;
+  if (d.lost) return Excluded{index, Exclusion::Lost, fmt::format("lost: {}", *d.lost)};
+  if (!d.id.uuid) return Excluded{index, Exclusion::NoUuid, "its UUID could not be read, so it cannot be leased"};
+  if (auto it = leased.find(*d.id.uuid); it != leased.end()) {
+    return Excluded{index, Exclusion::Leased, it->second.empty() ? std::string("leased") : it->second};
+  }
+  if (!d.processes.empty()) {
+    std::string pids;
+    for (const auto& p : d.processes) pids += fmt::format("{}{}", pids.empty() ? "" : ", ", p.pid);
+    return Excluded{index, Exclusion::Process,
+                    fmt::format("{} process{} (pid {})", d.processes.size(), d.processes.size() == 1 ? "" : "es", pids)};
+  }
+  if (request.min_free_bytes > 0) {
+    if (!d.sample.mem_free_bytes) {
+      return Excluded{index, Exclusion::NotEnoughMemory, "free memory unknown"};
+    }
+    if (*d.sample.mem_free_bytes < request.min_free_bytes) {
+      return Excluded{index, Exclusion::NotEnoughMemory,
+                      fmt::format("{} free < {}", util::format_bytes(*d.sample.mem_free_bytes),
+                                  util::format_bytes(request.min_free_bytes))};
+    }
+  }
+  const unsigned util = d.sample.util_gpu_pct.value_or(0);
+  if (util > request.max_util_pct) {
+    return Excluded{index, Exclusion::TooBusy, fmt::format("{} % busy > {} %", util, request.max_util_pct)};
+  }
+  return std::nullopt;
+}
+
+// A candidate set's merit; greater is better.
+struct Score {
+  bool all_nvlink = false;
+  unsigned nvlinks = 0;    // links summed over pairs, when all_nvlink
+  bool one_numa = false;
+  long rank_sum = 0;       // negated sum of ranking positions
+  auto key() const { return std::tie(all_nvlink, nvlinks, one_numa, rank_sum); }
+};
+
+class SetSearch {
+ public:
+  SetSearch(const gpu::Snapshot& snap, const std::vector<unsigned>& ranked) : snap_(snap), ranked_(ranked) {}
+
+  // Positions into `ranked` of the best set of n.
+  std::vector<std::size_t> best(unsigned n) {
+    std::vector<std::size_t> current;
+    walk(0, n, current);
+    return best_;
+  }
+
+ private:
+  void walk(std::size_t from, unsigned n, std::vector<std::size_t>& current) {
+    if (current.size() == n) {
+      const Score s = score(current);
+      if (best_.empty() || s.key() > best_score_.key()) {  // ties: the first found, the better ranked
+        best_ = current;
+        best_score_ = s;
+      }
+      return;
+    }
+    for (std::size_t i = from; i + (n - current.size()) <= ranked_.size(); ++i) {
+      current.push_back(i);
+      walk(i + 1, n, current);
+      current.pop_back();
+    }
+  }
+
+  Score score(const std::vector<std::size_t>& set) const {
+    Score s;
+    const auto& topo = snap_.topology;
+    const std::size_t count = snap_.devices.size();
+    const bool have_topology = topo && topo->links.size() == count && topo->nvlink_count.size() == count;
+    s.all_nvlink = have_topology;
+    for (std::size_t a = 0; a < set.size() && s.all_nvlink; ++a) {
+      for (std::size_t b = a + 1; b < set.size(); ++b) {
+        const unsigned i = ranked_[set[a]];
+        const unsigned j = ranked_[set[b]];
+        if (topo->links[i].size() != count || topo->links[i][j] != gpu::Link::NvLink) {
+          s.all_nvlink = false;
+          break;
+        }
+        s.nvlinks += topo->nvlink_count[i].size() == count ? topo->nvlink_count[i][j] : 0;
+      }
+    }
+    if (!s.all_nvlink) s.nvlinks = 0;
+    const auto& first_numa = snap_.devices[ranked_[set.front()]].id.numa_node;
+    s.one_numa = first_numa.has_value() && std::all_of(set.begin(), set.end(), [&](std::size_t p) {
+                   return snap_.devices[ranked_[p]].id.numa_node == first_numa;
+                 });
+    for (std::size_t p : set) s.rank_sum -= static_cast<long>(p);
+    return s;
+  }
+
+  const gpu::Snapshot& snap_;
+  const std::vector<unsigned>& ranked_;
+  std::vector<std::size_t> best_;
+  Score best_score_;
+};
+
+}  // namespace
+
+PickResult pick(const gpu::Snapshot& snapshot, const LeasedGpus& leased, const PickRequest& request) {
+  PickResult result;
+  std::vector<std::size_t> free_positions;  // into snapshot.devices
+  for (std::size_t i = 0; i < snapshot.devices.size(); ++i) {
+    if (auto ex = exclusion(snapshot.devices[i], leased, request)) {
+      result.excluded.push_back(std::move(*ex));
+    } else {
+      free_positions.push_back(i);
+    }
+  }
+  std::stable_sort(free_positions.begin(), free_positions.end(), [&](std::size_t a, std::size_t b) {
+    const auto& da = snapshot.devices[a];
+    const auto& db = snapshot.devices[b];
+    const auto fa = da.sample.mem_free_bytes.value_or(0);
+    const auto fb = db.sample.mem_free_bytes.value_or(0);
+    if (fa != fb) return fa > fb;
+    const auto ua = da.sample.util_gpu_pct.value_or(0);
+    const auto ub = db.sample.util_gpu_pct.value_or(0);
+    if (ua != ub) return ua < ub;
+    return da.id.index < db.id.index;
+  });
+  // Positions double as indices below (topology and devices are both by NVML index).
+  std::vector<unsigned> ranked;
+  for (std::size_t p : free_positions) ranked.push_back(static_cast<unsigned>(p));
+  for (std::size_t p : free_positions) result.free.push_back(snapshot.devices[p].id.index);
+  if (request.n == 0 || ranked.size() < request.n) return result;
+
+  if (request.n == 1 || request.n >= kMaxCandidates) {
+    // One GPU, or so many that only the ranking is practical: the best-ranked ones.
+    for (unsigned k = 0; k < request.n; ++k) result.chosen.push_back(snapshot.devices[ranked[k]].id.index);
+  } else {
+    if (ranked.size() > kMaxCandidates) ranked.resize(kMaxCandidates);
+    SetSearch search(snapshot, ranked);
+    for (std::size_t p : search.best(request.n)) result.chosen.push_back(snapshot.devices[ranked[p]].id.index);
+  }
+  std::sort(result.chosen.begin(), result.chosen.end());
+  return result;
+}
+
+}  // namespace tarmac::sched

@@ -1,0 +1,50 @@
+// The agentless pick policy (PRODUCT.md §7 "Scheduler"): which GPUs are free for a new job and which
+// n of them suit it best. Pure: a function of one snapshot and the set of leased GPUs, no I/O.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tarmac/gpu/model.hpp"
+
+namespace tarmac::sched {
+
+// What a job asks for.
+struct PickRequest {
+  unsigned n = 1;
+  std::uint64_t min_free_bytes = 0;
+  unsigned max_util_pct = 100;
+};
+
+// Why a GPU is not free. In the order checked: the first that applies is reported.
+enum class Exclusion { Lost, NoUuid, Leased, Process, NotEnoughMemory, TooBusy };
+
+[[nodiscard]] const char* to_string(Exclusion reason);
+
+struct Excluded {
+  unsigned index = 0;
+  Exclusion reason = Exclusion::Lost;
+  std::string detail;  // for people: "2 processes (pid 123, 456)", "1.2 GiB free < 20.0 GiB"
+};
+
+struct PickResult {
+  std::vector<unsigned> chosen;    // device indices in ascending (PCI bus) order; empty when not enough
+  std::vector<unsigned> free;      // every free GPU, best first
+  std::vector<Excluded> excluded;  // every GPU that is not free, by index
+  [[nodiscard]] bool ok() const { return !chosen.empty(); }
+};
+
+// The leased GPUs: UUID -> who holds it, for messages ("by alice, job J, pid 123").
+using LeasedGpus = std::map<std::string, std::string>;
+
+// Picks `request.n` GPUs of `snapshot` that are free: not leased (`leased`), no process on
+// them, not lost, at least `min_free_bytes` free and at most `max_util_pct` busy. Single GPUs rank by
+// free memory (more first), then utilization (less first), then index. For n > 1 the set whose
+// every pair is NVLink-connected wins (more links first), then a set within one NUMA node, then the
+// set of best-ranked GPUs. Without a topology in the snapshot only the ranking counts.
+[[nodiscard]] PickResult pick(const gpu::Snapshot& snapshot, const LeasedGpus& leased, const PickRequest& request);
+
+}  // namespace tarmac::sched
