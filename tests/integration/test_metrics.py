@@ -168,6 +168,31 @@ class MetricsFormat(unittest.TestCase):
         self.assertEqual(used, {str(i): float(u) for i, u in enumerate(A100_USED_MIB)})
 
 
+    def test_history_and_report_read_the_store(self):
+        # The agent flushes every 5 s: wait for recorded samples of every GPU.
+        body = {}
+        def recorded():
+            nonlocal body
+            status, _, text = self.live.get("/api/v1/history?since=5m&step=1s")
+            body = json.loads(text) if status == 200 else {}
+            return len(body.get("gpus", [])) == 4 and all(g["points"] for g in body["gpus"])
+        self.assertTrue(wait_for(recorded, timeout=30, step=0.5), body)
+        self.assertEqual(body["level"], "samples")
+        for g in body["gpus"]:
+            with self.subTest(gpu=g["gpu"]):
+                last = g["points"][-1]
+                self.assertEqual(last["util_gpu_pct"], A100_UTIL[g["gpu"]])
+                self.assertEqual(last["mem_used_mib"], A100_USED_MIB[g["gpu"]])
+                self.assertEqual(last["activity"], "busy")
+        one = json.loads(self.live.get("/api/v1/history?since=5m&gpu=2")[2])
+        self.assertEqual([g["gpu"] for g in one["gpus"]], [2])
+        status, headers, page = self.live.get("/report")
+        self.assertEqual(status, 200, page[:300])
+        self.assertTrue(headers["Content-Type"].startswith("text/html"))
+        self.assertIn("<svg", page)
+        self.assertIn("NVIDIA A100-SXM4-40GB", page)
+
+
 @unittest.skipUnless(os.access(PROMETHEUS, os.X_OK), f"{PROMETHEUS} not installed (Debian: apt install prometheus)")
 class PrometheusScrapes(unittest.TestCase):
     """A real Prometheus scrapes two agents each second: a100x4-balanced and h100x2-log (GPM, read

@@ -215,7 +215,6 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
                                  .count();
   options.on_sample = [&](const agent::SampleView& s) {
     serve::AgentStats stats;
-    stats.snapshots = s.summary.snapshots;
     stats.gpu_samples = s.summary.gpu_samples;
     stats.nvml_errors = s.nvml_errors;
     stats.last_sample_seconds = s.sample_seconds;

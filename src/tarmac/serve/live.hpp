@@ -18,7 +18,6 @@ namespace tarmac::serve {
 
 // The agent's own health, for tarmac_agent_* metrics.
 struct AgentStats {
-  long long snapshots = 0;
   long long gpu_samples = 0;
   long long nvml_errors = 0;          // snapshots that failed, and values that failed to read
   double last_sample_seconds = 0;     // real time the last snapshot took
