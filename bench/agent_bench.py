@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+# The agent's scheduler serves a socket of this run's own, not the system's.
+os.environ.setdefault("TARMAC_SOCKET", f"{tempfile.gettempdir()}/tarmac-bench-{os.getpid()}.sock")
 HERE = pathlib.Path(__file__).resolve().parent.parent
 BUILD = pathlib.Path(os.environ.get("TARMAC_BUILD_DIR", HERE / "build")).resolve()
 TARMAC = str(BUILD / "tarmac")
@@ -138,7 +140,7 @@ def bench_ingest(work):
     agent_pid, hwm, rss = None, 0, 0
     while proc.poll() is None:
         if agent_pid is None:
-            found = subprocess.run(["pgrep", "-f", f"agent --clock sim.*{state}"], capture_output=True, text=True)
+            found = subprocess.run(["pgrep", "-f", f"agent --listen off --clock sim.*{state}"], capture_output=True, text=True)
             pids = [int(p) for p in found.stdout.split() if int(p) != proc.pid]
             agent_pid = pids[-1] if pids else None
         else:

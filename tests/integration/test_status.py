@@ -8,6 +8,10 @@ import unittest
 
 BUILD = pathlib.Path(os.environ.get("TARMAC_BUILD_DIR", "build")).resolve()
 TARMAC = str(BUILD / "tarmac")
+# Every agent a test starts serves the scheduler's socket unless told otherwise, and every `tarmac
+# run` uses an agent that answers on it. Each test process gets a socket path of its own, so that
+# modules running side by side never meet each other's agents (test_sched_agent sets its own).
+os.environ.setdefault("TARMAC_SOCKET", f"/tmp/tarmac-test-{os.getpid()}.sock")
 MIB = 1024 * 1024
 
 

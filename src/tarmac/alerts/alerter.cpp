@@ -65,6 +65,17 @@ void Alerter::observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu:
   queue_cv_.notify_one();
 }
 
+void Alerter::announce(Notice notice) {
+  if (log_) log_(agent::LogLevel::Warning, "alert " + notice.text());
+  if (!sender_.joinable()) return;
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (queue_.size() >= kMaxQueued) queue_.pop_front();
+    queue_.push_back(std::move(notice));
+  }
+  queue_cv_.notify_one();
+}
+
 std::vector<Alert> Alerter::firing() const {
   std::lock_guard lock(firing_mutex_);
   return firing_;

@@ -31,6 +31,10 @@ class Alerter {
   // every device) and its activity classes by GPU index; cheap, never blocks on a sink.
   void observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu::Activity>& classes, long long ts_ms);
 
+  // Sends a notice that did not come from the rules (the scheduler's idle leases) through the log
+  // and the sinks, like the rules' own.
+  void announce(Notice notice);
+
   // The alerts firing now (a copy).
   [[nodiscard]] std::vector<Alert> firing() const;
 

@@ -75,6 +75,7 @@ PromRule rule_text(Rule rule, const AlertConfig& c) {
       return {"tarmac_gpu_activity{class=\"fault\"} == 1", gpu + " has a fault",
               gpu + " is lost, slowed by heat or power brake, or has uncorrectable memory errors; run tarmac doctor "
                     "on the host."};
+    case Rule::LeaseIdle: break;  // no series to write it with: the agent's scheduler raises it
   }
   return {};
 }
@@ -90,6 +91,7 @@ const char* prometheus_alert_name(Rule rule) {
     case Rule::NearOom: return "TarmacGpuNearOom";
     case Rule::Imbalance: return "TarmacJobImbalance";
     case Rule::Fault: return "TarmacGpuFault";
+    case Rule::LeaseIdle: return "TarmacLeaseIdle";
   }
   return "Tarmac";
 }

@@ -89,6 +89,7 @@ const char* to_string(Rule rule) {
     case Rule::NearOom: return "near_oom";
     case Rule::Imbalance: return "imbalance";
     case Rule::Fault: return "fault";
+    case Rule::LeaseIdle: return "lease_idle";
   }
   return "?";
 }
@@ -131,6 +132,7 @@ long long AlertConfig::for_ms(Rule rule) const {
     case Rule::NearOom: return near_oom_for_ms;
     case Rule::Imbalance: return imbalance_for_ms;
     case Rule::Fault: return fault_for_ms;
+    case Rule::LeaseIdle: return 0;  // the scheduler's own limit (scheduler.lease_idle_limit)
   }
   return 0;
 }

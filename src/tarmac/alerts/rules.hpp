@@ -15,7 +15,9 @@
 
 namespace tarmac::alerts {
 
-enum class Rule { Starvation, Idle, Holding, Thermal, NearOom, Imbalance, Fault };
+// LeaseIdle is not evaluated here: the agent's scheduler raises it for a lease nobody uses
+// (docs/scheduler.md), and it goes out through the same sinks (Alerter::announce).
+enum class Rule { Starvation, Idle, Holding, Thermal, NearOom, Imbalance, Fault, LeaseIdle };
 
 inline constexpr std::array<Rule, 7> kRules = {Rule::Starvation, Rule::Idle,      Rule::Holding, Rule::Thermal,
                                                Rule::NearOom,    Rule::Imbalance, Rule::Fault};

@@ -16,6 +16,9 @@
 #include "tarmac/agent/agent.hpp"
 #include "tarmac/agent/clock.hpp"
 #include "tarmac/alerts/alerter.hpp"
+#include "tarmac/sched/daemon.hpp"
+#include "tarmac/sched/leases.hpp"
+#include "tarmac/sched/wire.hpp"
 #include "tarmac/serve/service.hpp"
 #include "tarmac/cli/app.hpp"
 #include "tarmac/store/recorder.hpp"
@@ -27,6 +30,8 @@ namespace tarmac::cli {
 
 namespace {
 
+std::string agent_scheduler_socket(const config::Config& cfg) { return sched::socket_path(cfg.scheduler.socket); }
+
 struct AgentFlags {
   std::string interval;
   std::string process_interval;
@@ -35,6 +40,7 @@ struct AgentFlags {
   std::string state_dir;
   std::string clock;
   std::optional<std::string> listen;
+  std::optional<std::string> socket;
   bool check_config = false;
 };
 
@@ -128,6 +134,8 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
       cfg.http_listen = *flags.listen;
     }
   }
+  if (flags.socket) cfg.scheduler.socket = *flags.socket;
+  const bool scheduler_on = cfg.scheduler.socket != "off";
   options.state_dir = config::state_dir(cfg);
   config::AgentClock clock_kind = cfg.agent_clock;
   if (!flags.clock.empty()) clock_kind = flags.clock == "sim" ? config::AgentClock::Sim : config::AgentClock::Real;
@@ -144,6 +152,9 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
     fmt::print("http: {}\n", cfg.http_listen.empty() ? std::string("off")
                                                     : fmt::format("http://{}/ (/metrics, /api/v1, /healthz)",
                                                                   cfg.http_listen));
+    fmt::print("scheduler: {}\n", scheduler_on ? fmt::format("socket {}, leases in {}", agent_scheduler_socket(cfg),
+                                                                 sched::lock_dir(cfg.scheduler_lock_dir))
+                                               : std::string("off"));
     const auto keep = [](long long ms) { return ms ? util::format_duration_ms(ms) : std::string("forever"); };
     fmt::print("retention: samples {}, minutes {}, hours {}, events {}\n", keep(options.retention.samples_ms),
                keep(options.retention.minutes_ms), keep(options.retention.hours_ms), keep(options.retention.events_ms));
@@ -210,6 +221,46 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
                          "/api/v1/history, /healthz, /report)",
                          cfg.http_listen));
   }
+  // The scheduler: the queue over the socket (docs/scheduler.md). A scheduler that cannot start is
+  // logged; the agent still records.
+  std::unique_ptr<sched::Daemon> scheduler;
+  if (scheduler_on) {
+    sched::DaemonOptions dopts;
+    dopts.config = cfg.scheduler;
+    dopts.socket_path = agent_scheduler_socket(cfg);
+    dopts.lock_dir = sched::lock_dir(cfg.scheduler_lock_dir);
+    dopts.state_dir = options.state_dir;
+    dopts.db_path = store::database_path(options.state_dir);
+    dopts.open_backend = [&global] { return open_backend(global); };
+    dopts.log = log_line;
+    dopts.notify = [&alerter](const sched::LeaseNotice& n) {
+      alerts::Notice notice;
+      notice.kind = n.reclaimed ? alerts::Notice::Kind::Resolved : alerts::Notice::Kind::Firing;
+      notice.ts_ms = n.reclaimed ? std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count()
+                                 : n.idle_since_unix_ms;
+      notice.alert.rule = alerts::Rule::LeaseIdle;
+      notice.alert.severity = alerts::Severity::Warning;
+      notice.alert.key = fmt::format("lease:{}", n.id);
+      if (!n.gpus.empty()) notice.alert.gpu = n.gpus.front();
+      notice.alert.uuid = n.uuids.empty() ? "" : n.uuids.front();
+      notice.alert.gpus = n.gpus;
+      notice.alert.user = n.user;
+      notice.alert.job = std::to_string(n.id);
+      notice.alert.since_ms = n.idle_since_unix_ms;
+      notice.alert.summary = n.summary;
+      alerter.announce(std::move(notice));
+    };
+    auto started = sched::Daemon::start(std::move(dopts));
+    if (started.ok()) {
+      scheduler = std::move(*started);
+      log_line(agent::LogLevel::Info, fmt::format("scheduler: serving the queue on {}", agent_scheduler_socket(cfg)));
+    } else {
+      log_line(agent::LogLevel::Warning,
+               fmt::format("scheduler off: {} (set scheduler.socket, or --socket off)", started.error().message));
+    }
+  }
   const auto start_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
@@ -221,10 +272,12 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
     stats.start_unix_ms = start_unix_ms;
     alerter.observe(s.merged, s.classes, s.ts_ms);  // first, so the view published sees its alerts
     if (service) live.publish(s.merged, s.classes, s.ts_ms, stats);
+    if (scheduler) scheduler->observe(s.merged, s.classes);
   };
 
   auto summary = agent::run_agent(**backend, *clock, options, g_stop, log_line);
   if (service) service->stop();
+  scheduler.reset();  // jobs keep running; the next agent re-attaches them
   if (!summary.ok()) {
     print_error(summary.error());
     return kExitCouldNotLook;
@@ -253,6 +306,8 @@ void add_agent_command(CLI::App& app, const GlobalOptions& global, int& exit_cod
   cmd->add_option("--listen", flags->listen,
                   "Serve /metrics, the API and the dashboard on host:port, or off (default http.listen, "
                   "127.0.0.1:9478)");
+  cmd->add_option("--socket", flags->socket,
+                  "The scheduler's Unix socket, or off (default scheduler.socket, /run/tarmac/agent.sock)");
   cmd->add_option("--clock", flags->clock, "real, or sim: stamp samples with the NVML simulator's clock")
       ->check(CLI::IsMember({"real", "sim"}));
   cmd->add_flag("--check-config", flags->check_config,

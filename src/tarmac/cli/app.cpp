@@ -13,6 +13,7 @@
 #include "tarmac/cli/history.hpp"
 #include "tarmac/cli/pick_command.hpp"
 #include "tarmac/cli/report_command.hpp"
+#include "tarmac/cli/jobs_command.hpp"
 #include "tarmac/cli/run_command.hpp"
 #include "tarmac/cli/query.hpp"
 #include "tarmac/cli/sim_command.hpp"
@@ -72,6 +73,8 @@ int run_app(int argc, char** argv) {
   add_alerts_command(app, global, exit_code);
   add_pick_command(app, global, exit_code);
   add_run_command(app, global, exit_code);
+  add_jobs_commands(app, global, exit_code);
+  add_shim_command(app, exit_code);
   app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
                             "(sim list names the bundled scenarios)");
   try {

@@ -69,6 +69,7 @@ const std::vector<Key>& table() {
   using agent::AgentOptions;
   using store::Retention;
   using alerts::AlertConfig;
+  using sched::SchedulerConfig;
   constexpr long long kAlertForMax = 30 * kDay;
   static const std::vector<Key> keys = {
       key("activity", "busy_util_pct", Kind::Percent,
@@ -195,6 +196,25 @@ const std::vector<Key>& table() {
                "/run/lock/tarmac",
                {}, [](Config& c, const std::string& v) { c.scheduler_lock_dir = v; },
                [](const Config& c) { return c.scheduler_lock_dir; }),
+      text_key("scheduler", "socket", Kind::Path,
+               "the agent's Unix socket for run, jobs, cancel, reserve, release and extend; \"\" for "
+               "/run/tarmac/agent.sock (root) or $XDG_RUNTIME_DIR/tarmac/agent.sock; TARMAC_SOCKET overrides it",
+               {}, [](Config& c, const std::string& v) { c.scheduler.socket = v; },
+               [](const Config& c) { return c.scheduler.socket; }),
+      key("scheduler", "backfill_idle", Kind::Duration,
+          "how long a GPU must have been idle before it takes a --backfill job", 0, 30 * kDay, &Config::scheduler,
+          &SchedulerConfig::backfill_idle_ms),
+      key("scheduler", "fair_window", Kind::Duration,
+          "the window of past GPU-hours that decides which user's waiting job goes first", 0, kYear,
+          &Config::scheduler, &SchedulerConfig::fair_window_ms),
+      key("scheduler", "user_gpu_cap", Kind::Count, "the most GPUs one user's jobs and leases may hold at once; 0 for no cap",
+          0, 1 << 20, &Config::scheduler, &SchedulerConfig::user_gpu_cap),
+      key("scheduler", "lease_idle_limit", Kind::Duration,
+          "how long a lease (tarmac reserve) may sit unused before its owner is warned through the alert sinks", 1000,
+          kYear, &Config::scheduler, &SchedulerConfig::lease_idle_limit_ms),
+      key("scheduler", "lease_idle_grace", Kind::Duration,
+          "how much longer an unused lease lives after the warning before it is reclaimed", 0, kYear,
+          &Config::scheduler, &SchedulerConfig::lease_idle_grace_ms),
   };
   return keys;
 }
@@ -203,6 +223,7 @@ const char* kind_example(Kind kind) {
   switch (kind) {
     case Kind::Percent: return "an integer percentage, like 30";
     case Kind::Celsius: return "an integer in degrees Celsius, like 85";
+    case Kind::Count: return "a whole number, like 4";
     case Kind::Duration: return "a duration, like \"500ms\", \"3s\" or \"10m\" (or a number of seconds)";
     case Kind::Size: return "a size with its unit, like \"2GiB\" or \"512MiB\"";
     case Kind::Path: return "a path in quotes, like \"/var/lib/tarmac\"";
@@ -219,6 +240,7 @@ Result<long long> read_value(const toml::node& node, const Key& k) {
   switch (k.info.kind) {
     case Kind::Percent:
     case Kind::Celsius:
+    case Kind::Count:
       if (const auto* i = node.as_integer()) value = i->get();
       break;
     case Kind::Duration:

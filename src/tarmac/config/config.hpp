@@ -12,6 +12,7 @@
 
 #include "tarmac/agent/agent.hpp"
 #include "tarmac/alerts/rules.hpp"
+#include "tarmac/sched/settings.hpp"
 #include "tarmac/diagnose/doctor.hpp"
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/util/result.hpp"
@@ -35,12 +36,15 @@ struct Config {
   alerts::AlertConfig alerts;
   // The agentless scheduler's lock directory (docs/scheduler.md); "" for /run/lock/tarmac.
   std::string scheduler_lock_dir;
+  // The agent's scheduler: socket, backfill, fairness, caps, idle leases (docs/scheduler.md).
+  sched::SchedulerConfig scheduler;
 };
 
 // The kinds of value a key takes, as written in the file.
 enum class Kind {
   Percent,   // integer 0-100
   Celsius,   // integer
+  Count,     // a whole number
   Duration,  // "500ms", "3s", "10m", or a number of seconds
   Size,      // "2GiB", "512MiB"
   Path,      // a string: a file or directory; "" for the default

@@ -1,0 +1,269 @@
+#include "tarmac/cli/jobs_command.hpp"
+
+#include <charconv>
+#include <chrono>
+#include <fmt/format.h>
+#include <memory>
+
+#include "tarmac/cli/app.hpp"
+#include "tarmac/cli/pick_command.hpp"
+#include "tarmac/cli/table.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::cli {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kAnswerTimeoutMs = 30000;
+
+long long number_or(const json& j, const char* key, long long fallback) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<long long>() : fallback;
+}
+
+std::string text_or(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+std::string gpu_list(const json& job) {
+  std::string out;
+  if (const auto it = job.find("gpus"); it != job.end() && it->is_array()) {
+    for (const auto& g : *it) out += (out.empty() ? "" : ",") + std::to_string(g.get<unsigned>());
+  }
+  return out;
+}
+
+std::string command_text(const json& job) {
+  std::string out;
+  if (const auto it = job.find("argv"); it != job.end() && it->is_array()) {
+    for (const auto& a : *it) out += (out.empty() ? "" : " ") + a.get<std::string>();
+  }
+  return out;
+}
+
+// "ran 2m 10s", "waited 12s", "until 14:02": what the job's time column says.
+std::string time_text(const json& job, long long now) {
+  const long long started = number_or(job, "started_unix_ms", 0);
+  const long long ended = number_or(job, "ended_unix_ms", 0);
+  const long long submitted = number_or(job, "submitted_unix_ms", now);
+  if (text_or(job, "kind") == "lease" && ended == 0) {
+    const long long expires = number_or(job, "expires_unix_ms", 0);
+    return expires > now ? "ends in " + util::format_duration_ms(expires - now) : "";
+  }
+  if (started == 0) return "waited " + util::format_duration_ms(std::max(0LL, (ended ? ended : now) - submitted));
+  return "ran " + util::format_duration_ms(std::max(0LL, (ended ? ended : now) - started));
+}
+
+// Prints a failed answer's words; returns its exit code.
+int report_failure(const char* command, const json& answer) {
+  fmt::print(stderr, "tarmac {}: {}\n", command, text_or(answer, "error"));
+  return exit_code_for(answer);
+}
+
+// One request to the agent for `command`; prints why when it fails (no agent: exit 3).
+std::optional<json> request(const GlobalOptions& global, const char* command, const json& req, int& exit_code) {
+  auto answer = ask_agent(agent_socket(global), req);
+  if (!answer.ok()) {
+    fmt::print(stderr, "tarmac {}: {} (is `tarmac agent` running? it owns the queue)\n", command,
+               answer.error().message);
+    exit_code = kExitCouldNotLook;
+    return std::nullopt;
+  }
+  if (!answer->body.value("ok", false)) {
+    exit_code = report_failure(command, answer->body);
+    return std::nullopt;
+  }
+  exit_code = kExitOk;
+  return std::move(answer->body);
+}
+
+std::optional<long long> parse_id(const std::string& text) {
+  long long v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v <= 0) return std::nullopt;
+  return v;
+}
+
+void print_jobs(const GlobalOptions& global, const json& jobs) {
+  if (global.json) {
+    fmt::print("{}\n", json{{"jobs", jobs}}.dump(2));
+    return;
+  }
+  if (jobs.empty()) {
+    fmt::print("no jobs or leases\n");
+    return;
+  }
+  const long long now = now_unix_ms();
+  Table table({{"ID", Align::Right}, {"USER"}, {"KIND"}, {"STATE"}, {"GPUS"}, {"TIME"}, {"EXIT", Align::Right},
+               {"NAME / COMMAND"}});
+  for (const auto& j : jobs) {
+    const std::string state = text_or(j, "state");
+    Style style = Style::Plain;
+    if (state == "running" || state == "active") style = Style::Good;
+    else if (state == "lost" || state == "failed" || state == "reclaimed") style = Style::Warn;
+    else if (state != "queued") style = Style::Dim;
+    const auto exit = j.find("exit_code");
+    std::string what = text_or(j, "name");
+    const std::string cmd = command_text(j);
+    if (!cmd.empty()) what += (what.empty() ? "" : ": ") + cmd;
+    if (j.value("backfill", false)) what = "[backfill] " + what;
+    table.add_row({{std::to_string(number_or(j, "id", 0))},
+                   {text_or(j, "user")},
+                   {text_or(j, "kind")},
+                   {state, style},
+                   {gpu_list(j)},
+                   {time_text(j, now)},
+                   {exit != j.end() && exit->is_number_integer() ? std::to_string(exit->get<int>()) : ""},
+                   {what}});
+  }
+  table.print(stdout, use_color(global, stdout));
+}
+
+void print_lease(const GlobalOptions& global, const json& job) {
+  if (global.json) {
+    fmt::print("{}\n", job.dump(2));
+    return;
+  }
+  std::string uuids;
+  if (const auto it = job.find("uuids"); it != job.end() && it->is_array()) {
+    for (const auto& u : *it) uuids += (uuids.empty() ? "" : ",") + u.get<std::string>();
+  }
+  const long long expires = number_or(job, "expires_unix_ms", 0);
+  fmt::print("lease {}: GPU {} ({}) for {}\n", number_or(job, "id", 0), gpu_list(job), uuids,
+             util::format_duration_ms((std::max(0LL, expires - now_unix_ms()) + 500) / 1000 * 1000));
+  fmt::print("export CUDA_VISIBLE_DEVICES={} CUDA_DEVICE_ORDER=PCI_BUS_ID TARMAC_JOB_ID={}\n", gpu_list(job),
+             number_or(job, "id", 0));
+}
+
+struct JobsFlags {
+  bool all = false;
+  std::string id;
+  std::string duration;
+  RequestFlags request;
+  std::string name;
+};
+
+// Adds `name ID` that sends {"op": op, "id": ID} and prints the job it answers with.
+void add_id_command(CLI::App& app, const GlobalOptions& global, int& exit_code, const char* name, const char* help,
+                    const char* op) {
+  auto flags = std::make_shared<JobsFlags>();
+  auto* cmd = app.add_subcommand(name, help);
+  cmd->add_option("id", flags->id, "The job's or lease's id (tarmac jobs)")->required();
+  cmd->callback([&global, &exit_code, flags, name, op] {
+    const auto id = parse_id(flags->id);
+    if (!id) {
+      fmt::print(stderr, "tarmac {}: '{}' is not a job id (a number; see tarmac jobs)\n", name, flags->id);
+      exit_code = kExitUsage;
+      return;
+    }
+    auto answer = request(global, name, json{{"op", op}, {"id", *id}}, exit_code);
+    if (!answer) return;
+    const json& job = (*answer)["job"];
+    if (global.json) fmt::print("{}\n", job.dump(2));
+    else fmt::print("{} {}: {}\n", text_or(job, "kind"), *id, text_or(job, "state"));
+  });
+}
+
+}  // namespace
+
+std::string agent_socket(const GlobalOptions& global) {
+  auto loaded = load_config(global);
+  return sched::socket_path(loaded.ok() ? loaded->config.scheduler.socket : std::string());
+}
+
+Result<AgentAnswer> ask_agent(const std::string& socket, const json& req, const std::vector<int>& fds) {
+  TARMAC_TRY_ASSIGN(auto conn, sched::Connection::connect(socket));
+  TARMAC_TRY(conn.send_line(req.dump(), fds));
+  TARMAC_TRY_ASSIGN(auto line, conn.read_line(kAnswerTimeoutMs));
+  json body = json::parse(line, nullptr, false);
+  if (!body.is_object()) return make_error(Error::Code::Io, "the agent's answer is not JSON");
+  return AgentAnswer{std::move(body), std::move(conn)};
+}
+
+int exit_code_for(const json& failure) {
+  const std::string code = text_or(failure, "code");
+  if (code == "busy") return kExitProblems;
+  if (code == "io") return kExitCouldNotLook;
+  return kExitUsage;
+}
+
+int job_exit_status(const json& job) {
+  const auto it = job.find("exit_code");
+  if (it != job.end() && it->is_number_integer()) return it->get<int>();
+  return kExitProblems;
+}
+
+void add_jobs_commands(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  {
+    auto flags = std::make_shared<JobsFlags>();
+    auto* cmd = app.add_subcommand("jobs", "The agent's queue: jobs and leases that wait, run or ended in the last hour");
+    cmd->add_flag("--all", flags->all, "Every job and lease in the store");
+    cmd->callback([&global, &exit_code, flags] {
+      auto answer = request(global, "jobs", json{{"op", "jobs"}, {"all", flags->all}}, exit_code);
+      if (answer) print_jobs(global, (*answer)["jobs"]);
+    });
+  }
+  add_id_command(app, global, exit_code, "cancel",
+                 "Cancel a job (SIGTERM to its process group, SIGKILL after its grace period) or release a lease; "
+                 "your own, or any as root",
+                 "cancel");
+  add_id_command(app, global, exit_code, "release", "End a lease (tarmac reserve) before its time", "release");
+  {
+    auto flags = std::make_shared<JobsFlags>();
+    auto* cmd = app.add_subcommand("reserve", "Lease N free GPUs for a while for interactive work; prints the lease's "
+                                              "id and the line to export");
+    add_request_flags(*cmd, flags->request);
+    cmd->add_option("--for", flags->duration, "How long, like 2h")->required();
+    cmd->add_option("--name", flags->name, "A name for the lease");
+    cmd->callback([&global, &exit_code, flags] {
+      auto req = parse_request(flags->request);
+      if (!req.ok()) {
+        fmt::print(stderr, "tarmac reserve: {}\n", req.error().message);
+        exit_code = kExitUsage;
+        return;
+      }
+      const auto ms = util::parse_duration_ms(flags->duration);
+      if (!ms || *ms <= 0) {
+        fmt::print(stderr, "tarmac reserve: --for: '{}' is not a duration (like 30m, 2h)\n", flags->duration);
+        exit_code = kExitUsage;
+        return;
+      }
+      auto answer = request(global, "reserve",
+                            json{{"op", "reserve"},
+                                 {"n", req->n},
+                                 {"for_ms", *ms},
+                                 {"min_free", req->min_free_bytes},
+                                 {"max_util", req->max_util_pct},
+                                 {"name", flags->name}},
+                            exit_code);
+      if (answer) print_lease(global, (*answer)["job"]);
+    });
+  }
+  {
+    auto flags = std::make_shared<JobsFlags>();
+    auto* cmd = app.add_subcommand("extend", "Make a lease last D longer: extend ID D");
+    cmd->add_option("id", flags->id, "The lease's id")->required();
+    cmd->add_option("duration", flags->duration, "How much longer, like 1h")->required();
+    cmd->callback([&global, &exit_code, flags] {
+      const auto id = parse_id(flags->id);
+      if (!id) {
+        fmt::print(stderr, "tarmac extend: '{}' is not a lease id (a number; see tarmac jobs)\n", flags->id);
+        exit_code = kExitUsage;
+        return;
+      }
+      const auto ms = util::parse_duration_ms(flags->duration);
+      if (!ms || *ms <= 0) {
+        fmt::print(stderr, "tarmac extend: '{}' is not a duration (like 30m, 2h)\n", flags->duration);
+        exit_code = kExitUsage;
+        return;
+      }
+      auto answer = request(global, "extend", json{{"op", "extend"}, {"id", *id}, {"by_ms", *ms}}, exit_code);
+      if (answer) print_lease(global, (*answer)["job"]);
+    });
+  }
+}
+
+}  // namespace tarmac::cli

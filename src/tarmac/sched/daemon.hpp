@@ -1,0 +1,64 @@
+// The agent's scheduler (docs/scheduler.md "Agent mode"): a thread that owns the queue. It answers
+// the socket, keeps jobs and leases in the store, starts each job under its wrapper
+// (`tarmac job-shim`), watches the wrappers, preempts backfill, reclaims idle leases, and re-attaches
+// what was running when it starts again after a crash.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tarmac/agent/agent.hpp"
+#include "tarmac/gpu/activity.hpp"
+#include "tarmac/gpu/backend.hpp"
+#include "tarmac/sched/settings.hpp"
+#include "tarmac/util/result.hpp"
+
+namespace tarmac::sched {
+
+// A lease that sat idle: warned about (reclaimed false), or taken back (reclaimed true).
+struct LeaseNotice {
+  bool reclaimed = false;
+  long long id = 0;
+  std::string user;
+  std::vector<unsigned> gpus;
+  std::vector<std::string> uuids;
+  long long idle_since_unix_ms = 0;
+  std::string summary;  // one line for people
+};
+
+struct DaemonOptions {
+  SchedulerConfig config;
+  std::string socket_path;
+  std::string lock_dir;
+  std::string state_dir;  // job files go to <state_dir>/jobs
+  std::string db_path;
+  std::string shim_exe = "/proc/self/exe";  // the tarmac binary that has `job-shim`
+  // A backend of the scheduler's own (the sampler keeps its own); opened when first needed.
+  std::function<Result<std::unique_ptr<gpu::Backend>>()> open_backend;
+  agent::LogSink log;
+  std::function<void(const LeaseNotice&)> notify;  // from the scheduler's thread
+};
+
+class Daemon {
+ public:
+  // Opens the store and the socket, reads back the jobs that had not ended (re-attaching those that
+  // still run), and starts the thread. Fails when the socket or the store cannot be used.
+  [[nodiscard]] static Result<std::unique_ptr<Daemon>> start(DaemonOptions options);
+  ~Daemon();  // stops the thread; running jobs keep running
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // The latest sample (the sampler's thread): who uses which GPU, and each GPU's activity class.
+  void observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu::Activity>& classes);
+
+  struct State;
+
+ private:
+  explicit Daemon(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tarmac::sched

@@ -1,0 +1,192 @@
+#include "tarmac/sched/jobdb.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <fmt/format.h>
+
+#include "tarmac/store/schema.hpp"
+#include "tarmac/util/strings.hpp"
+
+namespace tarmac::sched {
+
+namespace {
+
+constexpr const char* kTable = R"sql(
+CREATE TABLE IF NOT EXISTS sched_job(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  kind TEXT NOT NULL, state TEXT NOT NULL, uid INTEGER NOT NULL, user TEXT NOT NULL, name TEXT NOT NULL,
+  spec TEXT NOT NULL, gpus TEXT NOT NULL, uuids TEXT NOT NULL,
+  submitted_unix_ms INTEGER NOT NULL, started_unix_ms INTEGER, ended_unix_ms INTEGER, expires_unix_ms INTEGER,
+  exit_code INTEGER, requeues INTEGER NOT NULL, outside TEXT NOT NULL, reason TEXT NOT NULL, log TEXT NOT NULL,
+  shim_pid INTEGER, shim_start INTEGER);
+CREATE INDEX IF NOT EXISTS sched_job_by_state ON sched_job(state);
+)sql";
+
+constexpr const char* kColumns =
+    "id, kind, state, uid, user, name, spec, gpus, uuids, submitted_unix_ms, started_unix_ms, ended_unix_ms, "
+    "expires_unix_ms, exit_code, requeues, outside, reason, log, shim_pid, shim_start";
+
+std::string join_indices(const std::vector<unsigned>& v) {
+  std::string out;
+  for (unsigned i : v) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(i);
+  }
+  return out;
+}
+
+std::vector<unsigned> split_indices(const std::string& text) {
+  std::vector<unsigned> out;
+  for (const auto& part : util::split(text, ',')) {
+    unsigned v = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (ec == std::errc() && end == part.data() + part.size() && !part.empty()) out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> out;
+  for (const auto& part : util::split(text, ',')) {
+    if (!part.empty()) out.emplace_back(part);
+  }
+  return out;
+}
+
+std::optional<long long> positive(long long v) { return v > 0 ? std::optional<long long>(v) : std::nullopt; }
+
+// Binds every column after id (2..20) of `job`.
+void bind_job(store::Statement& s, const Job& job) {
+  s.bind(2, std::string_view(to_string(job.kind)));
+  s.bind(3, std::string_view(to_string(job.state)));
+  s.bind(4, static_cast<long long>(job.uid));
+  s.bind(5, std::string_view(job.user));
+  s.bind(6, std::string_view(job.name));
+  const std::string spec = spec_json(job).dump();
+  s.bind(7, std::string_view(spec));
+  const std::string gpus = join_indices(job.gpus);
+  s.bind(8, std::string_view(gpus));
+  std::string uuids;
+  for (const auto& u : job.gpu_uuids) uuids += (uuids.empty() ? "" : ",") + u;
+  s.bind(9, std::string_view(uuids));
+  s.bind(10, job.submitted_ms);
+  s.bind(11, positive(job.started_ms));
+  s.bind(12, positive(job.ended_ms));
+  s.bind(13, positive(job.expires_ms));
+  s.bind(14, job.exit_code ? std::optional<long long>(*job.exit_code) : std::nullopt);
+  s.bind(15, static_cast<long long>(job.requeues));
+  const std::string outside = join_indices(job.outside);
+  s.bind(16, std::string_view(outside));
+  s.bind(17, std::string_view(job.reason));
+  s.bind(18, std::string_view(job.log));
+  s.bind(19, job.shim_pid > 0 ? std::optional<long long>(job.shim_pid) : std::nullopt);
+  s.bind(20, job.shim_start > 0 ? std::optional<long long>(static_cast<long long>(job.shim_start)) : std::nullopt);
+}
+
+Job row_to_job(const store::Statement& s) {
+  Job job;
+  job.id = s.int64(0);
+  job.kind = job_kind_from(s.text(1)).value_or(JobKind::Job);
+  job.state = job_state_from(s.text(2)).value_or(JobState::Lost);
+  job.uid = static_cast<uid_t>(s.int64(3));
+  job.user = s.text(4);
+  job.name = s.text(5);
+  apply_spec_json(nlohmann::json::parse(s.text(6), nullptr, false), job);
+  job.gpus = split_indices(s.text(7));
+  job.gpu_uuids = split_words(s.text(8));
+  job.submitted_ms = s.int64(9);
+  job.started_ms = s.opt_int64(10).value_or(0);
+  job.ended_ms = s.opt_int64(11).value_or(0);
+  job.expires_ms = s.opt_int64(12).value_or(0);
+  if (auto code = s.opt_int64(13)) job.exit_code = static_cast<int>(*code);
+  job.requeues = static_cast<int>(s.int64(14));
+  job.outside = split_indices(s.text(15));
+  job.reason = s.text(16);
+  job.log = s.text(17);
+  job.shim_pid = static_cast<int>(s.opt_int64(18).value_or(0));
+  job.shim_start = static_cast<unsigned long long>(s.opt_int64(19).value_or(0));
+  return job;
+}
+
+}  // namespace
+
+Result<JobDb> JobDb::open(const std::string& path) {
+  TARMAC_TRY_ASSIGN(auto db, store::Database::open(path, store::Database::Mode::ReadWrite));
+  TARMAC_TRY(store::ensure_schema(db));
+  TARMAC_TRY(db.exec(kTable));
+  return JobDb(std::move(db));
+}
+
+Result<void> JobDb::insert(Job& job) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format(
+                                "INSERT INTO sched_job({}) VALUES(NULL, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                                "?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) RETURNING id",
+                                kColumns)));
+  bind_job(s, job);
+  TARMAC_TRY_ASSIGN(const bool row, s.step());
+  if (!row) return make_error(Error::Code::Internal, "INSERT ... RETURNING gave no id");
+  job.id = s.int64(0);
+  s.reset();
+  return {};
+}
+
+Result<void> JobDb::save(const Job& job) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare(
+                                "UPDATE sched_job SET kind = ?2, state = ?3, uid = ?4, user = ?5, name = ?6, spec = ?7, "
+                                "gpus = ?8, uuids = ?9, submitted_unix_ms = ?10, started_unix_ms = ?11, "
+                                "ended_unix_ms = ?12, expires_unix_ms = ?13, exit_code = ?14, requeues = ?15, "
+                                "outside = ?16, reason = ?17, log = ?18, shim_pid = ?19, shim_start = ?20 WHERE id = ?1"));
+  s.bind(1, job.id);
+  bind_job(s, job);
+  return s.run();
+}
+
+Result<std::vector<Job>> JobDb::select(const std::string& where, long long param) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("SELECT {} FROM sched_job {} ORDER BY id", kColumns, where)));
+  if (where.find('?') != std::string::npos) s.bind(1, param);
+  std::vector<Job> out;
+  for (;;) {
+    TARMAC_TRY_ASSIGN(const bool row, s.step());
+    if (!row) break;
+    out.push_back(row_to_job(s));
+  }
+  return out;
+}
+
+Result<std::vector<Job>> JobDb::unfinished() {
+  return select("WHERE state IN ('queued', 'running', 'stopping', 'active')", 0);
+}
+
+Result<std::vector<Job>> JobDb::list(bool all, long long ended_since_ms) {
+  if (all) return select("", 0);
+  return select("WHERE state IN ('queued', 'running', 'stopping', 'active') OR ended_unix_ms >= ?1", ended_since_ms);
+}
+
+Result<std::map<uid_t, long long>> JobDb::usage(long long since_ms, long long now_ms) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare(
+                                "SELECT uid, SUM((length(gpus) - length(replace(gpus, ',', '')) + 1) * "
+                                "(MIN(ended_unix_ms, ?2) - MAX(started_unix_ms, ?1))) FROM sched_job "
+                                "WHERE kind = 'job' AND started_unix_ms IS NOT NULL AND ended_unix_ms > ?1 "
+                                "AND gpus != '' GROUP BY uid"));
+  s.bind(1, since_ms);
+  s.bind(2, now_ms);
+  std::map<uid_t, long long> out;
+  for (;;) {
+    TARMAC_TRY_ASSIGN(const bool row, s.step());
+    if (!row) break;
+    out[static_cast<uid_t>(s.int64(0))] = std::max(0LL, s.int64(1));
+  }
+  return out;
+}
+
+Result<void> JobDb::event(long long ts_ms, std::optional<unsigned> gpu, const std::string& kind,
+                          const std::string& detail) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare("INSERT INTO event(ts_ms, gpu, kind, detail) VALUES(?1, ?2, ?3, ?4)"));
+  s.bind(1, ts_ms);
+  s.bind(2, gpu ? std::optional<long long>(*gpu) : std::nullopt);
+  s.bind(3, std::string_view(kind));
+  s.bind(4, std::string_view(detail));
+  return s.run();
+}
+
+}  // namespace tarmac::sched

@@ -1,0 +1,211 @@
+#include "tarmac/sched/supervise.hpp"
+
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "tarmac/util/units.hpp"
+
+extern char** environ;
+
+namespace tarmac::sched {
+
+namespace {
+constexpr int kCommandNotFound = 127;
+constexpr int kCannotExecute = 126;
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+[[noreturn]] void child_fails(const std::string& what, int err) {
+  const std::string msg = fmt::format("tarmac: {}: {}\n", what, std::strerror(err));
+  (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+  ::_exit(err == ENOENT ? kCommandNotFound : kCannotExecute);
+}
+
+// Reaps every finished child; stores the leader's status when it is among them. Returns whether the
+// leader has been reaped.
+bool reap(pid_t leader, int& leader_status) {
+  bool leader_done = false;
+  int status = 0;
+  pid_t r = 0;
+  while ((r = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    if (r == leader) {
+      leader_status = status;
+      leader_done = true;
+    }
+  }
+  return leader_done;
+}
+
+bool group_alive(pid_t pgid) { return ::kill(-pgid, 0) == 0 || errno != ESRCH; }
+
+}  // namespace
+
+std::optional<std::string> resolve_command(const std::string& name, const std::string& path) {
+  const auto runnable = [](const std::string& file) {
+    struct stat st {};
+    return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(file.c_str(), X_OK) == 0;
+  };
+  if (name.empty()) return std::nullopt;
+  if (name.find('/') != std::string::npos) return runnable(name) ? std::optional<std::string>(name) : std::nullopt;
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    std::size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    const std::string dir = path.substr(start, end - start);
+    const std::string file = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (runnable(file)) return file;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+int shell_status(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+sigset_t handled_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, s);
+  return set;
+}
+
+int wait_signal(const sigset_t& set, long long ms) {
+  ms = std::max(0LL, ms);
+  timespec ts{.tv_sec = static_cast<time_t>(ms / 1000), .tv_nsec = static_cast<long>(ms % 1000) * 1000000L};
+  const int sig = ::sigtimedwait(&set, nullptr, &ts);
+  return sig < 0 ? 0 : sig;
+}
+
+bool is_stop_signal(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
+
+long long monotonic_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<std::string> job_environment(const std::vector<std::string>& base, const std::string& visible, bool uuids,
+                                         const std::string& job_id, const std::string& name) {
+  std::vector<std::string> env;
+  for (const auto& kv : base) {
+    if (kv.starts_with("CUDA_VISIBLE_DEVICES=") || kv.starts_with("CUDA_DEVICE_ORDER=") ||
+        kv.starts_with("TARMAC_JOB_ID=") || kv.starts_with("TARMAC_JOB_NAME=")) {
+      continue;
+    }
+    env.push_back(kv);
+  }
+  env.push_back("CUDA_VISIBLE_DEVICES=" + visible);
+  if (!uuids) env.emplace_back("CUDA_DEVICE_ORDER=PCI_BUS_ID");
+  env.push_back("TARMAC_JOB_ID=" + job_id);
+  if (!name.empty()) env.push_back("TARMAC_JOB_NAME=" + name);
+  return env;
+}
+
+std::vector<std::string> own_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
+bool owns_terminal() { return ::isatty(STDIN_FILENO) != 0 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp(); }
+
+void give_terminal(pid_t pgid) {
+  sigset_t ttou;
+  sigset_t old;
+  sigemptyset(&ttou);
+  sigaddset(&ttou, SIGTTOU);
+  ::sigprocmask(SIG_BLOCK, &ttou, &old);
+  (void)::tcsetpgrp(STDIN_FILENO, pgid);
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
+}
+
+pid_t spawn(const SpawnSpec& spec, const sigset_t& original_mask) {
+  std::vector<std::string> args = spec.argv;
+  std::vector<std::string> env = spec.env;
+  auto argv = c_strings(args);
+  auto envp = c_strings(env);
+  const std::string what = args.empty() ? spec.path : args.front();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    if (spec.terminal) give_terminal(::getpid());
+    ::sigprocmask(SIG_SETMASK, &original_mask, nullptr);
+    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) child_fails(spec.cwd, errno);
+    if (spec.uid) {
+      if (::setgroups(spec.groups.size(), spec.groups.data()) != 0 || ::setgid(spec.gid) != 0 ||
+          ::setuid(*spec.uid) != 0) {
+        child_fails(fmt::format("cannot become uid {}", *spec.uid), errno);
+      }
+    }
+    ::execve(spec.path.c_str(), argv.data(), envp.data());
+    child_fails(what, errno);
+  }
+  if (pid > 0) {
+    ::setpgid(pid, pid);  // also here, so the group exists before the parent signals it
+    if (spec.terminal) give_terminal(pid);
+  }
+  return pid;
+}
+
+int supervise(pid_t pgid, const std::string& what, const Limits& limits, const sigset_t& handled) {
+  const long long start = monotonic_ms();
+  std::optional<long long> term_at;
+  if (limits.time_ms) term_at = start + *limits.time_ms;
+  std::optional<long long> kill_at;
+  int status = 0;
+  bool leader_done = false;
+  bool leftovers_signalled = false;
+  for (;;) {
+    if (!leader_done) leader_done = reap(pgid, status);
+    else reap(pgid, status);
+    if (leader_done && !group_alive(pgid)) return status;
+    const long long now = monotonic_ms();
+    if (leader_done && !leftovers_signalled) {
+      // The command ended but left processes in its group; they would use GPUs no longer leased.
+      fmt::print(stderr, "tarmac: {} ended; stopping what it left running (SIGTERM, SIGKILL after {})\n", what,
+                 util::format_duration_ms(limits.grace_ms));
+      ::kill(-pgid, SIGTERM);
+      leftovers_signalled = true;
+      term_at.reset();
+      if (!kill_at) kill_at = now + limits.grace_ms;
+    }
+    if (term_at && now >= *term_at) {
+      fmt::print(stderr, "tarmac: {}: wall-clock limit of {} reached: SIGTERM, SIGKILL after {}\n", what,
+                 util::format_duration_ms(*limits.time_ms), util::format_duration_ms(limits.grace_ms));
+      ::kill(-pgid, SIGTERM);
+      term_at.reset();
+      kill_at = now + limits.grace_ms;
+    }
+    if (kill_at && now >= *kill_at) {
+      fmt::print(stderr, "tarmac: {}: still running after the grace period: SIGKILL to its process group\n", what);
+      ::kill(-pgid, SIGKILL);
+      kill_at.reset();
+    }
+    long long timeout = leader_done ? 50 : 1000;
+    if (term_at) timeout = std::min(timeout, *term_at - now);
+    if (kill_at) timeout = std::min(timeout, *kill_at - now);
+    const int sig = wait_signal(handled, timeout);
+    if (is_stop_signal(sig)) {
+      ::kill(-pgid, sig);
+      if (!kill_at) kill_at = monotonic_ms() + limits.grace_ms;  // a group that ignores it is killed
+      term_at.reset();
+    }
+  }
+}
+
+}  // namespace tarmac::sched

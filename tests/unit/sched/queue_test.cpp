@@ -1,0 +1,126 @@
+#include "tarmac/sched/queue.hpp"
+
+#include <gtest/gtest.h>
+
+#include "tarmac/sched/job.hpp"
+#include "tarmac/sched/pick.hpp"
+
+namespace tarmac::sched {
+namespace {
+
+Job waiting(long long id, uid_t uid, long long submitted) {
+  Job j;
+  j.id = id;
+  j.uid = uid;
+  j.submitted_ms = submitted;
+  return j;
+}
+
+std::vector<long long> ids(const std::vector<const Job*>& jobs) {
+  std::vector<long long> out;
+  for (const Job* j : jobs) out.push_back(j->id);
+  return out;
+}
+
+TEST(FairOrder, FewestRecentGpuHoursFirstThenOldest) {
+  const Job a1 = waiting(1, 1000, 10);  // alice, first in
+  const Job b1 = waiting(2, 1001, 20);  // bob
+  const Job a2 = waiting(3, 1000, 30);
+  const Job c1 = waiting(4, 1002, 40);  // carol, never used a GPU
+  const std::map<uid_t, long long> usage = {{1000, 5 * 3600 * 1000LL}, {1001, 3600 * 1000LL}};
+  EXPECT_EQ(ids(fair_order({&a1, &b1, &a2, &c1}, usage)), (std::vector<long long>{4, 2, 1, 3}));
+}
+
+TEST(FairOrder, WithoutUsageItIsFirstComeFirstServed) {
+  const Job x = waiting(7, 1, 300);
+  const Job y = waiting(5, 2, 100);
+  const Job z = waiting(6, 3, 100);  // same time as y: the lower id first
+  EXPECT_EQ(ids(fair_order({&x, &y, &z}, {})), (std::vector<long long>{5, 6, 7}));
+}
+
+TEST(Cap, ZeroMeansNoCapAndOtherwiseCountsWhatIsHeld) {
+  EXPECT_TRUE(within_cap(0, 100, 8));
+  EXPECT_TRUE(within_cap(4, 2, 2));
+  EXPECT_FALSE(within_cap(4, 3, 2));
+  EXPECT_FALSE(within_cap(1, 0, 2));
+}
+
+gpu::Device device(unsigned index, std::uint64_t used, std::uint64_t free, unsigned util, bool process) {
+  gpu::Device d;
+  d.id.index = index;
+  d.id.uuid = "GPU-" + std::to_string(index);
+  d.sample.mem_used_bytes = used;
+  d.sample.mem_free_bytes = free;
+  d.sample.util_gpu_pct = util;
+  if (process) d.processes.push_back(gpu::GpuProcess{.pid = 100 + index});
+  return d;
+}
+
+TEST(WithoutJobsOn, FreesOnlyTheNamedGpus) {
+  gpu::Snapshot s;
+  s.devices = {device(0, 30, 10, 90, true), device(1, 30, 10, 90, true)};
+  const auto out = without_jobs_on(s, {"GPU-1"});
+  EXPECT_EQ(out.devices[0].processes.size(), 1u);
+  EXPECT_EQ(*out.devices[0].sample.mem_free_bytes, 10u);
+  EXPECT_TRUE(out.devices[1].processes.empty());
+  EXPECT_EQ(*out.devices[1].sample.mem_free_bytes, 40u);
+  EXPECT_EQ(*out.devices[1].sample.util_gpu_pct, 0u);
+  // So a pick that needs the memory the backfill job holds can have that GPU.
+  const PickRequest need{.n = 1, .min_free_bytes = 35, .max_util_pct = 100};
+  EXPECT_FALSE(pick(s, {}, need).ok());
+  EXPECT_EQ(pick(out, {}, need).chosen, (std::vector<unsigned>{1}));
+}
+
+TEST(JobJson, SpecRoundTripsWithoutTheEnvironment) {
+  Job j;
+  j.path = "/usr/bin/python3";
+  j.argv = {"python3", "train.py", "--lr", "3e-4"};
+  j.env = {"HF_TOKEN=secret"};
+  j.cwd = "/home/alice";
+  j.gid = 1000;
+  j.request = PickRequest{.n = 2, .min_free_bytes = 1ULL << 34, .max_util_pct = 10};
+  j.time_ms = 7200000;
+  j.grace_ms = 30000;
+  j.backfill = true;
+  j.uuids = true;
+  j.detach = true;
+  const auto spec = spec_json(j);
+  EXPECT_EQ(spec.dump().find("secret"), std::string::npos) << "the environment stays out of the store";
+  Job back;
+  apply_spec_json(spec, back);
+  EXPECT_EQ(back.path, j.path);
+  EXPECT_EQ(back.argv, j.argv);
+  EXPECT_TRUE(back.env.empty());
+  EXPECT_EQ(back.cwd, j.cwd);
+  EXPECT_EQ(back.gid, j.gid);
+  EXPECT_EQ(back.request.n, 2u);
+  EXPECT_EQ(back.request.min_free_bytes, 1ULL << 34);
+  EXPECT_EQ(back.request.max_util_pct, 10u);
+  EXPECT_EQ(back.time_ms, j.time_ms);
+  EXPECT_EQ(back.grace_ms, 30000);
+  EXPECT_TRUE(back.backfill && back.uuids && back.detach);
+}
+
+TEST(JobJson, StatesNameThemselvesAndEnd) {
+  for (auto s : {JobState::Queued, JobState::Running, JobState::Stopping, JobState::Done, JobState::Cancelled,
+                 JobState::Failed, JobState::Lost, JobState::Active, JobState::Released, JobState::Expired,
+                 JobState::Reclaimed}) {
+    EXPECT_EQ(job_state_from(to_string(s)), s);
+  }
+  EXPECT_FALSE(job_state_from("bogus"));
+  EXPECT_FALSE(has_ended(JobState::Queued));
+  EXPECT_FALSE(has_ended(JobState::Stopping));
+  EXPECT_FALSE(has_ended(JobState::Active));
+  EXPECT_TRUE(has_ended(JobState::Done));
+  EXPECT_TRUE(has_ended(JobState::Reclaimed));
+  Job j;
+  j.id = 3;
+  j.exit_code = 137;
+  const auto out = to_json(j);
+  EXPECT_EQ(out["exit_code"], 137);
+  EXPECT_TRUE(out["started_unix_ms"].is_null());
+  EXPECT_FALSE(out.contains("env"));
+}
+
+}  // namespace
+}  // namespace tarmac::sched
