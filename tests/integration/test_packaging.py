@@ -180,7 +180,9 @@ class InstallForAPackage(unittest.TestCase):
         self.assertEqual(s["ExecStart"], ["/usr/bin/tarmac agent"])
         self.assertEqual(s["ExecStartPre"], ["/usr/bin/tarmac agent --check-config"])
         self.assertEqual(s["Documentation"], ["file:/usr/share/doc/tarmac/recorder.md",
-                                              "file:/usr/share/doc/tarmac/configuration.md"])
+                                              "file:/usr/share/doc/tarmac/configuration.md",
+                                              "file:/usr/share/doc/tarmac/scheduler.md"])
+        self.assertEqual(s["KillMode"], ["process"])  # jobs outlive a restart of the agent
 
 
 if __name__ == "__main__":

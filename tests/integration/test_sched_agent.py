@@ -503,7 +503,8 @@ class Backfill(AgentQueueTest):
                           f"jobs {[(jobs[i]['state'], jobs[i]['requeues']) for i in fills]}\n{self.agent_log()}")
             time.sleep(0.1)
         gave_way = preempted(jobs)
-        self.assertEqual(len(gave_way), 2, "only as many backfill jobs as the normal job needs give way")
+        self.assertEqual(len(gave_way), 2, f"only as many backfill jobs as the normal job needs give way: "
+                         f"{[(i, jobs[i]['state'], jobs[i]['requeues']) for i in fills]}\n{self.agent_log()}")
         self.assertEqual(sorted(jobs[normal]["gpus"]), sorted(g for i in gave_way for g in before[i]),
                          "the normal job starts on the GPUs of the backfill jobs that gave way")
         self.assertFalse(jobs[normal]["backfill"])

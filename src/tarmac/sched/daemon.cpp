@@ -45,6 +45,9 @@ constexpr long long kHour = 3600LL * 1000;
 constexpr int kTickMs = 250;           // the loop's longest sleep
 constexpr long long kRetryMs = 1000;   // a pass over a queue that could not start anything, at most this often
 constexpr std::size_t kMaxClients = 1024;
+constexpr long long kRoomMarginMs = 5000;   // after preempted jobs end, how long their room is awaited
+constexpr long long kEndedPidMs = 10000;    // how long an ended job's pid is known as gone
+constexpr long long kRecheckMs = 25;        // a pass again this soon after a job ends
 
 long long now_ms() {
   using namespace std::chrono;
@@ -158,6 +161,8 @@ struct Daemon::State {
   long long last_pass_ms = 0;
   long long last_slow_tick_ms = 0;
   std::map<unsigned, std::string> job_of_pid;  // environ cache
+  std::map<unsigned, long long> ended_pids;    // leaders of jobs that ended lately -> when
+  long long recheck_at_ms = 0;                 // a pass due soon after a job ended; 0: none
   std::set<std::pair<long long, unsigned>> flagged;
 
   std::mutex use_mutex;  // guards the two below, written by observe()
@@ -265,6 +270,12 @@ struct Daemon::State {
       (void)::waitpid(job.shim_pid, &status, 0);
     }
     const auto exit_text = read_small(file(job.id, "exit"));
+    // NVML may list the job's process for a moment after it is gone; the pass knows it is gone.
+    if (const auto run_text = read_small(file(job.id, "run"))) {
+      const auto words = util::split(*run_text, ' ');
+      if (!words.empty()) ended_pids[static_cast<unsigned>(std::atol(std::string(words[0]).c_str()))] = now_ms();
+    }
+    recheck_at_ms = now_ms() + kRecheckMs;
     remove_leases(job);
     if (job.stopping_for == StopReason::Preempt) {
       // Back to the queue: its files first, so that a crash now finds a queued job with none.
@@ -304,8 +315,9 @@ struct Daemon::State {
       finish(job, JobState::Lost, "its wrapper ended without writing a result (killed?)");
       log(agent::LogLevel::Warning, fmt::format("scheduler: job {} lost: {}", job.id, job.reason));
     }
-    remove_job_files(job.id);
-    jobs.erase(job.id);
+    const long long id = job.id;
+    remove_job_files(id);
+    jobs.erase(id);
   }
 
   // Starts `job` on `chosen` (indices) / `uuids`; under the lease directory's lock.
@@ -438,6 +450,17 @@ struct Daemon::State {
       else normal.push_back(&j);
     }
     if (normal.empty() && backfill.empty()) return;
+    {
+      // Every GPU given out to work that is not backfill: nothing could start; skip NVML.
+      unsigned held = 0;
+      for (const auto& [id, j] : jobs) {
+        if ((j.state == JobState::Running && !j.backfill) || j.state == JobState::Active) {
+          held += static_cast<unsigned>(j.gpu_uuids.size());
+        }
+      }
+      std::lock_guard lock(use_mutex);
+      if (gpu_count > 0 && held >= gpu_count) return;
+    }
     if (!ensure_backend()) return;
     auto held = dir->lock();
     if (!held.ok()) {
@@ -456,6 +479,12 @@ struct Daemon::State {
       backend.reset();
       return;
     }
+    std::erase_if(ended_pids, [now](const auto& kv) { return now - kv.second > kEndedPidMs; });
+    for (auto& d : snap->devices) {
+      std::erase_if(d.processes, [this](const gpu::GpuProcess& p) {
+        return ended_pids.contains(p.pid) && ::kill(static_cast<pid_t>(p.pid), 0) != 0 && errno == ESRCH;
+      });
+    }
     LeasedGpus leased;
     for (const auto& l : *live) leased[l.uuid] = describe(l);
     const auto uuids_of = [&](const std::vector<unsigned>& chosen) {
@@ -473,8 +502,14 @@ struct Daemon::State {
         backfill_gpus.insert(j.gpu_uuids.begin(), j.gpu_uuids.end());
       }
     }
+    std::map<uid_t, long long> used = usage;  // ended jobs, and running ones up to now
+    for (const auto& [id, j] : jobs) {
+      if (j.kind == JobKind::Job && j.started_ms > 0 && (j.state == JobState::Running || j.state == JobState::Stopping)) {
+        used[j.uid] += static_cast<long long>(j.gpus.size()) * std::max(0LL, now - j.started_ms);
+      }
+    }
     bool normal_waits = false;
-    for (const Job* cj : fair_order(normal, usage)) {
+    for (const Job* cj : fair_order(normal, used)) {
       Job& job = jobs.at(cj->id);
       if (!within_cap(opt.config.user_gpu_cap, gpus_held_by(job.uid), job.request.n)) {
         job.reason = fmt::format("waiting: {} holds {} of the per-user cap of {} GPUs", job.user,
@@ -494,7 +529,7 @@ struct Daemon::State {
                                r.free.size());
       if (backfill_gpus.empty()) continue;
       // Backfill jobs already stopping for this job free what it needs: wait for them.
-      const bool room_coming = std::any_of(jobs.begin(), jobs.end(), [&job](const auto& kv) {
+      const bool room_coming = now < job.room_until_ms || std::any_of(jobs.begin(), jobs.end(), [&job](const auto& kv) {
         return kv.second.state == JobState::Stopping && kv.second.preempted_for == job.id;
       });
       if (room_coming) {
@@ -522,6 +557,13 @@ struct Daemon::State {
         leased[u] = fmt::format("claimed by job {}", job.id);
       }
       job.reason = "waiting for preempted backfill jobs to end";
+      // Their GPUs may look busy for a moment after they end (NVML lists a process until its
+      // context is gone): give the room time to arrive before preempting anything else.
+      long long longest_grace = 0;
+      for (const auto& [id, b] : jobs) {
+        if (b.preempted_for == job.id) longest_grace = std::max(longest_grace, b.grace_ms);
+      }
+      job.room_until_ms = now + longest_grace + kRoomMarginMs;
     }
     if (normal_waits) return;
     // Backfill: GPUs idle for long enough only, in submission order.
@@ -702,19 +744,30 @@ struct Daemon::State {
         ::close(fd);
       }
       if (wrapper_alive) {
-        // The wrapper wrote "pid starttime" into its lock as its first act.
+        // The wrapper writes "pid starttime" into its lock as its first act; one started an
+        // instant before the agent died may not have yet.
+        for (int i = 0; i < 40 && util::split(lock_text, ' ').size() < 2; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          lock_text = read_small(file(id, "lock")).value_or("");
+        }
         const auto words = util::split(lock_text, ' ');
         if (words.size() >= 2) {
           job.shim_pid = std::atoi(std::string(words[0]).c_str());
           job.shim_start = std::strtoull(std::string(words[1]).c_str(), nullptr, 10);
         }
         if (job.state == JobState::Queued) job.state = JobState::Running;
+        if (job.state == JobState::Stopping) {
+          job.stopping_for = job.reason.starts_with("preempted") ? StopReason::Preempt : StopReason::Cancel;
+        }
         if (job.started_ms == 0) job.started_ms = now_ms();
         auto& stored = jobs.emplace(id, std::move(job)).first->second;
         persist(stored);
         watch(stored, false);
         ++reattached;
         continue;
+      }
+      if (job.state == JobState::Stopping) {
+        job.stopping_for = job.reason.starts_with("preempted") ? StopReason::Preempt : StopReason::Cancel;
       }
       auto& stored = jobs.emplace(id, std::move(job)).first->second;
       const bool ran = std::filesystem::exists(file(id, "run")) || std::filesystem::exists(file(id, "exit"));
@@ -1040,9 +1093,14 @@ struct Daemon::State {
       if (!c.conn.send_line(answer.dump()).ok()) c.done = true;
       if (c.watching == 0) c.done = true;
       else if (auto it = jobs.find(c.watching); it == jobs.end()) c.done = true;
+      // Descriptors came with this request; what it did not take is closed.
+      for (int fd : c.fds) ::close(fd);
+      c.fds.clear();
     }
-    for (int fd : c.fds) ::close(fd);
-    c.fds.clear();
+    if (c.done) {
+      for (int fd : c.fds) ::close(fd);
+      c.fds.clear();
+    }
   }
 
   void run() {
@@ -1057,9 +1115,10 @@ struct Daemon::State {
         fds.push_back({rt.pidfd, POLLIN, 0});
         pid_jobs.push_back(id);
       }
-      int timeout = kTickMs;
+      long long timeout = kTickMs;
+      if (recheck_at_ms != 0) timeout = std::clamp(recheck_at_ms - now_ms(), 0LL, timeout);
       if (dirty) timeout = 0;
-      (void)::poll(fds.data(), fds.size(), timeout);
+      (void)::poll(fds.data(), fds.size(), static_cast<int>(timeout));
       if (fds[0].revents != 0) {
         std::uint64_t v = 0;
         (void)!::read(wake_fd, &v, sizeof v);
@@ -1087,7 +1146,9 @@ struct Daemon::State {
       std::erase_if(clients, [](const auto& c) { return c->done; });
       const long long now = now_ms();
       if (now - last_slow_tick_ms >= kTickMs) slow_tick();
-      if (dirty || now - last_pass_ms >= kRetryMs) pass();
+      const bool recheck = recheck_at_ms != 0 && now >= recheck_at_ms;
+      if (recheck) recheck_at_ms = 0;
+      if (dirty || recheck || now - last_pass_ms >= kRetryMs) pass();
     }
   }
 };
