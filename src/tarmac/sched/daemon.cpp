@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pwd.h>
+#include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -35,6 +36,8 @@
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
 
+extern char** environ;
+
 namespace tarmac::sched {
 
 namespace {
@@ -48,6 +51,7 @@ constexpr std::size_t kMaxClients = 1024;
 constexpr long long kRoomMarginMs = 5000;   // after preempted jobs end, how long their room is awaited
 constexpr long long kEndedPidMs = 10000;    // how long an ended job's pid is known as gone
 constexpr long long kRecheckMs = 25;        // a pass again this soon after a job ends
+constexpr long long kMinPassGapMs = 10;     // passes for new submissions, at most this often
 
 long long now_ms() {
   using namespace std::chrono;
@@ -149,6 +153,7 @@ struct Daemon::State {
   std::optional<JobDb> db;
   std::optional<LeaseDir> dir;
   std::unique_ptr<gpu::Backend> backend;
+  std::optional<gpu::Topology> topology;  // read once: links do not change while NVML is open
   int wake_fd = -1;
   std::atomic<bool> stop{false};
   std::thread thread;
@@ -364,34 +369,42 @@ struct Daemon::State {
       out_fd = rt.output_fds[0];
       err_fd = rt.output_fds[1];
     }
-    const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     const std::string spec_path = file(job.id, "json");
-    const char* argv[] = {"tarmac", "job-shim", spec_path.c_str(), nullptr};
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      // The agent has threads: only async-signal-safe calls until exec.
-      ::setsid();
-      ::dup2(null_fd, 0);
-      ::dup2(out_fd >= 0 ? out_fd : null_fd, 1);
-      ::dup2(err_fd >= 0 ? err_fd : null_fd, 2);
-      ::dup2(lock_fd, 3);
-      ::close_range(4, ~0U, 0);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::execv(opt.shim_exe.c_str(), const_cast<char* const*>(argv));
-      ::_exit(126);
-    }
-    const int fork_errno = errno;
+    // posix_spawn, not fork: the agent has threads and a heap, and copying its page tables for
+    // every job was most of a job's start (and of the hand-over between jobs).
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawnattr_init(&attr);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    if (out_fd >= 0) posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
+    else posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    if (err_fd >= 0) posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
+    else posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, lock_fd, 3);
+    posix_spawn_file_actions_addclosefrom_np(&actions, 4);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attr, &none);
+    sigset_t all;
+    sigfillset(&all);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    char* const argv[] = {const_cast<char*>("tarmac"), const_cast<char*>("job-shim"),
+                          const_cast<char*>(spec_path.c_str()), nullptr};
+    pid_t pid = -1;  // the wrapper gets the agent's environment; the job gets its submitter's (spec)
+    const int spawn_errno = ::posix_spawn(&pid, opt.shim_exe.c_str(), &actions, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
     ::close(lock_fd);
-    if (null_fd >= 0) ::close(null_fd);
     if (job.detach || rt.output_fds.size() < 2) {
       if (out_fd >= 0) ::close(out_fd);
     }
     for (int fd : rt.output_fds) ::close(fd);
     rt.output_fds.clear();
-    if (pid < 0) {
-      log(agent::LogLevel::Error, fmt::format("scheduler: cannot start job {}: fork: {}", job.id, std::strerror(fork_errno)));
+    if (spawn_errno != 0) {
+      log(agent::LogLevel::Error,
+          fmt::format("scheduler: cannot start job {}: {}: {}", job.id, opt.shim_exe, std::strerror(spawn_errno)));
       remove_job_files(job.id);
       return false;
     }
@@ -417,6 +430,19 @@ struct Daemon::State {
   }
 
   // --- the scheduling pass ---
+
+  // A snapshot with processes (and the topology, read at the first one).
+  Result<gpu::Snapshot> look() {
+    auto snap = backend->snapshot(gpu::SnapshotOptions{.processes = true, .topology = !topology.has_value()});
+    if (!snap.ok()) {
+      backend.reset();
+      topology.reset();
+      return snap;
+    }
+    if (snap->topology) topology = snap->topology;
+    else snap->topology = topology;
+    return snap;
+  }
 
   unsigned gpus_held_by(uid_t uid) const {
     unsigned n = 0;
@@ -473,10 +499,9 @@ struct Daemon::State {
       log(agent::LogLevel::Error, fmt::format("scheduler: {}", live.error().message));
       return;
     }
-    auto snap = backend->snapshot(gpu::SnapshotOptions{.processes = true, .topology = true});
+    auto snap = look();
     if (!snap.ok()) {
       log(agent::LogLevel::Error, fmt::format("scheduler: cannot look at the GPUs: {}", snap.error().message));
-      backend.reset();
       return;
     }
     std::erase_if(ended_pids, [now](const auto& kv) { return now - kv.second > kEndedPidMs; });
@@ -509,8 +534,19 @@ struct Daemon::State {
       }
     }
     bool normal_waits = false;
+    // Requests that found no room in this pass: a later job asking for as much finds none either.
+    std::vector<PickRequest> no_room;
+    const auto hopeless = [&no_room](const PickRequest& r) {
+      return std::any_of(no_room.begin(), no_room.end(), [&r](const PickRequest& f) {
+        return r.n >= f.n && r.min_free_bytes >= f.min_free_bytes && r.max_util_pct <= f.max_util_pct;
+      });
+    };
     for (const Job* cj : fair_order(normal, used)) {
       Job& job = jobs.at(cj->id);
+      if (backfill_gpus.empty() && hopeless(job.request)) {
+        normal_waits = true;
+        continue;
+      }
       if (!within_cap(opt.config.user_gpu_cap, gpus_held_by(job.uid), job.request.n)) {
         job.reason = fmt::format("waiting: {} holds {} of the per-user cap of {} GPUs", job.user,
                                  gpus_held_by(job.uid), opt.config.user_gpu_cap);
@@ -525,6 +561,7 @@ struct Daemon::State {
         }
       }
       normal_waits = true;
+      no_room.push_back(job.request);
       job.reason = fmt::format("waiting for {} free GPU{} ({} free)", job.request.n, job.request.n == 1 ? "" : "s",
                                r.free.size());
       if (backfill_gpus.empty()) continue;
@@ -1000,11 +1037,8 @@ struct Daemon::State {
     if (!held.ok()) return failure("io", held.error().message);
     auto live = dir->live_leases(now_ms());
     if (!live.ok()) return failure("io", live.error().message);
-    auto snap = backend->snapshot(gpu::SnapshotOptions{.processes = true, .topology = true});
-    if (!snap.ok()) {
-      backend.reset();
-      return failure("io", fmt::format("cannot look at the GPUs: {}", snap.error().message));
-    }
+    auto snap = look();
+    if (!snap.ok()) return failure("io", fmt::format("cannot look at the GPUs: {}", snap.error().message));
     LeasedGpus leased;
     for (const auto& l : *live) leased[l.uuid] = describe(l);
     const auto r = pick(*snap, leased, request);
@@ -1117,7 +1151,7 @@ struct Daemon::State {
       }
       long long timeout = kTickMs;
       if (recheck_at_ms != 0) timeout = std::clamp(recheck_at_ms - now_ms(), 0LL, timeout);
-      if (dirty) timeout = 0;
+      if (dirty) timeout = std::clamp(last_pass_ms + kMinPassGapMs - now_ms(), 0LL, timeout);
       (void)::poll(fds.data(), fds.size(), static_cast<int>(timeout));
       if (fds[0].revents != 0) {
         std::uint64_t v = 0;
@@ -1148,7 +1182,8 @@ struct Daemon::State {
       if (now - last_slow_tick_ms >= kTickMs) slow_tick();
       const bool recheck = recheck_at_ms != 0 && now >= recheck_at_ms;
       if (recheck) recheck_at_ms = 0;
-      if (dirty || recheck || now - last_pass_ms >= kRetryMs) pass();
+      // A burst of submissions is one pass, not one each; a job's end (recheck) is seen at once.
+      if ((dirty && now - last_pass_ms >= kMinPassGapMs) || recheck || now - last_pass_ms >= kRetryMs) pass();
     }
   }
 };
