@@ -11,7 +11,8 @@ Result<Acquired> acquire(const LeaseDir& dir, gpu::Backend& backend, const PickR
   for (const auto& l : live) leased[l.uuid] = describe(l);
   // The snapshot is taken under the lock too: a job started by the previous holder is already
   // leased, and one that ended has left NVML's process list before its lease was removed.
-  TARMAC_TRY_ASSIGN(auto snap, backend.snapshot(gpu::SnapshotOptions{.processes = true, .topology = true}));
+  TARMAC_TRY_ASSIGN(auto snap, backend.snapshot(
+                                              gpu::SnapshotOptions{.processes = true, .topology = true, .values = kPickValues}));
   Acquired out{.pick = pick(snap, leased, request), .snapshot = std::move(snap), .uuids = {}};
   for (unsigned index : out.pick.chosen) {
     for (const auto& d : out.snapshot.devices) {

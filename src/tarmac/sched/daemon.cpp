@@ -433,7 +433,8 @@ struct Daemon::State {
 
   // A snapshot with processes (and the topology, read at the first one).
   Result<gpu::Snapshot> look() {
-    auto snap = backend->snapshot(gpu::SnapshotOptions{.processes = true, .topology = !topology.has_value()});
+    auto snap = backend->snapshot(
+        gpu::SnapshotOptions{.processes = true, .topology = !topology.has_value(), .values = kPickValues});
     if (!snap.ok()) {
       backend.reset();
       topology.reset();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tarmac/gpu/model.hpp"
+#include "tarmac/gpu/value_groups.hpp"
 
 namespace tarmac::sched {
 
@@ -36,6 +37,10 @@ struct PickResult {
   std::vector<Excluded> excluded;  // every GPU that is not free, by index
   [[nodiscard]] bool ok() const { return !chosen.empty(); }
 };
+
+// The values a pick reads (a snapshot with processes and only these is enough, and cheaper).
+inline constexpr gpu::ValueGroups kPickValues = {gpu::ValueGroup::Uuid, gpu::ValueGroup::Board,
+                                                 gpu::ValueGroup::Memory, gpu::ValueGroup::Utilization};
 
 // The leased GPUs: UUID -> who holds it, for messages ("by alice, job J, pid 123").
 using LeasedGpus = std::map<std::string, std::string>;
