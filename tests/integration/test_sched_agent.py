@@ -305,6 +305,13 @@ class AgentQueueTest(unittest.TestCase):
         return make_executable(self.tmp / "job.sh", f'#!/bin/sh\necho "$TARMAC_JOB_ID" >> {runs}\n'
                                                     f'exec {LOAD} "$@"\n')
 
+    def classes(self, gpu):
+        """The activity classes the recorder has written for GPU so far."""
+        try:
+            return {row[0] for row in query(self.db, "SELECT class FROM activity WHERE gpu = ?", gpu)}
+        except Exception:  # noqa: BLE001 - the store may not be there yet
+            return set()
+
     def events(self):
         try:
             return query(self.db, "SELECT ts_ms, gpu, kind, detail FROM event ORDER BY ts_ms")
@@ -453,6 +460,10 @@ class IdleLease(AgentQueueTest):
         self.assertTrue(wait_for(lambda: load.pid in live_sim_processes(self.sim.state), 10 * SLOW))
         self.assertEqual(live_sim_processes(self.sim.state)[load.pid], jobs[used]["gpus"])
 
+        # While it waits unused, the recorder classes its GPU reserved-idle, not idle.
+        idle_gpu = jobs[idle]["gpus"][0]
+        self.assertTrue(wait_for(lambda: self.classes(idle_gpu) & {"reserved-idle"}, 10 * SLOW),
+                        f"GPU {idle_gpu}: {self.classes(idle_gpu)}")
         reclaimed = self.wait_state(idle, "reclaimed", timeout=20)
         self.assertTrue(wait_for(lambda: self.alerts.exists() and "lease_idle" in self.alerts.read_text(), 10 * SLOW),
                         f"the alert command got no lease_idle notice: "

@@ -155,7 +155,8 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
       ++summary.snapshots;
       summary.gpu_samples += static_cast<long long>(snap->devices.size());
       for (const auto& d : snap->devices) nvml_errors += static_cast<long long>(d.errors.size());
-      tracker.observe(*snap, now, list_processes, recorder);
+      tracker.observe(*snap, now, list_processes, recorder,
+                      options.leased_gpus ? options.leased_gpus() : std::set<std::string>{});
       if (list_processes) {
         for (const auto& d : snap->devices) recorder.add(info_of(d), now);
         next_processes = std::max(next_processes + options.process_interval_ms, now + 1);

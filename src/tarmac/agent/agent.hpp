@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 #include "tarmac/agent/clock.hpp"
@@ -28,6 +29,9 @@ struct AgentOptions {
   gpu::ActivityThresholds thresholds;
   // Called on the sampling thread after every successful sample; must be quick.
   std::function<void(const SampleView&)> on_sample;
+  // The UUIDs of the GPUs the scheduler has given out now (for the reserved-idle class); may be
+  // empty. Called on the sampling thread before every sample is classified; must be quick.
+  std::function<std::set<std::string>()> leased_gpus;
 };
 
 enum class LogLevel { Info, Warning, Error };

@@ -101,7 +101,8 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
   state.processes = d.processes;
 }
 
-void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_processes, store::Recorder& rec) {
+void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_processes, store::Recorder& rec,
+                      const std::set<std::string>& leased) {
   for (const auto& d : snap.devices) {
     const unsigned index = d.id.index;
     GpuState& state = gpus_[index];
@@ -126,7 +127,8 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
     const long long held_s = state.held_since_ms ? (ts_ms - *state.held_since_ms) / 1000 : 0;
     gpu::Device view = d;
     if (!with_processes) view.processes = state.processes;
-    const gpu::Activity activity = gpu::classify_with_history(view, thresholds_, held_s);
+    const gpu::Leased given = d.id.uuid && leased.contains(*d.id.uuid) ? gpu::Leased::Yes : gpu::Leased::No;
+    const gpu::Activity activity = gpu::classify_with_history(view, thresholds_, held_s, given);
 
     store::GpuSample s;
     s.ts_ms = ts_ms;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <optional>
 #include <vector>
 
@@ -22,7 +23,10 @@ class Tracker {
 
   // A sample of every GPU taken at `ts_ms`. When `snapshot` lists processes (`with_processes`),
   // they replace what the tracker knew; otherwise the last known processes stand.
-  void observe(const gpu::Snapshot& snapshot, long long ts_ms, bool with_processes, store::Recorder& recorder);
+  // `leased`: the UUIDs of GPUs tarmac's scheduler has given out (a GPU of them with no process is
+  // reserved-idle rather than idle).
+  void observe(const gpu::Snapshot& snapshot, long long ts_ms, bool with_processes, store::Recorder& recorder,
+               const std::set<std::string>& leased = {});
 
   // The current class of each GPU seen, by index.
   [[nodiscard]] std::map<unsigned, gpu::Activity> classes() const;

@@ -275,6 +275,7 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
     if (scheduler) scheduler->observe(s.merged, s.classes);
   };
 
+  if (scheduler) options.leased_gpus = [&scheduler] { return scheduler->given_gpus(); };
   auto summary = agent::run_agent(**backend, *clock, options, g_stop, log_line);
   if (service) service->stop();
   scheduler.reset();  // jobs keep running; the next agent re-attaches them

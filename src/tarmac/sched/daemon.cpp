@@ -170,9 +170,21 @@ struct Daemon::State {
   long long recheck_at_ms = 0;                 // a pass due soon after a job ended; 0: none
   std::set<std::pair<long long, unsigned>> flagged;
 
-  std::mutex use_mutex;  // guards the two below, written by observe()
+  mutable std::mutex use_mutex;  // guards the three below: observe() writes two, the loop the third
   std::map<std::string, GpuUse> use;
   unsigned gpu_count = 0;
+  std::set<std::string> given;  // GPUs of running jobs and active leases
+
+  void publish_given() {
+    std::set<std::string> now_given;
+    for (const auto& [id, j] : jobs) {
+      if (j.state == JobState::Running || j.state == JobState::Stopping || j.state == JobState::Active) {
+        now_given.insert(j.gpu_uuids.begin(), j.gpu_uuids.end());
+      }
+    }
+    std::lock_guard lock(use_mutex);
+    given = std::move(now_given);
+  }
 
   ~State() {
     for (auto& [id, rt] : runtime) {
@@ -1179,6 +1191,7 @@ struct Daemon::State {
         if (auto it = jobs.find(pid_jobs[i]); it != jobs.end()) on_wrapper_gone(it->second);
       }
       std::erase_if(clients, [](const auto& c) { return c->done; });
+      publish_given();
       const long long now = now_ms();
       if (now - last_slow_tick_ms >= kTickMs) slow_tick();
       const bool recheck = recheck_at_ms != 0 && now >= recheck_at_ms;
@@ -1221,6 +1234,11 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonOptions options) {
   State* raw = s.get();
   s->thread = std::thread([raw] { raw->run(); });
   return std::unique_ptr<Daemon>(new Daemon(std::move(s)));
+}
+
+std::set<std::string> Daemon::given_gpus() const {
+  std::lock_guard lock(state_->use_mutex);
+  return state_->given;
 }
 
 void Daemon::observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu::Activity>& classes) {

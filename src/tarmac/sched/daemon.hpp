@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ class Daemon {
 
   // The latest sample (the sampler's thread): who uses which GPU, and each GPU's activity class.
   void observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu::Activity>& classes);
+
+  // The UUIDs of the GPUs given out now, to running jobs and to leases (any thread).
+  [[nodiscard]] std::set<std::string> given_gpus() const;
 
   struct State;
 

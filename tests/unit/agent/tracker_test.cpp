@@ -203,6 +203,27 @@ TEST_F(TrackerTest, AClassChangeClosesTheOldSpanAtTheNewSamplesTime) {
   EXPECT_EQ(span(s[1]), std::make_tuple(Activity::Idle, kT0 + 20 * kS, kT0 + 30 * kS));
 }
 
+TEST_F(TrackerTest, AGpuTheSchedulerGaveOutWithNothingOnItIsReservedIdle) {
+  gpu::Device leased = device(0, 0);
+  leased.id.uuid = "GPU-leased";
+  gpu::Device free = device(1, 0);
+  free.id.uuid = "GPU-free";
+  const std::set<std::string> given = {"GPU-leased"};
+  tracker_.observe(snapshot({leased, free}), kT0, true, recorder_, given);
+  tracker_.observe(snapshot({leased, free}), kT0 + 10 * kS, true, recorder_, given);
+  EXPECT_EQ(tracker_.classes(), (std::map<unsigned, Activity>{{0, Activity::ReservedIdle}, {1, Activity::Idle}}));
+  // Once used, it is busy like any other; once given back, idle.
+  gpu::Device working = device(0, 90, {process(100, 30000)});
+  working.id.uuid = "GPU-leased";
+  tracker_.observe(snapshot({working, free}), kT0 + 20 * kS, true, recorder_, given);
+  EXPECT_EQ(tracker_.classes().at(0), Activity::Busy);
+  tracker_.observe(snapshot({leased, free}), kT0 + 30 * kS, true, recorder_, {});
+  EXPECT_EQ(tracker_.classes().at(0), Activity::Idle);
+  const auto s = spans(0);
+  ASSERT_EQ(s.size(), 3U);
+  EXPECT_EQ(span(s[0]), std::make_tuple(Activity::ReservedIdle, kT0, kT0 + 20 * kS));
+}
+
 TEST_F(TrackerTest, AGapLongerThanGapMsStartsNewSpansInsteadOfStretchingTheOld) {
   observe(snapshot({device(0, 90)}), kT0);
   observe(snapshot({device(0, 90)}), kT0 + 10 * kS);
