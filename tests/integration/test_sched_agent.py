@@ -573,8 +573,9 @@ class OutsideItsGpus(AgentQueueTest):
 
 
 # -- 7: who may do what ---------------------------------------------------------------------------
-@unittest.skipUnless(os.geteuid() == 0, "needs root: a second user")
-class Rights(AgentQueueTest):
+class SecondUser(AgentQueueTest):
+    """A second user, created when missing, whose commands run with its uid (as_user)."""
+
     user = "tarmac-t2"
 
     def setUp(self):
@@ -601,6 +602,9 @@ class Rights(AgentQueueTest):
             del env[k]
         return self.tarmac(*args, env=env, preexec_fn=demote)
 
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root to act as a second user")
+class Rights(SecondUser):
     def assert_refused(self, r, what):
         self.assertEqual(r.returncode, 2, f"{what}: {r.stdout} {r.stderr}")
         self.assertTrue(re.search(r"owner|not yours", r.stderr, re.I), f"{what}: {r.stderr!r}")
@@ -655,6 +659,46 @@ class Rights(AgentQueueTest):
             if env and env.get("TARMAC_JOB_ID") == str(job_id) and os.path.basename(argv0) == b"sleep":
                 out.append(pid)
         return out
+
+
+# -- fairness and the per-user cap -------------------------------------------------------------------
+@unittest.skipUnless(os.geteuid() == 0, "needs root to act as a second user")
+class Fairness(SecondUser):
+    def test_the_user_with_fewer_recent_gpu_hours_goes_first(self):
+        # root uses all four GPUs for a while, then holds them with a job that ends soon.
+        first = self.submit(LOAD, "--seconds", "1.5", n=4)
+        self.wait_state(first, "done", timeout=30)
+        hold = self.submit(LOAD, "--seconds", "3", n=4)
+        self.wait_state(hold, "running")
+        # While they are held, root queues a job for all four, then the other user does.
+        mine = self.submit(LOAD, "--seconds", "0.5", n=4)
+        time.sleep(0.2)
+        r = self.as_user("run", "-n", "4", "--detach", "--", "/bin/sleep", "0.5")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        theirs = int(r.stdout.split()[-1])
+        jobs = self.wait_ended([hold, mine, theirs], 60)
+        self.assertEqual((jobs[mine]["state"], jobs[theirs]["state"]), ("done", "done"))
+        self.assertLess(jobs[mine]["submitted_unix_ms"], jobs[theirs]["submitted_unix_ms"])
+        self.assertLess(jobs[theirs]["started_unix_ms"], jobs[mine]["started_unix_ms"],
+                        "the user with no GPU-hours went first, though submitted later")
+
+
+class UserCap(AgentQueueTest):
+    config = "user_gpu_cap = 2\n"
+
+    def test_a_user_holds_at_most_the_cap_and_more_is_refused(self):
+        ids = [self.submit(LOAD, "--seconds", "3") for _ in range(3)]
+        time.sleep(1.5 * SLOW)
+        jobs = self.jobs()
+        self.assertEqual(sorted(jobs[i]["state"] for i in ids), ["queued", "running", "running"])
+        waiting = next(i for i in ids if jobs[i]["state"] == "queued")
+        self.assertIn("cap", jobs[waiting]["reason"])
+        r = self.tarmac("run", "-n", "3", "--detach", "--", LOAD)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("cap", r.stderr)
+        ended = self.wait_ended(ids, 60)
+        self.assertEqual({ended[i]["state"] for i in ids}, {"done"})
+        self.assertEqual(len(self.jobs()), 3, "the refused job was not queued")
 
 
 # -- 8: bad input leaves the queue as it was --------------------------------------------------------
