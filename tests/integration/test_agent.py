@@ -186,15 +186,23 @@ class AgentFullDisk(unittest.TestCase):
     def test_read_only_directory_then_writable(self):
         subprocess.run(["mount", "-o", "remount,ro", str(self.mnt)], check=True)
         s = HeldSim("a100x4-balanced")
+        log = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-agent-log-")) / "agent.log"
+        self.addCleanup(shutil.rmtree, str(log.parent), True)
         try:
-            agent = s.agent(self.mnt / "state", "--interval", "100ms", "--flush", "200ms")
+            with open(log, "w") as err_file:
+                agent = s.agent(self.mnt / "state", "--interval", "100ms", "--flush", "200ms", stderr=err_file)
             self.addCleanup(agent.kill)
-            time.sleep(1.5)
+            # Writable again only once the agent has found it read-only (a slow start-up under the
+            # sanitizers can take longer than any fixed pause).
+            self.assertTrue(wait_for(lambda: "cannot write" in log.read_text(), timeout=60), log.read_text())
+            time.sleep(0.5)
             self.assertIsNone(agent.poll(), "the agent died on a read-only directory")
+            self.assertIn("scheduler off", log.read_text(), "the scheduler needs a writable state directory")
             subprocess.run(["mount", "-o", "remount,rw", str(self.mnt)], check=True)
             db = self.mnt / "state" / "tarmac.db"
             self.assertTrue(wait_for(lambda: db.exists() and self.latest(db) > 0, timeout=30))
-            rc, err = stop(agent)
+            rc, _ = stop(agent)
+            err = log.read_text()
             self.assertEqual(rc, 0, err)
             self.assertIn("cannot write", err)
             self.assertIn("recording resumed", err)

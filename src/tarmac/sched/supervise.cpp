@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <fmt/format.h>
 
 #include "tarmac/util/units.hpp"
@@ -145,13 +146,14 @@ pid_t spawn(const SpawnSpec& spec, const sigset_t& original_mask) {
     ::setpgid(0, 0);
     if (spec.terminal) give_terminal(::getpid());
     ::sigprocmask(SIG_SETMASK, &original_mask, nullptr);
-    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) child_fails(spec.cwd, errno);
     if (spec.uid) {
       if (::setgroups(spec.groups.size(), spec.groups.data()) != 0 || ::setgid(spec.gid) != 0 ||
           ::setuid(*spec.uid) != 0) {
         child_fails(fmt::format("cannot become uid {}", *spec.uid), errno);
       }
     }
+    // As the user: a directory the user may not enter is refused here, not entered as root.
+    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) child_fails(spec.cwd, errno);
     ::execve(spec.path.c_str(), argv.data(), envp.data());
     child_fails(what, errno);
   }
@@ -163,10 +165,10 @@ pid_t spawn(const SpawnSpec& spec, const sigset_t& original_mask) {
 }
 
 int supervise(pid_t pgid, const std::string& what, const Limits& limits, const sigset_t& handled) {
+  constexpr long long kNever = std::numeric_limits<long long>::max();
   const long long start = monotonic_ms();
-  std::optional<long long> term_at;
-  if (limits.time_ms) term_at = start + *limits.time_ms;
-  std::optional<long long> kill_at;
+  long long term_at = limits.time_ms ? start + *limits.time_ms : kNever;  // the wall-clock limit's SIGTERM
+  long long kill_at = kNever;                                             // the grace period's SIGKILL
   int status = 0;
   bool leader_done = false;
   bool leftovers_signalled = false;
@@ -181,29 +183,27 @@ int supervise(pid_t pgid, const std::string& what, const Limits& limits, const s
                  util::format_duration_ms(limits.grace_ms));
       ::kill(-pgid, SIGTERM);
       leftovers_signalled = true;
-      term_at.reset();
-      if (!kill_at) kill_at = now + limits.grace_ms;
+      term_at = kNever;
+      if (kill_at == kNever) kill_at = now + limits.grace_ms;
     }
-    if (term_at && now >= *term_at) {
+    if (now >= term_at) {
       fmt::print(stderr, "tarmac: {}: wall-clock limit of {} reached: SIGTERM, SIGKILL after {}\n", what,
                  util::format_duration_ms(*limits.time_ms), util::format_duration_ms(limits.grace_ms));
       ::kill(-pgid, SIGTERM);
-      term_at.reset();
+      term_at = kNever;
       kill_at = now + limits.grace_ms;
     }
-    if (kill_at && now >= *kill_at) {
+    if (now >= kill_at) {
       fmt::print(stderr, "tarmac: {}: still running after the grace period: SIGKILL to its process group\n", what);
       ::kill(-pgid, SIGKILL);
-      kill_at.reset();
+      kill_at = kNever;
     }
-    long long timeout = leader_done ? 50 : 1000;
-    if (term_at) timeout = std::min(timeout, *term_at - now);
-    if (kill_at) timeout = std::min(timeout, *kill_at - now);
+    const long long timeout = std::min({leader_done ? 50LL : 1000LL, term_at - now, kill_at - now});
     const int sig = wait_signal(handled, timeout);
     if (is_stop_signal(sig)) {
       ::kill(-pgid, sig);
-      if (!kill_at) kill_at = monotonic_ms() + limits.grace_ms;  // a group that ignores it is killed
-      term_at.reset();
+      if (kill_at == kNever) kill_at = monotonic_ms() + limits.grace_ms;  // a group that ignores it is killed
+      term_at = kNever;
     }
   }
 }
