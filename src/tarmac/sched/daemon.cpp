@@ -1,23 +1,15 @@
 #include "tarmac/sched/daemon.hpp"
 
 #include <poll.h>
-#include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 
 #include "tarmac/sched/daemon_state.hpp"
-#include "tarmac/sched/queue.hpp"
-#include "tarmac/sched/supervise.hpp"
-#include "tarmac/util/units.hpp"
 
 namespace tarmac::sched {
 

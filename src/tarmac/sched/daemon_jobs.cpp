@@ -1,8 +1,6 @@
 // The scheduler's jobs (daemon_state.hpp): starting one under its wrapper, seeing it end, the
 // scheduling pass (fairness, backfill, preemption), idle leases and jobs outside their GPUs.
-#include <poll.h>
 #include <spawn.h>
-#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

@@ -1,22 +1,12 @@
 // The scheduler's socket requests (daemon_state.hpp, docs/scheduler.md "The socket"): submit,
 // jobs, wait, cancel, reserve, release, extend; rights from the peer's uid.
-#include <poll.h>
-#include <spawn.h>
-#include <sys/eventfd.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
+#include <signal.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
-#include <chrono>
-#include <cstring>
-#include <filesystem>
+#include <variant>
 
 #include "tarmac/sched/daemon_state.hpp"
 #include "tarmac/sched/queue.hpp"
-#include "tarmac/sched/supervise.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::sched {
