@@ -531,6 +531,21 @@ class Backfill(AgentQueueTest):
         self.assertEqual(watch.clashes[:5], [], "the normal job started beside a backfill job")
 
 
+# -- --wait through the agent ---------------------------------------------------------------------
+class WaitLimit(AgentQueueTest):
+    def test_a_job_not_started_within_wait_is_cancelled_and_run_exits_1(self):
+        lease, _ = self.reserve(4, "10m")  # every GPU taken
+        started = time.monotonic()
+        r = self.tarmac("run", "--wait", "1s", "--", LOAD, "--seconds", "1")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("not started after 1s", r.stderr)
+        self.assertIn("cancelled before it started", r.stderr)
+        self.assertLess(time.monotonic() - started, 15 * SLOW)
+        job = [j for j in self.jobs().values() if j["kind"] == "job"]
+        self.assertEqual([(j["state"], j["started_unix_ms"]) for j in job], [("cancelled", None)])
+        self.assertEqual(self.job(lease)["state"], "active")
+
+
 # -- 6: the wall-clock limit through the agent ------------------------------------------------------
 class WallClock(AgentQueueTest):
     def test_time_limit_kills_the_whole_group_that_ignores_sigterm(self):

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
+#include <limits>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +31,7 @@ namespace {
 
 constexpr int kCommandNotFound = 127;
 constexpr long long kPollMs = 500;
+constexpr long long kForever = std::numeric_limits<long long>::max();  // no --wait
 
 struct RunFlags {
   RequestFlags request;
@@ -90,8 +92,7 @@ int run_alone(const GlobalOptions& global, const RunFlags& flags, const sched::P
   const auto self_start = sched::process_starttime(::getpid());
   const sched::Lease lease{.uuid = {}, .pid = ::getpid(), .starttime = self_start.value_or(0), .expires_unix_ms = 0,
                            .job_id = job_id, .user = current_user()};
-  const std::optional<long long> wait_until =
-      limits.wait_ms ? std::optional<long long>(monotonic_ms() + *limits.wait_ms) : std::nullopt;
+  const long long wait_until = limits.wait_ms ? monotonic_ms() + *limits.wait_ms : kForever;
   bool announced = false;
   sched::Acquired acquired;
   for (;;) {
@@ -110,7 +111,7 @@ int run_alone(const GlobalOptions& global, const RunFlags& flags, const sched::P
       break;
     }
     const long long now = monotonic_ms();
-    if (wait_until && now >= *wait_until) {
+    if (now >= wait_until) {
       fmt::print(stderr, "tarmac: gave up waiting after {}: {}", util::format_duration_ms(*limits.wait_ms),
                  not_enough_message(*got, request.n));
       return kExitProblems;
@@ -119,7 +120,7 @@ int run_alone(const GlobalOptions& global, const RunFlags& flags, const sched::P
       fmt::print(stderr, "tarmac: waiting for {} free GPU{}…\n", request.n, request.n == 1 ? "" : "s");
       announced = true;
     }
-    const long long pause = wait_until ? std::min(kPollMs, *wait_until - now) : kPollMs;
+    const long long pause = std::min(kPollMs, wait_until - now);
     if (const int sig = wait_signal(handled, pause); is_stop_signal(sig)) return 128 + sig;
   }
   backend->reset();  // NVML is not needed while the job runs
@@ -151,20 +152,33 @@ int follow_job(const std::string& socket, sched::Connection conn, long long id, 
   bool cancel_sent = false;
   bool lost_said = false;
   bool started = false;
-  const std::optional<long long> wait_until =
-      limits.wait_ms ? std::optional<long long>(monotonic_ms() + *limits.wait_ms) : std::nullopt;
+  const long long wait_until = limits.wait_ms ? monotonic_ms() + *limits.wait_ms : kForever;
   const auto cancel = [&](const char* why) {
     if (cancel_sent) return;
     fmt::print(stderr, "tarmac: {}: cancelling job {}\n", why, id);
     auto answer = ask_agent(socket, json{{"op", "cancel"}, {"id", id}});
     cancel_sent = answer.ok() && answer->body.value("ok", false);
   };
+  // How `run` ends for a job that has ended: its status, with a word when it did not run to its end.
+  const auto ended = [id](const json& job) {
+    const std::string state = job.value("state", std::string());
+    const bool never_started = !job.contains("started_unix_ms") || job["started_unix_ms"].is_null();
+    if (state == "cancelled" && never_started) {
+      fmt::print(stderr, "tarmac: job {} was cancelled before it started\n", id);
+      return kExitProblems;
+    }
+    if (state == "lost") {
+      fmt::print(stderr, "tarmac: job {} was lost: {}\n", id, job.value("reason", std::string()));
+      return kExitCouldNotLook;
+    }
+    return job_exit_status(job);
+  };
   for (;;) {
     if (const int sig = wait_signal(handled, 0); is_stop_signal(sig)) {
       if (cancel_sent) return 128 + sig;  // a second Ctrl-C: stop waiting (the job is being cancelled)
       cancel(strsignal(sig));
     }
-    if (wait_until && !started && monotonic_ms() >= *wait_until) {
+    if (!started && monotonic_ms() >= wait_until) {
       cancel(fmt::format("not started after {}", util::format_duration_ms(*limits.wait_ms)).c_str());
     }
     if (conn.fd() < 0) {
@@ -182,8 +196,9 @@ int follow_job(const std::string& socket, sched::Connection conn, long long id, 
         return kExitCouldNotLook;
       }
       const json& job = again->body["job"];
-      const std::string state = job.value("state", std::string());
-      if (sched::job_state_from(state) && sched::has_ended(*sched::job_state_from(state))) return job_exit_status(job);
+      const auto state = sched::job_state_from(job.value("state", std::string()));
+      if (state && sched::has_ended(*state)) return ended(job);
+      started = state == sched::JobState::Running || state == sched::JobState::Stopping;
       conn = std::move(again->conn);
       continue;
     }
@@ -203,16 +218,7 @@ int follow_job(const std::string& socket, sched::Connection conn, long long id, 
       started = false;
       fmt::print(stderr, "tarmac: job {} was preempted by a normal job and is queued again\n", id);
     } else if (kind == "ended") {
-      const std::string state = job.value("state", std::string());
-      const bool never_started = !job.contains("started_unix_ms") || job["started_unix_ms"].is_null();
-      if (state == "cancelled" && never_started) {
-        fmt::print(stderr, "tarmac: job {} was cancelled before it started\n", id);
-        return kExitProblems;
-      } else if (state == "lost") {
-        fmt::print(stderr, "tarmac: job {} was lost: {}\n", id, job.value("reason", std::string()));
-        return kExitCouldNotLook;
-      }
-      return job_exit_status(job);
+      return ended(job);
     }
   }
 }
