@@ -702,8 +702,14 @@ class UserCap(AgentQueueTest):
     config = "user_gpu_cap = 2\n"
 
     def test_a_user_holds_at_most_the_cap_and_more_is_refused(self):
-        ids = [self.submit(LOAD, "--seconds", "3") for _ in range(3)]
-        time.sleep(1.5 * SLOW)
+        ids = [self.submit(LOAD, "--seconds", "120") for _ in range(3)]
+        running = lambda jobs: [i for i in ids if jobs[i]["state"] == "running"]  # noqa: E731
+        self.wait_jobs(ids, lambda j: True, 5, "")  # all listed
+        deadline = time.monotonic() + 30 * SLOW
+        while len(running(self.jobs())) < 2:
+            self.assertLess(time.monotonic(), deadline, f"two jobs never ran: {self.jobs()}")
+            time.sleep(0.1)
+        time.sleep(1.0 * SLOW)  # passes later, with two GPUs still free, the third still waits
         jobs = self.jobs()
         self.assertEqual(sorted(jobs[i]["state"] for i in ids), ["queued", "running", "running"])
         waiting = next(i for i in ids if jobs[i]["state"] == "queued")
@@ -711,9 +717,14 @@ class UserCap(AgentQueueTest):
         r = self.tarmac("run", "-n", "3", "--detach", "--", LOAD)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("cap", r.stderr)
-        ended = self.wait_ended(ids, 60)
-        self.assertEqual({ended[i]["state"] for i in ids}, {"done"})
         self.assertEqual(len(self.jobs()), 3, "the refused job was not queued")
+        # One of the user's jobs ends: the waiting one may start.
+        self.assertEqual(self.tarmac("cancel", str(running(jobs)[0])).returncode, 0)
+        self.wait_state(waiting, "running", timeout=30)
+        for i in ids:
+            self.tarmac("cancel", str(i))
+        ended = self.wait_ended(ids, 60)
+        self.assertEqual({ended[i]["state"] for i in ids}, {"cancelled"})
 
 
 # -- 8: bad input leaves the queue as it was --------------------------------------------------------
