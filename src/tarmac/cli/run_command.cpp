@@ -31,6 +31,7 @@ namespace {
 
 constexpr int kCommandNotFound = 127;
 constexpr long long kPollMs = 500;
+constexpr int kLineMs = 5000;  // the rest of an event line, once its start has arrived
 constexpr long long kForever = std::numeric_limits<long long>::max();  // no --wait
 
 struct RunFlags {
@@ -202,9 +203,9 @@ int follow_job(const std::string& socket, sched::Connection conn, long long id, 
       conn = std::move(again->conn);
       continue;
     }
-    auto line = conn.read_line(200);
-    if (!line.ok()) {
-      if (line.error().message.find("in time") != std::string::npos) continue;  // a timeout: look at signals
+    if (!conn.wait_readable(200)) continue;  // nothing yet: look at signals and --wait again
+    auto line = conn.read_line(kLineMs);
+    if (!line.ok()) {  // the agent went away (or sent half a line and stopped): reconnect
       conn = sched::Connection();
       continue;
     }

@@ -146,6 +146,12 @@ bool Connection::fill(std::vector<int>& fds) {
   }
 }
 
+bool Connection::wait_readable(int timeout_ms) const {
+  if (buffer_.find('\n') != std::string::npos) return true;
+  pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+  return ::poll(&p, 1, timeout_ms) > 0;
+}
+
 bool Connection::take_line(std::string& line) {
   const auto nl = buffer_.find('\n');
   if (nl == std::string::npos) return false;

@@ -38,6 +38,9 @@ class Connection {
   // with it are appended to `fds` when given, closed otherwise. An error on EOF, timeout or failure.
   [[nodiscard]] Result<std::string> read_line(int timeout_ms, std::vector<int>* fds = nullptr);
 
+  // Whether a line is buffered or something arrives (data, or the peer closing) within `timeout_ms`.
+  [[nodiscard]] bool wait_readable(int timeout_ms) const;
+
   // Non-blocking: appends what is readable now to the buffer (and any descriptors to `fds`);
   // false when the peer closed or the socket failed.
   [[nodiscard]] bool fill(std::vector<int>& fds);
