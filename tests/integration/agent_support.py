@@ -4,6 +4,7 @@ sqlite3 (a real, independent SQLite client)."""
 import http.client
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -16,6 +17,10 @@ from test_status import BUILD, TARMAC
 
 SIM_LIB = str(BUILD / "sim" / "libnvidia-ml.so.1")
 
+# The bound of a wait for something that does happen (a log line, a row, an answer): only a hang
+# reaches it, never a slow machine. Tests wait for events, not for time (STYLE.md, habit 9).
+HANG_S = 120
+
 
 class HeldSim:
     """`tarmac sim --hold`: a simulation that stays up while agents come and go."""
@@ -25,7 +30,7 @@ class HeldSim:
         self.proc = subprocess.Popen(
             [TARMAC, "sim", "--scenario", scenario, "--speed", str(speed), "--state", self.state, "--hold"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while not os.path.exists(os.path.join(self.state, "ready")):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"the simulator did not start: {self.proc.stderr.read()}")
@@ -102,7 +107,7 @@ class LiveAgent:
     200. CONFIG is the text of the configuration file, if any. `.sim` (HeldSim), `.port`, `.url`
     ("http://127.0.0.1:PORT/"), `.agent` (the Popen), `.dir` (its own temporary folder)."""
 
-    def __init__(self, scenario, config=None, extra=(), speed=1, wait_s=30):
+    def __init__(self, scenario, config=None, extra=(), speed=1, wait_s=HANG_S):
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-http-"))
         self.sim = None
         self.agent = None
@@ -175,6 +180,17 @@ def stop(agent, timeout=10):
     return agent.returncode, err
 
 
+def samples_taken(port):
+    """tarmac_agent_samples_total on the /metrics of the agent on PORT (GPU-samples it has taken),
+    0 while it does not answer yet."""
+    try:
+        status, _, body = http_get(port, "/metrics", timeout=5)
+    except OSError:
+        return 0
+    m = re.search(r"^tarmac_agent_samples_total (\S+)$", body, re.M) if status == 200 else None
+    return float(m.group(1)) if m else 0
+
+
 def query(db, sql, *params):
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         return conn.execute(sql, params).fetchall()
@@ -185,7 +201,8 @@ def integrity(db):
         return conn.execute("PRAGMA integrity_check").fetchone()[0]
 
 
-def wait_for(predicate, timeout=20, step=0.05):
+def wait_for(predicate, timeout=HANG_S, step=0.05):
+    """Polls PREDICATE until it is true (returns True) or TIMEOUT seconds pass (returns False)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -159,8 +159,9 @@ class Page:
     def navigate(self, url):
         self.call("Page.navigate", {"url": url})
 
-    def wait_for(self, expression, timeout=20, step=0.2):
-        """Polls EXPRESSION until it is truthy; returns its value, or None after TIMEOUT seconds."""
+    def wait_for(self, expression, timeout=120, step=0.2):
+        """Polls EXPRESSION until it is truthy; returns its value, or None after TIMEOUT seconds (a
+        hang's bound, not a slow machine's)."""
         deadline = time.monotonic() + timeout
         while True:
             v = self.eval(expression)
