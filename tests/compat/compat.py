@@ -16,7 +16,12 @@ import dataclasses
 import os
 import pathlib
 import subprocess
+import sys
 import tomllib
+
+# What a missing tool means (a skip here, a failure in CI) is said in one place, for every test.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "integration"))
+from devtools import require_tool  # noqa: E402,F401 - re-exported for the compat tests
 
 SCENARIO = "a100x4-balanced"
 MIB = 1024 * 1024

@@ -22,6 +22,7 @@ SETTLE_S = 60  # upper bound to wait for the screen to show everything; passing 
 class Nvtop(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        compat.require_tool("tmux", hint="Debian: apt install tmux")
         cls.gpus = compat.expected_gpus()
         cls.nvtop = str(compat.peers_dir() / "x/nvtop/usr/bin/nvtop")
         cls.home = tempfile.TemporaryDirectory(prefix="tarmac-compat-nvtop-")

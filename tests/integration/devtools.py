@@ -6,6 +6,9 @@ pings in), the browser process, and one page whose console is recorded.
 stays up while the test changes what the server says, hence this. Every console call, uncaught
 exception and browser log entry (a failed fetch, a blocked resource) is kept in Page.console as
 "kind: text", so a test can require it to stay empty.
+
+Also the one place that says whether this run is CI's and what a missing tool means there
+(require_tool): every test that needs a third-party program asks it.
 """
 import base64
 import json
@@ -17,10 +20,30 @@ import struct
 import subprocess
 import tempfile
 import time
+import unittest
 import urllib.request
 from urllib.parse import urlparse
 
 CHROMIUM = "/usr/bin/chromium"
+
+
+def in_ci():
+    """Whether this is a CI run: CI=true, as .ci/run, GitHub Actions and GitLab set it."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def require_tool(name, path=None, hint=""):
+    """The path of the program NAME (PATH if given and executable, else NAME looked up on $PATH).
+    When there is none the calling test skips, except under CI, where it fails: a CI run without
+    promtool, Prometheus, chromium, tmux... must not pass by skipping what it was meant to check.
+    HINT says how to install it."""
+    found = path if path and os.access(path, os.X_OK) else (None if path else shutil.which(name))
+    if found:
+        return found
+    what = f"{path or name} is not installed" + (f" ({hint})" if hint else "")
+    if in_ci():
+        raise AssertionError(f"{what}, and this is a CI run (CI={os.environ.get('CI')}): a missing tool fails here")
+    raise unittest.SkipTest(what)
 
 
 class WebSocket:

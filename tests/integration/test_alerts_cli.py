@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 import unittest
 
+from devtools import require_tool
 from test_status import TARMAC, sim
 
 SPEED = 60  # a simulated minute per second
@@ -85,9 +86,7 @@ class CheckFromTheStore(unittest.TestCase):
 
 class PrometheusRules(unittest.TestCase):
     def test_promtool_accepts_the_rules(self):
-        promtool = shutil.which("promtool")
-        if promtool is None:
-            self.skipTest("promtool not installed (Debian's prometheus package; scripts/deps.sh --test installs it)")
+        promtool = require_tool("promtool", hint="Debian's prometheus package; scripts/deps.sh --test installs it")
         with tempfile.TemporaryDirectory() as d:
             path = pathlib.Path(d) / "tarmac-rules.yml"
             r = tarmac("alerts", "--prometheus-rules", "-o", str(path))

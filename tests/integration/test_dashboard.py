@@ -18,7 +18,7 @@ import time
 import unittest
 
 from agent_support import LiveAgent, gpu_pids
-from devtools import CHROMIUM, Browser
+from devtools import CHROMIUM, Browser, require_tool
 from test_status import BUILD
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -40,11 +40,7 @@ KERNEL = "python -m ipykernel_launcher"
 
 
 def need_chromium():
-    if os.path.exists(CHROMIUM):
-        return
-    if os.environ.get("CI"):
-        raise AssertionError(f"{CHROMIUM} is missing and CI is set: install Debian's chromium package")
-    raise unittest.SkipTest(f"{CHROMIUM} not installed (apt-get install chromium); the dashboard is not tested")
+    require_tool("chromium", CHROMIUM, hint="Debian: apt-get install chromium")
 
 
 class DashboardFile(unittest.TestCase):

@@ -6,6 +6,7 @@ import pathlib
 import tempfile
 import unittest
 
+from devtools import require_tool
 from test_status import BUILD, TARMAC, sim
 
 LOAD = BUILD / "sim" / "tarmac-sim-load"
@@ -163,8 +164,10 @@ class DoctorOverTheWindow(unittest.TestCase):
         self.assertEqual(rc, 1)
 
 
-@unittest.skipUnless(LOAD.exists(), "the simulator's load program is not built")
 class DoctorOnOneJob(unittest.TestCase):
+    def setUp(self):
+        require_tool("tarmac-sim-load", str(LOAD), hint="the simulator's load program: build the target tarmac-sim-load")
+
     def run_job(self, doctor_args, cuda=("0", "0")):
         """A shell starts one load program per entry of `cuda` (its CUDA_VISIBLE_DEVICES) on the
         idle fleet, then runs doctor on its own PID: the shell is the job's launcher."""

@@ -2,7 +2,8 @@
 linter and a real Prometheus server (the PromQL of Grafana dashboard 12239 and of
 packaging/grafana/tarmac.json), malformed and oversized requests over raw sockets, and --listen
 errors. promtool and prometheus are Debian's `prometheus` package (2.42; PROMTOOL= and PROMETHEUS=
-in the environment name others); the tests that need them skip when they are absent."""
+in the environment name others); the tests that need them skip when they are absent, and fail
+when they are absent in CI (devtools.require_tool)."""
 import json
 import os
 import pathlib
@@ -17,6 +18,7 @@ import unittest
 import urllib.parse
 
 from agent_support import HeldSim, LiveAgent, end_process, free_port, http_get, wait_for
+from devtools import require_tool
 from test_status import TARMAC
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -135,8 +137,8 @@ class MetricsFormat(unittest.TestCase):
         self.assertTrue(wait_for(ready, timeout=20, step=0.2), text[-2000:])
         return text
 
-    @unittest.skipUnless(os.access(PROMTOOL, os.X_OK), f"{PROMTOOL} not installed (Debian: apt install prometheus)")
     def test_promtool_check_metrics_allows_only_dcgm_naming(self):
+        require_tool("promtool", PROMTOOL, hint="Debian: apt install prometheus")
         text = self.live_metrics()
         code, bad, allowed = promtool_problems(text)
         self.assertEqual(bad, [], f"promtool check metrics (exit {code}) complains beyond dcgm-exporter's naming")
@@ -193,13 +195,13 @@ class MetricsFormat(unittest.TestCase):
         self.assertIn("NVIDIA A100-SXM4-40GB", page)
 
 
-@unittest.skipUnless(os.access(PROMETHEUS, os.X_OK), f"{PROMETHEUS} not installed (Debian: apt install prometheus)")
 class PrometheusScrapes(unittest.TestCase):
     """A real Prometheus scrapes two agents each second: a100x4-balanced and h100x2-log (GPM, read
     each second with agent.slow_interval = 1s)."""
 
     @classmethod
     def setUpClass(cls):
+        require_tool("prometheus", PROMETHEUS, hint="Debian: apt install prometheus")
         cls.a100 = LiveAgent("a100x4-balanced")
         cls.addClassCleanup(cls.a100.close)
         cls.h100 = LiveAgent("h100x2-log", config='[agent]\nslow_interval = "1s"\n')

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import unittest
 
+from devtools import require_tool
 from test_status import BUILD
 
 UNIT = "tarmac-agent.service"
@@ -142,9 +143,7 @@ class InstallUnderAPrefix(unittest.TestCase):
         self.assertEqual(r.stderr, "")
 
     def test_systemd_analyze_verify_accepts_the_unit(self):
-        analyze = shutil.which("systemd-analyze")
-        if analyze is None:
-            self.skipTest("systemd-analyze is not installed (Debian: the systemd package)")
+        analyze = require_tool("systemd-analyze", hint="Debian: the systemd package")
         r = subprocess.run([analyze, "verify", "--man=no", str(self.unit)], capture_output=True, text=True,
                            timeout=60)
         about_unit = [line for line in (r.stdout + r.stderr).splitlines() if UNIT in line]

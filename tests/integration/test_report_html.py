@@ -12,7 +12,6 @@ external resource is not logged there, so "fetches nothing" is checked on the fi
 """
 import html
 import json
-import os
 import pathlib
 import re
 import subprocess
@@ -20,9 +19,9 @@ import tempfile
 import unittest
 from html.parser import HTMLParser
 
+from devtools import CHROMIUM, require_tool
 from test_status import BUILD, TARMAC, sim
 
-CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
                   "--virtual-time-budget=2000", "--hide-scrollbars"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -39,11 +38,7 @@ def chromium(page, *args):
 
 def need_chromium(test):
     """Skips without Chromium, except under CI, where a missing browser must not pass as a skip."""
-    if os.path.exists(CHROMIUM):
-        return
-    if os.environ.get("CI"):
-        test.fail(f"{CHROMIUM} is missing and CI is set: install Debian's chromium package")
-    test.skipTest(f"{CHROMIUM} not installed (apt-get install chromium); the browser checks are skipped")
+    require_tool("chromium", CHROMIUM, hint="Debian: apt-get install chromium")
 
 
 class Elements(HTMLParser):

@@ -23,7 +23,8 @@ import threading
 import time
 import unittest
 
-from agent_support import HeldSim, end_process, query, wait_for
+from agent_support import HANG_S, HeldSim, end_process, query, wait_for
+from devtools import require_tool
 from test_sched import LOAD, SCENARIOS, free_a100x4, live_sim_processes
 from test_status import TARMAC
 
@@ -595,9 +596,8 @@ class SecondUser(AgentQueueTest):
 
     def setUp(self):
         if subprocess.run(["id", "-u", self.user], capture_output=True).returncode != 0:
-            if not shutil.which("useradd"):
-                self.skipTest("no useradd")
-            r = subprocess.run(["useradd", "-M", "-s", "/bin/false", self.user], capture_output=True, text=True)
+            useradd = require_tool("useradd", hint="Debian: the passwd package")
+            r = subprocess.run([useradd, "-M", "-s", "/bin/false", self.user], capture_output=True, text=True)
             if r.returncode != 0:
                 self.skipTest(f"cannot create {self.user}: {r.stderr.strip()}")
         self.pw = pwd.getpwnam(self.user)

@@ -6,6 +6,7 @@ import subprocess
 import time
 import unittest
 
+from devtools import require_tool
 from test_status import TARMAC, sim
 
 
@@ -78,8 +79,8 @@ class Watch(unittest.TestCase):
         r = subprocess.run([TARMAC, "watch", "-n", "0"], capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 2)
 
-    @unittest.skipIf(shutil.which("tmux") is None, "tmux is not installed")
     def test_terminal_watch_redraws_in_place_and_restores_the_screen(self):
+        require_tool("tmux", hint="Debian: apt install tmux")
         session = f"tarmac-watch-{os.getpid()}"
         marker = "before-watch-marker"
         subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "40",
