@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import unittest
 import urllib.parse
@@ -433,21 +432,27 @@ class MalformedRequests(unittest.TestCase):
         self.assert_still_serving()
 
     def test_half_sent_head_times_out_without_blocking_others(self):
-        result = {}
-        def stalled():
-            t = time.monotonic()
-            result["response"] = raw_request(self.live.port, b"GET /metrics HTTP/1.1\r\nHo", timeout=30)
-            result["seconds"] = time.monotonic() - t
-        th = threading.Thread(target=stalled)
-        th.start()
-        time.sleep(0.5)
-        t = time.monotonic()
-        self.assert_still_serving()          # the stalled client blocks nobody
-        self.assertLess(time.monotonic() - t, 2.0)
-        th.join(timeout=40)
-        self.assertEqual(status_of(result["response"]), 408, result["response"][:400])
-        self.assertGreater(result["seconds"], 5)
-        self.assertLess(result["seconds"], 20)
+        # The stalled client connects and sends half a head first: it is ahead of the requests below
+        # in the server's accept queue, so a server that waited on it would answer it (408, after the
+        # 10 s head timeout) before answering them.
+        stalled = socket.create_connection(("127.0.0.1", self.live.port), timeout=60)
+        self.addCleanup(stalled.close)
+        stalled.sendall(b"GET /metrics HTTP/1.1\r\nHo")
+        sent = time.monotonic()
+        self.assert_still_serving()          # the stalled client blocks nobody:
+        stalled.setblocking(False)
+        try:
+            early = stalled.recv(4096)
+        except BlockingIOError:
+            early = None
+        self.assertIsNone(early, "the stalled client was answered before the others were served")
+        stalled.settimeout(60)               # a hang, not a slow machine, runs into this
+        response = b""
+        while chunk := stalled.recv(65536):
+            response += chunk
+        waited = time.monotonic() - sent
+        self.assertEqual(status_of(response), 408, response[:400])
+        self.assertGreater(waited, 5, "408 only after the head timeout (10 s)")
         self.assert_still_serving()
 
     def test_connection_limit(self):
@@ -455,16 +460,24 @@ class MalformedRequests(unittest.TestCase):
         try:
             for _ in range(300):
                 socks.append(socket.create_connection(("127.0.0.1", self.live.port), timeout=5))
-            time.sleep(1.0)
-            answered = {}
-            for i, s in enumerate(socks):
+            for s in socks:
                 s.setblocking(False)
-                try:
-                    answered[i] = s.recv(4096)
-                except BlockingIOError:
-                    pass
-                except ConnectionResetError:
-                    answered[i] = b"<reset>"
+            # The server accepts in the order the connections were made: once the last one has its
+            # answer, every connection before it has been accepted (held, or answered and closed).
+            answered = {}
+            def sweep():
+                for i, s in enumerate(socks):
+                    if i in answered:
+                        continue
+                    try:
+                        answered[i] = s.recv(4096)
+                    except BlockingIOError:
+                        pass
+                    except ConnectionResetError:
+                        answered[i] = b"<reset>"
+                return 299 in answered
+            self.assertTrue(wait_for(sweep, timeout=60, step=0.05), f"connection 300 got no answer: {sorted(answered)}")
+            sweep()
             # 256 idle connections are held open; the 257th and later get 503 and are closed.
             self.assertEqual(sorted(answered), list(range(256, 300)), {k: v[:60] for k, v in answered.items()})
             self.assertTrue(all(status_of(v) == 503 for v in answered.values()),
