@@ -6,9 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <memory>
 #include <string>
-#include <thread>
+#include <vector>
 
 namespace tarmac::serve {
 namespace {
@@ -196,11 +196,16 @@ TEST_F(ServerTest, TooManyConnectionsGet503) {
   std::vector<std::unique_ptr<Client>> held;
   for (int i = 0; i < 4; ++i) {
     held.push_back(std::make_unique<Client>(server_->port()));
-    held.back()->send_text("GET /hel");  // a partial head keeps each connection open
+    // An answered keep-alive request: the server has accepted the connection and holds it open,
+    // idle (the idle timeout is a minute; a partial head would meet the 300 ms head timeout).
+    held.back()->send_text("GET /hello HTTP/1.1\r\n\r\n");
+    ASSERT_NE(held.back()->read_responses(1).find("HTTP/1.1 200 OK"), std::string::npos);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   Client extra(server_->port());
   EXPECT_NE(extra.read_all().find("HTTP/1.1 503"), std::string::npos);
+  // The held connections were kept: each is still served.
+  held.front()->send_text("GET /hello HTTP/1.1\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(held.front()->read_all().find("hello you"), std::string::npos);
 }
 
 TEST(HttpServer, ABusyPortIsAClearError) {
