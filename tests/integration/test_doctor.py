@@ -173,8 +173,10 @@ class DoctorOnOneJob(unittest.TestCase):
         idle fleet, then runs doctor on its own PID: the shell is the job's launcher."""
         loads = " ".join(f"CUDA_VISIBLE_DEVICES={c} {LOAD} --mem 4GiB --util 80 --seconds 30 & pids=\"$pids $!\";"
                          for c in cuda)
-        script = (f"pids=; {loads} sleep 1; {TARMAC} doctor --json --window 1s --interval 250ms --pid $$ {doctor_args};"
-                  " rc=$?; kill $pids; wait; exit $rc")
+        # Doctor starts once every load is registered with the simulator (its procs/PID file).
+        registered = 'for p in $pids; do until [ -s "$TARMAC_SIM_STATE/procs/$p" ]; do sleep 0.05; done; done;'
+        script = (f"pids=; {loads} {registered} {TARMAC} doctor --json --window 1s --interval 250ms --pid $$ "
+                  f"{doctor_args}; rc=$?; kill $pids; wait; exit $rc")
         r = sim("h100x8-idle-fleet", "/bin/sh", "-c", script, env=clean_env())
         return r.returncode, json.loads(r.stdout)
 

@@ -135,11 +135,11 @@ class ComputeApps(unittest.TestCase):
             self.fail(f"load program missing: {LOAD} (build the tarmac-sim-load target)")
         driver = textwrap.dedent(f"""
             import json, os, subprocess, sys, time
-            load = subprocess.Popen([{str(LOAD)!r}, "--mem", "1024", "--util", "50", "--seconds", "5"],
+            load = subprocess.Popen([{str(LOAD)!r}, "--mem", "1024", "--util", "50", "--seconds", "600"],
                                     env=dict(os.environ, CUDA_VISIBLE_DEVICES="2"))
             args = [{base.TARMAC!r}, "query", "--query-compute-apps=pid,gpu_bus_id,used_memory",
                     "--format=csv,noheader", "-i", "2"]
-            deadline = time.monotonic() + 4
+            deadline = time.monotonic() + 120  # a hang's bound; the load runs until killed below
             while True:
                 r = subprocess.run(args, capture_output=True, text=True)
                 if f"{{load.pid}}, " in r.stdout or time.monotonic() > deadline:

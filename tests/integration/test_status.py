@@ -150,8 +150,12 @@ class StatusProcesses(unittest.TestCase):
             "s = json.loads(subprocess.check_output([t, 'status', '--json']))\n"
             "pid = s['gpus'][1]['processes'][0]['pid']\n"
             "os.kill(pid, signal.SIGKILL)\n"
-            "time.sleep(0.5)\n"
-            "s = json.loads(subprocess.check_output([t, 'status', '--json']))\n"
+            "deadline = time.monotonic() + 60\n"  # a hang's bound: the simulator notices at its pace
+            "while True:\n"
+            "    s = json.loads(subprocess.check_output([t, 'status', '--json']))\n"
+            "    if not s['gpus'][1]['processes'] or time.monotonic() > deadline:\n"
+            "        break\n"
+            "    time.sleep(0.05)\n"
             "print(json.dumps(s['gpus'][1]))\n"
         )
         r = sim("a100x4-balanced", "/usr/bin/python3", "-c", script)
