@@ -16,7 +16,18 @@ import unittest
 import compat
 
 WIDTH, HEIGHT = 200, 50
-SETTLE_S = 60  # upper bound to wait for the screen to show everything; passing runs take ~2 s
+SETTLE_S = 120  # the bound of the wait for the screen to show everything: only a hang reaches it
+
+
+def complete(screen, gpus) -> bool:
+    """Whether SCREEN shows every device with the values the tests check, and every process."""
+    if len(re.findall(r"Device \d+ \[", screen)) < len(gpus):
+        return False
+    if len(re.findall(r"^\s*\d+\s.*\bpython\b", screen, re.M)) < len(gpus):
+        return False
+    return all(re.search(rf"TEMP\s+{g.temp_c}°C", screen) and re.search(rf"POW\s+{g.power_w}\s*/", screen)
+               and re.search(rf"GPU\[[|\s]*{g.util_pct}%\]", screen) and f"{g.proc_mem_mib}MiB" in screen
+               for g in gpus)
 
 
 class Nvtop(unittest.TestCase):
@@ -49,18 +60,16 @@ class Nvtop(unittest.TestCase):
 
     @classmethod
     def wait_for_screen(cls) -> str:
-        """The first screen that shows all four devices and four python processes (or the last
-        one seen when that does not happen in SETTLE_S seconds, or when nvtop exits)."""
+        """The first screen that shows all four devices with their values and four python processes
+        (or the last one seen when that does not happen in SETTLE_S seconds, or when nvtop exits):
+        nvtop draws the panels before it has every value."""
         deadline = time.monotonic() + SETTLE_S
         screen = ""
         while time.monotonic() < deadline:
             screen = cls.capture()
-            devices = len(re.findall(r"Device \d+ \[", screen))
-            python_rows = len(re.findall(r"^\s*\d+\s.*\bpython\b", screen, re.M))
-            if (devices >= 4 and python_rows >= 4) or "[nvtop exited" in screen:
-                time.sleep(1.0)  # one more refresh so that every value is drawn
-                return cls.capture() if "[nvtop exited" not in screen else screen
-            time.sleep(0.5)
+            if complete(screen, cls.gpus) or "[nvtop exited" in screen:
+                return screen
+            time.sleep(0.2)
         return screen
 
     def msg(self) -> str:

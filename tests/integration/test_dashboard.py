@@ -83,7 +83,7 @@ class Dashboard(unittest.TestCase):
     def wait_for_data(self):
         found = self.page.wait_for(
             f"document.querySelectorAll('[data-gpu] .mv[data-metric=\"util\"] .val').length == {N_GPUS} && "
-            f"[...document.querySelectorAll('.mv .val')].some(e => /%/.test(e.textContent))", timeout=20)
+            f"[...document.querySelectorAll('.mv .val')].some(e => /%/.test(e.textContent))", timeout=120)
         self.assertTrue(found, f"no GPU values shown: {self.page.eval('document.body.innerText')!r}")
 
     def test_cards_charts_and_processes_without_console_messages(self):
@@ -127,7 +127,7 @@ class Dashboard(unittest.TestCase):
         self.wait_for_data()
         kernel_shown = (f"{PROC_ROWS}.some(r => r[0] === '3' && r[3].includes('{KERNEL}')) && "
                         f"/^(19|20|21)\\.[0-9] GiB$/.test({VALUE_TEXT.format(gpu=3, metric='mem')})")
-        self.assertTrue(self.page.wait_for(kernel_shown, timeout=20),
+        self.assertTrue(self.page.wait_for(kernel_shown, timeout=120),
                         f"no kernel on GPU 3 shown: rows {self.page.eval(PROC_ROWS)}, GPU 3 {self.mem_gib(3)} GiB")
         pids = gpu_pids(self.backend.sim.state, 3)
         self.assertEqual(len(pids), 1, f"processes on GPU 3: {pids}")
@@ -141,8 +141,8 @@ class Dashboard(unittest.TestCase):
         killed = time.monotonic()
         gone = (f"!{PROC_ROWS}.some(r => r[3].includes('{KERNEL}')) && "
                 f"parseFloat({VALUE_TEXT.format(gpu=3, metric='mem')}) < 1")
-        self.assertTrue(self.page.wait_for(gone, timeout=10),
-                        f"10 s after the kill: rows {self.page.eval(PROC_ROWS)}, GPU 3 {self.mem_gib(3)} GiB")
+        self.assertTrue(self.page.wait_for(gone, timeout=120),  # only a hang reaches the bound
+                        f"120 s after the kill: rows {self.page.eval(PROC_ROWS)}, GPU 3 {self.mem_gib(3)} GiB")
         took = time.monotonic() - killed
         after = self.page.eval(PROC_ROWS)
         self.assertNotIn(str(pids[0]), [r[1] for r in after], after)
@@ -152,7 +152,7 @@ class Dashboard(unittest.TestCase):
 
         # The screenshot shows live data: every chart has drawn a line (history every 30 s, live
         # polls every 2 s: a few polls after the load).
-        self.assertTrue(self.page.wait_for(ALL_LINES_DRAWN, timeout=15), "a chart has no line yet")
+        self.assertTrue(self.page.wait_for(ALL_LINES_DRAWN, timeout=120), "a chart has no line yet")
         self.page.pump(1)
         artifacts = BUILD / "test-artifacts"
         artifacts.mkdir(parents=True, exist_ok=True)
@@ -170,7 +170,7 @@ class Dashboard(unittest.TestCase):
         self.wait_for_data()
         self.assertTrue(self.page.eval("document.getElementById('banner').hidden"))
         self.assertEqual(self.backend.stop(), 0, self.backend.stderr()[-1500:])
-        self.assertTrue(self.page.wait_for("!document.getElementById('banner').hidden", timeout=15),
+        self.assertTrue(self.page.wait_for("!document.getElementById('banner').hidden", timeout=120),
                         "no 'agent not reachable' banner")
         self.assertIn("not reachable", self.page.eval("document.getElementById('banner').textContent"))
         # The last values stay on screen, and the page itself logged nothing: only Chromium's own

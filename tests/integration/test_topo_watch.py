@@ -1,8 +1,9 @@
 """End-to-end tests of `tarmac topo` and `tarmac watch` under the simulator."""
 import json
 import os
-import shutil
+import pathlib
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -85,28 +86,37 @@ class Watch(unittest.TestCase):
         marker = "before-watch-marker"
         subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "40",
                         "bash --norc --noprofile"], check=True)
+        raw = tempfile.NamedTemporaryFile(prefix="tarmac-watch-", suffix=".out")
+        self.addCleanup(raw.close)
         try:
+            # Everything the pane's program writes, to count the frames drawn.
+            subprocess.run(["tmux", "pipe-pane", "-o", "-t", session, f"cat >> {raw.name}"], check=True)
+
             def pane():
                 return subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
                                       capture_output=True, text=True).stdout
 
-            def wait_for(text, timeout=15):
-                deadline = time.time() + timeout
-                while time.time() < deadline:
-                    if text in pane():
+            def wait_for(ready, timeout=120):  # only a hang reaches the bound
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    if ready():
                         return True
-                    time.sleep(0.2)
+                    time.sleep(0.1)
                 return False
+
+            def frames():
+                return pathlib.Path(raw.name).read_bytes().count(b"Every 0.3s: tarmac status")
 
             cmd = f"echo {marker}; {TARMAC} sim --scenario a100x4-gpu0-only -- {TARMAC} watch -n 0.3"
             subprocess.run(["tmux", "send-keys", "-t", session, cmd, "Enter"], check=True)
-            self.assertTrue(wait_for("GPUs 1-3 idle while GPU 0 works"), pane())
-            time.sleep(1.0)  # a few redraws
+            self.assertTrue(wait_for(lambda: "GPUs 1-3 idle while GPU 0 works" in pane()), pane())
+            first = frames()
+            self.assertTrue(wait_for(lambda: frames() >= first + 3), f"no redraws: {frames()} frames")  # a few
             screen = pane()
             self.assertEqual(screen.count("Every 0.3s: tarmac status"), 1, "redrawn in place, not appended")
             self.assertNotIn(marker, screen, "the watch runs on the alternate screen")
             subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=True)
-            self.assertTrue(wait_for(marker), "Ctrl-C must restore the screen: " + pane())
+            self.assertTrue(wait_for(lambda: marker in pane()), "Ctrl-C must restore the screen: " + pane())
             self.assertNotIn("Every 0.3s", pane())
         finally:
             subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

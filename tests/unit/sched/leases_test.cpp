@@ -227,7 +227,7 @@ TEST_F(LeaseDirTest, LeasesDieWithTheirOwner) {
     ::_exit(0);
   }
   ASSERT_GT(pid, 0);
-  for (int i = 0; i < 500 && !fs::exists(path_ + "/gpu-GPU-k.lease"); ++i) {
+  for (int i = 0; i < 6000 && !fs::exists(path_ + "/gpu-GPU-k.lease"); ++i) {  // a hang's bound: a minute
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(dir->live_leases(now_ms())->size(), 1u);
