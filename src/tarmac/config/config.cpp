@@ -13,13 +13,16 @@
 #include <unistd.h>
 
 #include "tarmac/alerts/sinks.hpp"
-#include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
+#include "tarmac/util/trusted_file.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::config {
 
 namespace {
+
+// A configuration file is a few kilobytes; a larger one is a mistake or an attack.
+constexpr std::size_t kMaxFileBytes = 1 << 20;
 
 // A key with how to read and write it. Values travel as long long in the key's own unit:
 // percent, °C, milliseconds, bytes.
@@ -454,12 +457,22 @@ std::vector<std::string> default_files() {
 Result<Loaded> load(const std::optional<std::string>& explicit_file) {
   Loaded loaded;
   loaded.files = explicit_file ? std::vector<std::string>{*explicit_file} : default_files();
+  // Root (the agent, whose alerts.command it runs) must not take orders from a file a user can
+  // change: `sudo -E` hands it the user's XDG_CONFIG_HOME.
+  const bool as_root = geteuid() == 0;
   for (const auto& file : loaded.files) {
-    auto text = util::read_file(file);
-    if (!text) {
+    auto text = util::read_trusted_file(file, as_root ? util::Writers::OwnerOnly : util::Writers::Anyone, 0,
+                                        kMaxFileBytes);
+    if (!text.ok()) {
+      if (text.error().code == Error::Code::Invalid) {
+        return make_error(Error::Code::Invalid,
+                          fmt::format("refusing the configuration file {}; as root, tarmac reads only configuration "
+                                      "that no one but root can change (sudo -E passes on a user's XDG_CONFIG_HOME: "
+                                      "use sudo without -E, or --config)",
+                                      text.error().message));
+      }
       return make_error(Error::Code::NotFound,
-                        fmt::format("cannot read the configuration file {}: {}", file,
-                                    std::filesystem::exists(file) ? "permission denied" : "no such file"));
+                        fmt::format("cannot read the configuration file {}", text.error().message));
     }
     TARMAC_TRY_ASSIGN(loaded.config, parse(*text, file, loaded.config, loaded.warnings));
   }
