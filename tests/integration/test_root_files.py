@@ -1,11 +1,13 @@
-"""Files root reads and writes, tried by a second user (issue 13, item 14): root's configuration
-must be a file only root can change (sudo -E hands root a user's XDG_CONFIG_HOME, whose
-alerts.command root would run)."""
+"""Files root reads and writes, tried by a second user (issue 13, items 14 and 16): root's
+configuration must be a file only root can change (sudo -E hands root a user's XDG_CONFIG_HOME,
+whose alerts.command root would run), and the store, which holds every job's command line and
+working directory, is not readable by everyone."""
 import json
 import os
 import pathlib
 import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 import unittest
@@ -37,6 +39,10 @@ def as_user(pw, *args, env=None):
     full.update(env or {})
     return subprocess.run([TARMAC, *args], capture_output=True, text=True, timeout=60, env=full,
                           preexec_fn=demote)
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root to act as a second user")
@@ -103,6 +109,52 @@ class RootConfiguration(unittest.TestCase):
         r = subprocess.run([TARMAC, "--config", str(self.user_file), "config"], capture_output=True, text=True,
                            timeout=60)
         self.assert_refused(r, f"is owned by uid {self.pw.pw_uid}, not by root")
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root to act as a second user")
+class StorePrivacy(unittest.TestCase):
+    def setUp(self):
+        self.pw = second_user(self)
+        self.top = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-store-"))
+        self.addCleanup(shutil.rmtree, self.top, True)
+        os.chmod(self.top, 0o755)
+        self.state = self.top / "state"
+        self.db = self.state / "tarmac.db"
+
+    def record(self):
+        s = HeldSim("a100x4-balanced")
+        self.addCleanup(s.close)
+        r = s.run("agent", "--listen", "off", "--state-dir", str(self.state), "--interval", "100ms",
+                  "--flush", "200ms", "--duration", "1s")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_the_store_is_not_world_readable_and_a_user_is_told_so(self):
+        self.record()
+        self.assertEqual(mode(self.state), 0o711)
+        self.assertEqual(mode(self.db), 0o640)
+        for suffix in ("-wal", "-shm"):
+            p = pathlib.Path(str(self.db) + suffix)
+            if p.exists():
+                self.assertEqual(mode(p), 0o640, p)
+        # Root reads it.
+        r = subprocess.run([TARMAC, "history", "--db", str(self.db)], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # A user gets a sentence, not a crash and not "no telemetry".
+        for cmd in (["history"], ["report"], ["--json", "history"]):
+            with self.subTest(cmd=cmd):
+                r = as_user(self.pw, *cmd, "--db", str(self.db), env={"HOME": str(self.top)})
+                self.assertGreater(r.returncode, 0, f"{r.stdout}\n{r.stderr}")
+                self.assertIn(f"cannot read the store {self.db}: permission denied", r.stderr)
+                self.assertIn("docs/recorder.md", r.stderr)
+                self.assertNotIn("terminate", r.stderr)
+
+    def test_a_store_from_an_older_tarmac_is_tightened(self):
+        self.state.mkdir(mode=0o755)
+        self.record()
+        os.chmod(self.db, 0o644)
+        self.record()
+        self.assertEqual(mode(self.db), 0o640)
+        self.assertEqual(mode(self.state), 0o755, "a directory tarmac did not create keeps its mode")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@
 #include "tarmac/sched/wire.hpp"
 #include "tarmac/serve/service.hpp"
 #include "tarmac/cli/app.hpp"
+#include "tarmac/store/private_files.hpp"
 #include "tarmac/store/recorder.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
@@ -88,8 +89,9 @@ class AgentLock {
   // Fails when another agent holds it; a directory that cannot be written is not an error here
   // (the recorder warns and retries).
   Result<void> acquire(const std::string& dir) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
+    // The directory and the store's file are made private before anything (the scheduler's job
+    // table, the recorder) opens the store; failing here is the recorder's to report.
+    (void)store::prepare_private_store(store::database_path(dir));
     const std::string path = dir + "/agent.lock";
     fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) return {};
