@@ -51,10 +51,10 @@ extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
 // Log lines: under systemd (JOURNAL_STREAM) with the kernel-style priority prefix journald reads,
 // elsewhere with the time.
-void log_line(agent::LogLevel level, const std::string& message) {
-  const char* word = level == agent::LogLevel::Info ? "info" : level == agent::LogLevel::Warning ? "warning" : "error";
+void log_line(util::LogLevel level, const std::string& message) {
+  const char* word = level == util::LogLevel::Info ? "info" : level == util::LogLevel::Warning ? "warning" : "error";
   if (std::getenv("JOURNAL_STREAM") != nullptr) {
-    const int prio = level == agent::LogLevel::Info ? 6 : level == agent::LogLevel::Warning ? 4 : 3;
+    const int prio = level == util::LogLevel::Info ? 6 : level == util::LogLevel::Warning ? 4 : 3;
     fmt::print(stderr, "<{}>{}\n", prio, message);
   } else {
     const std::time_t now = std::time(nullptr);
@@ -218,7 +218,7 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
       print_error(make_error(Error::Code::Invalid, r.error().message + " (set http.listen, or --listen off)"));
       return kExitUsage;
     }
-    log_line(agent::LogLevel::Info,
+    log_line(util::LogLevel::Info,
              fmt::format("serving http://{}/ (dashboard; /metrics, /api/v1/gpus, /api/v1/processes, "
                          "/api/v1/history, /healthz, /report)",
                          cfg.http_listen));
@@ -257,9 +257,9 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
     auto started = sched::Daemon::start(std::move(dopts));
     if (started.ok()) {
       scheduler = std::move(*started);
-      log_line(agent::LogLevel::Info, fmt::format("scheduler: serving the queue on {}", agent_scheduler_socket(cfg)));
+      log_line(util::LogLevel::Info, fmt::format("scheduler: serving the queue on {}", agent_scheduler_socket(cfg)));
     } else {
-      log_line(agent::LogLevel::Warning,
+      log_line(util::LogLevel::Warning,
                fmt::format("scheduler off: {} (set scheduler.socket, or --socket off)", started.error().message));
     }
   }
@@ -285,7 +285,7 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
     print_error(summary.error());
     return kExitCouldNotLook;
   }
-  log_line(agent::LogLevel::Info,
+  log_line(util::LogLevel::Info,
            fmt::format("stopped: {} GPU-samples over {} of {} clock in {:.1f} s ({:.0f} GPU-samples/s, {} late)",
                        summary->gpu_samples, util::format_duration_ms(summary->clock_ms),
                        clock_kind == config::AgentClock::Sim ? "simulated" : "real", summary->real_s,

@@ -15,8 +15,8 @@ using namespace testing;  // NOLINT
 struct Log {
   std::mutex mutex;
   std::vector<std::string> lines;
-  agent::LogSink sink() {
-    return [this](agent::LogLevel, const std::string& line) {
+  util::LogSink sink() {
+    return [this](util::LogLevel, const std::string& line) {
       std::lock_guard lock(mutex);
       lines.push_back(line);
     };
