@@ -15,7 +15,8 @@ constexpr int kSendTimeoutMs = 5000;
 constexpr int kCommandTimeoutMs = 10000;
 }  // namespace
 
-Alerter::Alerter(AlertConfig config, util::LogSink log) : log_(std::move(log)), evaluator_(config) {
+Alerter::Alerter(AlertConfig config, gpu::ActivityThresholds activity, util::LogSink log)
+    : log_(std::move(log)), evaluator_(config, activity) {
   if (!config.webhook.empty()) {
     auto url = parse_webhook_url(config.webhook);
     if (url.ok()) {

@@ -22,7 +22,8 @@ class Alerter {
  public:
   // `log` gets one line per notice (from the thread that calls observe) and one per sink failure
   // streak (from the sender thread), so it must be callable from two threads.
-  Alerter(AlertConfig config, util::LogSink log);
+  // `activity`: the class thresholds ([activity]), which also say what starved is.
+  Alerter(AlertConfig config, gpu::ActivityThresholds activity, util::LogSink log);
   ~Alerter();  // sends what is queued within 5 s in all (the rest is dropped and logged), then stops
   Alerter(const Alerter&) = delete;
   Alerter& operator=(const Alerter&) = delete;

@@ -196,7 +196,7 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
   sigaction(SIGINT, &sa, nullptr);
 
   // The live view for the HTTP endpoints and the alerts, fed by the sampling loop.
-  alerts::Alerter alerter(cfg.alerts, log_line);
+  alerts::Alerter alerter(cfg.alerts, cfg.activity, log_line);
   serve::LiveState live;
   std::unique_ptr<serve::Service> service;
   if (!cfg.http_listen.empty()) {

@@ -138,13 +138,10 @@ const std::vector<Key>& table() {
                [](Config& c, const std::string& v) { c.http_listen = v; },
                [](const Config& c) { return c.http_listen; }),
       key("alerts", "starvation_for", Kind::Duration,
-          "how long a GPU must stay starved (memory held, utilization low) before the starvation alert fires", 0,
+          "how long a GPU must stay starved (as activity.busy_util_pct and activity.starved_mem_pct define it) before "
+          "the starvation alert fires",
+          0,
           kAlertForMax, &Config::alerts, &AlertConfig::starvation_for_ms),
-      key("alerts", "starvation_util_pct", Kind::Percent, "GPU utilization below which held memory counts as starved",
-          1, 100, &Config::alerts, &AlertConfig::starvation_util_pct),
-      key("alerts", "starvation_mem_pct", Kind::Percent,
-          "share of memory held by processes at or above which a GPU below starvation_util_pct is starved", 1, 100,
-          &Config::alerts, &AlertConfig::starvation_mem_pct),
       key("alerts", "idle_for", Kind::Duration,
           "how long a GPU must stay idle or reserved-idle before the idle alert fires", 0, kAlertForMax,
           &Config::alerts, &AlertConfig::idle_for_ms),
@@ -220,6 +217,25 @@ const std::vector<Key>& table() {
           &Config::scheduler, &SchedulerConfig::lease_idle_grace_ms),
   };
   return keys;
+}
+
+// Keys an older tarmac read, with the key that now decides what they did.
+struct RetiredKey {
+  std::string_view section;
+  std::string_view name;
+  std::string_view instead;
+};
+constexpr RetiredKey kRetired[] = {
+    // One definition of starved (gpu::is_starved): the alert follows the class.
+    {"alerts", "starvation_util_pct", "activity.busy_util_pct"},
+    {"alerts", "starvation_mem_pct", "activity.starved_mem_pct"},
+};
+
+const RetiredKey* find_retired(std::string_view section, std::string_view name) {
+  for (const auto& r : kRetired) {
+    if (r.section == section && r.name == name) return &r;
+  }
+  return nullptr;
 }
 
 const char* kind_example(Kind kind) {
@@ -386,6 +402,12 @@ Result<Config> parse(std::string_view text, const std::string& file, const Confi
     for (const auto& [name, value] : *sub) {
       const Key* k = find_key(section.str(), name.str());
       const auto at = name.source().begin;
+      if (const RetiredKey* r = k == nullptr ? find_retired(section.str(), name.str()) : nullptr) {
+        found.emplace_back(at.line, fmt::format("{}:{}: '{}.{}' is no longer read: {} decides it for the GPU class, "
+                                                "the alert and doctor alike (ignored)",
+                                                file, at.line, section.str(), name.str(), r->instead));
+        continue;
+      }
       if (k == nullptr) {
         found.emplace_back(at.line, fmt::format("{}:{}: unknown key '{}.{}' (ignored)", file, at.line, section.str(),
                                                 name.str()));
