@@ -107,7 +107,10 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
 
   // The first snapshot proves NVML works; without it there is nothing to record.
   TARMAC_TRY_ASSIGN(auto first, backend.snapshot(with_processes));
+  // The schedule runs on the clock's monotonic time; wall time only stamps the rows, so a step of
+  // the wall clock (NTP) neither stops sampling nor bursts it.
   const long long start_ms = clock.now_ms();
+  const long long start_mono = clock.monotonic_ms();
   recorder.add(store::Event{start_ms, std::nullopt, "agent-start",
                             fmt::format("{} GPUs, every {} ms", first.devices.size(), options.interval_ms)});
   log(LogLevel::Info, fmt::format("recording {} GPUs every {} ms (processes every {} ms) to {}", first.devices.size(),
@@ -116,9 +119,9 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
   AgentSummary summary;
   const auto real_start = Steady::now();
   auto last_flush = Steady::now();
-  long long next_fast = start_ms;
-  long long next_processes = start_ms;
-  long long next_slow = start_ms;
+  long long next_fast = start_mono;
+  long long next_processes = start_mono;
+  long long next_slow = start_mono;
   long long last_prune = 0;
   long long last_error_log = -1;
   std::optional<gpu::Snapshot> pending_first(std::move(first));
@@ -142,10 +145,12 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
   flush(start_ms);
 
   long long now = start_ms;
+  long long mono = start_mono;
   while (!stop.load(std::memory_order_relaxed)) {
     now = clock.now_ms();
-    if (options.duration_ms > 0 && now - start_ms >= options.duration_ms) break;
-    const bool list_processes = now >= next_processes;
+    mono = clock.monotonic_ms();
+    if (options.duration_ms > 0 && mono - start_mono >= options.duration_ms) break;
+    const bool list_processes = mono >= next_processes;
     const auto sample_start = Steady::now();
     Result<gpu::Snapshot> snap = pending_first ? Result<gpu::Snapshot>(std::move(*pending_first))
                                                : backend.snapshot(list_processes ? with_processes : fast);
@@ -159,7 +164,7 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
                       options.leased_gpus ? options.leased_gpus() : std::set<std::string>{});
       if (list_processes) {
         for (const auto& d : snap->devices) recorder.add(info_of(d), now);
-        next_processes = std::max(next_processes + options.process_interval_ms, now + 1);
+        next_processes = std::max(next_processes + options.process_interval_ms, mono + 1);
       }
       if (options.on_sample) {
         // The hook sees every GPU whole: this sample's values, the last processes and slow values.
@@ -176,12 +181,12 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
       }
     } else {
       ++nvml_errors;
-      if (last_error_log < 0 || now - last_error_log >= 60 * 1000) {
+      if (last_error_log < 0 || mono - last_error_log >= 60 * 1000) {
         log(LogLevel::Error, fmt::format("cannot read the GPUs: {}", snap.error().message));
-        last_error_log = now;
+        last_error_log = mono;
       }
     }
-    if (options.slow_interval_ms > 0 && now >= next_slow) {
+    if (options.slow_interval_ms > 0 && mono >= next_slow) {
       if (auto s = backend.snapshot(slow); s.ok()) {
         for (const auto& d : s->devices) {
           if (!d.slow) continue;
@@ -191,7 +196,7 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
                                          d.slow->gpm_tensor_active_pct, d.slow->gpm_dram_bw_pct});
         }
       }
-      next_slow = std::max(next_slow + options.slow_interval_ms, now + 1);
+      next_slow = std::max(next_slow + options.slow_interval_ms, mono + 1);
     }
     // Flush on time, or sooner when a fast simulation piles rows up: memory stays bounded.
     if (seconds_since(last_flush) * 1000 >= static_cast<double>(options.flush_interval_ms) ||
@@ -200,21 +205,23 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
     }
 
     next_fast += options.interval_ms;
-    const long long after = clock.now_ms();
+    const long long after = clock.monotonic_ms();
     if (next_fast <= after) {
       // The sample ran past the next one's time (a slow GPU, a fast simulation): take the next one
       // now rather than a burst of catch-up samples.
       ++summary.late_samples;
       next_fast = after;
     }
-    if (options.duration_ms > 0) next_fast = std::min(next_fast, start_ms + options.duration_ms);
-    clock.wait_until(next_fast, stop);
+    if (options.duration_ms > 0) next_fast = std::min(next_fast, start_mono + options.duration_ms);
+    clock.sleep_until(next_fast, stop);
   }
+  mono = std::max(mono, clock.monotonic_ms());
+  if (options.duration_ms > 0) mono = std::min(mono, start_mono + options.duration_ms);
   now = std::max(now, clock.now_ms());
   if (options.duration_ms > 0) now = std::min(now, start_ms + options.duration_ms);
   recorder.add(store::Event{now, std::nullopt, "agent-stop", fmt::format("{} GPU-samples", summary.gpu_samples)});
   flush(now);
-  summary.clock_ms = now - start_ms;
+  summary.clock_ms = mono - start_mono;
   summary.real_s = seconds_since(real_start);
   if (recorder.pending_rows() > 0) {
     log(LogLevel::Warning, fmt::format("stopped with {} rows not written to {}", recorder.pending_rows(), ropts.path));

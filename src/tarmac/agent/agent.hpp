@@ -13,6 +13,7 @@
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/store/recorder.hpp"
+#include "tarmac/util/log.hpp"
 
 namespace tarmac::agent {
 
@@ -34,8 +35,10 @@ struct AgentOptions {
   std::function<std::set<std::string>()> leased_gpus;
 };
 
-enum class LogLevel { Info, Warning, Error };
-using LogSink = std::function<void(LogLevel, const std::string&)>;
+// Kept for the scheduler (sched/), which still names them agent::LogLevel and agent::LogSink:
+// the definitions are util's (util/log.hpp).
+using LogLevel = util::LogLevel;
+using LogSink = util::LogSink;
 
 // What a run did, for its last log line and the benchmarks.
 struct AgentSummary {

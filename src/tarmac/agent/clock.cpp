@@ -1,9 +1,7 @@
 #include "tarmac/agent/clock.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <fmt/format.h>
-#include <thread>
 
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
@@ -13,44 +11,49 @@ namespace tarmac::agent {
 namespace {
 
 long long real_ns() {
+  // The simulator anchors its timeline on CLOCK_REALTIME (start_real_ns), shared across processes.
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
 class RealClock final : public Clock {
  public:
-  [[nodiscard]] long long now_ms() const override { return real_ns() / 1'000'000; }
+  [[nodiscard]] long long monotonic_ms() const override { return util::monotonic_ms(); }
+  [[nodiscard]] long long wall_ms() const override { return util::wall_ms(); }
+  void sleep_until(long long target_ms, const std::atomic<bool>& stop) const override {
+    util::sleep_in_slices(*this, target_ms, 1.0, stop);
+  }
   [[nodiscard]] double speed() const override { return 1.0; }
 };
 
 class SimClock final : public Clock {
  public:
   SimClock(long long start_real_ns, double speed, long long epoch_ns)
-      : start_real_ns_(start_real_ns), speed_(speed), epoch_ns_(epoch_ns) {}
-  [[nodiscard]] long long now_ms() const override {
-    const double t_ns = static_cast<double>(real_ns() - start_real_ns_) * speed_;
-    return (epoch_ns_ + static_cast<long long>(t_ns)) / 1'000'000;
+      : start_real_ns_(start_real_ns), speed_(speed), epoch_ns_(epoch_ns), mono0_ms_(util::monotonic_ms()),
+        sim0_ms_(sim_ms()) {}
+  [[nodiscard]] long long wall_ms() const override { return sim_ms(); }
+  [[nodiscard]] long long monotonic_ms() const override {
+    return sim0_ms_ + static_cast<long long>(static_cast<double>(util::monotonic_ms() - mono0_ms_) * speed_);
+  }
+  void sleep_until(long long target_ms, const std::atomic<bool>& stop) const override {
+    util::sleep_in_slices(*this, target_ms, speed_, stop);
   }
   [[nodiscard]] double speed() const override { return speed_; }
 
  private:
+  [[nodiscard]] long long sim_ms() const {
+    const double t_ns = static_cast<double>(real_ns() - start_real_ns_) * speed_;
+    return (epoch_ns_ + static_cast<long long>(t_ns)) / 1'000'000;
+  }
+
   long long start_real_ns_;
   double speed_;
   long long epoch_ns_;
+  long long mono0_ms_;
+  long long sim0_ms_;
 };
 
 }  // namespace
-
-void Clock::wait_until(long long target_ms, const std::atomic<bool>& stop) const {
-  // Short real-time slices, so that a stop request (SIGTERM) is seen within 100 ms.
-  constexpr double kSliceMs = 100.0;
-  while (!stop.load(std::memory_order_relaxed)) {
-    const long long left_ms = target_ms - now_ms();
-    if (left_ms <= 0) return;
-    const double real_ms = std::min(kSliceMs, static_cast<double>(left_ms) / speed());
-    std::this_thread::sleep_for(std::chrono::microseconds(std::max(1LL, static_cast<long long>(real_ms * 1000))));
-  }
-}
 
 std::unique_ptr<Clock> real_clock() { return std::make_unique<RealClock>(); }
 

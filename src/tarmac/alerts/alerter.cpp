@@ -15,13 +15,14 @@ constexpr int kSendTimeoutMs = 5000;
 constexpr int kCommandTimeoutMs = 10000;
 }  // namespace
 
-Alerter::Alerter(AlertConfig config, agent::LogSink log) : log_(std::move(log)), evaluator_(config) {
+Alerter::Alerter(AlertConfig config, gpu::ActivityThresholds activity, util::LogSink log)
+    : log_(std::move(log)), evaluator_(config, activity) {
   if (!config.webhook.empty()) {
     auto url = parse_webhook_url(config.webhook);
     if (url.ok()) {
       webhook_ = *url;
     } else if (log_) {
-      log_(agent::LogLevel::Error, fmt::format("alerts.webhook: {} (no webhook)", url.error().message));
+      log_(util::LogLevel::Error, fmt::format("alerts.webhook: {} (no webhook)", url.error().message));
     }
   }
   command_ = command_argv(config.command);
@@ -49,8 +50,8 @@ void Alerter::observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu:
   }
   for (const auto& n : notices) {
     if (log_) {
-      log_(n.kind == Notice::Kind::Firing && n.alert.severity != Severity::Info ? agent::LogLevel::Warning
-                                                                                 : agent::LogLevel::Info,
+      log_(n.kind == Notice::Kind::Firing && n.alert.severity != Severity::Info ? util::LogLevel::Warning
+                                                                                 : util::LogLevel::Info,
            "alert " + n.text());
     }
   }
@@ -66,7 +67,7 @@ void Alerter::observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu:
 }
 
 void Alerter::announce(Notice notice) {
-  if (log_) log_(agent::LogLevel::Warning, "alert " + notice.text());
+  if (log_) log_(util::LogLevel::Warning, "alert " + notice.text());
   if (!sender_.joinable()) return;
   {
     std::lock_guard lock(queue_mutex_);
@@ -90,7 +91,7 @@ void Alerter::send_loop() {
       if (queue_.empty()) return;  // stopping, and everything sent
       if (stopping_ && std::chrono::steady_clock::now() >= stop_deadline_) {
         if (log_) {
-          log_(agent::LogLevel::Warning,
+          log_(util::LogLevel::Warning,
                fmt::format("stopping: {} alert notices not sent (the sinks took too long)", queue_.size()));
         }
         return;
@@ -114,18 +115,18 @@ void Alerter::deliver(const Notice& notice) {
   if (webhook_) {
     auto sent = post_json(*webhook_, notice_body(notice), budget_ms(kSendTimeoutMs));
     if (!sent.ok() && !webhook_failing_ && log_) {
-      log_(agent::LogLevel::Warning,
+      log_(util::LogLevel::Warning,
            fmt::format("alert webhook http://{}:{}{}: {} (logged once until it works again)", webhook_->host,
                        webhook_->port, webhook_->path, sent.error().message));
     } else if (sent.ok() && webhook_failing_ && log_) {
-      log_(agent::LogLevel::Info, "alert webhook works again");
+      log_(util::LogLevel::Info, "alert webhook works again");
     }
     webhook_failing_ = !sent.ok();
   }
   if (!command_.empty()) {
     auto ran = run_command(command_, notice_body(notice) + "\n", notice_env(notice), budget_ms(kCommandTimeoutMs));
     if (!ran.ok() && !command_failing_ && log_) {
-      log_(agent::LogLevel::Warning,
+      log_(util::LogLevel::Warning,
            fmt::format("alert command: {} (logged once until it works again)", ran.error().message));
     }
     command_failing_ = !ran.ok();

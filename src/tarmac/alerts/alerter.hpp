@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "tarmac/agent/agent.hpp"
 #include "tarmac/alerts/rules.hpp"
 #include "tarmac/alerts/sinks.hpp"
+#include "tarmac/util/log.hpp"
 
 namespace tarmac::alerts {
 
@@ -22,7 +22,8 @@ class Alerter {
  public:
   // `log` gets one line per notice (from the thread that calls observe) and one per sink failure
   // streak (from the sender thread), so it must be callable from two threads.
-  Alerter(AlertConfig config, agent::LogSink log);
+  // `activity`: the class thresholds ([activity]), which also say what starved is.
+  Alerter(AlertConfig config, gpu::ActivityThresholds activity, util::LogSink log);
   ~Alerter();  // sends what is queued within 5 s in all (the rest is dropped and logged), then stops
   Alerter(const Alerter&) = delete;
   Alerter& operator=(const Alerter&) = delete;
@@ -42,7 +43,7 @@ class Alerter {
   void send_loop();
   void deliver(const Notice& notice);
 
-  agent::LogSink log_;
+  util::LogSink log_;
   std::optional<WebhookUrl> webhook_;
   std::vector<std::string> command_;
 

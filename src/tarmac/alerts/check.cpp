@@ -26,7 +26,7 @@ long long process_interval_ms(const std::vector<store::ProcessSample>& samples) 
 
 }  // namespace
 
-Result<CheckResult> check(store::Reader& reader, const AlertConfig& config) {
+Result<CheckResult> check(store::Reader& reader, const AlertConfig& config, const gpu::ActivityThresholds& activity) {
   CheckResult result;
   TARMAC_TRY_ASSIGN(const auto recorded, reader.recorded());
   if (!recorded) return result;
@@ -43,7 +43,7 @@ Result<CheckResult> check(store::Reader& reader, const AlertConfig& config) {
   std::map<unsigned, std::vector<const store::ProcessSpan*>> spans_by_gpu;
   for (const auto& s : spans) spans_by_gpu[s.gpu].push_back(&s);
 
-  Evaluator evaluator(config);
+  Evaluator evaluator(config, activity);
   std::map<std::pair<unsigned, unsigned>, long long> process_mem_mib;  // latest read, by (gpu, pid)
   std::size_t next_process = 0;
   for (std::size_t i = 0; i < samples.size();) {

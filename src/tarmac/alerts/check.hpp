@@ -18,7 +18,8 @@ struct CheckResult {
 // Replays the store's last samples (the longest enabled `for` plus a margin) in time order through
 // an Evaluator, each GPU with its recorded class and the processes recorded on it then, and
 // returns what fires at the end of the recording. Thermal sees temperatures only (clock-event
-// reasons are not stored); lost GPUs are recorded as class fault.
-[[nodiscard]] Result<CheckResult> check(store::Reader& reader, const AlertConfig& config);
+// reasons are not stored); lost GPUs are recorded as class fault. `activity`: the class thresholds.
+[[nodiscard]] Result<CheckResult> check(store::Reader& reader, const AlertConfig& config,
+                                        const gpu::ActivityThresholds& activity);
 
 }  // namespace tarmac::alerts

@@ -12,7 +12,8 @@ namespace tarmac::alerts {
 [[nodiscard]] const char* prometheus_alert_name(Rule rule);
 
 // A rules file (one group, "tarmac") with one alerting rule per enabled rule, with the configured
-// thresholds and `for` durations; `promtool check rules` accepts it.
-[[nodiscard]] std::string prometheus_rules(const AlertConfig& config);
+// thresholds and `for` durations (starvation's from `activity`, as the class); `promtool check rules`
+// accepts it.
+[[nodiscard]] std::string prometheus_rules(const AlertConfig& config, const gpu::ActivityThresholds& activity);
 
 }  // namespace tarmac::alerts

@@ -189,7 +189,8 @@ std::string job_key(const host::ProcessInfo& process) {
   return fmt::format("{} {}", process.user.value_or("?"), blurred);
 }
 
-Evaluator::Evaluator(AlertConfig config) : config_(std::move(config)) {}
+Evaluator::Evaluator(AlertConfig config, gpu::ActivityThresholds activity)
+    : config_(std::move(config)), activity_(activity) {}
 
 std::vector<Notice> Evaluator::observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu::Activity>& classes,
                                        long long ts_ms) {
@@ -230,14 +231,11 @@ std::vector<Notice> Evaluator::observe(const gpu::Snapshot& merged, const std::m
     }
     const auto pct = used_pct(d);
     const std::uint64_t held = held_bytes(d);
-    const double held_pct = d.id.mem_total_bytes && *d.id.mem_total_bytes > 0
-                                ? 100.0 * static_cast<double>(held) / static_cast<double>(*d.id.mem_total_bytes)
-                                : 0.0;
-    if (!d.processes.empty() && util && *util < config_.starvation_util_pct && held_pct >= config_.starvation_mem_pct &&
-        cls != gpu::Activity::Holding && cls != gpu::Activity::Fault) {
+    if (gpu::is_starved(d, activity_) && cls != gpu::Activity::Holding && cls != gpu::Activity::Fault) {
       Alert a = gpu_alert(Rule::Starvation, d);
-      a.summary = fmt::format("{}: {} holds {} ({:.0f} % of memory) at {} %", gpu_label(d),
-                              process_label(*largest_process(d)), util::format_bytes(held), held_pct, *util);
+      a.summary = fmt::format("{}: {} holds {}, {:.0f} % of memory in use, at {} %", gpu_label(d),
+                              process_label(*largest_process(d)), util::format_bytes(held), pct.value_or(0),
+                              util.value_or(0));
       add(std::move(a));
     }
     if (cls == gpu::Activity::Idle || cls == gpu::Activity::ReservedIdle) {

@@ -35,10 +35,9 @@ enum class Severity { Info, Warning, Critical };
 // Every rule's thresholds and `for` duration, with the documented defaults. Durations in
 // milliseconds; a condition must hold without a break for its rule's `for` before it fires.
 struct AlertConfig {
-  // starvation: processes hold >= starvation_mem_pct of memory while utilization < starvation_util_pct.
+  // starvation: gpu::is_starved with the [activity] thresholds (the class's own definition), and
+  // the GPU not in class holding or fault.
   long long starvation_for_ms = 10 * 60 * 1000;
-  unsigned starvation_util_pct = 30;
-  unsigned starvation_mem_pct = 50;
   // idle: activity class idle or reserved-idle.
   long long idle_for_ms = 60 * 60 * 1000;
   // holding: activity class holding (which itself needs activity.holding_after at 0 %).
@@ -110,7 +109,8 @@ struct Notice {
 // fired). Feed it every sample in time order.
 class Evaluator {
  public:
-  explicit Evaluator(AlertConfig config);
+  // `activity`: the class thresholds ([activity]), which also say what starved is.
+  Evaluator(AlertConfig config, gpu::ActivityThresholds activity);
 
   // Evaluates every rule on `merged` (each device with its latest values and processes) and its
   // activity classes by GPU index, at `ts_ms`; returns what fired or resolved now.
@@ -127,6 +127,7 @@ class Evaluator {
     Alert alert;
   };
   AlertConfig config_;
+  gpu::ActivityThresholds activity_;
   std::map<std::pair<Rule, std::string>, State> states_;
   std::map<unsigned, long long> zero_since_ms_;  // by GPU: processes present at 0 % since
 };

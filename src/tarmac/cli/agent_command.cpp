@@ -21,6 +21,7 @@
 #include "tarmac/sched/wire.hpp"
 #include "tarmac/serve/service.hpp"
 #include "tarmac/cli/app.hpp"
+#include "tarmac/store/private_files.hpp"
 #include "tarmac/store/recorder.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
@@ -50,10 +51,10 @@ extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
 // Log lines: under systemd (JOURNAL_STREAM) with the kernel-style priority prefix journald reads,
 // elsewhere with the time.
-void log_line(agent::LogLevel level, const std::string& message) {
-  const char* word = level == agent::LogLevel::Info ? "info" : level == agent::LogLevel::Warning ? "warning" : "error";
+void log_line(util::LogLevel level, const std::string& message) {
+  const char* word = level == util::LogLevel::Info ? "info" : level == util::LogLevel::Warning ? "warning" : "error";
   if (std::getenv("JOURNAL_STREAM") != nullptr) {
-    const int prio = level == agent::LogLevel::Info ? 6 : level == agent::LogLevel::Warning ? 4 : 3;
+    const int prio = level == util::LogLevel::Info ? 6 : level == util::LogLevel::Warning ? 4 : 3;
     fmt::print(stderr, "<{}>{}\n", prio, message);
   } else {
     const std::time_t now = std::time(nullptr);
@@ -88,8 +89,9 @@ class AgentLock {
   // Fails when another agent holds it; a directory that cannot be written is not an error here
   // (the recorder warns and retries).
   Result<void> acquire(const std::string& dir) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
+    // The directory and the store's file are made private before anything (the scheduler's job
+    // table, the recorder) opens the store; failing here is the recorder's to report.
+    (void)store::prepare_private_store(store::database_path(dir));
     const std::string path = dir + "/agent.lock";
     fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) return {};
@@ -194,7 +196,7 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
   sigaction(SIGINT, &sa, nullptr);
 
   // The live view for the HTTP endpoints and the alerts, fed by the sampling loop.
-  alerts::Alerter alerter(cfg.alerts, log_line);
+  alerts::Alerter alerter(cfg.alerts, cfg.activity, log_line);
   serve::LiveState live;
   std::unique_ptr<serve::Service> service;
   if (!cfg.http_listen.empty()) {
@@ -216,7 +218,7 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
       print_error(make_error(Error::Code::Invalid, r.error().message + " (set http.listen, or --listen off)"));
       return kExitUsage;
     }
-    log_line(agent::LogLevel::Info,
+    log_line(util::LogLevel::Info,
              fmt::format("serving http://{}/ (dashboard; /metrics, /api/v1/gpus, /api/v1/processes, "
                          "/api/v1/history, /healthz, /report)",
                          cfg.http_listen));
@@ -255,9 +257,9 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
     auto started = sched::Daemon::start(std::move(dopts));
     if (started.ok()) {
       scheduler = std::move(*started);
-      log_line(agent::LogLevel::Info, fmt::format("scheduler: serving the queue on {}", agent_scheduler_socket(cfg)));
+      log_line(util::LogLevel::Info, fmt::format("scheduler: serving the queue on {}", agent_scheduler_socket(cfg)));
     } else {
-      log_line(agent::LogLevel::Warning,
+      log_line(util::LogLevel::Warning,
                fmt::format("scheduler off: {} (set scheduler.socket, or --socket off)", started.error().message));
     }
   }
@@ -283,7 +285,7 @@ int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
     print_error(summary.error());
     return kExitCouldNotLook;
   }
-  log_line(agent::LogLevel::Info,
+  log_line(util::LogLevel::Info,
            fmt::format("stopped: {} GPU-samples over {} of {} clock in {:.1f} s ({:.0f} GPU-samples/s, {} late)",
                        summary->gpu_samples, util::format_duration_ms(summary->clock_ms),
                        clock_kind == config::AgentClock::Sim ? "simulated" : "real", summary->real_s,

@@ -44,7 +44,7 @@ int run_check(const GlobalOptions& global, const AlertsFlags& flags) {
     print_error(reader.error());
     return kExitCouldNotLook;
   }
-  auto result = alerts::check(*reader, config.alerts);
+  auto result = alerts::check(*reader, config.alerts, config.activity);
   if (!result.ok()) {
     print_error(result.error());
     return kExitCouldNotLook;
@@ -75,7 +75,7 @@ int run_check(const GlobalOptions& global, const AlertsFlags& flags) {
 int run_prometheus_rules(const GlobalOptions& global, const AlertsFlags& flags) {
   auto loaded = load_config(global);
   if (!loaded.ok()) return kExitUsage;
-  const std::string text = alerts::prometheus_rules(loaded->config.alerts);
+  const std::string text = alerts::prometheus_rules(loaded->config.alerts, loaded->config.activity);
   if (flags.output.empty() || flags.output == "-") {
     fmt::print("{}", text);
     return kExitOk;

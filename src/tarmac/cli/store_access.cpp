@@ -17,7 +17,8 @@ std::string store_path(const config::Config& config, const std::string& db_flag)
   std::error_code ec;
   if (!std::filesystem::exists(path, ec) && config.agent.state_dir.empty()) {
     const std::string system = store::database_path("/var/lib/tarmac");
-    if (std::filesystem::exists(system, ec)) return system;
+    // One that exists but is not the caller's to read is named, so that the error says so.
+    if (std::filesystem::exists(system, ec) || ec == std::errc::permission_denied) return system;
   }
   return path;
 }

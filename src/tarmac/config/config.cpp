@@ -13,13 +13,16 @@
 #include <unistd.h>
 
 #include "tarmac/alerts/sinks.hpp"
-#include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
+#include "tarmac/util/trusted_file.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::config {
 
 namespace {
+
+// A configuration file is a few kilobytes; a larger one is a mistake or an attack.
+constexpr std::size_t kMaxFileBytes = 1 << 20;
 
 // A key with how to read and write it. Values travel as long long in the key's own unit:
 // percent, °C, milliseconds, bytes.
@@ -135,13 +138,10 @@ const std::vector<Key>& table() {
                [](Config& c, const std::string& v) { c.http_listen = v; },
                [](const Config& c) { return c.http_listen; }),
       key("alerts", "starvation_for", Kind::Duration,
-          "how long a GPU must stay starved (memory held, utilization low) before the starvation alert fires", 0,
+          "how long a GPU must stay starved (as activity.busy_util_pct and activity.starved_mem_pct define it) before "
+          "the starvation alert fires",
+          0,
           kAlertForMax, &Config::alerts, &AlertConfig::starvation_for_ms),
-      key("alerts", "starvation_util_pct", Kind::Percent, "GPU utilization below which held memory counts as starved",
-          1, 100, &Config::alerts, &AlertConfig::starvation_util_pct),
-      key("alerts", "starvation_mem_pct", Kind::Percent,
-          "share of memory held by processes at or above which a GPU below starvation_util_pct is starved", 1, 100,
-          &Config::alerts, &AlertConfig::starvation_mem_pct),
       key("alerts", "idle_for", Kind::Duration,
           "how long a GPU must stay idle or reserved-idle before the idle alert fires", 0, kAlertForMax,
           &Config::alerts, &AlertConfig::idle_for_ms),
@@ -217,6 +217,25 @@ const std::vector<Key>& table() {
           &Config::scheduler, &SchedulerConfig::lease_idle_grace_ms),
   };
   return keys;
+}
+
+// Keys an older tarmac read, with the key that now decides what they did.
+struct RetiredKey {
+  std::string_view section;
+  std::string_view name;
+  std::string_view instead;
+};
+constexpr RetiredKey kRetired[] = {
+    // One definition of starved (gpu::is_starved): the alert follows the class.
+    {"alerts", "starvation_util_pct", "activity.busy_util_pct"},
+    {"alerts", "starvation_mem_pct", "activity.starved_mem_pct"},
+};
+
+const RetiredKey* find_retired(std::string_view section, std::string_view name) {
+  for (const auto& r : kRetired) {
+    if (r.section == section && r.name == name) return &r;
+  }
+  return nullptr;
 }
 
 const char* kind_example(Kind kind) {
@@ -383,6 +402,12 @@ Result<Config> parse(std::string_view text, const std::string& file, const Confi
     for (const auto& [name, value] : *sub) {
       const Key* k = find_key(section.str(), name.str());
       const auto at = name.source().begin;
+      if (const RetiredKey* r = k == nullptr ? find_retired(section.str(), name.str()) : nullptr) {
+        found.emplace_back(at.line, fmt::format("{}:{}: '{}.{}' is no longer read: {} decides it for the GPU class, "
+                                                "the alert and doctor alike (ignored)",
+                                                file, at.line, section.str(), name.str(), r->instead));
+        continue;
+      }
       if (k == nullptr) {
         found.emplace_back(at.line, fmt::format("{}:{}: unknown key '{}.{}' (ignored)", file, at.line, section.str(),
                                                 name.str()));
@@ -454,12 +479,22 @@ std::vector<std::string> default_files() {
 Result<Loaded> load(const std::optional<std::string>& explicit_file) {
   Loaded loaded;
   loaded.files = explicit_file ? std::vector<std::string>{*explicit_file} : default_files();
+  // Root (the agent, whose alerts.command it runs) must not take orders from a file a user can
+  // change: `sudo -E` hands it the user's XDG_CONFIG_HOME.
+  const bool as_root = geteuid() == 0;
   for (const auto& file : loaded.files) {
-    auto text = util::read_file(file);
-    if (!text) {
+    auto text = util::read_trusted_file(file, as_root ? util::Writers::OwnerOnly : util::Writers::Anyone, 0,
+                                        kMaxFileBytes);
+    if (!text.ok()) {
+      if (text.error().code == Error::Code::Invalid) {
+        return make_error(Error::Code::Invalid,
+                          fmt::format("refusing the configuration file {}; as root, tarmac reads only configuration "
+                                      "that no one but root can change (sudo -E passes on a user's XDG_CONFIG_HOME: "
+                                      "use sudo without -E, or --config)",
+                                      text.error().message));
+      }
       return make_error(Error::Code::NotFound,
-                        fmt::format("cannot read the configuration file {}: {}", file,
-                                    std::filesystem::exists(file) ? "permission denied" : "no such file"));
+                        fmt::format("cannot read the configuration file {}", text.error().message));
     }
     TARMAC_TRY_ASSIGN(loaded.config, parse(*text, file, loaded.config, loaded.warnings));
   }

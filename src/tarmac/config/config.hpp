@@ -90,7 +90,9 @@ struct Loaded {
   std::vector<std::string> warnings;  // "file:line: unknown key ..."
 };
 
-// Loads `explicit_file` (which must exist) or else the default files over the defaults.
+// Loads `explicit_file` (which must exist) or else the default files over the defaults. As root,
+// each file, and every directory above it, must be one only root can change
+// (util::read_trusted_file); any other is refused with an error naming it and why.
 [[nodiscard]] Result<Loaded> load(const std::optional<std::string>& explicit_file);
 
 }  // namespace tarmac::config

@@ -24,11 +24,7 @@ void check_starved_and_holding(const Context& c, std::vector<Finding>& out) {
       holding.push_back(i);
       continue;
     }
-    const bool low = c.sustained(i, [&](const gpu::Device& d) {
-      const auto total = d.id.mem_total_bytes.value_or(0);
-      return !d.lost && !d.processes.empty() && !is_busy(d, in) && total > 0 &&
-             pct(d.sample.mem_used_bytes.value_or(0), total) >= in.activity.starved_mem_pct;
-    });
+    const bool low = c.sustained(i, [&](const gpu::Device& d) { return gpu::is_starved(d, in.activity); });
     if (low) starved.push_back(i);
   }
   if (!starved.empty()) {

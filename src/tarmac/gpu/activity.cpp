@@ -28,6 +28,16 @@ std::optional<std::string> fault_reason(const Device& d) {
   return std::nullopt;
 }
 
+bool is_starved(const Device& d, const ActivityThresholds& t) {
+  if (d.lost || d.processes.empty()) return false;
+  if (d.sample.util_gpu_pct.value_or(0) >= t.busy_util_pct) return false;
+  // Little memory held at low utilization is a light process (a monitoring probe, a small
+  // notebook), not a starved job: the GPU is still available.
+  const auto total = d.id.mem_total_bytes.value_or(0);
+  const auto used = d.sample.mem_used_bytes.value_or(0);
+  return total > 0 && used * 100 >= total * t.starved_mem_pct;
+}
+
 namespace {
 
 // The rules of classify with the holding decision already made by the caller.
@@ -37,12 +47,7 @@ Activity classify_given(const Device& d, const ActivityThresholds& t, bool held_
   if (util >= t.busy_util_pct) return Activity::Busy;
   if (d.processes.empty()) return leased == Leased::Yes ? Activity::ReservedIdle : Activity::Idle;
   if (util == 0 && held_long_enough) return Activity::Holding;
-  // Little memory held at low utilization is a light process (a monitoring probe, a small
-  // notebook), not a starved job: the GPU is still available.
-  const auto total = d.id.mem_total_bytes.value_or(0);
-  const auto used = d.sample.mem_used_bytes.value_or(0);
-  if (total > 0 && used * 100 < total * t.starved_mem_pct) return Activity::Idle;
-  return Activity::Starved;
+  return is_starved(d, t) ? Activity::Starved : Activity::Idle;
 }
 
 }  // namespace

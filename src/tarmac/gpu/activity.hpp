@@ -22,6 +22,12 @@ struct ActivityThresholds {
   long long holding_after_s = 10 * 60;  // processes holding memory at 0 % for this long: holding
 };
 
+// The one definition of "starved", shared by the class (status, the dashboard, the store), the
+// starvation alert and doctor: the GPU is not lost, has processes, its utilization is below
+// busy_util_pct (unknown counts as 0, as for busy) and its memory used is at least starved_mem_pct
+// of its total. In a class, fault and holding (at 0 % for holding_after) come before starved.
+[[nodiscard]] bool is_starved(const Device& device, const ActivityThresholds& thresholds);
+
 // Whether tarmac itself leased the GPU (scheduler); a leased GPU with nothing running is reserved-idle.
 enum class Leased { No, Yes };
 

@@ -1,9 +1,13 @@
 #include "tarmac/store/reader.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <fmt/format.h>
-#include <filesystem>
 
 #include "tarmac/store/schema.hpp"
+#include "tarmac/util/fd.hpp"
 
 namespace tarmac::store {
 
@@ -25,8 +29,16 @@ void bind_range(Statement& st, const TimeRange& r) {
 }  // namespace
 
 Result<Reader> Reader::open(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
+  // SQLite would say only "unable to open database file", at the first query.
+  if (util::Fd probe(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)); !probe) {
+    if (errno == EACCES || errno == EPERM) {
+      return make_error(Error::Code::Io,
+                        fmt::format("cannot read the store {}: permission denied. It holds every job's command line "
+                                    "and working directory, so only the agent's user and the file's group may read "
+                                    "it (docs/recorder.md): ask the administrator to add you to that group, or give "
+                                    "--db FILE",
+                                    path));
+    }
     return make_error(Error::Code::NotFound,
                       fmt::format("no recorded telemetry at {}: start `tarmac agent` (or give --db FILE)", path));
   }

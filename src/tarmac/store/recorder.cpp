@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 
+#include "tarmac/store/private_files.hpp"
 #include "tarmac/store/schema.hpp"
 
 namespace tarmac::store {
@@ -118,16 +119,9 @@ void Recorder::enforce_bound() {
 }
 
 Result<void> Recorder::open() {
-  std::error_code ec;
-  const auto dir = std::filesystem::path(options_.path).parent_path();
-  if (!dir.empty() && !std::filesystem::exists(dir, ec)) {
-    std::filesystem::create_directories(dir, ec);
-    if (ec) {
-      Error e = make_error(Error::Code::Io, fmt::format("cannot create {}: {}", dir.string(), ec.message()));
-      e.api_code = 8;  // SQLITE_READONLY: the directory cannot be written
-      return e;
-    }
-  }
+  // Created (or an older store tightened) before SQLite opens it, so that no moment exists when
+  // the database, or the -wal and -shm SQLite gives its mode, is readable by everyone.
+  TARMAC_TRY(prepare_private_store(options_.path));
   TARMAC_TRY_ASSIGN(auto db, Database::open(options_.path, Database::Mode::ReadWrite));
   TARMAC_TRY(ensure_schema(db));
   db_.emplace(std::move(db));

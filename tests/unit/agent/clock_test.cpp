@@ -39,19 +39,19 @@ TEST(SimClock, RunsFromTheEpochAtItsSpeed) {
   EXPECT_GE(now, kEpochMs + 2 * 3600 * 1000);  // at least two simulated hours in
 }
 
-TEST(SimClock, WaitUntilReturnsOnceTheSimulatedTimeIsReached) {
+TEST(SimClock, SleepUntilReturnsOnceTheSimulatedTimeIsReached) {
   TempDir dir;
   write_clock(dir, "start_real_ns=" + std::to_string(real_ns()) + "\nspeed=3600\nepoch_ns=" +
                        std::to_string(kEpochNs) + "\n");
   auto clock = sim_clock(dir.path());
   ASSERT_TRUE(clock.ok()) << clock.error().message;
   const std::atomic<bool> keep_going{false};
-  const long long target = (*clock)->now_ms() + 36'000;  // 36 simulated seconds: 10 real ms
-  (*clock)->wait_until(target, keep_going);
-  EXPECT_GE((*clock)->now_ms(), target);
+  const long long target = (*clock)->monotonic_ms() + 36'000;  // 36 simulated seconds: 10 real ms
+  (*clock)->sleep_until(target, keep_going);
+  EXPECT_GE((*clock)->monotonic_ms(), target);
 
   const std::atomic<bool> stop{true};
-  (*clock)->wait_until((*clock)->now_ms() + 3600LL * 1000 * 1000, stop);  // returns at once when stopped
+  (*clock)->sleep_until((*clock)->monotonic_ms() + 3600LL * 1000 * 1000, stop);  // returns at once when stopped
 }
 
 TEST(SimClock, AMissingFileIsAnErrorNamingIt) {

@@ -15,8 +15,8 @@ using namespace testing;  // NOLINT
 struct Log {
   std::mutex mutex;
   std::vector<std::string> lines;
-  agent::LogSink sink() {
-    return [this](agent::LogLevel, const std::string& line) {
+  util::LogSink sink() {
+    return [this](util::LogLevel, const std::string& line) {
       std::lock_guard lock(mutex);
       lines.push_back(line);
     };
@@ -42,7 +42,7 @@ TEST(Alerter, SendsFiringAndResolvedToTheWebhookOnce) {
   AlertConfig config;
   config.webhook = server.url();
   {
-    Alerter alerter(config, log.sink());
+    Alerter alerter(config, gpu::ActivityThresholds{}, log.sink());
     auto c = classes(zombie());
     c[3] = gpu::Activity::Holding;
     for (long long t = 0; t < 60000; t += 1000) alerter.observe(zombie(), c, t);
@@ -75,7 +75,7 @@ TEST(Alerter, AFailingWebhookIsLoggedOncePerStreak) {
   config.webhook = "http://127.0.0.1:" + std::to_string(closed_port) + "/hook";
   config.thermal_for_ms = 0;
   {
-    Alerter alerter(config, log.sink());
+    Alerter alerter(config, gpu::ActivityThresholds{}, log.sink());
     auto hot = balanced();
     for (auto& d : hot.devices) d.sample.temp_c = 90;
     const auto fine = balanced();
@@ -91,7 +91,7 @@ TEST(Alerter, WithoutSinksItOnlyLogs) {
   Log log;
   AlertConfig config;
   config.fault_for_ms = 0;
-  Alerter alerter(config, log.sink());
+  Alerter alerter(config, gpu::ActivityThresholds{}, log.sink());
   auto s = balanced();
   s.devices[2].lost = "GPU is lost";
   alerter.observe(s, classes(s), 0);

@@ -12,7 +12,7 @@ std::size_t count(const std::string& text, const std::string& part) {
 }
 
 TEST(PrometheusRules, OneRulePerEnabledRuleWithItsThresholdsAndFor) {
-  const std::string text = prometheus_rules(AlertConfig{});
+  const std::string text = prometheus_rules(AlertConfig{}, gpu::ActivityThresholds{});
   EXPECT_NE(text.find("groups:\n  - name: tarmac\n    rules:\n"), std::string::npos) << text;
   EXPECT_EQ(count(text, "      - alert: "), kRules.size());
   for (Rule r : kRules) EXPECT_NE(text.find(std::string("alert: ") + prometheus_alert_name(r) + "\n"), std::string::npos);
@@ -35,7 +35,7 @@ TEST(PrometheusRules, FollowsTheConfiguration) {
   c.thermal_c = 80;
   c.thermal_for_ms = 90 * 1000;
   c.disabled = {Rule::Idle, Rule::Imbalance};
-  const std::string text = prometheus_rules(c);
+  const std::string text = prometheus_rules(c, gpu::ActivityThresholds{});
   EXPECT_EQ(count(text, "      - alert: "), kRules.size() - 2);
   EXPECT_EQ(text.find("TarmacGpuIdle"), std::string::npos);
   EXPECT_EQ(text.find("TarmacJobImbalance"), std::string::npos);

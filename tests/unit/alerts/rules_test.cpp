@@ -37,7 +37,7 @@ std::vector<Notice> run(Evaluator& e, const gpu::Snapshot& s, const std::map<uns
 TEST(Evaluator, HoldingZombieFiresOnceThenResolves) {
   AlertConfig config;
   config.holding_for_ms = 2 * kMin;
-  Evaluator e(config);
+  Evaluator e(config, gpu::ActivityThresholds{});
   // Pending for the first two minutes: nothing announced, nothing firing.
   auto notices = run(e, zombie(), zombie_classes(), 0, 2 * kMin - 1000);
   EXPECT_TRUE(notices.empty());
@@ -78,7 +78,7 @@ TEST(Evaluator, HoldingZombieFiresOnceThenResolves) {
 TEST(Evaluator, ABreakRestartsTheForDuration) {
   AlertConfig config;
   config.thermal_for_ms = kMin;
-  Evaluator e(config);
+  Evaluator e(config, gpu::ActivityThresholds{});
   auto hot = balanced();
   hot.devices[1].sample.temp_c = 87;
   EXPECT_TRUE(run(e, hot, classes(hot), 0, 50 * 1000).empty());
@@ -93,7 +93,7 @@ TEST(Evaluator, ABreakRestartsTheForDuration) {
 }
 
 TEST(Evaluator, ABalancedFleetFiresNothing) {
-  Evaluator e{AlertConfig{}};
+  Evaluator e{AlertConfig{}, gpu::ActivityThresholds{}};
   const auto s = balanced();
   EXPECT_TRUE(run(e, s, classes(s), 0, 3 * 3600 * 1000, 10 * 1000).empty());
   EXPECT_TRUE(e.firing().empty());
@@ -102,7 +102,7 @@ TEST(Evaluator, ABalancedFleetFiresNothing) {
 TEST(Evaluator, ThermalFromAClockEventReason) {
   AlertConfig config;
   config.thermal_for_ms = 0;
-  Evaluator e(config);
+  Evaluator e(config, gpu::ActivityThresholds{});
   auto s = balanced();
   s.devices[2].sample.clock_event_reasons = 0x40;  // HW thermal slowdown at 69 °C
   auto notices = e.observe(s, classes(s), 0);
@@ -113,7 +113,7 @@ TEST(Evaluator, ThermalFromAClockEventReason) {
 
 TEST(Evaluator, NearOom) {
   AlertConfig config;
-  Evaluator e(config);
+  Evaluator e(config, gpu::ActivityThresholds{});
   auto s = balanced();
   s.devices[0].sample.mem_used_bytes = 40500 * util::kMiB;  // 98.9 %
   auto notices = run(e, s, classes(s), 0, kMin);
@@ -122,13 +122,13 @@ TEST(Evaluator, NearOom) {
   EXPECT_EQ(notices[0].alert.gpu, 0u);
   EXPECT_NE(notices[0].alert.summary.find("(98.9 %)"), std::string::npos) << notices[0].alert.summary;
   // 94 % is below the default 98 %.
-  Evaluator e2(config);
+  Evaluator e2(config, gpu::ActivityThresholds{});
   s.devices[0].sample.mem_used_bytes = 38500 * util::kMiB;
   EXPECT_TRUE(run(e2, s, classes(s), 0, 5 * kMin).empty());
 }
 
 TEST(Evaluator, StarvationButNotForHoldingGpus) {
-  Evaluator e{AlertConfig{}};
+  Evaluator e{AlertConfig{}, gpu::ActivityThresholds{}};
   auto s = balanced();
   s.devices[1].sample.util_gpu_pct = 12;  // starved: 38500 MiB held at 12 %
   s.devices[1].processes[0].host.command_line = "python serve.py";
@@ -141,20 +141,21 @@ TEST(Evaluator, StarvationButNotForHoldingGpus) {
   EXPECT_EQ(notices[0].alert.rule, Rule::Starvation);
   EXPECT_EQ(notices[0].alert.gpu, 1u);
   EXPECT_EQ(notices[0].alert.summary,
-            "GPU 1 (GPU-00000001-aaaa): python serve.py (alice, pid 1001) holds 37.6 GiB (94 % of memory) at 12 % for 10m");
+            "GPU 1 (GPU-00000001-aaaa): python serve.py (alice, pid 1001) holds 37.6 GiB, 95 % of memory in use, at 12 % "
+            "for 10m");
 
   // A holding GPU is the holding alert's, not starvation's.
   AlertConfig only_starvation;
   for (Rule r : kRules) {
     if (r != Rule::Starvation) only_starvation.disabled.push_back(r);
   }
-  Evaluator e3(only_starvation);
+  Evaluator e3(only_starvation, gpu::ActivityThresholds{});
   EXPECT_TRUE(run(e3, zombie(), zombie_classes(), 0, 20 * kMin, 10 * 1000).empty());
 }
 
 TEST(Evaluator, ImbalanceWithinAJob) {
   AlertConfig config;
-  Evaluator e(config);
+  Evaluator e(config, gpu::ActivityThresholds{});
   auto s = balanced();
   s.devices[2].sample.util_gpu_pct = 20;  // rank 2 waits: 96 % vs 20 %
   auto notices = run(e, s, classes(s), 0, 5 * kMin, 10 * 1000);
@@ -166,12 +167,15 @@ TEST(Evaluator, ImbalanceWithinAJob) {
   EXPECT_NE(a.summary.find("spread 76 points"), std::string::npos) << a.summary;
 
   // The same spread across two different users' jobs is no imbalance.
-  Evaluator e2(config);
+  Evaluator e2(config, gpu::ActivityThresholds{});
   auto two = balanced();
   two.devices[2].sample.util_gpu_pct = 20;
   two.devices[2].processes[0] = process(77, 1000, "carol", "python other.py");
   two.devices[3].processes[0] = process(78, 1000, "carol", "python other.py");
   two.devices[3].sample.util_gpu_pct = 25;
+  // carol's GPUs hold what her processes hold (not starved: gpu::is_starved reads memory in use).
+  two.devices[2].sample.mem_used_bytes = 1400 * util::kMiB;
+  two.devices[3].sample.mem_used_bytes = 1400 * util::kMiB;
   EXPECT_TRUE(run(e2, two, classes(two), 0, 10 * kMin, 10 * 1000).empty());
 }
 
@@ -182,7 +186,7 @@ TEST(Evaluator, SlurmJobGroupsDifferentCommands) {
   s.devices[1].sample.util_gpu_pct = 5;
   AlertConfig config;
   config.imbalance_for_ms = 0;
-  Evaluator e(config);
+  Evaluator e(config, gpu::ActivityThresholds{});
   auto notices = e.observe(s, classes(s), 0);
   ASSERT_EQ(notices.size(), 1u);
   EXPECT_EQ(notices[0].alert.job, "slurm 4242");
@@ -190,7 +194,7 @@ TEST(Evaluator, SlurmJobGroupsDifferentCommands) {
 }
 
 TEST(Evaluator, FaultAndLostFireAtOnce) {
-  Evaluator e{AlertConfig{}};
+  Evaluator e{AlertConfig{}, gpu::ActivityThresholds{}};
   auto s = balanced();
   s.devices[0].lost = "GPU is lost";
   auto c = classes(s);
@@ -205,7 +209,7 @@ TEST(Evaluator, FaultAndLostFireAtOnce) {
 }
 
 TEST(Evaluator, IdleAfterItsFor) {
-  Evaluator e{AlertConfig{}};
+  Evaluator e{AlertConfig{}, gpu::ActivityThresholds{}};
   gpu::Snapshot s;
   s.devices.push_back(device(0, 0, 0));
   auto c = classes(s, gpu::Activity::Idle);
@@ -219,7 +223,7 @@ TEST(Evaluator, IdleAfterItsFor) {
 TEST(Evaluator, DisabledRulesNeverFire) {
   AlertConfig config;
   config.disabled = {Rule::Holding};
-  Evaluator e(config);
+  Evaluator e(config, gpu::ActivityThresholds{});
   EXPECT_TRUE(run(e, zombie(), zombie_classes(), 0, 30 * kMin, 10 * 1000).empty());
 }
 
