@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <thread>
 
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/strings.hpp"
 
 extern char** environ;
@@ -152,11 +153,11 @@ nlohmann::json alert_json(const Alert& alert) {
 
 std::string notice_body(const Notice& notice) {
   nlohmann::json j;
-  j["text"] = notice.text();
+  j["text"] = util::slack_text(notice.text());  // Slack reads <...> and & as markup: shown, not obeyed
   j["status"] = to_string(notice.kind);
   j["ts_ms"] = notice.ts_ms;
   j["alert"] = alert_json(notice.alert);
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return util::json_text(j);
 }
 
 Result<void> post_json(const WebhookUrl& url, const std::string& body, int timeout_ms) {

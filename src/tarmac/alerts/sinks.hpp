@@ -26,7 +26,7 @@ struct WebhookUrl {
 // An alert as JSON: rule, severity, key, gpu, uuid, gpus, pid, user, command, job, since_ms, summary.
 [[nodiscard]] nlohmann::json alert_json(const Alert& alert);
 
-// The webhook body: {"text": notice.text(), "status": "firing"|"resolved", "alert": alert_json}.
+// The webhook body: {"text": notice.text() escaped for Slack, "status": "firing"|"resolved", "alert": alert_json}.
 [[nodiscard]] std::string notice_body(const Notice& notice);
 
 // POSTs `body` as application/json over plain HTTP/1.1; fails on a connection error, a timeout

@@ -23,6 +23,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/store/private_files.hpp"
 #include "tarmac/store/recorder.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
@@ -50,8 +51,11 @@ std::atomic<bool> g_stop{false};  // set by SIGTERM/SIGINT; the only global, as 
 extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
 // Log lines: under systemd (JOURNAL_STREAM) with the kernel-style priority prefix journald reads,
-// elsewhere with the time.
-void log_line(util::LogLevel level, const std::string& message) {
+// elsewhere with the time. Messages carry process and job names: control characters are shown
+// escaped, so that a newline in a command line cannot forge a log line (with its own priority)
+// and an escape sequence cannot reach the terminal of whoever reads the log.
+void log_line(util::LogLevel level, const std::string& raw_message) {
+  const std::string message = util::terminal_text(raw_message);
   const char* word = level == util::LogLevel::Info ? "info" : level == util::LogLevel::Warning ? "warning" : "error";
   if (std::getenv("JOURNAL_STREAM") != nullptr) {
     const int prio = level == util::LogLevel::Info ? 6 : level == util::LogLevel::Warning ? 4 : 3;

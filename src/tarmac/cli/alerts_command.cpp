@@ -10,6 +10,7 @@
 #include "tarmac/alerts/sinks.hpp"
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/store_access.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/fs.hpp"
 
 namespace tarmac::cli {
@@ -57,7 +58,7 @@ int run_check(const GlobalOptions& global, const AlertsFlags& flags) {
     j["samples"] = result->samples;
     j["firing"] = nlohmann::json::array();
     for (const auto& a : result->firing) j["firing"].push_back(alerts::alert_json(a));
-    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+    fmt::print("{}\n", util::json_text(j, 2));
   } else if (result->as_of_ms == 0) {
     fmt::print("no samples recorded in {}: nothing to check\n", path);
   } else if (result->firing.empty()) {

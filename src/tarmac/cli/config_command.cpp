@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tarmac/cli/app.hpp"
+#include "tarmac/util/escape.hpp"
 
 namespace tarmac::cli {
 
@@ -41,7 +42,7 @@ int run_config(const GlobalOptions& global, const ConfigOptions& options) {
       values[fmt::format("{}.{}", key.section, key.name)] =
           nlohmann::json::parse(config::value_text(loaded.config, key));
     }
-    fmt::print("{}\n", nlohmann::json{{"files", loaded.files}, {"warnings", loaded.warnings}, {"values", values}}.dump(2));
+    fmt::print("{}\n", util::json_text(nlohmann::json{{"files", loaded.files}, {"warnings", loaded.warnings}, {"values", values}}, 2));
     return kExitOk;
   }
   if (options.check) {

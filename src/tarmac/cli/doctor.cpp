@@ -16,6 +16,7 @@
 #include "tarmac/config/config.hpp"
 #include "tarmac/diagnose/doctor.hpp"
 #include "tarmac/host/proc_reader.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
 extern char** environ;  // NOLINT: POSIX
@@ -151,7 +152,7 @@ void print_json(const Report& r) {
   for (const auto& g : r.gpus) j["gpus"].push_back(to_json(g));
   j["findings"] = nlohmann::json::array();
   for (const auto& f : r.findings) j["findings"].push_back(to_json(f));
-  fmt::print("{}\n", j.dump(2));
+  fmt::print("{}\n", util::json_text(j, 2));
 }
 
 // "util_gpu 98 %", "mem_used 38.1 GiB": evidence values with their units for people.
@@ -204,7 +205,7 @@ std::string evidence_line(const diagnose::GpuEvidence& e) {
 
 void print_list(const char* label, const std::vector<std::string>& lines) {
   for (std::size_t i = 0; i < lines.size(); ++i) {
-    fmt::print("    {:<9} {}\n", i == 0 ? label : "", lines[i]);
+    fmt::print("    {:<9} {}\n", i == 0 ? label : "", util::terminal_text(lines[i]));
   }
 }
 
@@ -240,7 +241,7 @@ void print_human(const Report& r, bool color) {
         header = true;
       }
       if (severity != Severity::Info) flagged.insert(f.gpus.begin(), f.gpus.end());
-      fmt::print("  {}  {}\n", styled(f.code, Style::Bold, color), f.summary);
+      fmt::print("  {}  {}\n", styled(f.code, Style::Bold, color), util::terminal_text(f.summary));
       std::vector<std::string> evidence;
       for (const auto& e : f.evidence) evidence.push_back(evidence_line(e));
       evidence.insert(evidence.end(), f.facts.begin(), f.facts.end());

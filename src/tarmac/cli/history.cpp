@@ -12,6 +12,7 @@
 #include "tarmac/fields/format.hpp"
 #include "tarmac/fields/table.hpp"
 #include "tarmac/report/format.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
@@ -194,7 +195,7 @@ std::string events_text(const std::vector<store::Event>& events) {
   if (events.empty()) out += "  none\n";
   for (const auto& e : events) {
     out += fmt::format("  {}  {:<6} {:<15} {}\n", report::format_utc(e.ts_ms), e.gpu ? fmt::format("GPU {}", *e.gpu) : "",
-                       e.kind, e.detail);
+                       e.kind, util::terminal_text(e.detail));
   }
   return out;
 }
@@ -219,7 +220,7 @@ int run_history(const GlobalOptions& global, const HistoryFlags& flags) {
                                {"kind", e.kind}, {"detail", e.detail}});
       }
     }
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", util::json_text(j, 2));
     return kExitOk;
   }
   if (rows->samples.empty() && rows->rollups.empty()) {
@@ -265,9 +266,9 @@ int run_export(const GlobalOptions& global, const HistoryFlags& flags) {
   if (flags.format == "csv") {
     out = plain_csv(*rows);
   } else if (flags.format == "json") {
-    out = rows_json(*rows).dump(2) + "\n";
+    out = util::json_text(rows_json(*rows), 2) + "\n";
   } else if (flags.format == "ndjson") {
-    for (const auto& item : rows_json(*rows)) out += item.dump() + "\n";
+    for (const auto& item : rows_json(*rows)) out += util::json_text(item) + "\n";
   } else if (flags.format == "nvidia-smi" || flags.format == "gpu-utilization") {
     if (!raw) {
       print_error(make_error(Error::Code::Invalid, fmt::format("--format {} writes samples: use --level samples",

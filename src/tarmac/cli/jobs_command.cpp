@@ -8,6 +8,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/pick_command.hpp"
 #include "tarmac/cli/table.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::cli {
@@ -59,7 +60,7 @@ std::string time_text(const json& job, long long now) {
 
 // Prints a failed answer's words; returns its exit code.
 int report_failure(const char* command, const json& answer) {
-  fmt::print(stderr, "tarmac {}: {}\n", command, text_or(answer, "error"));
+  fmt::print(stderr, "tarmac {}: {}\n", command, util::terminal_text(text_or(answer, "error")));
   return exit_code_for(answer);
 }
 
@@ -89,7 +90,7 @@ std::optional<long long> parse_id(const std::string& text) {
 
 void print_jobs(const GlobalOptions& global, const json& jobs) {
   if (global.json) {
-    fmt::print("{}\n", json{{"jobs", jobs}}.dump(2));
+    fmt::print("{}\n", util::json_text(json{{"jobs", jobs}}, 2));
     return;
   }
   if (jobs.empty()) {
@@ -124,7 +125,7 @@ void print_jobs(const GlobalOptions& global, const json& jobs) {
 
 void print_lease(const GlobalOptions& global, const json& job) {
   if (global.json) {
-    fmt::print("{}\n", job.dump(2));
+    fmt::print("{}\n", util::json_text(job, 2));
     return;
   }
   std::string uuids;
@@ -162,7 +163,7 @@ void add_id_command(CLI::App& app, const GlobalOptions& global, int& exit_code, 
     auto answer = request(global, name, json{{"op", op}, {"id", *id}}, exit_code);
     if (!answer) return;
     const json& job = (*answer)["job"];
-    if (global.json) fmt::print("{}\n", job.dump(2));
+    if (global.json) fmt::print("{}\n", util::json_text(job, 2));
     else fmt::print("{} {}: {}\n", text_or(job, "kind"), *id, text_or(job, "state"));
   });
 }
@@ -176,6 +177,8 @@ std::string agent_socket(const GlobalOptions& global) {
 
 Result<AgentAnswer> ask_agent(const std::string& socket, const json& req, const std::vector<int>& fds) {
   TARMAC_TRY_ASSIGN(auto conn, sched::Connection::connect(socket));
+  // Not util::json_text: a request carries argv and environment that must reach the job exactly,
+  // so invalid UTF-8 in them is refused (nlohmann throws) rather than replaced.
   TARMAC_TRY(conn.send_line(req.dump(), fds));
   TARMAC_TRY_ASSIGN(auto line, conn.read_line(kAnswerTimeoutMs));
   json body = json::parse(line, nullptr, false);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tarmac/cli/app.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::cli {
@@ -138,7 +139,7 @@ int run_pick(const GlobalOptions& global, const PickFlags& flags) {
                acquired->snapshot.devices.size());
     return kExitUsage;
   }
-  if (global.json) fmt::print("{}\n", to_json(*acquired, acquired->pick.ok() ? held_until : std::nullopt).dump(2));
+  if (global.json) fmt::print("{}\n", util::json_text(to_json(*acquired, acquired->pick.ok() ? held_until : std::nullopt), 2));
   if (!acquired->pick.ok()) {
     fmt::print(stderr, "tarmac: {}", not_enough_message(*acquired, request->n));
     return kExitProblems;

@@ -13,6 +13,7 @@
 #include "tarmac/fields/format.hpp"
 #include "tarmac/fields/select.hpp"
 #include "tarmac/fields/table.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/strings.hpp"
 
 namespace tarmac::cli {
@@ -228,12 +229,14 @@ void write_rows(std::FILE* out, const std::vector<fields::ReadContext>& rows,
     values.clear();
     for (const auto* f : wanted) values.push_back(fields::read_field(*f, ctx));
     switch (format.form) {
-      case fields::OutputForm::Csv: fmt::print(out, "{}\n", fields::csv_row(values, wanted, format.units)); break;
-      case fields::OutputForm::Ndjson: fmt::print(out, "{}\n", fields::json_object(values, wanted).dump()); break;
+      case fields::OutputForm::Csv:  // process names are anybody's bytes: never raw to a terminal
+        fmt::print(out, "{}\n", util::terminal_text(fields::csv_row(values, wanted, format.units)));
+        break;
+      case fields::OutputForm::Ndjson: fmt::print(out, "{}\n", util::json_text(fields::json_object(values, wanted))); break;
       case fields::OutputForm::Json: list.push_back(fields::json_object(values, wanted)); break;
     }
   }
-  if (format.form == fields::OutputForm::Json) fmt::print(out, "{}\n", list.dump(2));
+  if (format.form == fields::OutputForm::Json) fmt::print(out, "{}\n", util::json_text(list, 2));
   std::fflush(out);
 }
 

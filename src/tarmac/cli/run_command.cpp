@@ -23,6 +23,7 @@
 #include "tarmac/sched/acquire.hpp"
 #include "tarmac/sched/job.hpp"
 #include "tarmac/sched/supervise.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::cli {
@@ -246,6 +247,8 @@ int run_through_agent(const GlobalOptions& global, const std::string& socket, sc
               {"detach", flags.detach}};
   std::vector<int> fds;
   if (!flags.detach) fds = {STDOUT_FILENO, STDERR_FILENO};
+  // Not util::json_text: a request carries argv and environment that must reach the job exactly,
+  // so invalid UTF-8 in them is refused (nlohmann throws) rather than replaced.
   if (auto sent = conn.send_line(req.dump(), fds); !sent.ok()) {
     fmt::print(stderr, "tarmac run: {}\n", sent.error().message);
     return kExitCouldNotLook;
@@ -263,7 +266,7 @@ int run_through_agent(const GlobalOptions& global, const std::string& socket, sc
   const json& job = answer["job"];
   const long long id = job.value("id", 0LL);
   if (flags.detach) {
-    if (global.json) fmt::print("{}\n", job.dump(2));
+    if (global.json) fmt::print("{}\n", util::json_text(job, 2));
     else fmt::print("{}\n", id);
     fmt::print(stderr, "tarmac: job {} queued; its output goes to {}\n", id, job.value("log", std::string("its log")));
     return kExitOk;

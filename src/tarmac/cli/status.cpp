@@ -14,6 +14,7 @@
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/clock_events.hpp"
 #include "tarmac/gpu/cuda_visible.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
 #include <memory>
@@ -184,7 +185,7 @@ void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<A
     const Style style = v.severity == diagnose::Severity::Critical  ? Style::Bad
                         : v.severity == diagnose::Severity::Warning ? Style::Warn
                                                                     : Style::Dim;
-    fmt::print(out, "{}\n", styled(fmt::format("{} {}", v.severity == diagnose::Severity::Info ? "-" : "!", v.text), style, color));
+    fmt::print(out, "{}\n", styled(fmt::format("{} {}", v.severity == diagnose::Severity::Info ? "-" : "!", util::terminal_text(v.text)), style, color));
   }
 }
 
@@ -257,7 +258,7 @@ int run_status(const GlobalOptions& global, StatusOptions options) {
     for (const auto& v : diagnose::verdicts(*snap, classes)) {
       j["verdicts"].push_back({{"severity", diagnose::to_string(v.severity)}, {"code", v.code}, {"text", v.text}});
     }
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", util::json_text(j, 2));
   } else {
     const bool color = use_color(global, stdout);
     print_status(stdout, *snap, classes, color);

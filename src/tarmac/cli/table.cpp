@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include "tarmac/util/escape.hpp"
+
 namespace tarmac::cli {
 
 namespace {
@@ -30,6 +32,11 @@ const char* ansi(Style style) {
 std::string styled(const std::string& text, Style style, bool color) {
   if (!color || style == Style::Plain) return text;
   return std::string(ansi(style)) + text + "\033[0m";
+}
+
+void Table::add_row(std::vector<Cell> cells) {
+  for (auto& cell : cells) cell.text = util::terminal_text(cell.text);
+  rows_.push_back(std::move(cells));
 }
 
 void Table::print(std::FILE* out, bool color) const {

@@ -26,7 +26,9 @@ struct Cell {
 class Table {
  public:
   explicit Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
-  void add_row(std::vector<Cell> cells) { rows_.push_back(std::move(cells)); }
+  // Cells are shown through util::terminal_text: a process's command line, a job's name or a
+  // user name cannot move the cursor, retitle or clear the terminal of whoever reads the table.
+  void add_row(std::vector<Cell> cells);
   // Prints the header and rows, columns separated by two spaces; no trailing spaces.
   void print(std::FILE* out, bool color) const;
 

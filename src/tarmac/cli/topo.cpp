@@ -4,6 +4,7 @@
 
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/snapshot_json.hpp"
+#include "tarmac/util/escape.hpp"
 
 namespace tarmac::cli {
 
@@ -84,7 +85,7 @@ void add_topo_command(CLI::App& app, const GlobalOptions& global, int& exit_code
                              {"cpu_affinity", d.id.cpu_affinity},
                              {"numa_node", d.id.numa_node ? nlohmann::json(*d.id.numa_node) : nlohmann::json(nullptr)}});
       }
-      fmt::print("{}\n", j.dump(2));
+      fmt::print("{}\n", util::json_text(j, 2));
     } else {
       fmt::print("{}", render_topology(*snap));
     }

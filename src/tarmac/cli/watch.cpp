@@ -14,6 +14,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/snapshot_json.hpp"
 #include "tarmac/cli/status.hpp"
+#include "tarmac/util/escape.hpp"
 
 namespace tarmac::cli {
 
@@ -129,7 +130,7 @@ int run_watch(const GlobalOptions& global, WatchOptions options) {
       const auto classes = classify_all(*snap, options.status.thresholds);
       nlohmann::json j{{"timestamp_unix_ms", snap->timestamp_unix_ms}, {"gpus", nlohmann::json::array()}};
       for (std::size_t i = 0; i < snap->devices.size(); ++i) j["gpus"].push_back(to_json(snap->devices[i], classes[i]));
-      fmt::print("{}\n", j.dump());
+      fmt::print("{}\n", util::json_text(j));
       std::fflush(stdout);
     } else {
       screen.draw(render_frame(*snap, options.status, color, options.interval_s));

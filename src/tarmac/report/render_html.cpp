@@ -13,6 +13,7 @@
 
 #include "tarmac/report/format.hpp"
 #include "tarmac/report/report.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::report {
@@ -25,23 +26,6 @@ constexpr double kChartWidth = 960;  // SVG user units; the page scales it to th
 template <typename... Args>
 void put(std::string& out, fmt::format_string<Args...> format, Args&&... args) {
   fmt::format_to(std::back_inserter(out), format, std::forward<Args>(args)...);
-}
-
-// Commands, users and container names come from other people's processes: never trust them.
-std::string escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 std::string percent(double part, double whole) {
@@ -236,7 +220,7 @@ void bar_segment(std::string& out, const GpuReport& g, std::string_view cls, std
 
 void bar_row(std::string& out, const GpuReport& g, double y, const BarLayout& l) {
   const double mid = y + l.bar / 2 + 4;
-  put(out, "<g class=\"bar\" data-gpu=\"{}\"><title>GPU {}: {}</title>", g.gpu, g.gpu, escape(g.name));
+  put(out, "<g class=\"bar\" data-gpu=\"{}\"><title>GPU {}: {}</title>", g.gpu, g.gpu, util::html_text(g.name));
   put(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" font-weight=\"600\">GPU {}</text>", l.left - 10, mid,
       g.gpu);
   // Only the bar's outer corners are rounded, so the segments are clipped to one rounded rect.
@@ -311,8 +295,8 @@ void gpu_table(std::string& out, const Report& r) {
   if (priced) out += "<th class=\"num\">Idle cost</th><th class=\"num\">Holding cost</th>";
   out += "</tr></thead><tbody>";
   for (const auto& g : r.gpus) {
-    put(out, "<tr><td class=\"num\">{}</td><td class=\"name\" title=\"{}\">{}</td>", g.gpu, escape(g.uuid),
-        escape(g.name));
+    put(out, "<tr><td class=\"num\">{}</td><td class=\"name\" title=\"{}\">{}</td>", g.gpu, util::html_text(g.uuid),
+        util::html_text(g.name));
     hours_cells(out, g.hours);
     out += util_cell(g.util_avg_pct);
     if (priced) out += money_cell(g.idle_cost) + money_cell(g.holding_cost);
@@ -431,7 +415,7 @@ void consumer_table(std::string& out, std::string_view title, const std::vector<
     const double share = most > 0 ? 100.0 * c.gpu_hours / most : 0;
     put(out, "<tr><td class=\"wrap\">{}{}{}</td><td class=\"num bar-cell\"><span class=\"minibar\" "
              "style=\"width:{:.0f}%\"></span>{}</td><td class=\"num\">{}</td></tr>",
-        code ? "<code>" : "", escape(c.name), code ? "</code>" : "", share, format_hours(c.gpu_hours), c.processes);
+        code ? "<code>" : "", util::html_text(c.name), code ? "</code>" : "", share, format_hours(c.gpu_hours), c.processes);
   }
   out += "</tbody></table></div></div>";
 }
@@ -472,7 +456,7 @@ void holding_processes(std::string& out, const HoldingIncident& incident) {
   for (const auto& p : incident.processes) {
     const auto mem = static_cast<std::uint64_t>(std::max(0LL, p.mem_used_mib_max)) * util::kMiB;
     put(out, "<div class=\"proc\"><span class=\"pid\">pid {}</span> {} · {} · <code>{}</code></div>", p.pid,
-        p.user.empty() ? "?" : escape(p.user), util::format_bytes(mem), escape(p.command));
+        p.user.empty() ? "?" : util::html_text(p.user), util::format_bytes(mem), util::html_text(p.command));
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include "tarmac/report/format.hpp"
 #include "tarmac/report/report.hpp"
+#include "tarmac/util/escape.hpp"
 
 namespace tarmac::report {
 
@@ -76,7 +77,7 @@ std::string render_json(const Report& r) {
     }
     j["holding"].push_back(item);
   }
-  return j.dump(2) + "\n";
+  return util::json_text(j, 2) + "\n";
 }
 
 }  // namespace tarmac::report

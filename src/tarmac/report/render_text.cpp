@@ -4,6 +4,7 @@
 
 #include "tarmac/report/format.hpp"
 #include "tarmac/report/report.hpp"
+#include "tarmac/util/escape.hpp"
 
 namespace tarmac::report {
 
@@ -28,7 +29,7 @@ void consumers(std::string& out, const char* title, const std::vector<Consumer>&
   if (list.empty()) return;
   out += fmt::format("\n{}:\n", title);
   for (const auto& c : list) {
-    out += fmt::format("  {:>9}  {:>3} proc  {}\n", format_hours(c.gpu_hours), c.processes, c.name);
+    out += fmt::format("  {:>9}  {:>3} proc  {}\n", format_hours(c.gpu_hours), c.processes, util::terminal_text(c.name));
   }
 }
 
@@ -64,7 +65,7 @@ std::string render_text(const Report& r, bool color) {
   if (r.price_per_gpu_hour) out += fmt::format(" {:>11}", "IDLE COST");
   out += "\n";
   for (const auto& g : r.gpus) {
-    out += fmt::format("{:<4} {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}", g.gpu, g.name.substr(0, 24),
+    out += fmt::format("{:<4} {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}", g.gpu, util::terminal_text(g.name.substr(0, 24)),
                        format_hours(g.hours.of(gpu::Activity::Busy)), format_hours(g.hours.of(gpu::Activity::Starved)),
                        format_hours(g.hours.of(gpu::Activity::Holding)), format_hours(g.hours.idle()),
                        format_hours(g.hours.of(gpu::Activity::Fault)), format_hours(g.hours.unrecorded),
@@ -102,8 +103,8 @@ std::string render_text(const Report& r, bool color) {
     out += fmt::format("  GPU {:<3} {} for {}\n", h.gpu, format_utc(h.start_ms),
                        format_hours(static_cast<double>(h.end_ms - h.start_ms) / 3600e3));
     for (const auto& p : h.processes) {
-      out += fmt::format("           pid {} {} {} MiB: {}\n", p.pid, p.user.empty() ? "?" : p.user, p.mem_used_mib_max,
-                         p.command);
+      out += fmt::format("           pid {} {} {} MiB: {}\n", p.pid, p.user.empty() ? "?" : util::terminal_text(p.user),
+                         p.mem_used_mib_max, util::terminal_text(p.command));
     }
   }
   return out;

@@ -15,6 +15,7 @@
 #include "tarmac/sched/daemon_state.hpp"
 #include "tarmac/sched/queue.hpp"
 #include "tarmac/sched/supervise.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
 extern char** environ;
@@ -26,7 +27,7 @@ using namespace detail;
 // The submitter's environment is kept beside the job files (mode 0600 in a 0700 directory), not in
 // the store, which other users may read.
 bool Daemon::State::save_env(const Job& job) {
-  return util::write_file_atomically(file(job.id, "env"), json(job.env).dump()) &&
+  return util::write_file_atomically(file(job.id, "env"), util::json_text(json(job.env))) &&
          ::chmod(file(job.id, "env").c_str(), 0600) == 0;
 }
 
@@ -58,7 +59,7 @@ void Daemon::State::remove_job_files(long long id) {
 }
 
 void Daemon::State::tell_watchers(const Job& job, const char* event) {
-  const std::string line = json{{"event", event}, {"job", to_json(job)}}.dump();
+  const std::string line = util::json_text(json{{"event", event}, {"job", to_json(job)}});
   for (auto& c : clients) {
     if (c->watching != job.id) continue;
     if (!c->conn.send_line(line).ok()) c->done = true;
@@ -176,7 +177,7 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
                {"time_ms", job.time_ms ? json(*job.time_ms) : json(nullptr)},
                {"grace_ms", job.grace_ms},
                {"jobs_dir", jobs_dir}};
-  if (!util::write_file_atomically(file(job.id, "json"), spec.dump())) {
+  if (!util::write_file_atomically(file(job.id, "json"), util::json_text(spec))) {
     log(agent::LogLevel::Error, fmt::format("scheduler: cannot write job {}'s spec in {}", job.id, jobs_dir));
     return false;
   }

@@ -7,6 +7,7 @@
 
 #include "tarmac/sched/daemon_state.hpp"
 #include "tarmac/sched/queue.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::sched {
@@ -300,7 +301,7 @@ void Daemon::State::serve_client(Client& c) {
   while (!c.done && c.conn.take_line(line)) {
     const json req = json::parse(line, nullptr, false);
     json answer = req.is_object() ? handle(c, req) : failure("invalid", "a request must be one JSON object");
-    if (!c.conn.send_line(answer.dump()).ok()) c.done = true;
+    if (!c.conn.send_line(util::json_text(answer)).ok()) c.done = true;
     if (c.watching == 0) c.done = true;
     else if (auto it = jobs.find(c.watching); it == jobs.end()) c.done = true;
     // Descriptors came with this request; what it did not take is closed.

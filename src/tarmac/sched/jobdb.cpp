@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "tarmac/store/schema.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/strings.hpp"
 
 namespace tarmac::sched {
@@ -62,7 +63,7 @@ void bind_job(store::Statement& s, const Job& job) {
   s.bind(4, static_cast<long long>(job.uid));
   s.bind(5, std::string_view(job.user));
   s.bind(6, std::string_view(job.name));
-  const std::string spec = spec_json(job).dump();
+  const std::string spec = util::json_text(spec_json(job));
   s.bind(7, std::string_view(spec));
   const std::string gpus = join_indices(job.gpus);
   s.bind(8, std::string_view(gpus));

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tarmac/store/reader.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
 
@@ -87,7 +88,7 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
               {"timestamp_ms", view.ts_ms},
               {"gpus", std::move(gpus)},
               {"alerts", std::move(firing)}};
-  return out.dump();
+  return util::json_text(out);
 }
 
 std::string processes_json(const LiveView& view) {
@@ -110,7 +111,7 @@ std::string processes_json(const LiveView& view) {
                        {"sm_util_pct", opt(p.sm_util_pct)}});
     }
   }
-  return json{{"timestamp_ms", view.ts_ms}, {"processes", std::move(procs)}}.dump();
+  return util::json_text(json{{"timestamp_ms", view.ts_ms}, {"processes", std::move(procs)}});
 }
 
 Result<std::string> history_json(const std::string& db_path, const std::map<std::string, std::string>& query,
@@ -218,9 +219,8 @@ Result<std::string> history_json(const std::string& db_path, const std::map<std:
     }
     out_gpus.push_back({{"gpu", g}, {"points", std::move(points)}});
   }
-  return json{{"since_ms", since}, {"until_ms", until}, {"step_ms", step},
-              {"level", raw ? "samples" : "rollups"}, {"gpus", std::move(out_gpus)}}
-      .dump();
+  return util::json_text(json{{"since_ms", since}, {"until_ms", until}, {"step_ms", step},
+                              {"level", raw ? "samples" : "rollups"}, {"gpus", std::move(out_gpus)}});
 }
 
 }  // namespace tarmac::serve

@@ -35,6 +35,7 @@ const char* reason(int status) {
     case 411: return "Length Required";
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
+    case 421: return "Misdirected Request";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
@@ -169,6 +170,9 @@ Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits)
       out.body_bytes = static_cast<std::size_t>(*n);
     } else if (name == "transfer-encoding") {
       return http_error(411, "bodies must come with a Content-Length");
+    } else if (name == "host") {
+      if (!out.request.host.empty()) return http_error(400, "more than one Host header");
+      out.request.host = value;
     }
   }
 
@@ -194,8 +198,47 @@ Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits)
   return out;
 }
 
+bool is_loopback_host(std::string_view host) {
+  std::string_view name = host;
+  std::string_view port;
+  if (name.starts_with('[')) {
+    const auto close = name.find(']');
+    if (close == std::string_view::npos) return false;
+    port = name.substr(close + 1);
+    name = name.substr(0, close + 1);
+  } else if (const auto colon = name.find(':'); colon != std::string_view::npos) {
+    port = name.substr(colon);
+    name = name.substr(0, colon);
+  }
+  if (!port.empty()) {
+    const auto n = util::parse_int(port.substr(1));
+    if (!port.starts_with(':') || port.size() < 2 || port.size() > 6 || !n || *n < 0 || *n > 65535 ||
+        port.find_first_not_of("0123456789", 1) != std::string_view::npos) {
+      return false;
+    }
+  }
+  return util::to_lower(name) == "localhost" || name == "127.0.0.1" || name == "[::1]";
+}
+
+namespace {
+
+// Whether the listener's own address is loopback (127.0.0.0/8, ::1, or 127/8 mapped into IPv6).
+bool is_loopback_address(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(&a)->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (a.ss_family == AF_INET6) {
+    const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+}  // namespace
+
 struct HttpServer::Connection {
-  int fd = -1;
+  util::Fd fd;
   std::string in;
   std::string out;
   std::size_t skip_body = 0;
@@ -205,6 +248,7 @@ struct HttpServer::Connection {
   Steady::time_point drain_until;
   Steady::time_point head_started;  // when the first byte of the pending head arrived
   Steady::time_point last_active;
+  Steady::time_point last_written;  // when the client last took output, or had none pending
 };
 
 HttpServer::HttpServer(Handler handler, ServerLimits limits) : handler_(std::move(handler)), limits_(limits) {}
@@ -223,29 +267,31 @@ Result<void> HttpServer::start(const std::string& host, unsigned port) {
   }
   std::string why = "no address";
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) continue;
+    util::Fd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+    if (!fd) continue;
     const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0) {
-      listen_fd_ = fd;
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 && listen(fd.get(), 128) == 0) {
       sockaddr_storage bound{};
       socklen_t len = sizeof bound;
-      getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len);
       port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                 : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+      loopback_only_ = is_loopback_address(bound);
+      listen_fd_ = std::move(fd);
       break;
     }
     why = std::strerror(errno);
-    close(fd);
   }
   freeaddrinfo(found);
-  if (listen_fd_ < 0) return make_error(Error::Code::Invalid, fmt::format("cannot listen on {}:{}: {}", host, port, why));
-  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    close(listen_fd_);
-    listen_fd_ = -1;
+  if (!listen_fd_) return make_error(Error::Code::Invalid, fmt::format("cannot listen on {}:{}: {}", host, port, why));
+  int wake[2];
+  if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    listen_fd_.reset();
     return make_error(Error::Code::Invalid, fmt::format("cannot start the HTTP server: {}", std::strerror(errno)));
   }
+  wake_read_.reset(wake[0]);
+  wake_write_.reset(wake[1]);
   thread_ = std::thread([this] { run(); });
   return {};
 }
@@ -253,17 +299,18 @@ Result<void> HttpServer::start(const std::string& host, unsigned port) {
 void HttpServer::stop() {
   if (thread_.joinable()) {
     const char b = 'x';
-    (void)!write(wake_[1], &b, 1);
+    (void)!write(wake_write_.get(), &b, 1);
     thread_.join();
   }
-  for (int* fd : {&listen_fd_, &wake_[0], &wake_[1]}) {
-    if (*fd >= 0) close(*fd);
-    *fd = -1;
-  }
+  listen_fd_.reset();
+  wake_read_.reset();
+  wake_write_.reset();
 }
 
 void HttpServer::serve_input(Connection& c) {
-  while (!c.close_after) {
+  // Answers wait in c.out until the client reads them: past the limit the rest of its pipelined
+  // requests stay unparsed (and the socket unread), and this is called again once it has drained.
+  while (!c.close_after && c.out.size() < limits_.max_output_bytes) {
     if (c.skip_body > 0) {
       const std::size_t n = std::min(c.skip_body, c.in.size());
       c.in.erase(0, n);
@@ -302,6 +349,14 @@ void HttpServer::serve_input(Connection& c) {
       c.close_after = true;
       return;
     }
+    if (loopback_only_ && !parsed->request.host.empty() && !is_loopback_host(parsed->request.host)) {
+      ++stats_.rejected;
+      c.out += serialize(text_response(421, "this agent listens on loopback and answers only Host: localhost, "
+                                            "127.0.0.1 or [::1] (docs/metrics.md)"),
+                         false, false);
+      c.close_after = true;
+      return;
+    }
     c.skip_body = parsed->body_bytes;
     Response response;
     try {
@@ -322,10 +377,11 @@ void HttpServer::run() {
   for (;;) {
     fds.clear();
     by_index.clear();
-    fds.push_back({wake_[0], POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({wake_read_.get(), POLLIN, 0});
+    fds.push_back({listen_fd_.get(), POLLIN, 0});
     for (auto& c : conns) {
-      fds.push_back({c.fd, static_cast<short>(c.out.empty() || c.draining ? POLLIN : POLLOUT), 0});
+      // A connection with answers pending is not read: what it sends waits in the kernel.
+      fds.push_back({c.fd.get(), static_cast<short>(c.out.empty() || c.draining ? POLLIN : POLLOUT), 0});
       by_index.push_back(&c);
     }
     const int n = poll(fds.data(), fds.size(), 1000);
@@ -334,20 +390,19 @@ void HttpServer::run() {
     const auto now = Steady::now();
     if (fds[1].revents & POLLIN) {
       for (;;) {
-        const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;
+        util::Fd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+        if (!fd) break;
         if (conns.size() >= limits_.max_connections) {
           ++stats_.rejected;
           const std::string busy = serialize(text_response(503, "too many connections"), false, false);
-          (void)!send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
-          close(fd);
+          (void)!send(fd.get(), busy.data(), busy.size(), MSG_NOSIGNAL);
           continue;
         }
         const int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         Connection c;
-        c.fd = fd;
-        c.head_started = c.last_active = now;
+        c.fd = std::move(fd);
+        c.head_started = c.last_active = c.last_written = now;
         conns.push_back(std::move(c));
       }
     }
@@ -360,7 +415,7 @@ void HttpServer::run() {
         continue;
       }
       if (ev & (POLLIN | POLLHUP)) {
-        const ssize_t got = recv(c.fd, buf, sizeof buf, 0);
+        const ssize_t got = recv(c.fd.get(), buf, sizeof buf, 0);
         if (got <= 0) {
           if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
             c.close_after = c.peer_gone = true;
@@ -375,10 +430,11 @@ void HttpServer::run() {
         serve_input(c);
       }
       if (!c.out.empty()) {
-        const ssize_t sent = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+        const ssize_t sent = send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
         if (sent > 0) {
           c.out.erase(0, static_cast<std::size_t>(sent));
-          c.last_active = now;
+          c.last_active = c.last_written = now;
+          if (c.out.size() < limits_.max_output_bytes && !c.draining) serve_input(c);  // requests held back
         } else if (sent < 0 && errno != EAGAIN && errno != EINTR) {
           c.close_after = c.peer_gone = true;
           c.out.clear();
@@ -393,26 +449,27 @@ void HttpServer::run() {
       if (c.out.empty() && !c.close_after && !c.in.empty() && since(c.head_started) > limits_.head_timeout_ms) {
         ++stats_.rejected;
         const std::string late = serialize(text_response(408, "the request head took too long"), false, false);
-        (void)!send(c.fd, late.data(), late.size(), MSG_NOSIGNAL);
+        (void)!send(c.fd.get(), late.data(), late.size(), MSG_NOSIGNAL);
         c.close_after = true;
       }
       const bool idle = c.out.empty() && c.in.empty() && since(c.last_active) > limits_.idle_timeout_ms;
+      if (c.out.empty()) c.last_written = now;
+      // Answers nobody takes: a client that stopped reading is dropped, and its memory with it.
+      const bool stuck = !c.out.empty() && since(c.last_written) > limits_.write_timeout_ms;
       if (c.close_after && c.out.empty() && !c.peer_gone && !c.draining) {
         // A lingering close: closing with unread input would reset the connection and could
         // destroy the answer before the client reads it. Stop writing, drain for a moment.
-        shutdown(c.fd, SHUT_WR);
+        shutdown(c.fd.get(), SHUT_WR);
         c.draining = true;
         c.drain_until = now + std::chrono::seconds(2);
       }
-      if ((c.close_after && c.out.empty() && (c.peer_gone || now >= c.drain_until)) || idle) {
-        close(c.fd);
+      if ((c.close_after && c.out.empty() && (c.peer_gone || now >= c.drain_until)) || idle || stuck) {
         it = conns.erase(it);
       } else {
         ++it;
       }
     }
   }
-  for (auto& c : conns) close(c.fd);
 }
 
 }  // namespace tarmac::serve

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "tarmac/util/fd.hpp"
 #include "tarmac/util/result.hpp"
 
 namespace tarmac::serve {
@@ -19,6 +20,7 @@ struct Request {
   std::string method;  // "GET" or "HEAD"
   std::string path;    // "/api/v1/history", percent-decoded
   std::map<std::string, std::string> query;  // decoded; a repeated name keeps the last value
+  std::string host;    // the Host header as sent; empty when there was none
 };
 
 struct Response {
@@ -38,6 +40,10 @@ struct ServerLimits {
   std::size_t max_connections = 256;    // 503 to the next one
   int head_timeout_ms = 10'000;         // the head must arrive within this: 408
   int idle_timeout_ms = 60'000;         // a keep-alive connection with nothing to do is closed
+  // Answers waiting for a client that does not read: past this many bytes no further request of
+  // the connection is read or answered, so pipelined requests cannot grow the agent's memory.
+  std::size_t max_output_bytes = 64 * 1024;
+  int write_timeout_ms = 10'000;  // pending answers the client takes nothing of for this long: closed
 };
 
 // What the server counted, for tarmac_agent_http_* metrics.
@@ -54,6 +60,11 @@ struct ParsedHead {
   std::size_t body_bytes = 0;  // Content-Length, to skip
 };
 [[nodiscard]] Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits);
+
+// Whether a Host header names this machine's loopback: localhost, 127.0.0.1 or [::1], with an
+// optional port. On a loopback listener every other Host is refused (421): a page in a browser on
+// this machine whose name was rebound to 127.0.0.1 (DNS rebinding) sends its own name there.
+[[nodiscard]] bool is_loopback_host(std::string_view host);
 
 class HttpServer {
  public:
@@ -77,8 +88,10 @@ class HttpServer {
   Handler handler_;
   ServerLimits limits_;
   ServerStats stats_;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
+  util::Fd listen_fd_;
+  util::Fd wake_read_;
+  util::Fd wake_write_;
+  bool loopback_only_ = false;  // bound to a loopback address: Host must name it too
   unsigned port_ = 0;
   std::thread thread_;
 };

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::serve {
@@ -190,8 +191,9 @@ class Writer {
   std::string out_;
 };
 
-std::string label(std::string_view name, std::string_view value) {
-  return fmt::format("{}=\"{}\"", name, escape_label(value));
+// Every label value goes through here, whoever chose it: valid UTF-8, cut at a character.
+std::string label(std::string_view name, std::string_view value, std::size_t max_bytes = std::string_view::npos) {
+  return fmt::format("{}=\"{}\"", name, util::prometheus_label_value(value, max_bytes));
 }
 
 // tarmac's own labels for one GPU: snake_case, as Prometheus's conventions (and promtool) want;
@@ -214,37 +216,19 @@ std::string gpu_labels(const gpu::Device& d, const std::string& hostname, const 
 }
 
 std::string process_labels(const std::string& base, const gpu::GpuProcess& p) {
-  std::string command = p.host.command_line && !p.host.command_line->empty() ? *p.host.command_line
-                                                                             : p.host.name.value_or("");
-  if (command.size() > kMaxCommandLabel) command = command.substr(0, kMaxCommandLabel - 3) + "...";
+  const std::string& command = p.host.command_line && !p.host.command_line->empty() ? *p.host.command_line
+                                                                                    : p.host.name.value_or("");
   std::string container;
   if (p.host.container) {
     container = p.host.container->id.empty() ? p.host.container->runtime
                                              : p.host.container->runtime + ":" + p.host.container->id.substr(0, 12);
   }
   return fmt::format("{},{},{},{},{},{}", base, label("pid", std::to_string(p.pid)), label("user", p.host.user.value_or("")),
-                     label("command", command), label("container", container),
+                     label("command", command, kMaxCommandLabel), label("container", container),
                      label("slurm_job", p.host.slurm_job_id.value_or("")));
 }
 
 }  // namespace
-
-std::string escape_label(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 std::vector<std::string> metric_names() {
   std::vector<std::string> out;

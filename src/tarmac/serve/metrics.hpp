@@ -43,7 +43,4 @@ struct MetricsExtras {
 // The metric names render_metrics can emit, for docs/metrics.md's test and the dashboards' test.
 [[nodiscard]] std::vector<std::string> metric_names();
 
-// Escapes a label value: backslash, double quote and newline.
-[[nodiscard]] std::string escape_label(std::string_view value);
-
 }  // namespace tarmac::serve

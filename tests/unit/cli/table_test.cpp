@@ -43,5 +43,24 @@ TEST(Table, CountsUtf8AsOneCell) {
   EXPECT_EQ(render(t, false), "T     X\n68°C  y\n");
 }
 
+// A job named with terminal escapes (retitle the window, clear the screen) is shown, not obeyed.
+TEST(TableEscape, ControlCharactersInCellsAreShownEscaped) {
+  Table t({{"PID", Align::Right}, {"USER"}, {"COMMAND"}});
+  t.add_row({{"42"}, {"mallory"}, {"\x1b]0;owned\x07\x1b[2J python\ttrain.py"}});
+  const std::string text = render(t, false);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
+  EXPECT_EQ(text,
+            "PID  USER     COMMAND\n"
+            " 42  mallory  \\x1b]0;owned\\x07\\x1b[2J python\\x09train.py\n");
+}
+
+TEST(TableEscape, InvalidUtf8AndC1ControlsAreShownEscaped) {
+  Table t({{"NAME"}});
+  t.add_row({{"job\x9b" "31m\xC2\x9b" "1m"}});
+  EXPECT_EQ(render(t, true).find('\x9b'), std::string::npos);
+  EXPECT_EQ(render(t, false), "NAME\njob\\x9b31m\\u009b1m\n");
+}
+
 }  // namespace
 }  // namespace tarmac::cli

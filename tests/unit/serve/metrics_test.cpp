@@ -163,7 +163,6 @@ TEST(Metrics, EveryFamilyHasHelpAndTypeOnceAndNamesAreValid) {
   EXPECT_EQ(samples(text, "tarmac_alert_firing").size(), 1u);
 }
 
-TEST(Metrics, EscapesLabelValues) { EXPECT_EQ(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd"); }
 
 TEST(LiveState, CountsSecondsInTheClassThatHeldAndIdleStreaks) {
   LiveState live;
