@@ -2,6 +2,7 @@
 #
 #   <prefix>/bin/tarmac                          src/apps/CMakeLists.txt installs it; not the simulator
 #   <TARMAC_SYSTEMD_UNIT_DIR>/tarmac-agent.service   from packaging/systemd/tarmac-agent.service.in
+#   <TARMAC_TMPFILES_DIR>/tarmac.conf            packaging/tmpfiles.d/tarmac.conf: /run/tarmac/locks at boot
 #   <sysconfdir>/tarmac/tarmac.toml              `tarmac config --defaults`; an existing one is kept
 #   <docdir>/*.md, <docdir>/tarmac.toml.default  docs/*.md and a pristine copy of the defaults
 #   <datadir>/tarmac/grafana/tarmac.json         the Grafana dashboard for tarmac's own metrics
@@ -40,6 +41,9 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/docs/" DESTINATION "${CMAKE_INSTALL_DOC
         FILES_MATCHING PATTERN "*.md")
 install(FILES "${_tarmac_default_config}" DESTINATION "${CMAKE_INSTALL_DOCDIR}" RENAME tarmac.toml.default)
 install(FILES "${PROJECT_SOURCE_DIR}/packaging/grafana/tarmac.json" DESTINATION "${CMAKE_INSTALL_DATADIR}/tarmac/grafana")
+set(TARMAC_TMPFILES_DIR "lib/tmpfiles.d" CACHE STRING
+    "Where tarmac.conf for systemd-tmpfiles (the lock directory, docs/scheduler.md) is installed")
+install(FILES "${PROJECT_SOURCE_DIR}/packaging/tmpfiles.d/tarmac.conf" DESTINATION "${TARMAC_TMPFILES_DIR}")
 
 # Install time: the unit and tarmac.toml, with the directories of the prefix in use then (the same
 # rules as GNUInstallDirs' CMAKE_INSTALL_FULL_<dir>: /usr and / put sysconfdir at /etc, /opt/x at

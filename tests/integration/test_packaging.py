@@ -93,7 +93,7 @@ class InstallUnderAPrefix(unittest.TestCase):
         files = {str(p.relative_to(self.prefix)) for p in self.prefix.rglob("*")
                  if p.is_file() and not p.is_relative_to(self.prefix / "share" / "doc")}
         self.assertEqual(files, {"bin/tarmac", "etc/tarmac/tarmac.toml", f"lib/systemd/system/{UNIT}",
-                                 "share/tarmac/grafana/tarmac.json"})
+                                 "lib/tmpfiles.d/tarmac.conf", "share/tarmac/grafana/tarmac.json"})
 
     def test_the_installed_binary_runs(self):
         r = run(str(self.tarmac), "--version")

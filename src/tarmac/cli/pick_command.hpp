@@ -25,7 +25,7 @@ void add_request_flags(CLI::App& cmd, RequestFlags& flags);
 // The request, or an Invalid error naming the bad flag.
 [[nodiscard]] Result<sched::PickRequest> parse_request(const RequestFlags& flags);
 
-// The lock directory (TARMAC_LOCK_DIR, scheduler.lock_dir, /run/lock/tarmac), opened; prints errors.
+// The lock directory (TARMAC_LOCK_DIR, scheduler.lock_dir, /run/tarmac/locks), opened; prints errors.
 [[nodiscard]] Result<sched::LeaseDir> open_lease_dir(const GlobalOptions& global);
 
 // "0,2" (indices) or "GPU-...,GPU-..." (UUIDs) of what was chosen.

@@ -192,8 +192,8 @@ const std::vector<Key>& table() {
                {}, [](Config& c, const std::string& v) { c.alerts.command = v; },
                [](const Config& c) { return c.alerts.command; }),
       text_key("scheduler", "lock_dir", Kind::Path,
-               "the directory of the per-GPU lease files that keep agentless pick and run race-free; \"\" for "
-               "/run/lock/tarmac",
+               "the directory of the per-GPU lease files that keep agentless pick and run race-free: root's and "
+               "1777, or the caller's own (docs/scheduler.md); \"\" for /run/tarmac/locks",
                {}, [](Config& c, const std::string& v) { c.scheduler_lock_dir = v; },
                [](const Config& c) { return c.scheduler_lock_dir; }),
       text_key("scheduler", "socket", Kind::Path,

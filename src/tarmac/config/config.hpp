@@ -34,7 +34,7 @@ struct Config {
   std::string http_listen = "127.0.0.1:9478";
   // The agent's alert rules and sinks (docs/alerts.md); also `tarmac alerts`.
   alerts::AlertConfig alerts;
-  // The agentless scheduler's lock directory (docs/scheduler.md); "" for /run/lock/tarmac.
+  // The agentless scheduler's lock directory (docs/scheduler.md); "" for /run/tarmac/locks.
   std::string scheduler_lock_dir;
   // The agent's scheduler: socket, backfill, fairness, caps, idle leases (docs/scheduler.md).
   sched::SchedulerConfig scheduler;

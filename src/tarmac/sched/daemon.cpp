@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 
 #include "tarmac/sched/daemon_state.hpp"
@@ -31,33 +33,18 @@ void Daemon::State::recover() {
       jobs.emplace(id, std::move(job));
       continue;
     }
-    if (job.state == JobState::Queued && !std::filesystem::exists(file(id, "lock"))) {
+    std::error_code ec;
+    if (job.state == JobState::Queued && !std::filesystem::exists(file(id, "lock"), ec)) {
       jobs.emplace(id, std::move(job));
       continue;
     }
-    const int fd = ::open(file(id, "lock").c_str(), O_RDWR | O_CLOEXEC);
-    const bool wrapper_alive = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0;
-    std::string lock_text;
-    if (fd >= 0) {
-      lock_text = read_small(file(id, "lock")).value_or("");
-      ::close(fd);
-    }
-    if (wrapper_alive) {
-      // The wrapper writes "pid starttime" into its lock as its first act; one started an
-      // instant before the agent died may not have yet.
-      for (int i = 0; i < 40 && util::split(lock_text, ' ').size() < 2; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        lock_text = read_small(file(id, "lock")).value_or("");
-      }
-      const auto words = util::split(lock_text, ' ');
-      if (words.size() >= 2) {
-        job.shim_pid = std::atoi(std::string(words[0]).c_str());
-        job.shim_start = std::strtoull(std::string(words[1]).c_str(), nullptr, 10);
-      }
+    const WrapperProbe wrapper = probe_wrapper(id);
+    if (wrapper.alive) {
+      // The wrapper writes "pid starttime" into its lock as its first act; one started an instant
+      // before the agent died may not have yet: then the loop reads it later (never waiting here).
+      job.shim_pid = wrapper.pid;
+      job.shim_start = wrapper.start;
       if (job.state == JobState::Queued) job.state = JobState::Running;
-      if (job.state == JobState::Stopping) {
-        job.stopping_for = job.reason.starts_with("preempted") ? StopReason::Preempt : StopReason::Cancel;
-      }
       if (job.started_ms == 0) job.started_ms = now_ms();
       auto& stored = jobs.emplace(id, std::move(job)).first->second;
       persist(stored);
@@ -65,11 +52,8 @@ void Daemon::State::recover() {
       ++reattached;
       continue;
     }
-    if (job.state == JobState::Stopping) {
-      job.stopping_for = job.reason.starts_with("preempted") ? StopReason::Preempt : StopReason::Cancel;
-    }
     auto& stored = jobs.emplace(id, std::move(job)).first->second;
-    const bool ran = std::filesystem::exists(file(id, "run")) || std::filesystem::exists(file(id, "exit"));
+    const bool ran = std::filesystem::exists(file(id, "run"), ec) || std::filesystem::exists(file(id, "exit"), ec);
     if (ran) {
       on_wrapper_gone(stored);
       ++ended;
@@ -83,6 +67,7 @@ void Daemon::State::recover() {
     stored.gpu_uuids.clear();
     stored.started_ms = 0;
     stored.shim_pid = 0;
+    stored.stopping_for = StopReason::None;
     stored.reason = "queued again: the agent stopped before it started";
     persist(stored);
     ++requeued;
@@ -164,7 +149,10 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonOptions options) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) return make_error(Error::Code::Io, fmt::format("cannot create {}: {}", dir, ec.message()));
-    ::chmod(dir.c_str(), static_cast<mode_t>(mode));
+    // jobs/ holds the submitters' environments: never leave it readable to others.
+    if (::chmod(dir.c_str(), static_cast<mode_t>(mode)) != 0) {
+      return make_error(Error::Code::Io, fmt::format("cannot set the mode of {}: {}", dir, std::strerror(errno)));
+    }
   }
   TARMAC_TRY_ASSIGN(auto db, JobDb::open(s->opt.db_path));
   s->db.emplace(std::move(db));
@@ -173,6 +161,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonOptions options) {
   TARMAC_TRY_ASSIGN(auto listener, Listener::open(s->opt.socket_path));
   s->listener = std::move(listener);
   s->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s->wake_fd < 0) return make_error(Error::Code::Io, fmt::format("cannot make an eventfd: {}", std::strerror(errno)));
   if (auto usage = s->db->usage(now_ms() - s->opt.config.fair_window_ms, now_ms()); usage.ok()) s->usage = *usage;
   s->recover();
   State* raw = s.get();

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
+#include <climits>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +16,7 @@
 #include "tarmac/sched/queue.hpp"
 #include "tarmac/sched/supervise.hpp"
 #include "tarmac/util/escape.hpp"
+#include "tarmac/util/fd.hpp"
 #include "tarmac/util/units.hpp"
 
 extern char** environ;
@@ -88,29 +89,91 @@ void Daemon::State::finish(Job& job, JobState state, const std::string& reason) 
 
 void Daemon::State::remove_leases(const Job& job) {
   if (job.gpu_uuids.empty()) return;
-  auto held = dir->lock();
-  if (!held.ok()) return;  // they go stale with the wrapper, or at their expiry
+  auto held = lock_dir_briefly();
+  if (!held) return;  // they go stale with the wrapper, or at their expiry
   dir->remove(job.gpu_uuids, std::to_string(job.id));
+}
+
+std::optional<LeaseDir::DirLock> Daemon::State::lock_dir_briefly() {
+  auto held = dir->lock(kLockWaitMs);
+  if (held.ok()) return std::move(*held);
+  const long long now = now_ms();
+  if (now - lock_warned_ms >= 60 * 1000) {
+    lock_warned_ms = now;
+    log(agent::LogLevel::Warning, fmt::format("scheduler: {}", held.error().message));
+  }
+  return std::nullopt;
 }
 
 void Daemon::State::watch(Job& job, bool child) {
   Runtime& rt = runtime[job.id];
   rt.child = child;
-  if (rt.pidfd < 0 && job.shim_pid > 0) rt.pidfd = pidfd_open(job.shim_pid);
+  if (rt.pidfd >= 0 || job.shim_pid < 2) return;
+  rt.pidfd = pidfd_open(job.shim_pid);
+  if (rt.pidfd < 0) {
+    if (errno != ESRCH) {
+      log(agent::LogLevel::Warning, fmt::format("scheduler: job {}: cannot watch its wrapper (pid {}) by a pidfd: {}; "
+                                                "checked by pid and start time instead",
+                                                job.id, job.shim_pid, std::strerror(errno)));
+    }
+    return;
+  }
+  // The pid came from a file or the store: make sure the pidfd is the wrapper's, not a reuse's.
+  if (job.shim_start != 0 && process_starttime(job.shim_pid) != job.shim_start) {
+    log(agent::LogLevel::Warning, fmt::format("scheduler: job {}: pid {} is no longer its wrapper", job.id, job.shim_pid));
+    ::close(rt.pidfd);
+    rt.pidfd = -1;
+    job.shim_pid = 0;
+  }
+}
+
+bool Daemon::State::signal_job(Job& job, int sig) {
+  const auto rt = runtime.find(job.id);
+  if (rt != runtime.end() && rt->second.pidfd >= 0) {
+    if (pidfd_send_signal(rt->second.pidfd, sig) == 0) return true;
+    if (errno != ENOSYS) {
+      if (errno != ESRCH) {
+        log(agent::LogLevel::Warning,
+            fmt::format("scheduler: cannot signal job {}'s wrapper: {}", job.id, std::strerror(errno)));
+      }
+      return false;
+    }
+  }
+  // No pidfd (a kernel without pidfd_open): by pid, only while that pid is still the wrapper.
+  if (job.shim_pid < 2 || job.shim_start == 0 || process_starttime(job.shim_pid) != job.shim_start) return false;
+  return ::kill(job.shim_pid, sig) == 0;
+}
+
+WrapperProbe Daemon::State::probe_wrapper(long long id) const {
+  WrapperProbe out;
+  const util::Fd fd(::open(file(id, "lock").c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) return out;
+  out.alive = ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0;  // the wrapper holds it while it lives
+  const auto words = util::split(read_small(file(id, "lock")).value_or(""), ' ');
+  if (words.size() >= 2) {
+    const auto pid = parse_pid(words[0]);
+    const auto start = util::parse_int(words[1], 1, LLONG_MAX);
+    if (pid && start) {
+      out.pid = *pid;
+      out.start = static_cast<unsigned long long>(*start);
+    }
+  }
+  return out;
 }
 
 // The wrapper of `job` is gone: record how the job ended (or requeue a preempted one).
 void Daemon::State::on_wrapper_gone(Job& job) {
   Runtime& rt = runtime[job.id];
-  if (rt.child) {
+  if (rt.child && job.shim_pid >= 2) {  // waitpid(0) would wait for any child of the group
     int status = 0;
-    (void)::waitpid(job.shim_pid, &status, 0);
+    while (::waitpid(job.shim_pid, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   const auto exit_text = read_small(file(job.id, "exit"));
   // NVML may list the job's process for a moment after it is gone; the pass knows it is gone.
   if (const auto run_text = read_small(file(job.id, "run"))) {
     const auto words = util::split(*run_text, ' ');
-    if (!words.empty()) ended_pids[static_cast<unsigned>(std::atol(std::string(words[0]).c_str()))] = now_ms();
+    if (const auto pid = words.empty() ? std::nullopt : parse_pid(words[0])) ended_pids[static_cast<unsigned>(*pid)] = now_ms();
   }
   recheck_at_ms = now_ms() + kRecheckMs;
   remove_leases(job);
@@ -140,12 +203,11 @@ void Daemon::State::on_wrapper_gone(Job& job) {
   }
   if (exit_text) {
     const auto words = util::split(*exit_text, ' ');
-    int code = 1;
-    long long ended = now_ms();
-    if (!words.empty()) code = std::atoi(std::string(words[0]).c_str());
-    if (words.size() > 1) ended = std::atoll(std::string(words[1]).c_str());
-    job.exit_code = code;
-    job.ended_ms = ended;
+    // "code ended_unix_ms", written by the wrapper; a damaged file counts as a failure now.
+    const auto code = words.empty() ? std::nullopt : util::parse_int(words[0], 0, 255);
+    const auto ended = words.size() > 1 ? util::parse_int(words[1], 1, LLONG_MAX) : std::nullopt;
+    job.exit_code = static_cast<int>(code.value_or(1));
+    job.ended_ms = ended.value_or(now_ms());
     const bool cancelled = job.stopping_for == StopReason::Cancel;
     finish(job, cancelled ? JobState::Cancelled : JobState::Done, "");  // keeps "cancelled by ..."
   } else {
@@ -161,6 +223,10 @@ void Daemon::State::on_wrapper_gone(Job& job) {
 bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, const std::vector<std::string>& uuids) {
   std::error_code ec;
   std::filesystem::create_directories(jobs_dir, ec);
+  if (ec) {
+    log(agent::LogLevel::Error, fmt::format("scheduler: cannot create {}: {}", jobs_dir, ec.message()));
+    return false;
+  }
   const std::string id = std::to_string(job.id);
   std::string visible;
   for (std::size_t i = 0; i < chosen.size(); ++i) {
@@ -206,26 +272,35 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
   // every job was most of a job's start (and of the hand-over between jobs).
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attr);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
-  else posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  if (err_fd >= 0) posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
-  else posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, lock_fd, 3);
-  posix_spawn_file_actions_addclosefrom_np(&actions, 4);
+  if (const int e = posix_spawn_file_actions_init(&actions); e != 0) {
+    log(agent::LogLevel::Error, fmt::format("scheduler: cannot start job {}: {}", job.id, std::strerror(e)));
+    ::close(lock_fd);
+    if ((job.detach || rt.output_fds.size() < 2) && out_fd >= 0) ::close(out_fd);
+    return false;
+  }
+  (void)posix_spawnattr_init(&attr);  // only fails on ENOMEM in theory; glibc's never fails
+  // Every step is checked: a job started without its descriptors would write into the agent's own.
+  int setup = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  const auto step = [&setup](int e) {
+    if (setup == 0) setup = e;
+  };
+  step(out_fd >= 0 ? posix_spawn_file_actions_adddup2(&actions, out_fd, 1)
+                   : posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0));
+  step(err_fd >= 0 ? posix_spawn_file_actions_adddup2(&actions, err_fd, 2)
+                   : posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0));
+  step(posix_spawn_file_actions_adddup2(&actions, lock_fd, 3));
+  step(posix_spawn_file_actions_addclosefrom_np(&actions, 4));
   sigset_t none;
   sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
+  step(posix_spawnattr_setsigmask(&attr, &none));
   sigset_t all;
   sigfillset(&all);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  step(posix_spawnattr_setsigdefault(&attr, &all));
+  step(posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF));
   char* const argv[] = {const_cast<char*>("tarmac"), const_cast<char*>("job-shim"),
                         const_cast<char*>(spec_path.c_str()), nullptr};
   pid_t pid = -1;  // the wrapper gets the agent's environment; the job gets its submitter's (spec)
-  const int spawn_errno = ::posix_spawn(&pid, opt.shim_exe.c_str(), &actions, &attr, argv, environ);
+  const int spawn_errno = setup != 0 ? setup : ::posix_spawn(&pid, opt.shim_exe.c_str(), &actions, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(lock_fd);
@@ -278,6 +353,16 @@ Result<gpu::Snapshot> Daemon::State::look() {
   return snap;
 }
 
+LeasedGpus Daemon::State::busy_gpus(const std::vector<Lease>& live) const {
+  LeasedGpus out;
+  for (const auto& l : live) out[l.uuid] = describe(l);
+  for (const auto& [id, j] : jobs) {
+    if (j.state != JobState::Running && j.state != JobState::Stopping && j.state != JobState::Active) continue;
+    for (const auto& u : j.gpu_uuids) out[u] = fmt::format("{} {} of {}", to_string(j.kind), j.id, j.user);
+  }
+  return out;
+}
+
 unsigned Daemon::State::gpus_held_by(uid_t uid) const {
   unsigned n = 0;
   for (const auto& [id, j] : jobs) {
@@ -322,11 +407,8 @@ void Daemon::State::pass() {
     if (gpu_count > 0 && held >= gpu_count) return;
   }
   if (!ensure_backend()) return;
-  auto held = dir->lock();
-  if (!held.ok()) {
-    log(agent::LogLevel::Error, fmt::format("scheduler: {}", held.error().message));
-    return;
-  }
+  const auto held = lock_dir_briefly();
+  if (!held) return;  // the loop comes back within kRetryMs
   const long long now = now_ms();
   auto live = dir->live_leases(now);
   if (!live.ok()) {
@@ -341,11 +423,10 @@ void Daemon::State::pass() {
   std::erase_if(ended_pids, [now](const auto& kv) { return now - kv.second > kEndedPidMs; });
   for (auto& d : snap->devices) {
     std::erase_if(d.processes, [this](const gpu::GpuProcess& p) {
-      return ended_pids.contains(p.pid) && ::kill(static_cast<pid_t>(p.pid), 0) != 0 && errno == ESRCH;
+      return p.pid >= 2 && ended_pids.contains(p.pid) && ::kill(static_cast<pid_t>(p.pid), 0) != 0 && errno == ESRCH;
     });
   }
-  LeasedGpus leased;
-  for (const auto& l : *live) leased[l.uuid] = describe(l);
+  LeasedGpus leased = busy_gpus(*live);
   const auto uuids_of = [&](const std::vector<unsigned>& chosen) {
     std::vector<std::string> out;
     for (unsigned index : chosen) {
@@ -421,7 +502,7 @@ void Daemon::State::pass() {
         b.preempted_for = job.id;
         b.reason = fmt::format("preempted for job {}", job.id);
         persist(b);
-        ::kill(b.shim_pid, SIGTERM);
+        (void)signal_job(b, SIGTERM);  // a wrapper already gone is seen by its pidfd
         log(agent::LogLevel::Info, fmt::format("scheduler: preempting backfill job {} for job {}", b.id, job.id));
         for (const auto& g : b.gpu_uuids) backfill_gpus.erase(g);
       }
@@ -543,9 +624,9 @@ void Daemon::State::flag_outside(const std::map<std::string, GpuUse>& seen) {
       auto it = job_of_pid.find(pid);
       if (it == job_of_pid.end()) it = job_of_pid.emplace(pid, job_id_of(pid)).first;
       if (it->second.empty()) continue;
-      long long id = 0;
-      const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), id);
-      if (ec != std::errc() || end != it->second.data() + it->second.size()) continue;
+      const auto parsed = util::parse_int(it->second, 1, LLONG_MAX);
+      if (!parsed) continue;
+      const long long id = *parsed;
       const auto jt = jobs.find(id);
       if (jt == jobs.end() || jt->second.kind != JobKind::Job || jt->second.state != JobState::Running) continue;
       Job& job = jt->second;
@@ -569,6 +650,19 @@ void Daemon::State::check_wrappers_without_pidfd() {
     if (job.kind != JobKind::Job || (job.state != JobState::Running && job.state != JobState::Stopping)) continue;
     const auto rt = runtime.find(id);
     if (rt != runtime.end() && rt->second.pidfd >= 0) continue;
+    if (job.shim_pid < 2) {
+      // Re-attached before its wrapper had written its pid: look again, without waiting.
+      const WrapperProbe w = probe_wrapper(id);
+      if (!w.alive) {
+        gone.push_back(id);
+      } else if (w.pid != 0) {
+        job.shim_pid = w.pid;
+        job.shim_start = w.start;
+        persist(job);
+        watch(job, false);
+      }
+      continue;
+    }
     if (rt != runtime.end() && rt->second.child) {
       int status = 0;
       if (::waitpid(job.shim_pid, &status, WNOHANG) == job.shim_pid) {

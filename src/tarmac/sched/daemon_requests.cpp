@@ -186,7 +186,7 @@ json Daemon::State::cancel(Client& c, const json& req) {
   job.stopping_for = StopReason::Cancel;
   job.reason = "cancelled by " + user_name(c.uid);
   persist(job);
-  if (job.shim_pid > 0) ::kill(job.shim_pid, SIGTERM);
+  (void)signal_job(job, SIGTERM);
   return json{{"ok", true}, {"job", to_json(job)}};
 }
 
@@ -212,14 +212,13 @@ json Daemon::State::reserve(Client& c, const json& req) {
   PickRequest request{.n = n,
                       .min_free_bytes = json_field<std::uint64_t>(req, "min_free").value_or(0),
                       .max_util_pct = std::min(100U, json_field<unsigned>(req, "max_util").value_or(100))};
-  auto held = dir->lock();
+  auto held = dir->lock(kLockWaitMs);
   if (!held.ok()) return failure("io", held.error().message);
   auto live = dir->live_leases(now_ms());
   if (!live.ok()) return failure("io", live.error().message);
   auto snap = look();
   if (!snap.ok()) return failure("io", fmt::format("cannot look at the GPUs: {}", snap.error().message));
-  LeasedGpus leased;
-  for (const auto& l : *live) leased[l.uuid] = describe(l);
+  const LeasedGpus leased = busy_gpus(*live);
   const auto r = pick(*snap, leased, request);
   if (!r.ok()) {
     // Nothing is recorded for a lease that could not be given.
@@ -285,7 +284,7 @@ json Daemon::State::extend(Client& c, const json& req) {
     leases.push_back(Lease{.uuid = u, .pid = 0, .starttime = 0, .expires_unix_ms = job.expires_ms,
                            .job_id = std::to_string(job.id), .user = job.user});
   }
-  auto held = dir->lock();
+  auto held = dir->lock(kLockWaitMs);
   if (!held.ok()) return failure("io", held.error().message);
   if (auto r = dir->write(leases); !r.ok()) return failure("io", r.error().message);
   persist(job);

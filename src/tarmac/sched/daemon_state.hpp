@@ -51,6 +51,18 @@ inline long long now_ms() {
 }
 
 inline int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+inline int pidfd_send_signal(int pidfd, int sig) {
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+inline constexpr long long kLockWaitMs = 200;  // the longest the loop waits for the lock directory's lock
+
+// What a job's ID.lock says about its wrapper: whether it lives (holds the lock) and, once it has
+// written them, its pid and start time.
+struct WrapperProbe {
+  bool alive = false;
+  int pid = 0;  // 0 until the wrapper has written "pid starttime"
+  unsigned long long start = 0;
+};
 
 // What the sampler saw on one GPU.
 struct GpuUse {
@@ -169,6 +181,7 @@ struct Daemon::State {
   std::map<unsigned, long long> ended_pids;    // leaders of jobs that ended lately -> when
   long long recheck_at_ms = 0;                 // a pass due soon after a job ended; 0: none
   std::set<std::pair<long long, unsigned>> flagged;
+  long long lock_warned_ms = 0;  // when a held directory lock was last logged
 
   mutable std::mutex use_mutex;  // guards the three below: observe() writes two, the loop the third
   std::map<std::string, GpuUse> use;
@@ -221,6 +234,13 @@ struct Daemon::State {
 
   void watch(Job& job, bool child);
 
+  // Sends `sig` to the wrapper of `job` through its pidfd (never by a bare pid, which may be 0 or
+  // reused); false when there is no wrapper to signal.
+  bool signal_job(Job& job, int sig);
+
+  // The wrapper's lock file of job `id`, read without waiting.
+  WrapperProbe probe_wrapper(long long id) const;
+
   // The wrapper of `job` is gone: record how the job ended (or requeue a preempted one).
   void on_wrapper_gone(Job& job);
 
@@ -233,6 +253,14 @@ struct Daemon::State {
   Result<gpu::Snapshot> look();
 
   unsigned gpus_held_by(uid_t uid) const;
+
+  // GPUs nobody else may be given: the live leases of the lock directory and, whatever its files
+  // say (a user may remove or replace them), this agent's own running jobs and active leases.
+  LeasedGpus busy_gpus(const std::vector<Lease>& live) const;
+
+  // The lock directory's lock, waited for at most kLockWaitMs; logged (at most once a minute) when
+  // someone holds it longer.
+  std::optional<LeaseDir::DirLock> lock_dir_briefly();
 
   bool ensure_backend();
   void pass();

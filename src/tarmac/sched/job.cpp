@@ -49,6 +49,22 @@ const char* to_string(JobState state) {
   return "?";
 }
 
+const char* to_string(StopReason reason) {
+  switch (reason) {
+    case StopReason::None: return "none";
+    case StopReason::Cancel: return "cancel";
+    case StopReason::Preempt: return "preempt";
+  }
+  return "none";
+}
+
+std::optional<StopReason> stop_reason_from(std::string_view text) {
+  for (const StopReason r : {StopReason::None, StopReason::Cancel, StopReason::Preempt}) {
+    if (text == to_string(r)) return r;
+  }
+  return std::nullopt;
+}
+
 std::optional<JobKind> job_kind_from(std::string_view text) {
   if (text == "job") return JobKind::Job;
   if (text == "lease") return JobKind::Lease;

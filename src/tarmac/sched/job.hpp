@@ -23,8 +23,12 @@ enum class JobState { Queued, Running, Stopping, Done, Cancelled, Failed, Lost, 
 // Whether a job in `state` has ended (nothing more will happen to it).
 [[nodiscard]] bool has_ended(JobState state);
 
-// Why a running job is being stopped.
+// Why a running job is being stopped (the store's sched_job.stop_reason: "none", "cancel",
+// "preempt"), so that a restarted agent knows whether a stopping job ends or is queued again.
 enum class StopReason { None, Cancel, Preempt };
+
+[[nodiscard]] const char* to_string(StopReason reason);
+[[nodiscard]] std::optional<StopReason> stop_reason_from(std::string_view text);
 
 struct Job {
   long long id = 0;

@@ -1,7 +1,7 @@
 #include "tarmac/sched/jobdb.hpp"
 
 #include <algorithm>
-#include <charconv>
+#include <climits>
 #include <fmt/format.h>
 
 #include "tarmac/store/schema.hpp"
@@ -12,6 +12,11 @@ namespace tarmac::sched {
 
 namespace {
 
+// The table's own version, in the store's meta table as sched_job_version (the recorder's tables
+// keep schema_version): 1, the first (no row of meta); 2 adds stop_reason, so that recovery no
+// longer reads why a job stops from its words.
+constexpr long long kTableVersion = 2;
+
 constexpr const char* kTable = R"sql(
 CREATE TABLE IF NOT EXISTS sched_job(
   id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -19,13 +24,13 @@ CREATE TABLE IF NOT EXISTS sched_job(
   spec TEXT NOT NULL, gpus TEXT NOT NULL, uuids TEXT NOT NULL,
   submitted_unix_ms INTEGER NOT NULL, started_unix_ms INTEGER, ended_unix_ms INTEGER, expires_unix_ms INTEGER,
   exit_code INTEGER, requeues INTEGER NOT NULL, outside TEXT NOT NULL, reason TEXT NOT NULL, log TEXT NOT NULL,
-  shim_pid INTEGER, shim_start INTEGER);
+  shim_pid INTEGER, shim_start INTEGER, stop_reason TEXT NOT NULL DEFAULT 'none');
 CREATE INDEX IF NOT EXISTS sched_job_by_state ON sched_job(state);
 )sql";
 
 constexpr const char* kColumns =
     "id, kind, state, uid, user, name, spec, gpus, uuids, submitted_unix_ms, started_unix_ms, ended_unix_ms, "
-    "expires_unix_ms, exit_code, requeues, outside, reason, log, shim_pid, shim_start";
+    "expires_unix_ms, exit_code, requeues, outside, reason, log, shim_pid, shim_start, stop_reason";
 
 std::string join_indices(const std::vector<unsigned>& v) {
   std::string out;
@@ -39,9 +44,7 @@ std::string join_indices(const std::vector<unsigned>& v) {
 std::vector<unsigned> split_indices(const std::string& text) {
   std::vector<unsigned> out;
   for (const auto& part : util::split(text, ',')) {
-    unsigned v = 0;
-    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
-    if (ec == std::errc() && end == part.data() + part.size() && !part.empty()) out.push_back(v);
+    if (const auto v = util::parse_int(part, 0, UINT_MAX)) out.push_back(static_cast<unsigned>(*v));
   }
   return out;
 }
@@ -56,7 +59,39 @@ std::vector<std::string> split_words(const std::string& text) {
 
 std::optional<long long> positive(long long v) { return v > 0 ? std::optional<long long>(v) : std::nullopt; }
 
-// Binds every column after id (2..20) of `job`.
+// Brings a store written by an older tarmac to kTableVersion, in place, in one transaction.
+Result<void> upgrade(store::Database& db) {
+  TARMAC_TRY(db.exec("BEGIN IMMEDIATE"));
+  auto body = [&]() -> Result<void> {
+    TARMAC_TRY(db.exec(kTable));
+    TARMAC_TRY_ASSIGN(auto version,
+                      db.scalar("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'sched_job_version'"));
+    if (version && *version > kTableVersion) {
+      return make_error(Error::Code::Invalid,
+                        fmt::format("the store's job table has version {}, newer than this tarmac reads ({}): upgrade "
+                                    "tarmac",
+                                    *version, kTableVersion));
+    }
+    TARMAC_TRY_ASSIGN(auto has_stop_reason,
+                      db.scalar("SELECT count(*) FROM pragma_table_info('sched_job') WHERE name = 'stop_reason'"));
+    if (has_stop_reason.value_or(0) == 0) {
+      // Version 1 kept why a job stopped only in its words; read them this once, for the jobs that
+      // were stopping when that tarmac went down.
+      TARMAC_TRY(db.exec("ALTER TABLE sched_job ADD COLUMN stop_reason TEXT NOT NULL DEFAULT 'none';"
+                         "UPDATE sched_job SET stop_reason = CASE WHEN reason LIKE 'preempted%' THEN 'preempt' "
+                         "ELSE 'cancel' END WHERE state = 'stopping';"));
+    }
+    return db.exec(fmt::format("INSERT OR REPLACE INTO meta(key, value) VALUES('sched_job_version', '{}')",
+                               kTableVersion));
+  };
+  if (auto r = body(); !r.ok()) {
+    (void)db.exec("ROLLBACK");
+    return r;
+  }
+  return db.exec("COMMIT");
+}
+
+// Binds every column after id (2..21) of `job`.
 void bind_job(store::Statement& s, const Job& job) {
   s.bind(2, std::string_view(to_string(job.kind)));
   s.bind(3, std::string_view(to_string(job.state)));
@@ -82,6 +117,7 @@ void bind_job(store::Statement& s, const Job& job) {
   s.bind(18, std::string_view(job.log));
   s.bind(19, job.shim_pid > 0 ? std::optional<long long>(job.shim_pid) : std::nullopt);
   s.bind(20, job.shim_start > 0 ? std::optional<long long>(static_cast<long long>(job.shim_start)) : std::nullopt);
+  s.bind(21, std::string_view(to_string(job.stopping_for)));
 }
 
 Job row_to_job(const store::Statement& s) {
@@ -104,8 +140,11 @@ Job row_to_job(const store::Statement& s) {
   job.outside = split_indices(s.text(15));
   job.reason = s.text(16);
   job.log = s.text(17);
-  job.shim_pid = static_cast<int>(s.opt_int64(18).value_or(0));
-  job.shim_start = static_cast<unsigned long long>(s.opt_int64(19).value_or(0));
+  // A pid of 1 or less (a damaged or hand-edited store) is no wrapper: never signal or wait for it.
+  const long long pid = s.opt_int64(18).value_or(0);
+  job.shim_pid = pid >= 2 && pid <= INT_MAX ? static_cast<int>(pid) : 0;
+  job.shim_start = static_cast<unsigned long long>(std::max(0LL, s.opt_int64(19).value_or(0)));
+  job.stopping_for = stop_reason_from(s.text(20)).value_or(StopReason::None);
   return job;
 }
 
@@ -114,14 +153,14 @@ Job row_to_job(const store::Statement& s) {
 Result<JobDb> JobDb::open(const std::string& path) {
   TARMAC_TRY_ASSIGN(auto db, store::Database::open(path, store::Database::Mode::ReadWrite));
   TARMAC_TRY(store::ensure_schema(db));
-  TARMAC_TRY(db.exec(kTable));
+  TARMAC_TRY(upgrade(db));
   return JobDb(std::move(db));
 }
 
 Result<void> JobDb::insert(Job& job) {
   TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format(
                                 "INSERT INTO sched_job({}) VALUES(NULL, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-                                "?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) RETURNING id",
+                                "?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) RETURNING id",
                                 kColumns)));
   bind_job(s, job);
   TARMAC_TRY_ASSIGN(const bool row, s.step());
@@ -136,7 +175,8 @@ Result<void> JobDb::save(const Job& job) {
                                 "UPDATE sched_job SET kind = ?2, state = ?3, uid = ?4, user = ?5, name = ?6, spec = ?7, "
                                 "gpus = ?8, uuids = ?9, submitted_unix_ms = ?10, started_unix_ms = ?11, "
                                 "ended_unix_ms = ?12, expires_unix_ms = ?13, exit_code = ?14, requeues = ?15, "
-                                "outside = ?16, reason = ?17, log = ?18, shim_pid = ?19, shim_start = ?20 WHERE id = ?1"));
+                                "outside = ?16, reason = ?17, log = ?18, shim_pid = ?19, shim_start = ?20, "
+                                "stop_reason = ?21 WHERE id = ?1"));
   s.bind(1, job.id);
   bind_job(s, job);
   return s.run();

@@ -36,6 +36,12 @@ std::optional<long long> parse_int(std::string_view text) {
   return value;
 }
 
+std::optional<long long> parse_int(std::string_view text, long long min, long long max) {
+  const auto value = parse_int(text);
+  if (!value || *value < min || *value > max) return std::nullopt;
+  return value;
+}
+
 std::optional<double> parse_double(std::string_view text) {
   double value = 0;
   const char* end = text.data() + text.size();

@@ -17,6 +17,10 @@ namespace tarmac::util {
 // Parses a whole string as a base-10 integer; nullopt on any extra character or overflow.
 [[nodiscard]] std::optional<long long> parse_int(std::string_view text);
 
+// As parse_int, and nullopt unless the value is within [min, max]: the one way to read a number
+// from a file, a socket or a database (no sign but '-', no spaces, no "0x", no trailing text).
+[[nodiscard]] std::optional<long long> parse_int(std::string_view text, long long min, long long max);
+
 // Parses a whole string as a finite floating-point number; nullopt otherwise.
 [[nodiscard]] std::optional<double> parse_double(std::string_view text);
 

@@ -142,7 +142,7 @@ TEST_F(LeaseDirTest, GarbageFilesAreStale) {
 
 TEST(LockDir, EnvironmentThenConfigThenDefault) {
   ::unsetenv("TARMAC_LOCK_DIR");
-  EXPECT_EQ(lock_dir(""), "/run/lock/tarmac");
+  EXPECT_EQ(lock_dir(""), "/run/tarmac/locks");  // root-made (systemd-tmpfiles), not world-writable /run/lock
   EXPECT_EQ(lock_dir("/srv/locks"), "/srv/locks");
   ::setenv("TARMAC_LOCK_DIR", "/tmp/x", 1);
   EXPECT_EQ(lock_dir("/srv/locks"), "/tmp/x");
