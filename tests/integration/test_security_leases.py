@@ -192,7 +192,7 @@ class AgentLeases(sa.SecondUser):
         b = self.submit("sleep", "120", n=2)
         job = self.wait_jobs([b], lambda j: j["state"] != "queued" or j.get("reason", "").startswith("waiting for"),
                              30, "job b neither started nor waited")[b]
-        self.assertEqual(job["state"], "queued", f"job b was started on job a's GPUs: {job}")
+        self.assertEqual(job["state"], "queued", f"job b was started on job a's GPUs: {job}\n{self.jobs()[a]}")
         self.assertIn("(1 free)", job["reason"])
 
     # 3, for the agent: its thread does not hang on a FIFO.

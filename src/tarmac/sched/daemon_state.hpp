@@ -156,6 +156,7 @@ using detail::Client;
 using detail::GpuUse;
 using detail::json;
 using detail::Runtime;
+using detail::WrapperProbe;
 
 struct Daemon::State {
   DaemonOptions opt;
