@@ -2,7 +2,7 @@
 # Installs the Debian packages tarmac needs to build and test. Idempotent: installs only what is
 # missing, so a second run costs a dpkg query. `--test` adds what the test suite needs.
 set -euo pipefail
-build=(cmake ninja-build g++ pkg-config libfmt-dev libcli11-dev nlohmann-json3-dev
+build=(cmake ninja-build g++ ccache pkg-config libfmt-dev libcli11-dev nlohmann-json3-dev
        libtomlplusplus-dev libsqlite3-dev libncurses-dev)
 test=(libgtest-dev libgmock-dev libbenchmark-dev tmux python3 procps util-linux chromium prometheus wrk)
 want=("${build[@]}")

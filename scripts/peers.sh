@@ -5,15 +5,21 @@
 # into a cache folder (${TARMAC_PEERS:-~/.cache/tarmac-peers}/x/<package>/). Nothing is installed
 # on the system: the real driver library must never shadow the simulator.
 #
-# Idempotent: a cache completed for the same package list is left as it is (a second run costs a
-# file comparison); a changed list or an interrupted run fetches again. Concurrent runs wait for
-# each other. Needs apt-get and dpkg (any Debian 12 machine) and http access to a Debian mirror
-# (TARMAC_DEBIAN_MIRROR, default http://deb.debian.org/debian). Works as root or as a user.
-# Prints the cache folder on stdout; progress goes to stderr.
+# The archive is the one this machine's apt already uses (its first deb822 .sources stanza of a
+# release suite, else its first sources.list line of one), so a local mirror works, and so does a
+# proxy set in apt's configuration (the private configuration keeps the system's apt.conf);
+# TARMAC_DEBIAN_MIRROR overrides it; http://deb.debian.org/debian is the last resort.
+#
+# Idempotent and cached: every .deb fetched is kept (debs/, with a manifest of which request it
+# answers), so a second run downloads nothing and does not even refresh the package lists; a
+# changed package list fetches only what is new, and unpacks only what changed. A cache completed
+# for the same list is left as it is (a second run costs a file comparison). Concurrent runs wait
+# for each other. Needs apt-get and dpkg (any Debian 12 machine). Works as root or as a user.
+# Prints the cache folder on stdout; progress goes to stderr. `peers.sh --mirrors` only prints the
+# archives it would try, one a line.
 set -euo pipefail
 
 P=${TARMAC_PEERS:-$HOME/.cache/tarmac-peers}
-MIRROR=${TARMAC_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 # suite:package[=version]. A pinned version is what the compat tests were written against; when a
 # point release replaces it, the suite's current version is taken with a warning.
@@ -28,7 +34,60 @@ WANT=(
   trixie:gpustat=1.1.1-2
   trixie:python3-pynvml=12.550.89-3
 )
-spec=$(printf '%s\n' "$MIRROR" "${WANT[@]}")
+spec=$(printf '%s\n' "${WANT[@]}")
+
+# system_mirror: the Debian archive of this machine's apt sources, or nothing. A release suite
+# (bookworm, stable, ...) marks the main archive; -security and -updates stanzas are skipped.
+system_mirror() {
+  local SL=/etc/apt/sources.list SP=/etc/apt/sources.list.d/ f
+  eval "$(apt-config shell SL Dir::Etc::sourcelist/f SP Dir::Etc::sourceparts/d 2>/dev/null)"
+  for f in "$SP"*.sources; do
+    [[ -r $f ]] || continue
+    awk 'BEGIN { RS = ""; FS = "\n" }
+         {
+           types = uris = suites = ""; enabled = "yes"; key = ""
+           for (i = 1; i <= NF; i++) {
+             line = $i
+             if (line ~ /^#/) continue
+             if (line ~ /^[ \t]/) val = line      # a continuation line
+             else {
+               p = index(line, ":"); if (!p) continue
+               key = tolower(substr(line, 1, p - 1)); val = substr(line, p + 1)
+             }
+             if (key == "types") types = types " " val
+             else if (key == "uris") uris = uris " " val
+             else if (key == "suites") suites = suites " " val
+             else if (key == "enabled") { enabled = tolower(val); gsub(/[ \t]/, "", enabled) }
+           }
+           if (enabled == "no" || (types " ") !~ /[ \t]deb[ \t]/) next
+           n = split(suites, s, /[ \t]+/)
+           for (j = 1; j <= n; j++)
+             if (s[j] ~ /^[a-z]+$/) { split(uris, u, /[ \t]+/); print (u[1] != "" ? u[1] : u[2]); exit }
+         }' "$f"
+  done
+  for f in "$SL" "$SP"*.list; do
+    [[ -r $f ]] || continue
+    awk '$1 == "deb" {
+           sub(/^[ \t]*deb[ \t]+(\[[^]]*\][ \t]+)?/, "")
+           split($0, w, /[ \t]+/)
+           if (w[2] ~ /^[a-z]+$/) { print w[1]; exit }
+         }' "$f"
+  done
+}
+
+# Mirrors to try, in order: TARMAC_DEBIAN_MIRROR alone when set; else the system's, then Debian's.
+if [[ -n ${TARMAC_DEBIAN_MIRROR:-} ]]; then
+  mirrors=("$TARMAC_DEBIAN_MIRROR")
+else
+  mirrors=()
+  m=$(system_mirror | head -1)
+  [[ -n $m ]] && mirrors+=("$m")
+  [[ $m == http://deb.debian.org/debian ]] || mirrors+=(http://deb.debian.org/debian)
+fi
+if [[ ${1:-} == --mirrors ]]; then
+  printf '%s\n' "${mirrors[@]}"
+  exit 0
+fi
 
 mkdir -p "$P"
 exec 9>"$P/.lock"
@@ -50,28 +109,70 @@ apt_in() {
           -o Dir::Cache::srcpkgcache= -o APT::Architecture=amd64 -o Acquire::Retries=3 \
           -o APT::Sandbox::User=root -qq "$@"
 }
-for suite in bookworm trixie; do
+# update SUITE: fresh package lists for SUITE from the first mirror that has it.
+update() {
+  local suite=$1 m
   mkdir -p "$P/apt/$suite/lists/partial"
-  echo "deb ${signed}$MIRROR $suite main contrib non-free" >"$P/apt/$suite/sources.list"
-  echo "peers: apt-get update ($suite, private lists under $P/apt)" >&2
-  apt_in "$suite" update >&2
-done
+  for m in "${mirrors[@]}"; do
+    echo "deb ${signed}$m $suite main contrib non-free" >"$P/apt/$suite/sources.list"
+    echo "peers: apt-get update ($suite from $m, private lists under $P/apt)" >&2
+    apt_in "$suite" update >&2 && return 0
+    echo "peers: $m has no usable $suite main/contrib/non-free" >&2
+  done
+  echo "peers: no mirror has $suite (set TARMAC_DEBIAN_MIRROR to a Debian mirror)" >&2
+  return 1
+}
 
-rm -rf "$P/debs"; mkdir -p "$P/debs"
-cd "$P/debs"
+# The manifest maps each request (suite:package[=version]) to the .deb that answered it.
+mkdir -p "$P/debs" "$P/x"
+manifest=$P/debs/manifest
+touch "$manifest"
+declare -A have=()
+while IFS=$'\t' read -r item deb; do
+  [[ -n $item && -f $P/debs/$deb ]] && have[$item]=$deb
+done <"$manifest"
+
+declare -A updated=()
 for item in "${WANT[@]}"; do
+  [[ -n ${have[$item]:-} ]] && continue
   suite=${item%%:*}; pkg=${item#*:}
-  if ! apt_in "$suite" download "$pkg" >&2; then
+  if [[ -z ${updated[$suite]:-} ]]; then
+    update "$suite"
+    updated[$suite]=1
+  fi
+  rm -rf "$P/debs/.new"; mkdir -p "$P/debs/.new"
+  if ! (cd "$P/debs/.new" && apt_in "$suite" download "$pkg" >&2); then
     [[ $pkg == *=* ]] || { echo "peers: cannot download $pkg from $suite" >&2; exit 1; }
     echo "peers: WARNING: $pkg is no longer in $suite; taking its current version" >&2
-    apt_in "$suite" download "${pkg%%=*}" >&2
+    (cd "$P/debs/.new" && apt_in "$suite" download "${pkg%%=*}" >&2)
+  fi
+  new=("$P"/debs/.new/*.deb)
+  [[ ${#new[@]} == 1 && -f ${new[0]} ]] || { echo "peers: apt-get download $pkg left no single .deb" >&2; exit 1; }
+  mv -f "${new[0]}" "$P/debs/"
+  have[$item]=${new[0]##*/}
+done
+rm -rf "$P/debs/.new"
+((${#updated[@]})) || echo "peers: every package is in the cache ($P/debs); nothing downloaded" >&2
+
+# The manifest, then the unpacked trees: x/<package>/ is redone only when its .deb changed
+# (x/.<package> names the .deb it holds). Debs no request names any more are removed.
+: >"$manifest.tmp"
+declare -A keep=()
+for item in "${WANT[@]}"; do
+  deb=${have[$item]}
+  printf '%s\t%s\n' "$item" "$deb" >>"$manifest.tmp"
+  keep[$deb]=1
+  n=${deb%%_*}
+  if [[ ! -d $P/x/$n || $(cat "$P/x/.$n" 2>/dev/null) != "$deb" ]]; then
+    echo "peers: unpacking $deb" >&2
+    rm -rf "$P/x/$n" "$P/x/.$n"; mkdir -p "$P/x/$n"
+    dpkg -x "$P/debs/$deb" "$P/x/$n"
+    echo "$deb" >"$P/x/.$n"
   fi
 done
-
-for d in *.deb; do
-  n=${d%%_*}
-  echo "peers: unpacking $d" >&2
-  rm -rf "../x/$n"; mkdir -p "../x/$n"; dpkg -x "$d" "../x/$n"
+mv -f "$manifest.tmp" "$manifest"
+for d in "$P"/debs/*.deb; do
+  [[ -f $d && -z ${keep[${d##*/}]:-} ]] && rm -f "$d"
 done
 printf '%s\n' "$spec" >"$P/.complete"
 echo "$P"

@@ -2,23 +2,34 @@
 # The README's test command: installs what is missing, builds and runs every test, twice:
 #   1. dev preset  (build/):      configure, build, ctest (all tests)
 #   2. asan preset (build-asan/): AddressSanitizer + UBSan build, ctest (all tests)
-# then prints a summary. Exits non-zero when any step fails; every step runs even after a failure,
-# so one run shows everything that is broken. The last line has CTest's form
+# then prints a summary: each step's duration, ccache's hits per build, the slowest tests of each
+# preset. Exits non-zero when any step fails; every step runs even after a failure, so one run
+# shows everything that is broken. The last line has CTest's form
 # ("N% tests passed, F tests failed out of T") summed over both runs; a configure or build step
-# that fails counts there as one failed test.
+# that fails counts there as one failed test. The benchmarks are not built (no test runs them).
+#
+# Compilations go through ccache (scripts/deps.sh installs it; cmake/ccache.cmake), its cache in
+# ~/.cache/ccache, so that the next run on the same machine, from any clone, compiles little.
 #
 # Environment: TARMAC_PEERS (cache of third-party clients, default ~/.cache/tarmac-peers),
-# TARMAC_TEST_PRESETS (default "dev asan"), CTEST_PARALLEL_LEVEL (default: number of CPUs),
-# TARMAC_TEST_TIMEOUT (seconds per test without its own limit, default 120).
+# TARMAC_TEST_PRESETS (default "dev asan"), CTEST_PARALLEL_LEVEL (default: number of CPUs + 1:
+# the integration tests spend much of their time waiting on processes they start),
+# TARMAC_TEST_TIMEOUT (seconds per test without its own limit, default 120), CCACHE_DIR (default
+# ~/.cache/ccache), TARMAC_SLOWEST (how many of the slowest tests to list per preset, default 15).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 exec </dev/null
 
 export HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 export TARMAC_PEERS=${TARMAC_PEERS:-$HOME/.cache/tarmac-peers}
-export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-$(nproc)}
-presets=${TARMAC_TEST_PRESETS:-dev asan}
+export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-$(($(nproc) + 1))}
+# The cache outlives the clone; hash_dir off lets a clone in another folder hit it (these builds'
+# debug information is never read, so its compilation directory may name the first clone).
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+presets=${TARMAC_TEST_PRESETS-dev asan}  # set and empty: dependencies and peers only
 timeout=${TARMAC_TEST_TIMEOUT:-120}
+slowest=${TARMAC_SLOWEST:-15}
 
 start_all=$SECONDS
 summary=()
@@ -45,6 +56,41 @@ step() {
   return "$rc"
 }
 
+# ccache_counts: "HITS MISSES" from ccache's statistics so far (nothing without ccache).
+ccache_counts() {
+  command -v ccache >/dev/null || return 0
+  ccache --print-stats 2>/dev/null | awk -F'\t' '
+    $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" { hits += $2 }
+    $1 == "cache_miss" { misses += $2 }
+    END { print hits + 0, misses + 0 }'
+}
+
+# build PRESET: the build, and how many of its compilations ccache answered.
+build() {
+  local preset=$1 before after rc h0 m0 h1 m1
+  before=$(ccache_counts)
+  cmake --build --preset "$preset"
+  rc=$?
+  after=$(ccache_counts)
+  if [[ -n $before && -n $after ]]; then
+    read -r h0 m0 <<<"$before"; read -r h1 m1 <<<"$after"
+    ccache_lines+=("$(printf '%-6s ccache: %d hits, %d misses' "$preset:" $((h1 - h0)) $((m1 - m0)))")
+  fi
+  return "$rc"
+}
+ccache_lines=()
+
+# slowest_tests PRESET LOG: the slowest tests of one ctest run, from its "Test #N: name ... sec"
+# lines, for the summary.
+slowest_tests() {
+  local preset=$1 log=$2
+  slow_lines+=("$preset: the $slowest slowest tests")
+  while IFS= read -r line; do slow_lines+=("$line"); done < <(
+    sed -nE 's/^ *[0-9]+\/[0-9]+ +Test +#[0-9]+: ([^ ]+) \.* *(.*[^ ]) +([0-9.]+) sec$/\3 \1 \2/p' "$log" |
+      sort -rn | head -n "$slowest" | awk '{ printf "  %8.1fs  %-50s %s\n", $1, $2, $3 }')
+}
+slow_lines=()
+
 # run_ctest PRESET: ctest with its output shown and kept, and its counts added to the totals.
 run_ctest() {
   local preset=$1 log rc line
@@ -62,6 +108,7 @@ run_ctest() {
     tests_failed=$((tests_failed + 1)); tests_total=$((tests_total + 1))
     ctest_lines+=("$(printf '%-6s %s' "$preset:" "ctest did not finish (exit $rc)")")
   fi
+  slowest_tests "$preset" "$log"
   rm -f "$log"
   return "$rc"
 }
@@ -72,8 +119,8 @@ count_as_failed_test() { tests_failed=$((tests_failed + 1)); tests_total=$((test
 
 if step deps bash scripts/deps.sh --test && step peers bash scripts/peers.sh; then
   for preset in $presets; do
-    if step "$preset configure" cmake --preset "$preset" &&
-       step "$preset build" cmake --build --preset "$preset"; then
+    if step "$preset configure" cmake --preset "$preset" -DTARMAC_BUILD_BENCH=OFF &&
+       step "$preset build" build "$preset"; then
       step "$preset ctest" run_ctest "$preset"
     else
       count_as_failed_test
@@ -85,7 +132,9 @@ else
 fi
 
 note "summary ($((SECONDS - start_all))s)"
+((${#slow_lines[@]})) && printf '  %s\n' "${slow_lines[@]}" ""
 printf '  %s\n' "${summary[@]}"
+((${#ccache_lines[@]})) && printf '  %s\n' "${ccache_lines[@]}"
 printf '  %s\n' "${ctest_lines[@]}"
 if ((${#failed_steps[@]})); then
   joined=$(printf '%s, ' "${failed_steps[@]}")

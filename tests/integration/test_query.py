@@ -3,19 +3,23 @@ the same simulator.
 
 The golden comparison: for every field nvidia-smi answers through the simulator (FIELDS below),
 `tarmac query --query-gpu=F --format=...` must print exactly what nvidia-smi prints, byte for
-byte, with the same exit status; the same for its error messages. Fields nvidia-smi cannot answer
+byte, with the same exit status; the same for its error messages. The comparisons of one scenario
+run one after another under one simulation (`under_one_sim`): starting the simulator and its
+scenario processes once per scenario instead of twice per field. Fields nvidia-smi cannot answer
 there (it reads them through its internal export table, which the simulator only stubs) are
 compared with golden files in golden/ instead; TARMAC_REGEN_GOLDEN=1 rewrites them.
 
 nvidia-smi comes from the peers cache (scripts/peers.sh, TARMAC_PEERS). Without it the comparisons
 are skipped on a workstation and fail in CI (CI=true).
 """
+import json
 import os
 import pathlib
 import random
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -107,6 +111,35 @@ def under_sim(scenario, *cmd, faults=(), timeout=60):
                           stdin=subprocess.DEVNULL)
 
 
+# Runs the commands of a JSON file one after another, inside one simulation, and writes their exit
+# statuses and outputs to a second JSON file.
+_BATCH = r"""
+import json, subprocess, sys
+results = []
+for argv in json.load(open(sys.argv[1])):
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+        results.append([r.returncode, r.stdout, r.stderr])
+    except subprocess.TimeoutExpired as e:
+        results.append([None, e.stdout or "", f"timed out after 60 s: {e.stderr or ''}"])
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+
+def under_one_sim(scenario, commands):
+    """Runs each command (an argv list) in turn under one simulation of SCENARIO, as under_sim runs
+    one: the same environment, one launcher and one set of scenario processes for all of them.
+    Returns a CompletedProcess per command, in order."""
+    with tempfile.TemporaryDirectory(prefix="tarmac-query-") as d:
+        todo, done = pathlib.Path(d) / "commands.json", pathlib.Path(d) / "results.json"
+        todo.write_text(json.dumps([[str(a) for a in argv] for argv in commands]))
+        r = under_sim(scenario, sys.executable, "-c", _BATCH, str(todo), str(done), timeout=60 + 20 * len(commands))
+        if r.returncode != 0 or not done.exists():
+            raise AssertionError(f"the batch of {len(commands)} commands under {scenario} failed:{describe(r)}")
+        return [subprocess.CompletedProcess(argv, rc, out, err)
+                for argv, (rc, out, err) in zip(commands, json.loads(done.read_text()))]
+
+
 def describe(r):
     return (f"\n$ {' '.join(map(str, r.args))}\nexit status {r.returncode}\n"
             f"--- stdout ---\n{r.stdout}--- stderr ---\n{r.stderr}")
@@ -131,15 +164,27 @@ class GoldenAgainstNvidiaSmi(unittest.TestCase):
     def setUp(self):
         need_nvidia_smi(self)
 
-    def assert_same(self, scenario, *args, hint=False):
-        theirs = under_sim(scenario, *nvidia_smi_cmd(), *args)
-        ours = under_sim(scenario, TARMAC, "query", *args)
+    def assert_results_same(self, theirs, ours, hint=False):
         expected = theirs.stdout
         if hint:  # tarmac points at its own help where nvidia-smi points at its own
             expected = expected.replace("'nvidia-smi -h'", "'tarmac query --help'")
         self.assertEqual((ours.returncode, ours.stdout), (theirs.returncode, expected),
                          f"\n--- nvidia-smi ---{describe(theirs)}\n--- tarmac ---{describe(ours)}")
+
+    def assert_same(self, scenario, *args, hint=False):
+        theirs, ours = under_one_sim(scenario, [[*nvidia_smi_cmd(), *args], [TARMAC, "query", *args]])
+        self.assert_results_same(theirs, ours, hint)
         return theirs
+
+    def assert_all_same(self, scenario, cases, hint=False):
+        """Each case is (subtest labels, query arguments); all of them under one simulation."""
+        commands = []
+        for _, args in cases:
+            commands += [[*nvidia_smi_cmd(), *args], [TARMAC, "query", *args]]
+        results = under_one_sim(scenario, commands)
+        for i, (labels, _) in enumerate(cases):
+            with self.subTest(**labels):
+                self.assert_results_same(results[2 * i], results[2 * i + 1], hint)
 
     def test_every_field_alone_in_every_format(self):
         # Every format on the first scenario, plain csv on the others (all at once covers the rest).
@@ -147,29 +192,29 @@ class GoldenAgainstNvidiaSmi(unittest.TestCase):
         # plain csv on the first scenario is enough there; the dev run covers the whole matrix.
         sanitizer = bool(os.environ.get("TARMAC_COMPAT_PRELOAD"))
         for scenario in SCENARIOS[:1] if sanitizer else SCENARIOS:
-            for fmt in FORMATS[:1] if sanitizer else (FORMATS if scenario == SCENARIOS[0] else FORMATS[:1]):
-                for field in FIELDS:
-                    with self.subTest(scenario=scenario, format=fmt, field=field):
-                        self.assert_same(scenario, f"--query-gpu={field}", f"--format={fmt}")
+            formats = FORMATS[:1] if sanitizer else (FORMATS if scenario == SCENARIOS[0] else FORMATS[:1])
+            self.assert_all_same(scenario, [(dict(scenario=scenario, format=fmt, field=field),
+                                             [f"--query-gpu={field}", f"--format={fmt}"])
+                                            for fmt in formats for field in FIELDS])
 
     def test_all_fields_at_once(self):
         for scenario in ALL_SCENARIOS:
-            for fmt in FORMATS:
-                with self.subTest(scenario=scenario, format=fmt):
-                    self.assert_same(scenario, "--query-gpu=" + ",".join(FIELDS), f"--format={fmt}")
+            self.assert_all_same(scenario, [(dict(scenario=scenario, format=fmt),
+                                             ["--query-gpu=" + ",".join(FIELDS), f"--format={fmt}"])
+                                            for fmt in FORMATS])
 
     def test_nvidia_smis_spellings_of_the_options(self):
-        self.assert_same("a100x4-balanced", "--query-gpu", "index,name", "--format", "csv,noheader")
-        self.assert_same("a100x4-balanced", "--query-gpu=index,uuid", "--format=csv", "-i", "0,2")
-        self.assert_same("a100x4-balanced", "--query-gpu=index", "--format=csv", "--id=1")
+        self.assert_all_same("a100x4-balanced", [
+            (dict(args=1), ["--query-gpu", "index,name", "--format", "csv,noheader"]),
+            (dict(args=2), ["--query-gpu=index,uuid", "--format=csv", "-i", "0,2"]),
+            (dict(args=3), ["--query-gpu=index", "--format=csv", "--id=1"])])
 
     def test_gpus_named_by_uuid_and_serial(self):
         r = under_sim("a100x4-balanced", TARMAC, "query", "--query-gpu=uuid,serial", "--format=csv,noheader")
         self.assertEqual(r.returncode, 0, describe(r))
         uuid, serial = r.stdout.splitlines()[2].split(", ")
-        for ids in [uuid, serial, uuid.lower(), f"3,{uuid}"]:
-            with self.subTest(ids=ids):
-                self.assert_same("a100x4-balanced", "--query-gpu=index", "--format=csv", "-i", ids)
+        self.assert_all_same("a100x4-balanced", [(dict(ids=ids), ["--query-gpu=index", "--format=csv", "-i", ids])
+                                                 for ids in [uuid, serial, uuid.lower(), f"3,{uuid}"]])
 
     def test_driver_failures_say_what_nvidia_smi_says(self):
         # NVML's init fails: nvidia-smi's message on stdout, and its exit code (9, 4, 18, 255).
@@ -193,29 +238,28 @@ class GoldenAgainstNvidiaSmi(unittest.TestCase):
         self.assertEqual((ours.returncode, ours.stdout), (theirs.returncode, theirs.stdout), describe(ours))
 
     def test_unknown_fields(self):
-        for fields in ["foo", "index,foo,bar", "index,", "", "index,,name", "Name", "INDEX", "index, name",
-                       "clocks", "clocks.current", "pcie.link"]:
-            with self.subTest(fields=fields):
-                self.assert_same("a100x4-balanced", f"--query-gpu={fields}", "--format=csv")
+        self.assert_all_same("a100x4-balanced", [
+            (dict(fields=fields), [f"--query-gpu={fields}", "--format=csv"])
+            for fields in ["foo", "index,foo,bar", "index,", "", "index,,name", "Name", "INDEX", "index, name",
+                           "clocks", "clocks.current", "pcie.link"]])
 
     def test_section_names_fail_after_the_header(self):
-        for fields in ["memory", "index,memory", "memory.used,clocks_event_reasons,name", "utilization",
-                       "clocks.max", "ecc.errors", "retired_pages", "mig.mode", "encoder.stats"]:
-            for fmt in ["csv", "csv,noheader"]:
-                with self.subTest(fields=fields, format=fmt):
-                    self.assert_same("a100x4-balanced", f"--query-gpu={fields}", f"--format={fmt}")
+        self.assert_all_same("a100x4-balanced", [
+            (dict(fields=fields, format=fmt), [f"--query-gpu={fields}", f"--format={fmt}"])
+            for fields in ["memory", "index,memory", "memory.used,clocks_event_reasons,name", "utilization",
+                           "clocks.max", "ecc.errors", "retired_pages", "mig.mode", "encoder.stats"]
+            for fmt in ["csv", "csv,noheader"]])
 
     def test_bad_formats(self):
-        for fmt in ["xml", "csv,foo", "noheader", "CSV", "", "csv,,noheader"]:
-            with self.subTest(format=fmt):
-                self.assert_same("a100x4-balanced", "--query-gpu=index", f"--format={fmt}")
-        with self.subTest(format=None):
-            self.assert_same("a100x4-balanced", "--query-gpu=index", hint=True)
+        self.assert_all_same("a100x4-balanced", [
+            (dict(format=fmt), ["--query-gpu=index", f"--format={fmt}"])
+            for fmt in ["xml", "csv,foo", "noheader", "CSV", "", "csv,,noheader"]])
+        self.assert_all_same("a100x4-balanced", [(dict(format=None), ["--query-gpu=index"])], hint=True)
 
     def test_bad_options(self):
-        for args in [["--bogus"], ["-l", "0"], ["-lms", "0"], ["--loop=0"], ["-i"], ["-f"]]:
-            with self.subTest(args=args):
-                self.assert_same("a100x4-balanced", "--query-gpu=index", "--format=csv", *args, hint=True)
+        self.assert_all_same("a100x4-balanced", [
+            (dict(args=args), ["--query-gpu=index", "--format=csv", *args])
+            for args in [["--bogus"], ["-l", "0"], ["-lms", "0"], ["--loop=0"], ["-i"], ["-f"]]], hint=True)
 
     def test_file_output(self):
         import tempfile
@@ -228,10 +272,10 @@ class GoldenAgainstNvidiaSmi(unittest.TestCase):
             self.assertEqual(pathlib.Path(ours_path).read_text(), pathlib.Path(theirs_path).read_text())
 
     def test_ids(self):
-        for ids in ["9", "GPU-00000000-0000-0000-0000-000000000000", "0,9", "9,0", "zz", "0,zz", "2,0", "1,1",
-                    " 1", "01", "+1", "1.0", "-1", ",", "", ",,", " ", "0,,1", "a,,"]:
-            with self.subTest(ids=ids):
-                self.assert_same("a100x4-balanced", "--query-gpu=index", "--format=csv", "-i", ids)
+        self.assert_all_same("a100x4-balanced", [
+            (dict(ids=ids), ["--query-gpu=index", "--format=csv", "-i", ids])
+            for ids in ["9", "GPU-00000000-0000-0000-0000-000000000000", "0,9", "9,0", "zz", "0,zz", "2,0", "1,1",
+                        " 1", "01", "+1", "1.0", "-1", ",", "", ",,", " ", "0,,1", "a,,"]])
 
 
 class Golden(unittest.TestCase):
@@ -244,9 +288,10 @@ class Golden(unittest.TestCase):
 
     def test_golden_files(self):
         for scenario in SCENARIOS:
-            for fmt in FORMATS:
+            results = under_one_sim(scenario, [[TARMAC, "query", "--query-gpu=" + ",".join(GOLDEN_FIELDS),
+                                                f"--format={fmt}"] for fmt in FORMATS])
+            for fmt, r in zip(FORMATS, results):
                 path = GOLDEN / f"{scenario}.{fmt.replace(',', '-')}.txt"
-                r = under_sim(scenario, TARMAC, "query", "--query-gpu=" + ",".join(GOLDEN_FIELDS), f"--format={fmt}")
                 self.assertEqual(r.returncode, 0, describe(r))
                 if REGEN:
                     path.write_text(r.stdout)
@@ -274,7 +319,6 @@ class QueryOnItsOwn(unittest.TestCase):
             self.assertRegex(stamp, TIMESTAMP)
 
     def test_json_and_ndjson_are_typed(self):
-        import json
         r = self.query("--query-gpu=index,name,memory.used,power.draw,persistence_mode,fan.speed", "--format=json")
         self.assertEqual(r.returncode, 0, describe(r))
         gpus = json.loads(r.stdout)
@@ -378,12 +422,14 @@ class QueryOnItsOwn(unittest.TestCase):
         junk = ["", "foo", ",", "index,", " index", "näme", "x" * 300, "%s%n", "memory", "clocks.", "\\", "-i"]
         modifiers = ["csv", "noheader", "nounits", "json", "ndjson", "", "xml", "CSV", "csv ", "%n"]
         rng = random.Random(1234)
+        cases = []
         for _ in range(40):
             picked = [rng.choice(names if rng.random() < 0.8 else junk) for _ in range(rng.randint(1, 8))]
             fmt = ",".join(rng.choice(modifiers) for _ in range(rng.randint(1, 4)))
-            args = [f"--query-gpu={','.join(picked)}", f"--format={fmt}"]
+            cases.append([f"--query-gpu={','.join(picked)}", f"--format={fmt}"])
+        results = under_one_sim("a100x4-balanced", [[TARMAC, "query", *args] for args in cases])
+        for args, r in zip(cases, results):
             with self.subTest(args=args):
-                r = self.query(*args)
                 self.assertIn(r.returncode, (0, 2), describe(r))
 
 
