@@ -176,9 +176,12 @@ std::string agent_socket(const GlobalOptions& global) {
 
 Result<AgentAnswer> ask_agent(const std::string& socket, const json& req, const std::vector<int>& fds) {
   TARMAC_TRY_ASSIGN(auto conn, sched::Connection::connect(socket));
-  TARMAC_TRY(conn.send_line(req.dump(), fds));
-  TARMAC_TRY_ASSIGN(auto line, conn.read_line(kAnswerTimeoutMs));
-  json body = json::parse(line, nullptr, false);
+  const auto sent = conn.send_line(req.dump(), fds);
+  // An agent that refuses the connection (a cap) says why and closes at once, maybe before the
+  // request is sent: its line is read even when sending failed.
+  auto line = conn.read_line(sent.ok() ? kAnswerTimeoutMs : 0);
+  if (!line.ok()) return sent.ok() ? line.error() : sent.error();
+  json body = json::parse(*line, nullptr, false);
   if (!body.is_object()) return make_error(Error::Code::Io, "the agent's answer is not JSON");
   return AgentAnswer{std::move(body), std::move(conn)};
 }
