@@ -16,7 +16,7 @@ import time
 import unittest
 
 from agent_support import wait_for
-from test_sched import LOAD
+from test_sched import LOAD, live_sim_processes
 from test_sched_agent import JOB_ENDED, SLOW, AgentQueueTest, SecondUser
 
 ABUSE = r'''
@@ -98,7 +98,8 @@ class SocketAbuse(SecondUser):
             os.setgid(gid)
             os.setuid(uid)
 
-        proc = subprocess.Popen([sys.executable, "-c", ABUSE, args[0], self.sock, *map(str, args[1:])],
+        # Debian's python3: the test's own interpreter may live where the second user cannot reach.
+        proc = subprocess.Popen(["/usr/bin/python3", "-c", ABUSE, args[0], self.sock, *map(str, args[1:])],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=demote,
                                 cwd=str(self.tmp))
         self.addCleanup(self.end_abuse, proc)
@@ -256,6 +257,8 @@ class GraceCap(AgentQueueTest):
         self.assertEqual(self.jobs(), {}, "nothing was queued")
         job = self.submit(LOAD, "--ignore-sigterm", "--seconds", "600", flags=("--grace", "3s"))
         self.wait_state(job, "running")
+        # The load registers with the simulator once it ignores SIGTERM.
+        self.assertTrue(wait_for(lambda: live_sim_processes(self.sim.state), 30 * SLOW))
         start = time.monotonic()
         self.assertEqual(self.tarmac("cancel", str(job)).returncode, 0)
         ended = self.wait_state(job, JOB_ENDED, timeout=30)
