@@ -179,9 +179,12 @@ Result<AgentAnswer> ask_agent(const std::string& socket, const json& req, const 
   TARMAC_TRY_ASSIGN(auto conn, sched::Connection::connect(socket));
   // Not util::json_text: a request carries argv and environment that must reach the job exactly,
   // so invalid UTF-8 in them is refused (nlohmann throws) rather than replaced.
-  TARMAC_TRY(conn.send_line(req.dump(), fds));
-  TARMAC_TRY_ASSIGN(auto line, conn.read_line(kAnswerTimeoutMs));
-  json body = json::parse(line, nullptr, false);
+  const auto sent = conn.send_line(req.dump(), fds);
+  // An agent that refuses the connection (a cap) says why and closes at once, maybe before the
+  // request is sent: its line is read even when sending failed.
+  auto line = conn.read_line(sent.ok() ? kAnswerTimeoutMs : 0);
+  if (!line.ok()) return sent.ok() ? line.error() : sent.error();
+  json body = json::parse(*line, nullptr, false);
   if (!body.is_object()) return make_error(Error::Code::Io, "the agent's answer is not JSON");
   return AgentAnswer{std::move(body), std::move(conn)};
 }

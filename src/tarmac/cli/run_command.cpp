@@ -248,14 +248,13 @@ int run_through_agent(const GlobalOptions& global, const std::string& socket, sc
   std::vector<int> fds;
   if (!flags.detach) fds = {STDOUT_FILENO, STDERR_FILENO};
   // Not util::json_text: a request carries argv and environment that must reach the job exactly,
-  // so invalid UTF-8 in them is refused (nlohmann throws) rather than replaced.
-  if (auto sent = conn.send_line(req.dump(), fds); !sent.ok()) {
-    fmt::print(stderr, "tarmac run: {}\n", sent.error().message);
-    return kExitCouldNotLook;
-  }
-  auto line = conn.read_line(30000);
+  // so invalid UTF-8 in them is refused (nlohmann throws) rather than replaced. An agent that
+  // refuses the connection (a cap) says why and closes, maybe before the request is sent: its line
+  // is read even when sending failed.
+  const auto sent = conn.send_line(req.dump(), fds);
+  auto line = conn.read_line(sent.ok() ? 30000 : 0);
   if (!line.ok()) {
-    fmt::print(stderr, "tarmac run: {}\n", line.error().message);
+    fmt::print(stderr, "tarmac run: {}\n", (sent.ok() ? line.error() : sent.error()).message);
     return kExitCouldNotLook;
   }
   const json answer = json::parse(*line, nullptr, false);

@@ -5,7 +5,6 @@
 // starts the job's command as its user in a new process group, records that it started (ID.run),
 // supervises it, and writes its status (ID.exit) atomically before it exits. It outlives the agent.
 #include <fcntl.h>
-#include <grp.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/jobs_command.hpp"
 #include "tarmac/cli/pick_command.hpp"
+#include "tarmac/sched/job.hpp"
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/sched/supervise.hpp"
 #include "tarmac/util/fs.hpp"
@@ -63,19 +63,11 @@ int run_shim(const std::string& spec_path) {
   const auto uid = static_cast<uid_t>(spec.value("uid", 0U));
   const auto gid = static_cast<gid_t>(spec.value("gid", 0U));
   if (::geteuid() == 0 && uid != 0) {
-    // Root starts the job as its submitter, with the submitter's groups.
+    // Root starts the job as its submitter: the uid, gid and groups the agent took from the
+    // submitter's socket credentials, never the groups of a name in the group file.
     what.uid = uid;
     what.gid = gid;
-    const std::string user = spec.value("user", std::string());
-    int count = 64;
-    std::vector<gid_t> groups(static_cast<std::size_t>(count));
-    if (::getgrouplist(user.c_str(), gid, groups.data(), &count) < 0) {
-      groups.resize(static_cast<std::size_t>(count));
-      (void)::getgrouplist(user.c_str(), gid, groups.data(), &count);
-    }
-    groups.resize(static_cast<std::size_t>(std::max(count, 0)));
-    if (groups.empty()) groups.push_back(gid);
-    what.groups = groups;
+    what.groups = sched::groups_of(spec);
   }
   sched::Limits limits;
   if (spec.contains("time_ms") && spec["time_ms"].is_number_integer()) limits.time_ms = spec["time_ms"].get<long long>();

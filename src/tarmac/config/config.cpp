@@ -215,6 +215,19 @@ const std::vector<Key>& table() {
       key("scheduler", "lease_idle_grace", Kind::Duration,
           "how much longer an unused lease lives after the warning before it is reclaimed", 0, kYear,
           &Config::scheduler, &SchedulerConfig::lease_idle_grace_ms),
+      key("scheduler", "connection_idle_timeout", Kind::Duration,
+          "how long a connection to the agent's socket may go without a request (or without reading what it "
+          "was sent) before it is closed; connections that follow a job are kept while they read",
+          100, kDay, &Config::scheduler, &SchedulerConfig::connection_idle_timeout_ms),
+      key("scheduler", "user_connection_cap", Kind::Count,
+          "the most connections one user (root excepted) may hold open to the agent's socket; 0 for no cap", 0,
+          1 << 20, &Config::scheduler, &SchedulerConfig::user_connection_cap),
+      key("scheduler", "user_queued_cap", Kind::Count,
+          "the most queued jobs one user (root excepted) may have; more are refused; 0 for no cap", 0, 1 << 24,
+          &Config::scheduler, &SchedulerConfig::user_queued_cap),
+      key("scheduler", "max_grace", Kind::Duration,
+          "the longest --grace (SIGTERM to SIGKILL) a job may ask for; longer is refused; at least the default 10s",
+          10 * 1000, 30 * kDay, &Config::scheduler, &SchedulerConfig::max_grace_ms),
   };
   return keys;
 }

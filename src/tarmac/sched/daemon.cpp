@@ -82,10 +82,17 @@ void Daemon::State::recover() {
 
 void Daemon::State::run() {
   while (!stop.load()) {
+    // What to wait for: the wake-up, new connections (unless out of descriptors), each client's
+    // next request or, while its answer waits, its reading (never both), and each wrapper's end.
+    const long long before = clock();
     std::vector<pollfd> fds;
     fds.push_back({wake_fd, POLLIN, 0});
-    fds.push_back({listener.fd(), POLLIN, 0});
-    for (const auto& c : clients) fds.push_back({c->conn.fd(), POLLIN, 0});
+    fds.push_back({before >= accept_after_ms ? listener.fd() : -1, POLLIN, 0});
+    std::vector<Client*> polled;
+    for (const auto& c : clients) {
+      fds.push_back({c->conn().fd(), static_cast<short>(c->has_output() ? POLLOUT : POLLIN), 0});
+      polled.push_back(c.get());
+    }
     std::vector<long long> pid_jobs;
     for (const auto& [id, rt] : runtime) {
       if (rt.pidfd < 0) continue;
@@ -93,36 +100,32 @@ void Daemon::State::run() {
       pid_jobs.push_back(id);
     }
     long long timeout = kTickMs;
-    if (recheck_at_ms != 0) timeout = std::clamp(recheck_at_ms - now_ms(), 0LL, timeout);
-    if (dirty) timeout = std::clamp(last_pass_ms + kMinPassGapMs - now_ms(), 0LL, timeout);
-    (void)::poll(fds.data(), fds.size(), static_cast<int>(timeout));
+    if (recheck_at_ms != 0) timeout = std::min(timeout, recheck_at_ms - before);
+    if (dirty) timeout = std::min(timeout, last_pass_ms + kMinPassGapMs - before);
+    timeout = std::min(timeout, next_client_deadline() - before);
+    if (accept_after_ms > before) timeout = std::min(timeout, accept_after_ms - before);
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max(0LL, timeout))) < 0 && errno != EINTR) {
+      log(agent::LogLevel::Error, fmt::format("scheduler: poll: {}", std::strerror(errno)));
+    }
     if (fds[0].revents != 0) {
       std::uint64_t v = 0;
       (void)!::read(wake_fd, &v, sizeof v);
     }
-    if (fds[1].revents != 0) {
-      for (Connection conn = listener.accept(); conn.fd() >= 0; conn = listener.accept()) {
-        if (clients.size() >= kMaxClients) continue;  // closed at once
-        auto client = std::make_unique<Client>();
-        pid_t pid = 0;
-        if (!conn.peer(client->uid, pid)) continue;
-        client->conn = std::move(conn);
-        clients.push_back(std::move(client));
-        serve_client(*clients.back());  // a request often arrives with the connection
-      }
-    }
     const std::size_t first_client = 2;
-    const std::size_t polled_clients = fds.size() - 2 - pid_jobs.size();
-    for (std::size_t i = 0; i < polled_clients && i < clients.size(); ++i) {
-      if (fds[first_client + i].revents != 0) serve_client(*clients[i]);
+    for (std::size_t i = 0; i < polled.size(); ++i) {
+      if (fds[first_client + i].revents == 0) continue;
+      Client& c = *polled[i];
+      if (c.has_output()) c.flush(clock());
+      serve_client(c);  // its answer was read: the next request, if any is buffered or arrives
     }
     for (std::size_t i = 0; i < pid_jobs.size(); ++i) {
-      if (fds[first_client + polled_clients + i].revents == 0) continue;
+      if (fds[first_client + polled.size() + i].revents == 0) continue;
       if (auto it = jobs.find(pid_jobs[i]); it != jobs.end()) on_wrapper_gone(it->second);
     }
-    std::erase_if(clients, [](const auto& c) { return c->done; });
+    if (fds[1].revents != 0) accept_clients();
+    close_clients();
     publish_given();
-    const long long now = now_ms();
+    const long long now = clock();
     if (now - last_slow_tick_ms >= kTickMs) slow_tick();
     const bool recheck = recheck_at_ms != 0 && now >= recheck_at_ms;
     if (recheck) recheck_at_ms = 0;

@@ -41,6 +41,9 @@ struct DaemonOptions {
   std::function<Result<std::unique_ptr<gpu::Backend>>()> open_backend;
   agent::LogSink log;
   std::function<void(const LeaseNotice&)> notify;  // from the scheduler's thread
+  // Monotonic milliseconds for the loop's timers and its clients' idle clocks; empty for
+  // CLOCK_MONOTONIC. Tests inject one.
+  std::function<long long()> monotonic_ms;
 };
 
 class Daemon {

@@ -63,8 +63,8 @@ void Daemon::State::tell_watchers(const Job& job, const char* event) {
   const std::string line = util::json_text(json{{"event", event}, {"job", to_json(job)}});
   for (auto& c : clients) {
     if (c->watching != job.id) continue;
-    if (!c->conn.send_line(line).ok()) c->done = true;
-    if (has_ended(job.state)) c->done = true;
+    send(*c, line);
+    if (has_ended(job.state)) c->close_when_written();
   }
 }
 
@@ -175,7 +175,7 @@ void Daemon::State::on_wrapper_gone(Job& job) {
     const auto words = util::split(*run_text, ' ');
     if (const auto pid = words.empty() ? std::nullopt : parse_pid(words[0])) ended_pids[static_cast<unsigned>(*pid)] = now_ms();
   }
-  recheck_at_ms = now_ms() + kRecheckMs;
+  recheck_at_ms = clock() + kRecheckMs;
   remove_leases(job);
   if (job.stopping_for == StopReason::Preempt) {
     // Back to the queue: its files first, so that a crash now finds a queued job with none.
@@ -239,9 +239,11 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
                {"cwd", job.cwd},
                {"uid", job.uid},
                {"gid", job.gid},
+               {"groups", job.groups},
                {"user", job.user},
                {"time_ms", job.time_ms ? json(*job.time_ms) : json(nullptr)},
-               {"grace_ms", job.grace_ms},
+               // A job queued under a longer cap (or before there was one) gets today's.
+               {"grace_ms", std::min(job.grace_ms, opt.config.max_grace_ms)},
                {"jobs_dir", jobs_dir}};
   if (!util::write_file_atomically(file(job.id, "json"), util::json_text(spec))) {
     log(agent::LogLevel::Error, fmt::format("scheduler: cannot write job {}'s spec in {}", job.id, jobs_dir));
@@ -386,7 +388,7 @@ bool Daemon::State::ensure_backend() {
 
 void Daemon::State::pass() {
   dirty = false;
-  last_pass_ms = now_ms();
+  last_pass_ms = clock();
   std::vector<const Job*> normal;
   std::vector<Job*> backfill;
   for (auto& [id, j] : jobs) {
@@ -549,7 +551,7 @@ void Daemon::State::pass() {
 
 void Daemon::State::slow_tick() {
   const long long now = now_ms();
-  last_slow_tick_ms = now;
+  last_slow_tick_ms = clock();
   std::map<std::string, GpuUse> seen;
   {
     std::lock_guard lock(use_mutex);

@@ -55,13 +55,34 @@ std::optional<json> Daemon::State::check_request(uid_t uid, unsigned n) {
   return std::nullopt;
 }
 
+// The job runs as the peer was when it connected: its uid, gid and groups (SO_PEERCRED,
+// SO_PEERGROUPS), never what the passwd and group files say about its name.
+void Daemon::State::take_credentials(const Client& c, Job& job) {
+  job.uid = c.peer().uid;
+  job.gid = c.peer().gid;
+  job.groups = c.peer().groups;
+  job.user = user_name(job.uid);
+}
+
+std::optional<json> Daemon::State::check_queued(uid_t uid) const {
+  const unsigned cap = opt.config.user_queued_cap;
+  if (uid == 0 || cap == 0) return std::nullopt;
+  const auto queued = static_cast<unsigned>(std::count_if(jobs.begin(), jobs.end(), [uid](const auto& kv) {
+    return kv.second.uid == uid && kv.second.kind == JobKind::Job && kv.second.state == JobState::Queued;
+  }));
+  if (queued < cap) return std::nullopt;
+  return failure("busy", fmt::format("{} already has {} jobs waiting in the queue, the per-user cap "
+                                     "(scheduler.user_queued_cap); wait for some to start, or cancel some",
+                                     user_name(uid), queued));
+}
+
 json Daemon::State::submit(Client& c, const json& req) {
   Job job;
   job.kind = JobKind::Job;
-  job.uid = c.uid;
-  job.user = user_name(c.uid, &job.gid);
+  take_credentials(c, job);
   job.request.n = json_field<unsigned>(req, "n").value_or(1);
-  if (auto bad = check_request(c.uid, job.request.n)) return *bad;
+  if (auto bad = check_request(c.uid(), job.request.n)) return *bad;
+  if (auto full = check_queued(c.uid())) return *full;
   auto argv = string_list(req, "argv");
   if (!argv || argv->empty()) return failure("invalid", "no command: argv must be a non-empty list of strings");
   job.argv = *argv;
@@ -78,7 +99,14 @@ json Daemon::State::submit(Client& c, const json& req) {
     if (*t <= 0) return failure("invalid", "--time must be more than 0");
     job.time_ms = *t;
   }
-  job.grace_ms = std::max(0LL, json_field<long long>(req, "grace_ms").value_or(10000));
+  job.grace_ms = json_field<long long>(req, "grace_ms").value_or(kDefaultGraceMs);
+  if (job.grace_ms < 0) return failure("invalid", "--grace must not be negative");
+  if (job.grace_ms > opt.config.max_grace_ms) {
+    // Refused rather than shortened: the submitter learns at once that the job will not get it.
+    return failure("invalid", fmt::format("--grace {} is longer than this agent allows, {} (scheduler.max_grace)",
+                                          util::format_duration_ms(job.grace_ms),
+                                          util::format_duration_ms(opt.config.max_grace_ms)));
+  }
   job.backfill = json_field<bool>(req, "backfill").value_or(false);
   job.uuids = json_field<bool>(req, "uuids").value_or(false);
   job.detach = json_field<bool>(req, "detach").value_or(false);
@@ -102,8 +130,8 @@ json Daemon::State::submit(Client& c, const json& req) {
     job.log = log_file(job.id);
     persist(job);
   } else {
-    runtime[job.id].output_fds = std::move(c.fds);
-    c.fds.clear();
+    // Its stdout and stderr are the job's until it starts; any other descriptor is closed with the request.
+    for (std::size_t i = 0; i < 2; ++i) runtime[job.id].output_fds.push_back(c.fds[i].release());
     c.watching = job.id;
   }
   auto& stored = jobs.emplace(job.id, std::move(job)).first->second;
@@ -144,7 +172,7 @@ std::variant<Job*, json> Daemon::State::find_job(const json& req, std::optional<
 }
 
 std::optional<json> Daemon::State::check_owner(const Client& c, const Job& job, const char* action) {
-  if (c.uid == 0 || c.uid == job.uid) return std::nullopt;
+  if (c.uid() == 0 || c.uid() == job.uid) return std::nullopt;
   return failure("denied", fmt::format("{} {} is not yours: it belongs to {}; only its owner or root may {} it",
                                        to_string(job.kind), job.id, job.user, action));
 }
@@ -159,10 +187,7 @@ json Daemon::State::wait_for(Client& c, const json& req) {
     auto all = db->list(true, 0);
     if (all.ok()) {
       for (const auto& j : *all) {
-        if (j.id == *id) {
-          c.done = true;
-          return json{{"ok", true}, {"job", to_json(j)}};
-        }
+        if (j.id == *id) return json{{"ok", true}, {"job", to_json(j)}};  // ended: the connection closes
       }
     }
   }
@@ -174,7 +199,7 @@ json Daemon::State::cancel(Client& c, const json& req) {
   if (std::holds_alternative<json>(found)) return std::get<json>(found);
   Job& job = *std::get<Job*>(found);
   if (auto denied = check_owner(c, job, "cancel")) return *denied;
-  if (job.kind == JobKind::Lease) return end_lease(job, JobState::Released, "released by " + user_name(c.uid));
+  if (job.kind == JobKind::Lease) return end_lease(job, JobState::Released, "released by " + user_name(c.uid()));
   if (job.state == JobState::Queued) {
     const long long id = job.id;
     finish(job, JobState::Cancelled, "cancelled before it started");
@@ -184,7 +209,7 @@ json Daemon::State::cancel(Client& c, const json& req) {
   }
   job.state = JobState::Stopping;
   job.stopping_for = StopReason::Cancel;
-  job.reason = "cancelled by " + user_name(c.uid);
+  job.reason = "cancelled by " + user_name(c.uid());
   persist(job);
   (void)signal_job(job, SIGTERM);
   return json{{"ok", true}, {"job", to_json(job)}};
@@ -201,12 +226,12 @@ json Daemon::State::end_lease(Job& job, JobState state, const std::string& reaso
 
 json Daemon::State::reserve(Client& c, const json& req) {
   const unsigned n = json_field<unsigned>(req, "n").value_or(1);
-  if (auto bad = check_request(c.uid, n)) return *bad;
+  if (auto bad = check_request(c.uid(), n)) return *bad;
   const auto for_ms = json_field<long long>(req, "for_ms");
   if (!for_ms || *for_ms <= 0) return failure("invalid", "--for must be a duration of more than 0");
-  if (!within_cap(opt.config.user_gpu_cap, gpus_held_by(c.uid), n)) {
-    return failure("busy", fmt::format("{} already holds {} GPUs of the per-user cap of {}", user_name(c.uid),
-                                       gpus_held_by(c.uid), opt.config.user_gpu_cap));
+  if (!within_cap(opt.config.user_gpu_cap, gpus_held_by(c.uid()), n)) {
+    return failure("busy", fmt::format("{} already holds {} GPUs of the per-user cap of {}", user_name(c.uid()),
+                                       gpus_held_by(c.uid()), opt.config.user_gpu_cap));
   }
   if (!ensure_backend()) return failure("io", "NVML cannot be used");
   PickRequest request{.n = n,
@@ -229,8 +254,7 @@ json Daemon::State::reserve(Client& c, const json& req) {
   }
   Job job;
   job.kind = JobKind::Lease;
-  job.uid = c.uid;
-  job.user = user_name(c.uid, &job.gid);
+  take_credentials(c, job);
   job.name = json_field<std::string>(req, "name").value_or("");
   job.request = request;
   job.submitted_ms = now_ms();
@@ -268,7 +292,7 @@ json Daemon::State::release(Client& c, const json& req) {
   if (std::holds_alternative<json>(found)) return std::get<json>(found);
   Job& job = *std::get<Job*>(found);
   if (auto denied = check_owner(c, job, "release")) return *denied;
-  return end_lease(job, JobState::Released, "released by " + user_name(c.uid));
+  return end_lease(job, JobState::Released, "released by " + user_name(c.uid()));
 }
 
 json Daemon::State::extend(Client& c, const json& req) {
@@ -289,28 +313,6 @@ json Daemon::State::extend(Client& c, const json& req) {
   if (auto r = dir->write(leases); !r.ok()) return failure("io", r.error().message);
   persist(job);
   return json{{"ok", true}, {"job", to_json(job)}};
-}
-
-void Daemon::State::serve_client(Client& c) {
-  if (!c.conn.fill(c.fds)) {
-    c.done = true;
-    return;
-  }
-  std::string line;
-  while (!c.done && c.conn.take_line(line)) {
-    const json req = json::parse(line, nullptr, false);
-    json answer = req.is_object() ? handle(c, req) : failure("invalid", "a request must be one JSON object");
-    if (!c.conn.send_line(util::json_text(answer)).ok()) c.done = true;
-    if (c.watching == 0) c.done = true;
-    else if (auto it = jobs.find(c.watching); it == jobs.end()) c.done = true;
-    // Descriptors came with this request; what it did not take is closed.
-    for (int fd : c.fds) ::close(fd);
-    c.fds.clear();
-  }
-  if (c.done) {
-    for (int fd : c.fds) ::close(fd);
-    c.fds.clear();
-  }
 }
 
 }  // namespace tarmac::sched

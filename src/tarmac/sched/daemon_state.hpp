@@ -23,10 +23,12 @@
 #include <variant>
 #include <vector>
 
+#include "tarmac/sched/client.hpp"
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/job.hpp"
 #include "tarmac/sched/jobdb.hpp"
 #include "tarmac/sched/leases.hpp"
+#include "tarmac/sched/supervise.hpp"
 #include "tarmac/sched/wire.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
@@ -39,7 +41,7 @@ using nlohmann::json;
 inline constexpr long long kHour = 3600LL * 1000;
 inline constexpr int kTickMs = 250;           // the loop's longest sleep
 inline constexpr long long kRetryMs = 1000;   // a pass over a queue that could not start anything, at most this often
-inline constexpr std::size_t kMaxClients = 1024;
+inline constexpr long long kAcceptPauseMs = 100;  // out of descriptors: accept again after this
 inline constexpr long long kRoomMarginMs = 5000;   // after preempted jobs end, how long their room is awaited
 inline constexpr long long kEndedPidMs = 10000;    // how long an ended job's pid is known as gone
 inline constexpr long long kRecheckMs = 25;        // a pass again this soon after a job ends
@@ -81,14 +83,6 @@ struct Runtime {
   long long warned_ms = 0;       // leases: when the idle warning went out; 0 when it has not
 };
 
-struct Client {
-  Connection conn;
-  uid_t uid = 0;
-  std::vector<int> fds;
-  long long watching = 0;  // the job whose events it gets; 0 for none
-  bool done = false;       // close once its answer is sent
-};
-
 // A request's answer when it fails: the words, and how the client should exit.
 inline json failure(const std::string& code, const std::string& message) {
   return json{{"ok", false}, {"code", code}, {"error", message}};
@@ -105,15 +99,13 @@ inline std::optional<std::vector<std::string>> string_list(const json& j, const 
   return out;
 }
 
-inline std::string user_name(uid_t uid, gid_t* gid = nullptr) {
+// The name to show for `uid` (the number when it has no passwd entry). Only a name: a job's gid and
+// groups come from its submitter's credentials, never from a lookup of this name.
+inline std::string user_name(uid_t uid) {
   passwd pw{};
   passwd* found = nullptr;
   std::vector<char> buf(16384);
-  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
-    if (gid != nullptr) *gid = found->pw_gid;
-    return found->pw_name;
-  }
-  if (gid != nullptr) *gid = static_cast<gid_t>(uid);
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) return found->pw_name;
   return std::to_string(uid);
 }
 
@@ -152,7 +144,6 @@ inline std::optional<std::string> read_small(const std::string& path) {
 
 namespace tarmac::sched {
 
-using detail::Client;
 using detail::GpuUse;
 using detail::json;
 using detail::Runtime;
@@ -176,11 +167,13 @@ struct Daemon::State {
   std::vector<std::unique_ptr<Client>> clients;
   std::map<uid_t, long long> usage;  // ended jobs' GPU-ms in the fairness window, per uid
   bool dirty = true;                 // something changed: run a pass
+  // The loop's timers, on the monotonic clock (clock()): a step of the wall clock moves none of them.
   long long last_pass_ms = 0;
   long long last_slow_tick_ms = 0;
+  long long accept_after_ms = 0;     // out of descriptors: the listener rests until then
   std::map<unsigned, std::string> job_of_pid;  // environ cache
   std::map<unsigned, long long> ended_pids;    // leaders of jobs that ended lately -> when
-  long long recheck_at_ms = 0;                 // a pass due soon after a job ended; 0: none
+  long long recheck_at_ms = 0;                 // a pass due soon after a job ended (clock()); 0: none
   std::set<std::pair<long long, unsigned>> flagged;
   long long lock_warned_ms = 0;  // when a held directory lock was last logged
 
@@ -207,6 +200,10 @@ struct Daemon::State {
     }
     if (wake_fd >= 0) ::close(wake_fd);
   }
+
+  // Monotonic milliseconds for the loop's timers and the clients' clocks (DaemonOptions::monotonic_ms,
+  // injected by tests); wall time (now_ms) only for what is recorded or shown.
+  long long clock() const { return opt.monotonic_ms ? opt.monotonic_ms() : sched::monotonic_ms(); }
 
   void log(agent::LogLevel level, const std::string& message) const {
     if (opt.log) opt.log(level, message);
@@ -286,6 +283,9 @@ struct Daemon::State {
 
   // The checks a job or a lease of `n` GPUs must pass before it is queued; nullopt when it does.
   std::optional<json> check_request(uid_t uid, unsigned n);
+  // A failure when `uid` already has scheduler.user_queued_cap jobs waiting; nullopt otherwise.
+  std::optional<json> check_queued(uid_t uid) const;
+  void take_credentials(const Client& c, Job& job);
   json submit(Client& c, const json& req);
   json list(const json& req);
 
@@ -299,9 +299,22 @@ struct Daemon::State {
   json release(Client& c, const json& req);
   json extend(Client& c, const json& req);
 
+  // --- the socket's clients (daemon_clients.cpp) ---
+
+  ClientLimits client_limits() const;
+  // Accepts every pending connection, refusing (with a line that says why) those past the caps.
+  void accept_clients();
+  // Reads and answers c's requests while its answers are read.
+  void serve_client(Client& c);
+  // Sends `line` to c, dropping a client that lets its output pile up.
+  void send(Client& c, const std::string& line);
+  // Drops the clients that made no progress for the idle timeout; closes the finished ones.
+  void close_clients();
+  // When the next client is due to be dropped (clock()); LLONG_MAX for none.
+  long long next_client_deadline() const;
+
   // --- the loop ---
 
-  void serve_client(Client& c);
   void run();
 };
 

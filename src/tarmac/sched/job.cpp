@@ -1,6 +1,7 @@
 #include "tarmac/sched/job.hpp"
 
 #include <array>
+#include <limits>
 #include <utility>
 
 namespace tarmac::sched {
@@ -39,6 +40,17 @@ std::vector<std::string> strings_of(const json& j, const char* key) {
 }
 
 }  // namespace
+
+std::vector<gid_t> groups_of(const json& spec) {
+  std::vector<gid_t> out;
+  const auto it = spec.find("groups");
+  if (it == spec.end() || !it->is_array() || it->size() > kMaxGroups) return out;
+  for (const auto& v : *it) {
+    if (!v.is_number_unsigned() || v.get<std::uint64_t>() > std::numeric_limits<gid_t>::max() - 1) return {};
+    out.push_back(v.get<gid_t>());
+  }
+  return out;
+}
 
 const char* to_string(JobKind kind) { return kind == JobKind::Job ? "job" : "lease"; }
 
@@ -121,6 +133,7 @@ json spec_json(const Job& job) {
               {"argv", job.argv},
               {"cwd", job.cwd},
               {"gid", job.gid},
+              {"groups", job.groups},
               {"n", job.request.n},
               {"min_free", job.request.min_free_bytes},
               {"max_util", job.request.max_util_pct},
@@ -137,11 +150,12 @@ void apply_spec_json(const json& spec, Job& job) {
   job.argv = strings_of(spec, "argv");
   job.cwd = value_or<std::string>(spec, "cwd", "");
   job.gid = value_or<gid_t>(spec, "gid", 0);
+  job.groups = groups_of(spec);
   job.request.n = value_or<unsigned>(spec, "n", 1);
   job.request.min_free_bytes = value_or<std::uint64_t>(spec, "min_free", 0);
   job.request.max_util_pct = value_or<unsigned>(spec, "max_util", 100);
   if (const auto t = value_or<long long>(spec, "time_ms", -1); t >= 0) job.time_ms = t;
-  job.grace_ms = value_or<long long>(spec, "grace_ms", 10000);
+  job.grace_ms = value_or<long long>(spec, "grace_ms", kDefaultGraceMs);
   job.backfill = value_or<bool>(spec, "backfill", false);
   job.uuids = value_or<bool>(spec, "uuids", false);
   job.detach = value_or<bool>(spec, "detach", false);

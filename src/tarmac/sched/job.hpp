@@ -23,6 +23,9 @@ enum class JobState { Queued, Running, Stopping, Done, Cancelled, Failed, Lost, 
 // Whether a job in `state` has ended (nothing more will happen to it).
 [[nodiscard]] bool has_ended(JobState state);
 
+// A job's --grace when its request names none: between SIGTERM and SIGKILL.
+inline constexpr long long kDefaultGraceMs = 10000;
+
 // Why a running job is being stopped (the store's sched_job.stop_reason: "none", "cancel",
 // "preempt"), so that a restarted agent knows whether a stopping job ends or is queued again.
 enum class StopReason { None, Cancel, Preempt };
@@ -34,8 +37,11 @@ struct Job {
   long long id = 0;
   JobKind kind = JobKind::Job;
   JobState state = JobState::Queued;
+  // Who runs it: the submitter's uid, gid and supplementary groups as the socket's peer
+  // credentials gave them (the user name is for people only).
   uid_t uid = 0;
   gid_t gid = 0;
+  std::vector<gid_t> groups;
   std::string user;
   std::string name;
   // What to run (jobs): the resolved executable, argv, environment and directory of the submitter.
@@ -45,7 +51,7 @@ struct Job {
   std::string cwd;
   PickRequest request;
   std::optional<long long> time_ms;
-  long long grace_ms = 10000;
+  long long grace_ms = kDefaultGraceMs;
   bool backfill = false;
   bool uuids = false;   // CUDA_VISIBLE_DEVICES as UUIDs
   bool detach = false;  // output to `log` rather than the submitter's stdout and stderr
@@ -84,6 +90,13 @@ template <typename T>
   }
   return std::nullopt;
 }
+
+// The most supplementary groups a process may have (NGROUPS_MAX).
+inline constexpr std::size_t kMaxGroups = 65536;
+
+// The "groups" of a spec (the store's or the wrapper's): gids, or none when it is missing (a job
+// recorded before groups were) or malformed (then the job runs with its gid alone).
+[[nodiscard]] std::vector<gid_t> groups_of(const nlohmann::json& spec);
 
 // The job as the socket and `tarmac jobs --json` show it (no environment).
 [[nodiscard]] nlohmann::json to_json(const Job& job);

@@ -12,6 +12,11 @@ struct SchedulerConfig {
   unsigned user_gpu_cap = 0;                            // GPUs one user may hold at once; 0: no cap
   long long lease_idle_limit_ms = 30 * 60 * 1000;       // unused this long: a lease is warned about
   long long lease_idle_grace_ms = 5 * 60 * 1000;        // then this much more: it is reclaimed
+  // The socket's limits (docs/security.md): what one user may hold of the agent.
+  long long connection_idle_timeout_ms = 30 * 1000;     // no request (or no output read) this long: closed
+  unsigned user_connection_cap = 64;                    // connections of one user (not root) at once; 0: none
+  unsigned user_queued_cap = 1000;                      // queued jobs of one user (not root); 0: none
+  long long max_grace_ms = 5 * 60 * 1000;               // the longest --grace a job may ask for
 };
 
 }  // namespace tarmac::sched

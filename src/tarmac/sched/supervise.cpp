@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <fmt/format.h>
 
 #include "tarmac/util/units.hpp"
@@ -29,9 +30,29 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
   return out;
 }
 
-[[noreturn]] void child_fails(const std::string& what, int err) {
-  const std::string msg = fmt::format("tarmac: {}: {}\n", what, std::strerror(err));
-  (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+// The words of an errno value without the locale (strerror may allocate): safe after fork.
+const char* errno_text(int err) {
+  const char* text = ::strerrordesc_np(err);
+  return text != nullptr ? text : "unknown error";
+}
+
+void write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+// In the child, between fork and exec: "tarmac: WHAT: why" on stderr, then exit. Only
+// async-signal-safe calls (the agent that forks has threads and a heap): `what` is built before fork.
+[[noreturn]] void child_fails(std::string_view what, int err) {
+  write_all(STDERR_FILENO, "tarmac: ");
+  write_all(STDERR_FILENO, what);
+  write_all(STDERR_FILENO, ": ");
+  write_all(STDERR_FILENO, errno_text(err));
+  write_all(STDERR_FILENO, "\n");
   ::_exit(err == ENOENT ? kCommandNotFound : kCannotExecute);
 }
 
@@ -141,6 +162,7 @@ pid_t spawn(const SpawnSpec& spec, const sigset_t& original_mask) {
   auto argv = c_strings(args);
   auto envp = c_strings(env);
   const std::string what = args.empty() ? spec.path : args.front();
+  const std::string become = spec.uid ? fmt::format("cannot become uid {}", *spec.uid) : std::string();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);
@@ -149,7 +171,7 @@ pid_t spawn(const SpawnSpec& spec, const sigset_t& original_mask) {
     if (spec.uid) {
       if (::setgroups(spec.groups.size(), spec.groups.data()) != 0 || ::setgid(spec.gid) != 0 ||
           ::setuid(*spec.uid) != 0) {
-        child_fails(fmt::format("cannot become uid {}", *spec.uid), errno);
+        child_fails(become, errno);
       }
     }
     // As the user: a directory the user may not enter is refused here, not entered as root.

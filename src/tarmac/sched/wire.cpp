@@ -11,14 +11,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <fmt/format.h>
 
 namespace tarmac::sched {
 
 namespace {
-
-constexpr std::size_t kMaxFds = 4;
-constexpr std::size_t kMaxLine = 1 << 20;  // a request with a large environment is still far below
 
 Result<sockaddr_un> address_of(const std::string& path) {
   sockaddr_un addr{};
@@ -30,31 +28,28 @@ Result<sockaddr_un> address_of(const std::string& path) {
   return addr;
 }
 
-void close_all(std::vector<int>& fds) {
-  for (int fd : fds) ::close(fd);
-  fds.clear();
-}
-
-// One recvmsg: appends bytes to `buffer` and descriptors to `fds`; returns the bytes read (0 at EOF,
-// -1 with errno).
-ssize_t receive(int fd, std::string& buffer, std::vector<int>& fds) {
+// One recvmsg: appends bytes to `buffer` and descriptors to `fds` (owned from the moment they
+// arrive); returns the bytes read (0 at EOF, -1 with errno). Descriptors past the control buffer's
+// room are closed by the kernel (MSG_CTRUNC).
+ssize_t receive(int fd, std::string& buffer, std::vector<util::Fd>& fds) {
   char data[4096];
   iovec iov{.iov_base = data, .iov_len = sizeof data};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * Connection::kMaxFds)];
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
   const ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  if (n > 0) buffer.append(data, static_cast<std::size_t>(n));
+  if (n < 0) return n;
+  buffer.append(data, static_cast<std::size_t>(n));
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (std::size_t i = 0; i < count; ++i) {
         int received = -1;
         std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        fds.push_back(received);
+        fds.emplace_back(received);
       }
     }
   }
@@ -74,25 +69,11 @@ std::string socket_path(const std::string& configured) {
   return "/run/tarmac/agent.sock";
 }
 
-Connection& Connection::operator=(Connection&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.fd_;
-    buffer_ = std::move(other.buffer_);
-    other.fd_ = -1;
-  }
-  return *this;
-}
-
-Connection::~Connection() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 Result<Connection> Connection::connect(const std::string& path) {
   TARMAC_TRY_ASSIGN(auto addr, address_of(path));
-  Connection c(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (c.fd_ < 0) return make_error(Error::Code::Io, fmt::format("socket: {}", std::strerror(errno)));
-  if (::connect(c.fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+  Connection c(util::Fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)));
+  if (!c.fd_) return make_error(Error::Code::Io, fmt::format("socket: {}", std::strerror(errno)));
+  if (::connect(c.fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     return make_error(Error::Code::NotFound, fmt::format("no tarmac agent answers on {}: {}", path, std::strerror(errno)));
   }
   return c;
@@ -118,11 +99,11 @@ Result<void> Connection::send_line(const std::string& line, const std::vector<in
       c->cmsg_len = CMSG_LEN(sizeof(int) * count);
       std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * count);
     }
-    const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    const ssize_t n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
-        pollfd p{.fd = fd_, .events = POLLOUT, .revents = 0};
+        pollfd p{.fd = fd_.get(), .events = POLLOUT, .revents = 0};
         (void)::poll(&p, 1, 1000);
         continue;
       }
@@ -134,92 +115,119 @@ Result<void> Connection::send_line(const std::string& line, const std::vector<in
   return {};
 }
 
-bool Connection::fill(std::vector<int>& fds) {
+Connection::Fill Connection::fill(std::vector<util::Fd>& fds) {
   for (;;) {
-    const ssize_t n = receive(fd_, buffer_, fds);
-    if (n > 0) {
-      if (buffer_.size() > kMaxLine) return false;
-      continue;
-    }
-    if (n == 0) return false;
-    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    const ssize_t n = receive(fd_.get(), in_, fds);
+    if (fds.size() > kMaxFds) return Fill::TooManyFds;
+    if (n == 0) return Fill::Closed;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Fill::Open : Fill::Closed;
+    // A line at a time: what follows stays in the kernel until this one is answered.
+    if (in_.find('\n', in_.size() - static_cast<std::size_t>(n)) != std::string::npos) return Fill::Open;
+    if (in_.size() > kMaxLine) return Fill::LineTooLong;
   }
 }
 
+void Connection::queue_line(std::string_view line) {
+  if (out_sent_ == out_.size()) {
+    out_.clear();
+    out_sent_ = 0;
+  }
+  out_.append(line);
+  out_.push_back('\n');
+}
+
+Connection::Flush Connection::flush() {
+  while (out_sent_ < out_.size()) {
+    const ssize_t n = ::send(fd_.get(), out_.data() + out_sent_, out_.size() - out_sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Flush::Pending;
+      return Flush::Failed;
+    }
+    out_sent_ += static_cast<std::size_t>(n);
+  }
+  out_.clear();
+  out_sent_ = 0;
+  return Flush::Done;
+}
+
 bool Connection::wait_readable(int timeout_ms) const {
-  if (buffer_.find('\n') != std::string::npos) return true;
-  pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+  if (in_.find('\n') != std::string::npos) return true;
+  pollfd p{.fd = fd_.get(), .events = POLLIN, .revents = 0};
   return ::poll(&p, 1, timeout_ms) > 0;
 }
 
 bool Connection::take_line(std::string& line) {
-  const auto nl = buffer_.find('\n');
+  const auto nl = in_.find('\n');
   if (nl == std::string::npos) return false;
-  line = buffer_.substr(0, nl);
-  buffer_.erase(0, nl + 1);
+  line = in_.substr(0, nl);
+  in_.erase(0, nl + 1);
   return true;
 }
 
-Result<std::string> Connection::read_line(int timeout_ms, std::vector<int>* fds) {
-  std::vector<int> got;
+Result<std::string> Connection::read_line(int timeout_ms, std::vector<util::Fd>* fds) {
+  std::vector<util::Fd> got;  // closed on every path that does not hand them to the caller
   std::string line;
   for (;;) {
     if (take_line(line)) {
-      if (fds != nullptr) fds->insert(fds->end(), got.begin(), got.end());
-      else close_all(got);
+      if (fds != nullptr) std::move(got.begin(), got.end(), std::back_inserter(*fds));
       return line;
     }
-    pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+    pollfd p{.fd = fd_.get(), .events = POLLIN, .revents = 0};
     const int r = ::poll(&p, 1, timeout_ms);
-    if (r == 0) {
-      close_all(got);
-      return make_error(Error::Code::Io, "the agent did not answer in time");
-    }
+    if (r == 0) return make_error(Error::Code::Io, "the agent did not answer in time");
     if (r < 0) {
       if (errno == EINTR) continue;
-      close_all(got);
       return make_error(Error::Code::Io, fmt::format("reading from the agent: {}", std::strerror(errno)));
     }
-    const ssize_t n = receive(fd_, buffer_, got);
+    const ssize_t n = receive(fd_.get(), in_, got);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-      close_all(got);
       return make_error(Error::Code::Io, "the agent closed the connection");
     }
-    if (buffer_.size() > kMaxLine) {
-      close_all(got);
-      return make_error(Error::Code::Io, "a line over 1 MiB from the agent");
-    }
+    if (in_.size() > kMaxLine) return make_error(Error::Code::Io, "a line over 1 MiB from the agent");
   }
 }
 
-bool Connection::peer(uid_t& uid, pid_t& pid) const {
+Result<Peer> Connection::peer() const {
   ucred cred{};
   socklen_t len = sizeof cred;
-  if (::getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
-  uid = cred.uid;
-  pid = cred.pid;
-  return true;
+  if (::getsockopt(fd_.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return make_error(Error::Code::Io, fmt::format("SO_PEERCRED: {}", std::strerror(errno)));
+  }
+  Peer p{.uid = cred.uid, .gid = cred.gid, .pid = cred.pid, .groups = {}};
+  // The groups the peer had when it connected; the kernel says how many when the room is short.
+  std::vector<gid_t> groups(64);
+  for (int tries = 0; tries < 2; ++tries) {
+    socklen_t size = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd_.get(), SOL_SOCKET, SO_PEERGROUPS, groups.data(), &size) == 0) {
+      groups.resize(size / sizeof(gid_t));
+      p.groups = std::move(groups);
+      return p;
+    }
+    if (errno != ERANGE) break;
+    groups.resize(size / sizeof(gid_t));
+  }
+  if (errno == ENOPROTOOPT) return p;  // a kernel before 4.13: no supplementary groups
+  return make_error(Error::Code::Io, fmt::format("SO_PEERGROUPS: {}", std::strerror(errno)));
+}
+
+void Listener::close_and_remove() {
+  if (fd_) {
+    fd_.reset();
+    ::unlink(path_.c_str());
+  }
 }
 
 Listener& Listener::operator=(Listener&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      ::unlink(path_.c_str());
-    }
-    fd_ = other.fd_;
+    close_and_remove();
+    fd_ = std::move(other.fd_);
     path_ = std::move(other.path_);
-    other.fd_ = -1;
   }
   return *this;
 }
 
-Listener::~Listener() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(path_.c_str());
-  }
-}
+Listener::~Listener() { close_and_remove(); }
 
 Result<Listener> Listener::open(const std::string& path) {
   TARMAC_TRY_ASSIGN(auto addr, address_of(path));
@@ -241,25 +249,23 @@ Result<Listener> Listener::open(const std::string& path) {
     ::unlink(path.c_str());  // stale: nobody answers on it
   }
   Listener l;
-  l.fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (l.fd_ < 0) return make_error(Error::Code::Io, fmt::format("socket: {}", std::strerror(errno)));
-  if (::bind(l.fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+  util::Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return make_error(Error::Code::Io, fmt::format("socket: {}", std::strerror(errno)));
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     const int err = errno;
-    ::close(l.fd_);
-    l.fd_ = -1;
     return make_error(Error::Code::Io, fmt::format("cannot bind {}: {}", path, std::strerror(err)));
   }
+  l.fd_ = std::move(fd);
   l.path_ = path;
   ::chmod(path.c_str(), 0666);  // anyone may connect; each request's rights come from SO_PEERCRED
-  if (::listen(l.fd_, 512) != 0) {
+  if (::listen(l.fd_.get(), 512) != 0) {
     return make_error(Error::Code::Io, fmt::format("cannot listen on {}: {}", path, std::strerror(errno)));
   }
   return l;
 }
 
 Connection Listener::accept() {
-  const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  return Connection(fd);
+  return Connection(util::Fd(::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)));
 }
 
 }  // namespace tarmac::sched

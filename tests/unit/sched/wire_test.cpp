@@ -47,31 +47,30 @@ TEST_F(WireTest, LinesDescriptorsAndThePeersUidCross) {
   ASSERT_TRUE(client.ok()) << client.error().message;
   Connection server = accept_one(*listener);
   ASSERT_GE(server.fd(), 0);
-  uid_t uid = 12345;
-  pid_t pid = 0;
-  ASSERT_TRUE(server.peer(uid, pid));
-  EXPECT_EQ(uid, ::getuid());
-  EXPECT_EQ(pid, ::getpid());
+  auto peer = server.peer();
+  ASSERT_TRUE(peer.ok()) << peer.error().message;
+  EXPECT_EQ(peer->uid, ::geteuid());
+  EXPECT_EQ(peer->gid, ::getegid());
+  EXPECT_EQ(peer->pid, ::getpid());
 
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);
   ASSERT_TRUE(client->send_line(R"({"op":"submit"})", {pipe_fds[1]}).ok());
   ASSERT_TRUE(client->send_line(R"({"op":"jobs"})").ok());
-  std::vector<int> fds;
+  std::vector<util::Fd> fds;
   auto first = server.read_line(1000, &fds);
   ASSERT_TRUE(first.ok()) << first.error().message;
   EXPECT_EQ(*first, R"({"op":"submit"})");
   ASSERT_EQ(fds.size(), 1u);
   // The received descriptor is the pipe's write end: what goes in comes out of the read end.
-  ASSERT_EQ(::write(fds[0], "x", 1), 1);
+  ASSERT_EQ(::write(fds[0].get(), "x", 1), 1);
   char c = 0;
   ASSERT_EQ(::read(pipe_fds[0], &c, 1), 1);
   EXPECT_EQ(c, 'x');
-  EXPECT_NE(::fcntl(fds[0], F_GETFD) & FD_CLOEXEC, 0) << "received descriptors are close-on-exec";
+  EXPECT_NE(::fcntl(fds[0].get(), F_GETFD) & FD_CLOEXEC, 0) << "received descriptors are close-on-exec";
   auto second = server.read_line(1000);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(*second, R"({"op":"jobs"})");
-  ::close(fds[0]);
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
 }

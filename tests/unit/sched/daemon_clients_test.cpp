@@ -1,0 +1,151 @@
+// The agent's scheduler thread serving its socket (sched/daemon_clients.cpp, the loop in daemon.cpp),
+// in-process, with no GPUs and a monotonic clock the test moves: idle connections are closed when
+// that clock says so and not before, whatever the wall clock does; a client that never reads does
+// not stop the others; descriptors of clients that hang up are closed.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <chrono>
+#include <filesystem>
+#include <gtest/gtest.h>
+#include <thread>
+
+#include "tarmac/sched/daemon.hpp"
+#include "tarmac/sched/wire.hpp"
+
+namespace tarmac::sched {
+namespace {
+
+using namespace std::chrono_literals;
+
+int open_fds() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
+
+// Polls `done` every 10 ms for up to 20 s (a bound that only catches hangs).
+template <typename F>
+bool eventually(F done) {
+  for (int i = 0; i < 2000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return done();
+}
+
+class DaemonClients : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tarmac-daemon-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    DaemonOptions o;
+    o.config.connection_idle_timeout_ms = 5000;
+    o.config.user_connection_cap = 4;
+    o.socket_path = dir_ + "/agent.sock";
+    o.lock_dir = dir_ + "/locks";
+    o.state_dir = dir_ + "/state";
+    o.db_path = dir_ + "/state/tarmac.db";
+    o.open_backend = [] { return Result<std::unique_ptr<gpu::Backend>>(make_error(Error::Code::NotFound, "no GPUs")); };
+    o.monotonic_ms = [this] { return now_.load(); };
+    auto d = Daemon::start(std::move(o));
+    ASSERT_TRUE(d.ok()) << d.error().message;
+    daemon_ = std::move(*d);
+  }
+  void TearDown() override {
+    daemon_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A request's answer on a new connection.
+  Result<std::string> ask(const std::string& request) {
+    TARMAC_TRY_ASSIGN(auto c, Connection::connect(dir_ + "/agent.sock"));
+    TARMAC_TRY(c.send_line(request));
+    return c.read_line(20000);
+  }
+
+  // Whether the agent closed `c` (POLLHUP, with or without data left to read) within the bound.
+  static bool closed_by_agent(const Connection& c) { return eventually([&] { return hung_up(c); }); }
+  static bool hung_up(const Connection& c) {
+    pollfd p{.fd = c.fd(), .events = POLLIN, .revents = 0};
+    return ::poll(&p, 1, 0) == 1 && (p.revents & POLLHUP) != 0;
+  }
+
+  std::string dir_;
+  std::atomic<long long> now_{1'000'000};
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(DaemonClients, AnIdleConnectionIsClosedWhenTheInjectedClockSaysSoAndNotBefore) {
+  auto idle = Connection::connect(dir_ + "/agent.sock");
+  ASSERT_TRUE(idle.ok());
+  ASSERT_TRUE(ask(R"({"op":"jobs"})").ok());  // the agent has accepted it and runs its loop
+  // Real time passes, the agent's clock does not: the loop waits on its own clock, so nothing a wall
+  // clock does (a step back of an hour, or forward) moves its timers.
+  std::this_thread::sleep_for(700ms);
+  EXPECT_FALSE(hung_up(*idle)) << "closed before its idle timeout";
+  now_ += 5001;
+  EXPECT_TRUE(closed_by_agent(*idle)) << "still open after its idle timeout";
+}
+
+TEST_F(DaemonClients, AClientThatNeverReadsDoesNotStopTheOthers) {
+  auto greedy = Connection::connect(dir_ + "/agent.sock");
+  ASSERT_TRUE(greedy.ok());
+  ::fcntl(greedy->fd(), F_SETFL, O_NONBLOCK);
+  std::string many;
+  for (int i = 0; i < 20000; ++i) many += "{\"op\":\"jobs\",\"all\":true}\n";
+  std::size_t sent = 0;
+  while (sent < many.size()) {
+    const ssize_t n = ::send(greedy->fd(), many.data() + sent, many.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
+  }
+  for (int i = 0; i < 5; ++i) {
+    auto answer = ask(R"({"op":"jobs"})");
+    ASSERT_TRUE(answer.ok()) << answer.error().message;
+    EXPECT_NE(answer->find("\"ok\":true"), std::string::npos);
+  }
+  now_ += 5001;  // it has read nothing for the idle timeout
+  EXPECT_TRUE(closed_by_agent(*greedy));
+}
+
+TEST_F(DaemonClients, DescriptorsOfClientsThatHangUpMidLineAreClosed) {
+  ASSERT_TRUE(ask(R"({"op":"jobs"})").ok());
+  const int before = open_fds();
+  for (int i = 0; i < 50; ++i) {
+    auto c = Connection::connect(dir_ + "/agent.sock");
+    ASSERT_TRUE(c.ok());
+    int pipe_fds[2];
+    ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+    // Half a request with two descriptors, then gone.
+    std::string half = R"({"op":"submit")";
+    iovec iov{.iov_base = half.data(), .iov_len = half.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * 2);
+    std::memcpy(CMSG_DATA(cm), pipe_fds, sizeof pipe_fds);
+    ASSERT_EQ(::sendmsg(c->fd(), &msg, 0), static_cast<ssize_t>(half.size()));
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+  }
+  ASSERT_TRUE(ask(R"({"op":"jobs"})").ok());
+  EXPECT_TRUE(eventually([&] { return open_fds() <= before; })) << open_fds() << " open, " << before << " before";
+}
+
+}  // namespace
+}  // namespace tarmac::sched
