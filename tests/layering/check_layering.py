@@ -37,7 +37,7 @@ ALLOWED = {
     "report": {"agent", "diagnose", "store"} | BELOW_STORE,
     "fields": {"report", "agent", "diagnose", "store"} | BELOW_STORE,
     "alerts": {"report", "diagnose", "store"} | BELOW_STORE,
-    "sched": {"report", "agent", "diagnose", "store"} | BELOW_STORE,
+    "sched": {"report", "diagnose", "store"} | BELOW_STORE,
     "serve": {"report", "diagnose", "store"} | BELOW_STORE,
     "config": {"agent", "alerts", "sched", "store", "diagnose"} | BELOW_STORE,
     "cli": {"config", "fields", "serve", "alerts", "sched", "report", "agent", "diagnose", "store"} | BELOW_STORE,

@@ -39,12 +39,12 @@ store::GpuInfo info_of(const gpu::Device& d) {
 // Logs the store's state when it changes: the first failure, a different failure, the recovery.
 class FlushLog {
  public:
-  FlushLog(const LogSink& log, std::string path) : log_(log), path_(std::move(path)) {}
+  FlushLog(const util::LogSink& log, std::string path) : log_(log), path_(std::move(path)) {}
 
   void report(const store::FlushStatus& s, long long ts_ms, store::Recorder& rec) {
     if (!s.ok) {
       if (!failing_ || s.message != last_message_) {
-        log_(LogLevel::Warning, fmt::format("cannot write {}: {}; keeping {} rows in memory and retrying", path_,
+        log_(util::LogLevel::Warning, fmt::format("cannot write {}: {}; keeping {} rows in memory and retrying", path_,
                                             s.message, s.pending));
       }
       failing_ = true;
@@ -52,7 +52,7 @@ class FlushLog {
       return;
     }
     if (failing_) {
-      log_(LogLevel::Info, fmt::format("recording resumed: {} rows written to {}{}", s.written, path_,
+      log_(util::LogLevel::Info, fmt::format("recording resumed: {} rows written to {}{}", s.written, path_,
                                        s.dropped ? fmt::format(", {} samples dropped while it could not be written",
                                                                s.dropped)
                                                  : std::string()));
@@ -66,7 +66,7 @@ class FlushLog {
   }
 
  private:
-  const LogSink& log_;
+  const util::LogSink& log_;
   std::string path_;
   bool failing_ = false;
   std::string last_message_;
@@ -82,7 +82,7 @@ gpu::ValueGroups recorded_groups() {
 }
 
 Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const AgentOptions& options,
-                               const std::atomic<bool>& stop, const LogSink& log) {
+                               const std::atomic<bool>& stop, const util::LogSink& log) {
   store::RecorderOptions ropts;
   ropts.path = store::database_path(options.state_dir);
   ropts.retention = options.retention;
@@ -113,7 +113,7 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
   const long long start_mono = clock.monotonic_ms();
   recorder.add(store::Event{start_ms, std::nullopt, "agent-start",
                             fmt::format("{} GPUs, every {} ms", first.devices.size(), options.interval_ms)});
-  log(LogLevel::Info, fmt::format("recording {} GPUs every {} ms (processes every {} ms) to {}", first.devices.size(),
+  log(util::LogLevel::Info, fmt::format("recording {} GPUs every {} ms (processes every {} ms) to {}", first.devices.size(),
                                   options.interval_ms, options.process_interval_ms, ropts.path));
 
   AgentSummary summary;
@@ -135,7 +135,7 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
     last_flush = Steady::now();
     if (status.ok && (last_prune == 0 || ts_ms - last_prune >= kPruneEveryMs)) {
       if (auto r = recorder.prune(ts_ms); !r.ok()) {
-        log(LogLevel::Warning, fmt::format("cannot prune old data: {}", r.error().message));
+        log(util::LogLevel::Warning, fmt::format("cannot prune old data: {}", r.error().message));
       }
       last_prune = ts_ms;
     }
@@ -182,7 +182,7 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
     } else {
       ++nvml_errors;
       if (last_error_log < 0 || mono - last_error_log >= 60 * 1000) {
-        log(LogLevel::Error, fmt::format("cannot read the GPUs: {}", snap.error().message));
+        log(util::LogLevel::Error, fmt::format("cannot read the GPUs: {}", snap.error().message));
         last_error_log = mono;
       }
     }
@@ -224,7 +224,7 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
   summary.clock_ms = mono - start_mono;
   summary.real_s = seconds_since(real_start);
   if (recorder.pending_rows() > 0) {
-    log(LogLevel::Warning, fmt::format("stopped with {} rows not written to {}", recorder.pending_rows(), ropts.path));
+    log(util::LogLevel::Warning, fmt::format("stopped with {} rows not written to {}", recorder.pending_rows(), ropts.path));
   }
   return summary;
 }

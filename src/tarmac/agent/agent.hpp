@@ -35,11 +35,6 @@ struct AgentOptions {
   std::function<std::set<std::string>()> leased_gpus;
 };
 
-// Kept for the scheduler (sched/), which still names them agent::LogLevel and agent::LogSink:
-// the definitions are util's (util/log.hpp).
-using LogLevel = util::LogLevel;
-using LogSink = util::LogSink;
-
 // What a run did, for its last log line and the benchmarks.
 struct AgentSummary {
   long long gpu_samples = 0;
@@ -66,6 +61,6 @@ struct SampleView {
 // Runs until `stop` is set or the duration has passed; fails only when nothing can be sampled at
 // start. A store that cannot be written is logged and retried, never fatal.
 [[nodiscard]] Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const AgentOptions& options,
-                                             const std::atomic<bool>& stop, const LogSink& log);
+                                             const std::atomic<bool>& stop, const util::LogSink& log);
 
 }  // namespace tarmac::agent

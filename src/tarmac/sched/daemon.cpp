@@ -20,7 +20,7 @@ using namespace detail;
 void Daemon::State::recover() {
   auto unfinished = db->unfinished();
   if (!unfinished.ok()) {
-    log(agent::LogLevel::Error, fmt::format("scheduler: cannot read the queue: {}", unfinished.error().message));
+    log(util::LogLevel::Error, fmt::format("scheduler: cannot read the queue: {}", unfinished.error().message));
     return;
   }
   int reattached = 0;
@@ -73,7 +73,7 @@ void Daemon::State::recover() {
     ++requeued;
   }
   if (!unfinished->empty()) {
-    log(agent::LogLevel::Info,
+    log(util::LogLevel::Info,
         fmt::format("scheduler: read back {} unfinished jobs and leases: {} re-attached, {} ended while the agent was "
                     "away, {} queued again",
                     unfinished->size(), reattached, ended, requeued));
@@ -105,7 +105,7 @@ void Daemon::State::run() {
     timeout = std::min(timeout, next_client_deadline() - before);
     if (accept_after_ms > before) timeout = std::min(timeout, accept_after_ms - before);
     if (::poll(fds.data(), fds.size(), static_cast<int>(std::max(0LL, timeout))) < 0 && errno != EINTR) {
-      log(agent::LogLevel::Error, fmt::format("scheduler: poll: {}", std::strerror(errno)));
+      log(util::LogLevel::Error, fmt::format("scheduler: poll: {}", std::strerror(errno)));
     }
     if (fds[0].revents != 0) {
       std::uint64_t v = 0;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tarmac/agent/agent.hpp"
+#include "tarmac/util/log.hpp"
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/sched/settings.hpp"
@@ -39,7 +39,7 @@ struct DaemonOptions {
   std::string shim_exe = "/proc/self/exe";  // the tarmac binary that has `job-shim`
   // A backend of the scheduler's own (the sampler keeps its own); opened when first needed.
   std::function<Result<std::unique_ptr<gpu::Backend>>()> open_backend;
-  agent::LogSink log;
+  util::LogSink log;
   std::function<void(const LeaseNotice&)> notify;  // from the scheduler's thread
   // Monotonic milliseconds for the loop's timers and its clients' idle clocks; empty for
   // CLOCK_MONOTONIC. Tests inject one.

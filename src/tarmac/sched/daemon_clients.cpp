@@ -29,7 +29,7 @@ void Daemon::State::accept_clients() {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // The connection stays in the backlog; polling the listener now would only spin.
         accept_after_ms = now + kAcceptPauseMs;
-        log(agent::LogLevel::Warning, fmt::format("scheduler: cannot accept a connection: {}", std::strerror(errno)));
+        log(util::LogLevel::Warning, fmt::format("scheduler: cannot accept a connection: {}", std::strerror(errno)));
       }
       return;
     }

@@ -44,13 +44,13 @@ void Daemon::State::load_env(Job& job) {
 
 void Daemon::State::persist(const Job& job) {
   if (auto r = db->save(job); !r.ok()) {
-    log(agent::LogLevel::Error, fmt::format("scheduler: cannot record job {}: {}", job.id, r.error().message));
+    log(util::LogLevel::Error, fmt::format("scheduler: cannot record job {}: {}", job.id, r.error().message));
   }
 }
 
 void Daemon::State::record_event(std::optional<unsigned> gpu, const std::string& kind, const std::string& detail) {
   if (auto r = db->event(now_ms(), gpu, kind, detail); !r.ok()) {
-    log(agent::LogLevel::Warning, fmt::format("scheduler: cannot record event {}: {}", kind, r.error().message));
+    log(util::LogLevel::Warning, fmt::format("scheduler: cannot record event {}: {}", kind, r.error().message));
   }
 }
 
@@ -100,7 +100,7 @@ std::optional<LeaseDir::DirLock> Daemon::State::lock_dir_briefly() {
   const long long now = now_ms();
   if (now - lock_warned_ms >= 60 * 1000) {
     lock_warned_ms = now;
-    log(agent::LogLevel::Warning, fmt::format("scheduler: {}", held.error().message));
+    log(util::LogLevel::Warning, fmt::format("scheduler: {}", held.error().message));
   }
   return std::nullopt;
 }
@@ -112,7 +112,7 @@ void Daemon::State::watch(Job& job, bool child) {
   rt.pidfd = pidfd_open(job.shim_pid);
   if (rt.pidfd < 0) {
     if (errno != ESRCH) {
-      log(agent::LogLevel::Warning, fmt::format("scheduler: job {}: cannot watch its wrapper (pid {}) by a pidfd: {}; "
+      log(util::LogLevel::Warning, fmt::format("scheduler: job {}: cannot watch its wrapper (pid {}) by a pidfd: {}; "
                                                 "checked by pid and start time instead",
                                                 job.id, job.shim_pid, std::strerror(errno)));
     }
@@ -120,7 +120,7 @@ void Daemon::State::watch(Job& job, bool child) {
   }
   // The pid came from a file or the store: make sure the pidfd is the wrapper's, not a reuse's.
   if (job.shim_start != 0 && process_starttime(job.shim_pid) != job.shim_start) {
-    log(agent::LogLevel::Warning, fmt::format("scheduler: job {}: pid {} is no longer its wrapper", job.id, job.shim_pid));
+    log(util::LogLevel::Warning, fmt::format("scheduler: job {}: pid {} is no longer its wrapper", job.id, job.shim_pid));
     ::close(rt.pidfd);
     rt.pidfd = -1;
     job.shim_pid = 0;
@@ -133,7 +133,7 @@ bool Daemon::State::signal_job(Job& job, int sig) {
     if (pidfd_send_signal(rt->second.pidfd, sig) == 0) return true;
     if (errno != ENOSYS) {
       if (errno != ESRCH) {
-        log(agent::LogLevel::Warning,
+        log(util::LogLevel::Warning,
             fmt::format("scheduler: cannot signal job {}'s wrapper: {}", job.id, std::strerror(errno)));
       }
       return false;
@@ -197,7 +197,7 @@ void Daemon::State::on_wrapper_gone(Job& job) {
     job.reason = "preempted by a normal job; queued again";
     persist(job);
     tell_watchers(job, "requeued");
-    log(agent::LogLevel::Info, fmt::format("scheduler: backfill job {} preempted and queued again", job.id));
+    log(util::LogLevel::Info, fmt::format("scheduler: backfill job {} preempted and queued again", job.id));
     dirty = true;
     return;
   }
@@ -212,7 +212,7 @@ void Daemon::State::on_wrapper_gone(Job& job) {
     finish(job, cancelled ? JobState::Cancelled : JobState::Done, "");  // keeps "cancelled by ..."
   } else {
     finish(job, JobState::Lost, "its wrapper ended without writing a result (killed?)");
-    log(agent::LogLevel::Warning, fmt::format("scheduler: job {} lost: {}", job.id, job.reason));
+    log(util::LogLevel::Warning, fmt::format("scheduler: job {} lost: {}", job.id, job.reason));
   }
   const long long id = job.id;
   remove_job_files(id);
@@ -224,7 +224,7 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
   std::error_code ec;
   std::filesystem::create_directories(jobs_dir, ec);
   if (ec) {
-    log(agent::LogLevel::Error, fmt::format("scheduler: cannot create {}: {}", jobs_dir, ec.message()));
+    log(util::LogLevel::Error, fmt::format("scheduler: cannot create {}: {}", jobs_dir, ec.message()));
     return false;
   }
   const std::string id = std::to_string(job.id);
@@ -246,7 +246,7 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
                {"grace_ms", std::min(job.grace_ms, opt.config.max_grace_ms)},
                {"jobs_dir", jobs_dir}};
   if (!util::write_file_atomically(file(job.id, "json"), util::json_text(spec))) {
-    log(agent::LogLevel::Error, fmt::format("scheduler: cannot write job {}'s spec in {}", job.id, jobs_dir));
+    log(util::LogLevel::Error, fmt::format("scheduler: cannot write job {}'s spec in {}", job.id, jobs_dir));
     return false;
   }
   // The lock is taken here, before the wrapper exists, and handed to it: from now on "the lock
@@ -254,7 +254,7 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
   const int lock_fd = ::open(file(job.id, "lock").c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     if (lock_fd >= 0) ::close(lock_fd);
-    log(agent::LogLevel::Error, fmt::format("scheduler: cannot lock {}", file(job.id, "lock")));
+    log(util::LogLevel::Error, fmt::format("scheduler: cannot lock {}", file(job.id, "lock")));
     return false;
   }
   int out_fd = -1;
@@ -275,7 +275,7 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   if (const int e = posix_spawn_file_actions_init(&actions); e != 0) {
-    log(agent::LogLevel::Error, fmt::format("scheduler: cannot start job {}: {}", job.id, std::strerror(e)));
+    log(util::LogLevel::Error, fmt::format("scheduler: cannot start job {}: {}", job.id, std::strerror(e)));
     ::close(lock_fd);
     if ((job.detach || rt.output_fds.size() < 2) && out_fd >= 0) ::close(out_fd);
     return false;
@@ -315,7 +315,7 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
     rt.output_fds.clear();
   }
   if (spawn_errno != 0) {
-    log(agent::LogLevel::Error,
+    log(util::LogLevel::Error,
         fmt::format("scheduler: cannot start job {}: {}: {}", job.id, opt.shim_exe, std::strerror(spawn_errno)));
     remove_job_files(job.id);
     return false;
@@ -333,7 +333,7 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
                            .job_id = std::to_string(job.id), .user = job.user});
   }
   if (auto r = dir->write(leases); !r.ok()) {
-    log(agent::LogLevel::Warning, fmt::format("scheduler: job {}: cannot write its leases: {}", job.id, r.error().message));
+    log(util::LogLevel::Warning, fmt::format("scheduler: job {}: cannot write its leases: {}", job.id, r.error().message));
   }
   persist(job);
   watch(job, true);
@@ -379,7 +379,7 @@ bool Daemon::State::ensure_backend() {
   if (backend) return true;
   auto b = opt.open_backend();
   if (!b.ok()) {
-    log(agent::LogLevel::Error, fmt::format("scheduler: cannot open NVML: {}", b.error().message));
+    log(util::LogLevel::Error, fmt::format("scheduler: cannot open NVML: {}", b.error().message));
     return false;
   }
   backend = std::move(*b);
@@ -414,12 +414,12 @@ void Daemon::State::pass() {
   const long long now = now_ms();
   auto live = dir->live_leases(now);
   if (!live.ok()) {
-    log(agent::LogLevel::Error, fmt::format("scheduler: {}", live.error().message));
+    log(util::LogLevel::Error, fmt::format("scheduler: {}", live.error().message));
     return;
   }
   auto snap = look();
   if (!snap.ok()) {
-    log(agent::LogLevel::Error, fmt::format("scheduler: cannot look at the GPUs: {}", snap.error().message));
+    log(util::LogLevel::Error, fmt::format("scheduler: cannot look at the GPUs: {}", snap.error().message));
     return;
   }
   std::erase_if(ended_pids, [now](const auto& kv) { return now - kv.second > kEndedPidMs; });
@@ -505,7 +505,7 @@ void Daemon::State::pass() {
         b.reason = fmt::format("preempted for job {}", job.id);
         persist(b);
         (void)signal_job(b, SIGTERM);  // a wrapper already gone is seen by its pidfd
-        log(agent::LogLevel::Info, fmt::format("scheduler: preempting backfill job {} for job {}", b.id, job.id));
+        log(util::LogLevel::Info, fmt::format("scheduler: preempting backfill job {} for job {}", b.id, job.id));
         for (const auto& g : b.gpu_uuids) backfill_gpus.erase(g);
       }
       leased[u] = fmt::format("claimed by job {}", job.id);
@@ -612,7 +612,7 @@ void Daemon::State::lease_notice(const Job& job, bool reclaimed, long long idle_
                         : fmt::format("lease {} of {} (GPU {}) unused for {}: it will be released in {} unless used",
                                       job.id, job.user, indices_text(job.gpus), idle,
                                       util::format_duration_ms(opt.config.lease_idle_grace_ms));
-  log(agent::LogLevel::Warning, "scheduler: " + n.summary);
+  log(util::LogLevel::Warning, "scheduler: " + n.summary);
   record_event(job.gpus.empty() ? std::nullopt : std::optional<unsigned>(job.gpus.front()),
                reclaimed ? "lease_reclaimed" : "lease_idle", n.summary);
   if (opt.notify) opt.notify(n);
@@ -638,7 +638,7 @@ void Daemon::State::flag_outside(const std::map<std::string, GpuUse>& seen) {
       persist(job);
       const std::string detail = fmt::format("job {} of {} uses GPU {} (pid {}), which it was not given (it has {})",
                                              id, job.user, g.index, pid, indices_text(job.gpus));
-      log(agent::LogLevel::Warning, "scheduler: " + detail);
+      log(util::LogLevel::Warning, "scheduler: " + detail);
       record_event(g.index, "job_outside", detail);
     }
   }

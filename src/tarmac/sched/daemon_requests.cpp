@@ -282,7 +282,7 @@ json Daemon::State::reserve(Client& c, const json& req) {
   }
   runtime[job.id].last_used_ms = now_ms();
   auto& stored = jobs.emplace(job.id, std::move(job)).first->second;
-  log(agent::LogLevel::Info, fmt::format("scheduler: lease {} of {}: GPU {} until {}", stored.id, stored.user,
+  log(util::LogLevel::Info, fmt::format("scheduler: lease {} of {}: GPU {} until {}", stored.id, stored.user,
                                          indices_text(stored.gpus), util::format_duration_ms(*for_ms)));
   return json{{"ok", true}, {"job", to_json(stored)}};
 }

@@ -205,7 +205,7 @@ struct Daemon::State {
   // injected by tests); wall time (now_ms) only for what is recorded or shown.
   long long clock() const { return opt.monotonic_ms ? opt.monotonic_ms() : sched::monotonic_ms(); }
 
-  void log(agent::LogLevel level, const std::string& message) const {
+  void log(util::LogLevel level, const std::string& message) const {
     if (opt.log) opt.log(level, message);
   }
 
