@@ -15,9 +15,10 @@ import sys
 import time
 import unittest
 
-from agent_support import wait_for
+from agent_support import HANG_S, wait_for
 from test_sched import LOAD, live_sim_processes
 from test_sched_agent import JOB_ENDED, SLOW, AgentQueueTest, SecondUser
+from test_status import TARMAC
 
 ABUSE = r'''
 import os, socket, sys
@@ -264,6 +265,28 @@ class GraceCap(AgentQueueTest):
         ended = self.wait_state(job, JOB_ENDED, timeout=30)
         self.assertEqual((ended["state"], ended["exit_code"]), ("cancelled", 128 + signal.SIGKILL))
         self.assertLess(time.monotonic() - start, 30 * SLOW)
+
+
+class NonUtf8Request(AgentQueueTest):
+    """Bytes that are not UTF-8 (legal in argv and the environment) are refused by name before
+    anything is sent, with exit 2, instead of nlohmann's exception text; the queue stays empty."""
+
+    def run_bytes(self, argv, extra_env=None):
+        env = {k.encode(): v.encode() for k, v in self.env().items()}
+        env.update(extra_env or {})
+        return subprocess.run([TARMAC.encode(), b"run", b"--detach", b"--", *argv], env=env,
+                              capture_output=True, timeout=HANG_S, cwd=str(self.tmp))
+
+    def test_an_argument_or_variable_that_is_not_utf8_is_named_and_nothing_is_queued(self):
+        r = self.run_bytes([b"/bin/echo", b"caf\xe9"])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(b"argument 1 is not valid UTF-8", r.stderr)
+        self.assertIn(b"caf\\xe9", r.stderr, "the bytes are shown escaped")
+        r = self.run_bytes([b"/bin/true"], {b"BAD_VAR": b"\xff\x1b[2J"})
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(b"the environment variable BAD_VAR", r.stderr)
+        self.assertNotIn(b"\x1b", r.stderr, "no raw escape reaches the terminal")
+        self.assertEqual(self.jobs(), {}, "nothing was queued")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -225,16 +226,45 @@ int follow_job(const std::string& socket, sched::Connection conn, long long id, 
   }
 }
 
+// The first argument, environment entry or directory of a job that is not valid UTF-8: what it is
+// ("argument 2", "the environment variable LANG", "the working directory") and its bytes.
+std::optional<std::pair<std::string, std::string>> first_non_utf8(const std::vector<std::string>& argv,
+                                                                  const std::vector<std::string>& env,
+                                                                  const std::string& cwd) {
+  const auto valid = [](const std::string& s) { return util::valid_utf8(s) == s; };
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    if (!valid(argv[i])) return std::pair{i == 0 ? std::string("the command") : fmt::format("argument {}", i), argv[i]};
+  }
+  for (const auto& entry : env) {
+    if (!valid(entry)) {
+      return std::pair{fmt::format("the environment variable {}", util::terminal_text(entry.substr(0, entry.find('=')))),
+                       entry};
+    }
+  }
+  if (!valid(cwd)) return std::pair{std::string("the working directory"), cwd};
+  return std::nullopt;
+}
+
 // The run through the agent: submit, then follow the job (or print its id with --detach).
 int run_through_agent(const GlobalOptions& global, const std::string& socket, sched::Connection conn,
                       const RunFlags& flags, const sched::PickRequest& request, const Limits& limits,
                       const std::string& path, const sigset_t& handled) {
   char cwd[4096] = {};
   if (::getcwd(cwd, sizeof cwd - 1) == nullptr) std::strcpy(cwd, "/");
+  // The queue carries a job as JSON text, and argv and environment must reach the job exactly:
+  // bytes that are not UTF-8 (legal on Linux) are refused by name rather than replaced.
+  const auto environment = sched::own_environment();
+  if (const auto bad = first_non_utf8(flags.command, environment, cwd)) {
+    fmt::print(stderr,
+               "tarmac run: {} is not valid UTF-8 (shown escaped: {}); the agent's queue carries jobs as "
+               "JSON text: pass such bytes through a script, or unset the variable\n",
+               bad->first, util::terminal_text(bad->second));
+    return kExitUsage;
+  }
   json req = {{"op", "submit"},
               {"path", path},
               {"argv", flags.command},
-              {"env", sched::own_environment()},
+              {"env", environment},
               {"cwd", cwd},
               {"n", request.n},
               {"min_free", request.min_free_bytes},
