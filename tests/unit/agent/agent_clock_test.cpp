@@ -70,7 +70,7 @@ TEST(AgentClock, AWallClockStepBackDoesNotStopSampling) {
   std::vector<long long> stamps;
   options.on_sample = [&](const SampleView& v) { stamps.push_back(v.ts_ms); };
   const std::atomic<bool> stop{false};
-  auto summary = run_agent(backend, clock, options, stop, [](LogLevel, const std::string&) {});
+  auto summary = run_agent(backend, clock, options, stop, [](util::LogLevel, const std::string&) {});
   ASSERT_TRUE(summary.ok()) << summary.error().message;
 
   // Two minutes of monotonic time, one sample a second, the step notwithstanding.
