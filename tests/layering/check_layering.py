@@ -142,6 +142,7 @@ class SelfTest(unittest.TestCase):
         self.assertTrue(self.check("src/tarmac/serve/api.cpp", "tarmac/alerts/rules.hpp"))
         self.assertTrue(self.check("src/tarmac/sched/daemon.cpp", "tarmac/alerts/alerter.hpp"))
         self.assertTrue(self.check("src/tarmac/alerts/alerter.cpp", "tarmac/agent/agent.hpp"))
+        self.assertTrue(self.check("src/tarmac/sched/daemon.hpp", "tarmac/agent/agent.hpp"))
         self.assertTrue(self.check("src/tarmac/sched/daemon.cpp", "tarmac/config/config.hpp"))
 
     def test_nvml_is_gpus_alone(self):
@@ -160,7 +161,8 @@ class SelfTest(unittest.TestCase):
     def test_allowed_includes_pass(self):
         for rel, include in [("src/tarmac/cli/status.cpp", "tarmac/gpu/model.hpp"),
                              ("src/tarmac/config/config.cpp", "tarmac/alerts/rules.hpp"),
-                             ("src/tarmac/sched/daemon.hpp", "tarmac/agent/agent.hpp"),
+                             ("src/tarmac/sched/daemon.hpp", "tarmac/util/log.hpp"),
+                             ("src/tarmac/sched/jobdb.cpp", "tarmac/store/sqlite.hpp"),
                              ("src/tarmac/serve/api.cpp", "tarmac/report/report.hpp"),
                              ("src/apps/main.cpp", "tarmac/cli/app.hpp"),
                              ("src/tarmac/store/recorder.cpp", "tarmac/store/schema.hpp")]:
