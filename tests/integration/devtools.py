@@ -13,6 +13,7 @@ Also the one place that says whether this run is CI's and what a missing tool me
 import base64
 import json
 import os
+import pwd
 import pathlib
 import shutil
 import socket
@@ -44,6 +45,30 @@ def require_tool(name, path=None, hint=""):
     if in_ci():
         raise AssertionError(f"{what}, and this is a CI run (CI={os.environ.get('CI')}): a missing tool fails here")
     raise unittest.SkipTest(what)
+
+
+SECOND_USER = "tarmac-t2"
+
+
+def second_user(test):
+    """The passwd entry of the unprivileged second user the abuse tests act as, created when
+    missing. Without useradd the test skips, or fails under CI (require_tool); a useradd that
+    refuses (a read-only /etc) skips."""
+    if subprocess.run(["id", "-u", SECOND_USER], capture_output=True).returncode != 0:
+        useradd = require_tool("useradd", hint="Debian: the passwd package")
+        r = subprocess.run([useradd, "-M", "-s", "/bin/false", SECOND_USER], capture_output=True, text=True)
+        if r.returncode != 0:
+            test.skipTest(f"cannot create {SECOND_USER}: {r.stderr.strip()}")
+    return pwd.getpwnam(SECOND_USER)
+
+
+def demoted(pw):
+    """A preexec_fn that makes the child PW: its uid and gid, and no supplementary groups."""
+    def demote():
+        os.setgroups([])
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+    return demote
 
 
 class WebSocket:

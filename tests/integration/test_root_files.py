@@ -5,7 +5,6 @@ working directory, is not readable by everyone."""
 import json
 import os
 import pathlib
-import pwd
 import shutil
 import stat
 import subprocess
@@ -13,28 +12,15 @@ import tempfile
 import unittest
 
 from agent_support import HeldSim
+from devtools import SECOND_USER, demoted, second_user
 from test_status import TARMAC
 
-USER = "tarmac-t2"
-
-
-def second_user(test):
-    """The second user's passwd entry, created when missing; skips TEST when it cannot be."""
-    if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
-        if not shutil.which("useradd"):
-            test.skipTest("no useradd")
-        r = subprocess.run(["useradd", "-M", "-s", "/bin/false", USER], capture_output=True, text=True)
-        if r.returncode != 0:
-            test.skipTest(f"cannot create {USER}: {r.stderr.strip()}")
-    return pwd.getpwnam(USER)
+USER = SECOND_USER
 
 
 def as_user(pw, *args, env=None):
     """tarmac ARGS with PW's uid, gid and no supplementary groups."""
-    def demote():
-        os.setgroups([])
-        os.setgid(pw.pw_gid)
-        os.setuid(pw.pw_uid)
+    demote = demoted(pw)
     full = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
     full.update(env or {})
     return subprocess.run([TARMAC, *args], capture_output=True, text=True, timeout=60, env=full,

@@ -24,7 +24,7 @@ import time
 import unittest
 
 from agent_support import HANG_S, HeldSim, end_process, query, wait_for
-from devtools import require_tool
+from devtools import demoted, require_tool, second_user
 from test_sched import LOAD, SCENARIOS, free_a100x4, live_sim_processes
 from test_status import TARMAC
 
@@ -609,30 +609,18 @@ class OutsideItsGpus(AgentQueueTest):
 class SecondUser(AgentQueueTest):
     """A second user, created when missing, whose commands run with its uid (as_user)."""
 
-    user = "tarmac-t2"
-
     def setUp(self):
-        if subprocess.run(["id", "-u", self.user], capture_output=True).returncode != 0:
-            useradd = require_tool("useradd", hint="Debian: the passwd package")
-            r = subprocess.run([useradd, "-M", "-s", "/bin/false", self.user], capture_output=True, text=True)
-            if r.returncode != 0:
-                self.skipTest(f"cannot create {self.user}: {r.stderr.strip()}")
-        self.pw = pwd.getpwnam(self.user)
+        self.pw = second_user(self)
+        self.user = self.pw.pw_name
         super().setUp()
 
     def as_user(self, *args):
         """tarmac ARGS as the second user (setuid in the child), from the 0755 test folder."""
         pw = self.pw
-
-        def demote():
-            os.setgroups([])
-            os.setgid(pw.pw_gid)
-            os.setuid(pw.pw_uid)
-
         env = self.env({"HOME": str(self.tmp), "USER": pw.pw_name, "LOGNAME": pw.pw_name})
         for k in [k for k in env if k.startswith("XDG_")]:
             del env[k]
-        return self.tarmac(*args, env=env, preexec_fn=demote)
+        return self.tarmac(*args, env=env, preexec_fn=demoted(pw))
 
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root to act as a second user")

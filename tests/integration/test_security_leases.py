@@ -7,7 +7,6 @@ Runs as root (tests create the user as test_sched_agent.py does)."""
 import json
 import os
 import pathlib
-import pwd
 import shutil
 import stat
 import subprocess
@@ -17,29 +16,12 @@ import unittest
 
 import test_sched_agent as sa
 from agent_support import HeldSim
+from devtools import SECOND_USER, demoted, require_tool, second_user
 from test_sched import free_a100x4
 from test_status import TARMAC
 
-USER = "tarmac-t2"
+USER = SECOND_USER
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def ensure_user(test):
-    if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
-        if not shutil.which("useradd"):
-            test.skipTest("no useradd")
-        r = subprocess.run(["useradd", "-M", "-s", "/bin/false", USER], capture_output=True, text=True)
-        if r.returncode != 0:
-            test.skipTest(f"cannot create {USER}: {r.stderr.strip()}")
-    return pwd.getpwnam(USER)
-
-
-def demoted(pw):
-    def demote():
-        os.setgroups([])
-        os.setgid(pw.pw_gid)
-        os.setuid(pw.pw_uid)
-    return demote
 
 
 def as_user_python(pw, code, *args):
@@ -65,7 +47,7 @@ class AgentlessLeases(unittest.TestCase):
     world-writable folder, as /run/lock does, so the second user can make things there."""
 
     def setUp(self):
-        self.pw = ensure_user(self)
+        self.pw = second_user(self)
         self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-secl-"))
         self.addCleanup(shutil.rmtree, str(self.tmp), True)
         self.tmp.chmod(0o755)
@@ -123,11 +105,10 @@ class AgentlessLeases(unittest.TestCase):
 
     # The shared directory as systemd-tmpfiles makes it: users lease in it, and their leases hold.
     def test_the_tmpfiles_directory_is_shared_by_root_and_users(self):
-        if not shutil.which("systemd-tmpfiles"):
-            self.skipTest("no systemd-tmpfiles")
+        tmpfiles = require_tool("systemd-tmpfiles", hint="Debian: the systemd package (scripts/deps.sh --test)")
         root = self.tmp / "root"
         root.mkdir()
-        r = subprocess.run(["systemd-tmpfiles", "--create", f"--root={root}",
+        r = subprocess.run([tmpfiles, "--create", f"--root={root}",
                             str(REPO / "packaging" / "tmpfiles.d" / "tarmac.conf")], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         locks = root / "run" / "tarmac" / "locks"
