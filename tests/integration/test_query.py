@@ -24,6 +24,8 @@ import tempfile
 import time
 import unittest
 
+from devtools import require_tool
+
 BUILD = pathlib.Path(os.environ.get("TARMAC_BUILD_DIR", "build")).resolve()
 TARMAC = str(BUILD / "tarmac")
 LAUNCHER = BUILD / "sim" / "tarmac-sim"
@@ -41,7 +43,6 @@ def nvidia_smi_cmd():
     return [str(NVIDIA_SMI)]
 
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
-IN_CI = os.environ.get("CI") == "true"
 REGEN = os.environ.get("TARMAC_REGEN_GOLDEN") == "1"
 
 SCENARIOS = ["a100x4-balanced", "mixed-topology-8gpu"]
@@ -152,10 +153,7 @@ def need_simulator(test):
 
 def need_nvidia_smi(test):
     need_simulator(test)
-    if not NVIDIA_SMI.exists():
-        if IN_CI:
-            test.fail(f"nvidia-smi missing at {NVIDIA_SMI}: run scripts/peers.sh")
-        test.skipTest(f"nvidia-smi not in the peers cache ({NVIDIA_SMI}); scripts/peers.sh fetches it")
+    require_tool("nvidia-smi", path=str(NVIDIA_SMI), hint="not in the peers cache; scripts/peers.sh fetches it")
 
 
 class GoldenAgainstNvidiaSmi(unittest.TestCase):

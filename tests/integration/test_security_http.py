@@ -15,6 +15,7 @@ import time
 import unittest
 
 from agent_support import LiveAgent, end_process, wait_for
+from devtools import require_tool
 from test_status import BUILD
 
 LOAD = BUILD / "sim" / "tarmac-sim-load"
@@ -59,10 +60,10 @@ def vm_kib(pid, field):
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
-@unittest.skipUnless(LOAD.exists(), "the simulator's load program is not built")
 class HostileProcessText(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        require_tool("tarmac-sim-load", path=str(LOAD), hint="the simulator's load program: build the tarmac-sim-load target")
         cls.live = LiveAgent("h100x8-idle-fleet")
         # A real process on simulated GPU 0 whose command line and name are hostile bytes.
         cls.load = subprocess.Popen([HOSTILE_ARGV0, "--seconds", "300", "--name", b"ev\x1bil\xff"],
