@@ -138,6 +138,20 @@ class AgentLeases(sa.SecondUser):
         self.assertEqual(r.returncode, 0, r.stderr)
         return [g["uuid"] for g in json.loads(r.stdout)["gpus"]]
 
+    # Review finding: .lock is readable by all, and flock works on a read-only descriptor.
+    def test_a_user_holding_the_lock_does_not_stop_the_agents_queue(self):
+        self.uuids()  # the agent has made the directory and its .lock
+        holder = subprocess.Popen(
+            ["/usr/bin/python3", "-c",
+             "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); "
+             "print('held', flush=True); time.sleep(600)", f"{self.locks}/.lock"],
+            preexec_fn=demoted(self.pw), stdout=subprocess.PIPE, text=True)
+        self.addCleanup(holder.kill)
+        self.assertEqual(holder.stdout.readline().strip(), "held")
+        job = self.submit("sleep", "120")
+        # Before the fix the pass returned at every try while the lock was held: the job never ran.
+        self.wait_state(job, "running", timeout=60)
+
     # 2
     def test_planted_temporary_files_never_become_the_agents_leases(self):
         victim = self.tmp / "shadow"

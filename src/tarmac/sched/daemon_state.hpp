@@ -57,6 +57,9 @@ inline int pidfd_send_signal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
 }
 inline constexpr long long kLockWaitMs = 200;  // the longest the loop waits for the lock directory's lock
+// Any user may flock the shared directory's .lock: held longer than this, the pass goes on without
+// it (its own jobs and leases are busy whatever the files say), so nobody can stop the queue.
+inline constexpr long long kLockStuckMs = 10000;
 
 // What a job's ID.lock says about its wrapper: whether it lives (holds the lock) and, once it has
 // written them, its pid and start time.
@@ -176,6 +179,7 @@ struct Daemon::State {
   long long recheck_at_ms = 0;                 // a pass due soon after a job ended (clock()); 0: none
   std::set<std::pair<long long, unsigned>> flagged;
   long long lock_warned_ms = 0;  // when a held directory lock was last logged
+  long long lock_missed_since_ms = 0;  // since when the directory lock could not be had; 0 when it could
 
   mutable std::mutex use_mutex;  // guards the three below: observe() writes two, the loop the third
   std::map<std::string, GpuUse> use;
@@ -259,6 +263,10 @@ struct Daemon::State {
   // The lock directory's lock, waited for at most kLockWaitMs; logged (at most once a minute) when
   // someone holds it longer.
   std::optional<LeaseDir::DirLock> lock_dir_briefly();
+
+  // Whether the directory lock has been out of reach for kLockStuckMs (someone holds it on purpose):
+  // the pass then schedules without it rather than not at all.
+  bool lock_stuck() const;
 
   bool ensure_backend();
   void pass();
