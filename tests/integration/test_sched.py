@@ -13,7 +13,7 @@ import threading
 import time
 import unittest
 
-from agent_support import HeldSim, wait_for
+from agent_support import HANG_S, HeldSim, wait_for
 from test_status import BUILD, TARMAC
 
 LOAD = str(BUILD / "sim" / "tarmac-sim-load")
@@ -150,6 +150,28 @@ class RunBehaviour(SchedTest):
         self.assertIn("SIGKILL", r.stderr)
         child = int(pathlib.Path(pidfile).read_text())
         self.assertFalse(os.path.exists(f"/proc/{child}"), "the job's child survived")
+        self.assertEqual(self.lease_files(), [])
+
+    def test_a_stderr_nobody_reads_does_not_hold_back_the_wall_clock_limit(self):
+        # The job fills its stderr pipe, which nobody reads, and ignores SIGTERM. run's notice of the
+        # limit goes to the same full pipe: it must not block the SIGTERM and the SIGKILL behind it.
+        # (Blocking writes of exactly the pipe's capacity: O_NONBLOCK would be shared with run's stderr.)
+        script = ("import fcntl, os, signal, time\n"
+                  "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                  "size = fcntl.fcntl(2, 1032)  # F_GETPIPE_SZ\n"
+                  "while size > 0: size -= os.write(2, b'x' * min(size, 4096))\n"
+                  "open(os.environ['FULL'], 'w').close()\n"
+                  "time.sleep(60)\n")
+        full = os.path.join(self.tmp, "full")
+        r_fd, w_fd = os.pipe()  # the read end is never read
+        self.addCleanup(os.close, r_fd)
+        env = dict(self.env(), FULL=full)
+        p = subprocess.Popen([TARMAC, "run", "--time", "2s", "--grace", "1s", "--", sys.executable, "-c", script],
+                             env=env, stdout=subprocess.DEVNULL, stderr=w_fd)
+        os.close(w_fd)
+        self.assertTrue(wait_for(lambda: os.path.exists(full), timeout=HANG_S), "the job never filled its stderr")
+        # Before the fix, run blocked in its notice and the job ran its 60 s (or forever).
+        self.assertEqual(p.wait(timeout=HANG_S), 128 + signal.SIGKILL)
         self.assertEqual(self.lease_files(), [])
 
     def test_sigterm_to_run_reaches_the_job(self):

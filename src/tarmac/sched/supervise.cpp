@@ -1,6 +1,9 @@
 #include "tarmac/sched/supervise.hpp"
 
+#include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +23,20 @@ extern char** environ;
 namespace tarmac::sched {
 
 namespace {
+
+// A word to the job's own stderr, which is the submitter's terminal or pipe: written only when it
+// has room now, in one write(2), and always after the signal it announces. A stderr nobody reads
+// (a full pipe, a terminal stopped with Ctrl-S) must never hold back a wall-clock limit, a cancel
+// or a preemption.
+void notice(const std::string& text) {
+  pollfd p{STDERR_FILENO, POLLOUT, 0};
+  if (::poll(&p, 1, 0) != 1 || (p.revents & POLLOUT) == 0) return;
+  const int flags = ::fcntl(STDERR_FILENO, F_GETFL);
+  if (flags >= 0 && (flags & O_NONBLOCK) == 0) ::fcntl(STDERR_FILENO, F_SETFL, flags | O_NONBLOCK);
+  const ssize_t n = ::write(STDERR_FILENO, text.data(), std::min(text.size(), static_cast<std::size_t>(PIPE_BUF)));
+  (void)n;  // a word lost is better than a signal late
+  if (flags >= 0 && (flags & O_NONBLOCK) == 0) ::fcntl(STDERR_FILENO, F_SETFL, flags);
+}
 constexpr int kCommandNotFound = 127;
 constexpr int kCannotExecute = 126;
 
@@ -201,23 +218,23 @@ int supervise(pid_t pgid, const std::string& what, const Limits& limits, const s
     const long long now = monotonic_ms();
     if (leader_done && !leftovers_signalled) {
       // The command ended but left processes in its group; they would use GPUs no longer leased.
-      fmt::print(stderr, "tarmac: {} ended; stopping what it left running (SIGTERM, SIGKILL after {})\n", what,
-                 util::format_duration_ms(limits.grace_ms));
       ::kill(-pgid, SIGTERM);
+      notice(fmt::format("tarmac: {} ended; stopping what it left running (SIGTERM, SIGKILL after {})\n", what,
+                         util::format_duration_ms(limits.grace_ms)));
       leftovers_signalled = true;
       term_at = kNever;
       if (kill_at == kNever) kill_at = now + limits.grace_ms;
     }
     if (now >= term_at) {
-      fmt::print(stderr, "tarmac: {}: wall-clock limit of {} reached: SIGTERM, SIGKILL after {}\n", what,
-                 util::format_duration_ms(*limits.time_ms), util::format_duration_ms(limits.grace_ms));
       ::kill(-pgid, SIGTERM);
+      notice(fmt::format("tarmac: {}: wall-clock limit of {} reached: SIGTERM, SIGKILL after {}\n", what,
+                         util::format_duration_ms(*limits.time_ms), util::format_duration_ms(limits.grace_ms)));
       term_at = kNever;
       kill_at = now + limits.grace_ms;
     }
     if (now >= kill_at) {
-      fmt::print(stderr, "tarmac: {}: still running after the grace period: SIGKILL to its process group\n", what);
       ::kill(-pgid, SIGKILL);
+      notice(fmt::format("tarmac: {}: still running after the grace period: SIGKILL to its process group\n", what));
       kill_at = kNever;
     }
     const long long timeout = std::min({leader_done ? 50LL : 1000LL, term_at - now, kill_at - now});
