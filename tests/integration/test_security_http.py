@@ -19,6 +19,8 @@ from devtools import require_tool
 from test_status import BUILD
 
 LOAD = BUILD / "sim" / "tarmac-sim-load"
+# The asan preset preloads the sanitizer runtime for third-party clients (tests/integration/CMakeLists.txt).
+SANITIZED = bool(os.environ.get("TARMAC_COMPAT_PRELOAD"))
 PROMTOOL = os.environ.get("PROMTOOL") or shutil.which("promtool") or "/usr/bin/promtool"
 
 # argv[0] of the hostile process: an invalid UTF-8 byte, a window-title escape, a quote, a
@@ -153,7 +155,11 @@ class RebindingAndAbuse(unittest.TestCase):
             peak = vm_kib(pid, "VmHWM")
             print(f"\nagent RSS before the abuse {before / 1024:.1f} MiB, peak during it {peak / 1024:.1f} MiB",
                   file=sys.stderr)
-            self.assertLess(peak, 96 * 1024, f"peak RSS {peak} KiB (from {before} KiB before the abuse)")
+            # What the abuse added: 3.4 MiB in the dev build, about 60 MiB under AddressSanitizer
+            # (which keeps freed memory in quarantine and starts at over 200 MiB); the old server
+            # added 266 MiB with these 32 connections in the dev build, more under the sanitizers.
+            allowed = (160 if SANITIZED else 64) * 1024
+            self.assertLess(peak - before, allowed, f"peak RSS {peak} KiB (from {before} KiB before the abuse)")
             # The write timeout (10 s): every connection that reads nothing is closed.
             self.assertTrue(wait_for(lambda: not any(tcp_established(s) for s in socks), timeout=60, step=0.2),
                             f"{sum(map(tcp_established, socks))} connections that read nothing were never closed")
