@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "http_server.hpp"
@@ -28,6 +29,15 @@ Notice holding_notice() {
   n.alert.pid = 1234;
   n.alert.user = "bob";
   n.alert.summary = "GPU 3 (GPU-5b2e): python (bob, pid 1234) holds 20.0 GiB at 0 % for 12m";
+  return n;
+}
+
+// holding_notice() about `command` run by `user`, the summary saying so as the Evaluator would.
+Notice notice_about(const std::string& command, const std::string& user) {
+  Notice n = holding_notice();
+  n.alert.command = command;
+  n.alert.user = user;
+  n.alert.summary = "GPU 3: " + command + " (" + user + ", pid 1234) holds 20.0 GiB at 0 % for 12m";
   return n;
 }
 
@@ -135,6 +145,26 @@ TEST(Command, FailuresAreErrors) {
   auto slow = run_command({"/bin/sleep", "5"}, std::string(1 << 20, 'x'), {}, 200);
   ASSERT_FALSE(slow.ok());
   EXPECT_NE(slow.error().message.find("killed"), std::string::npos) << slow.error().message;
+}
+
+// The webhook's `text` is what Slack renders: a process name is someone else's text there.
+// A process named "<!channel>" pinged the whole channel; "<http://x|docs>" showed a disguised link.
+TEST(SlackText, ProcessTextInTheMessageIsShownNotObeyed) {
+  const auto body =
+      nlohmann::json::parse(notice_body(notice_about("<!channel> <http://evil.example/|open the runbook> a&b", "eve")));
+  const std::string text = body.at("text");
+  EXPECT_EQ(text.find('<'), std::string::npos) << text;
+  EXPECT_EQ(text.find('>'), std::string::npos) << text;
+  EXPECT_NE(text.find("&lt;!channel&gt; &lt;http://evil.example/|open the runbook&gt; a&amp;b"), std::string::npos)
+      << text;
+  // The structured part is data for programs, not Slack markup: kept as the process has it.
+  EXPECT_EQ(body.at("alert").at("command"), "<!channel> <http://evil.example/|open the runbook> a&b");
+}
+
+TEST(SlackText, InvalidUtf8DoesNotStopTheNotice) {
+  std::string body;
+  ASSERT_NO_THROW(body = notice_body(notice_about("train\xFF", "bob")));
+  EXPECT_NE(nlohmann::json::parse(body).at("text").get<std::string>().find("train\xEF\xBF\xBD"), std::string::npos);
 }
 
 }  // namespace

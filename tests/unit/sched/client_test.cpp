@@ -12,16 +12,12 @@
 #include <limits>
 #include <string>
 
+#include "open_fds.hpp"
+
 namespace tarmac::sched {
 namespace {
 
-int open_fds() {
-  int n = 0;
-  DIR* d = ::opendir("/proc/self/fd");
-  while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-  ::closedir(d);
-  return n;
-}
+using testing::open_fds;
 
 // A connected pair: the agent's end (non-blocking, as accept gives it) and the peer's.
 struct Pair {

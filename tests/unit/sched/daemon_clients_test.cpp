@@ -18,18 +18,14 @@
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/wire.hpp"
 
+#include "open_fds.hpp"
+
 namespace tarmac::sched {
 namespace {
 
 using namespace std::chrono_literals;
 
-int open_fds() {
-  int n = 0;
-  DIR* d = ::opendir("/proc/self/fd");
-  while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-  ::closedir(d);
-  return n;
-}
+using testing::open_fds;
 
 // Polls `done` every 10 ms for up to 20 s (a bound that only catches hangs).
 template <typename F>
