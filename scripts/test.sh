@@ -6,7 +6,14 @@
 # preset. Exits non-zero when any step fails; every step runs even after a failure, so one run
 # shows everything that is broken. The last line has CTest's form
 # ("N% tests passed, F tests failed out of T") summed over both runs; a configure or build step
-# that fails counts there as one failed test. The benchmarks are not built (no test runs them).
+# that fails counts there as one failed test.
+#
+# Both builds are configured for speed (docs/ci.md has the measurements): no benchmarks (no test
+# runs them), unity builds (CMAKE_UNITY_BUILD: each target's sources compiled in batches, so the
+# heavy headers are parsed and their templates generated once per batch rather than once per
+# file), and line tables instead of full debug information (TARMAC_DEBUG_LINES: sanitizer stack
+# traces keep file:line). The build trees keep these settings for later `cmake --build` runs;
+# configure again without them for a debugger's build.
 #
 # Compilations go through ccache (scripts/deps.sh installs it; cmake/ccache.cmake), its cache in
 # ~/.cache/ccache, so that the next run on the same machine, from any clone, compiles little.
@@ -15,7 +22,8 @@
 # TARMAC_TEST_PRESETS (default "dev asan"), CTEST_PARALLEL_LEVEL (default: number of CPUs + 1:
 # the integration tests spend much of their time waiting on processes they start),
 # TARMAC_TEST_TIMEOUT (seconds per test without its own limit, default 120), CCACHE_DIR (default
-# ~/.cache/ccache), TARMAC_SLOWEST (how many of the slowest tests to list per preset, default 15).
+# ~/.cache/ccache), TARMAC_SLOWEST (how many of the slowest tests to list per preset, default 15),
+# TARMAC_TEST_CMAKE_ARGS (the configure options above, replaced when set).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 exec </dev/null
@@ -30,6 +38,7 @@ export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 presets=${TARMAC_TEST_PRESETS-dev asan}  # set and empty: dependencies and peers only
 timeout=${TARMAC_TEST_TIMEOUT:-120}
 slowest=${TARMAC_SLOWEST:-15}
+read -r -a cmake_args <<<"${TARMAC_TEST_CMAKE_ARGS--DTARMAC_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON -DTARMAC_DEBUG_LINES=ON}"
 
 start_all=$SECONDS
 summary=()
@@ -119,7 +128,7 @@ count_as_failed_test() { tests_failed=$((tests_failed + 1)); tests_total=$((test
 
 if step deps bash scripts/deps.sh --test && step peers bash scripts/peers.sh; then
   for preset in $presets; do
-    if step "$preset configure" cmake --preset "$preset" -DTARMAC_BUILD_BENCH=OFF &&
+    if step "$preset configure" cmake --preset "$preset" "${cmake_args[@]}" &&
        step "$preset build" build "$preset"; then
       step "$preset ctest" run_ctest "$preset"
     else

@@ -20,8 +20,6 @@ namespace {
 
 using namespace tarmac::nvml;
 
-constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
-
 Scenario load(const std::string& name) {
   auto s = load_scenario_file(bundled_scenario(name).string());
   EXPECT_TRUE(s.ok()) << name << ": " << (s.ok() ? "" : s.error().message);

@@ -43,12 +43,6 @@ TEST(SimClock, FileRoundTripSharesTheClock) {
   EXPECT_FALSE(read_clock_file(dir.path() / "bad").ok());
 }
 
-Scenario mixed() {
-  auto s = load_scenario_file(test_data("mixed-models.toml").string());
-  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
-  return s.ok() ? std::move(*s) : Scenario{};
-}
-
 TEST(Timeline, LaterSegmentsOverrideOnlyTheirKeys) {
   auto s = parse_scenario(R"([[gpu]]
 name = "x"
@@ -72,7 +66,7 @@ util_gpu = 90
 }
 
 TEST(Timeline, RepeatingWindowsFollowTheirPeriod) {
-  const Scenario s = mixed();
+  const Scenario s = mixed_models();
   const double day = 86400;
   EXPECT_FALSE(merged_values(s, 2, 0.5 * 3600).util_gpu.has_value());
   EXPECT_EQ(merged_values(s, 2, 1.5 * 3600).util_gpu, 90U);
@@ -84,7 +78,7 @@ TEST(Timeline, RepeatingWindowsFollowTheirPeriod) {
 }
 
 TEST(Timeline, UnsetValuesFallBackToTheIdleState) {
-  const Scenario s = mixed();
+  const Scenario s = mixed_models();
   const GpuSample idle = resolve_sample(s.gpus[2], merged_values(s, 2, 0), Activity{});
   EXPECT_EQ(idle.util_gpu, 0U);
   EXPECT_DOUBLE_EQ(idle.power_w, 55.0);
@@ -99,7 +93,7 @@ TEST(Timeline, UnsetValuesFallBackToTheIdleState) {
 }
 
 TEST(Timeline, EnergyIntegratesThePowerTimeline) {
-  const Scenario s = mixed();
+  const Scenario s = mixed_models();
   EXPECT_DOUBLE_EQ(timeline_energy_j(s, 0, 0, 10), 2000.0);  // 200 W for 10 s
   // GPU 2: 350 W from 1 h to 2 h of every day, 55 W otherwise; two days.
   const double expected = 2 * 3600 * 350.0 + (2 * 86400 - 2 * 3600) * 55.0;
@@ -140,7 +134,7 @@ TEST(DeviceModel, AKilledWorkloadLeavesItsGpuIdle) {
 }
 
 TEST(DeviceModel, LoadProgramsAddMemoryAndUtilization) {
-  const Scenario s = mixed();
+  const Scenario s = mixed_models();
   Sleeper load;
   LiveProcess entry;
   entry.pid = load.pid();

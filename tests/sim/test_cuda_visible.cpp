@@ -9,17 +9,10 @@
 namespace tarmac::sim::test {
 namespace {
 
-// NVML order: 0 = RTX A6000 (8.6), 1 = H100 (9.0), 2 = A100 (8.0).
-Scenario mixed() {
-  auto s = load_scenario_file(test_data("mixed-models.toml").string());
-  EXPECT_TRUE(s.ok());
-  return s.ok() ? std::move(*s) : Scenario{};
-}
-
 using V = std::vector<unsigned>;
 
 TEST(CudaVisible, FastestFirstIsCudasDefaultOrder) {
-  const Scenario s = mixed();
+  const Scenario s = mixed_models();
   EXPECT_EQ(cuda_order(s, DeviceOrder::FastestFirst), (V{1, 0, 2}));
   EXPECT_EQ(cuda_order(s, DeviceOrder::PciBusId), (V{0, 1, 2}));
   EXPECT_EQ(parse_device_order(std::nullopt), DeviceOrder::FastestFirst);
@@ -28,7 +21,7 @@ TEST(CudaVisible, FastestFirstIsCudasDefaultOrder) {
 }
 
 TEST(CudaVisible, IndicesFollowTheOrder) {
-  const Scenario s = mixed();
+  const Scenario s = mixed_models();
   EXPECT_EQ(visible_gpus(s, std::nullopt, DeviceOrder::FastestFirst), (V{1, 0, 2}));
   EXPECT_EQ(visible_gpus(s, "0", DeviceOrder::FastestFirst), (V{1}));
   EXPECT_EQ(visible_gpus(s, "0", DeviceOrder::PciBusId), (V{0}));
@@ -36,7 +29,7 @@ TEST(CudaVisible, IndicesFollowTheOrder) {
 }
 
 TEST(CudaVisible, UuidsAndUniquePrefixes) {
-  const Scenario s = mixed();
+  const Scenario s = mixed_models();
   EXPECT_EQ(visible_gpus(s, "GPU-bbbb2222-2222-3333-4444-555555555555", DeviceOrder::FastestFirst), (V{2}));
   EXPECT_EQ(visible_gpus(s, "GPU-aaaa", DeviceOrder::FastestFirst), (V{0}));
   EXPECT_TRUE(visible_gpus(s, "GPU-bbbb", DeviceOrder::FastestFirst).empty());  // ambiguous
@@ -44,7 +37,7 @@ TEST(CudaVisible, UuidsAndUniquePrefixes) {
 }
 
 TEST(CudaVisible, EnumerationStopsAtTheFirstInvalidEntry) {
-  const Scenario s = mixed();
+  const Scenario s = mixed_models();
   EXPECT_EQ(visible_gpus(s, "2,7,0", DeviceOrder::PciBusId), (V{2}));
   EXPECT_EQ(visible_gpus(s, "1,MIG-xyz,0", DeviceOrder::PciBusId), (V{1}));
   EXPECT_TRUE(visible_gpus(s, "", DeviceOrder::PciBusId).empty());

@@ -14,7 +14,6 @@
 namespace tarmac::sim::test {
 namespace {
 
-constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
 constexpr unsigned kForeignPid = 4'200'001;
 
 // The test GPUs (tests/sim/data/mixed-models.toml), GPU 2 at 10 %, and a [[process]] on GPU 2

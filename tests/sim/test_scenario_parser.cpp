@@ -11,8 +11,6 @@
 namespace tarmac::sim::test {
 namespace {
 
-constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
-
 // A minimal valid GPU table, for the bad-file cases to break one thing at a time.
 const char* const kGpu = R"([[gpu]]
 name = "NVIDIA A100-SXM4-40GB"

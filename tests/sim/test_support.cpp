@@ -13,12 +13,20 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+
 #include "clock.hpp"
 #include "faults.hpp"
 #include "scenario_parser.hpp"
 #include "state_dir.hpp"
 
 namespace tarmac::sim::test {
+
+Scenario mixed_models() {
+  auto s = load_scenario_file(test_data("mixed-models.toml").string());
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+  return s.ok() ? std::move(*s) : Scenario{};
+}
 
 fs::path sim_library() { return TARMAC_TEST_SIM_LIBRARY; }
 fs::path old_sim_library() { return TARMAC_TEST_OLD_SIM_LIBRARY; }

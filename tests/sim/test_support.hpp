@@ -13,11 +13,14 @@
 #include <thread>
 #include <vector>
 
+#include "scenario.hpp"
 #include "tarmac/nvml/nvml_api.hpp"
 
 namespace tarmac::sim::test {
 
 namespace fs = std::filesystem;
+
+inline constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
 
 // Paths compiled in by tests/sim/CMakeLists.txt.
 [[nodiscard]] fs::path sim_library();
@@ -39,6 +42,10 @@ class TempDir {
  private:
   fs::path path_;
 };
+
+// tests/sim/data/mixed-models.toml, parsed (a failed test and an empty scenario if it does not).
+// NVML order: 0 = RTX A6000 (8.6), 1 = H100 (9.0), 2 = A100 (8.0).
+[[nodiscard]] Scenario mixed_models();
 
 void write_text(const fs::path& file, const std::string& text);
 [[nodiscard]] std::string read_text(const fs::path& file);

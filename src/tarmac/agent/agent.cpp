@@ -21,11 +21,6 @@ double seconds_since(Steady::time_point t) {
   return std::chrono::duration<double>(Steady::now() - t).count();
 }
 
-std::optional<long long> num(const std::optional<unsigned>& v) {
-  if (!v) return std::nullopt;
-  return static_cast<long long>(*v);
-}
-
 store::GpuInfo info_of(const gpu::Device& d) {
   store::GpuInfo g;
   g.gpu = d.id.index;
@@ -191,9 +186,9 @@ Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const 
         for (const auto& d : s->devices) {
           if (!d.slow) continue;
           if (options.on_sample) latest_slow[d.id.index] = *d.slow;
-          recorder.add(store::SlowSample{now, d.id.index, num(d.slow->pcie_tx_kbps), num(d.slow->pcie_rx_kbps),
-                                         d.slow->gpm_sm_active_pct, d.slow->gpm_sm_occupancy_pct,
-                                         d.slow->gpm_tensor_active_pct, d.slow->gpm_dram_bw_pct});
+          recorder.add(store::SlowSample{now, d.id.index, util::widen(d.slow->pcie_tx_kbps),
+                                         util::widen(d.slow->pcie_rx_kbps), d.slow->gpm_sm_active_pct,
+                                         d.slow->gpm_sm_occupancy_pct, d.slow->gpm_tensor_active_pct, d.slow->gpm_dram_bw_pct});
         }
       }
       next_slow = std::max(next_slow + options.slow_interval_ms, mono + 1);

@@ -16,11 +16,6 @@ std::optional<long long> mib(const std::optional<std::uint64_t>& bytes) {
   return static_cast<long long>(*bytes / util::kMiB);
 }
 
-std::optional<long long> num(const std::optional<unsigned>& v) {
-  if (!v) return std::nullopt;
-  return static_cast<long long>(*v);
-}
-
 std::string clock_event_words(std::uint64_t mask) {
   std::string words;
   for (const auto& n : gpu::clock_event_names()) {
@@ -61,7 +56,7 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
   const unsigned index = d.id.index;
   std::map<unsigned, store::ProcessSpan> still;
   for (const auto& p : d.processes) {
-    store::ProcessSample ps{ts_ms, index, p.pid, mib(p.used_mem_bytes), num(p.sm_util_pct)};
+    store::ProcessSample ps{ts_ms, index, p.pid, mib(p.used_mem_bytes), util::widen(p.sm_util_pct)};
     auto it = state.open.find(p.pid);
     store::ProcessSpan span;
     if (it != state.open.end() && it->second.start_unix == p.host.start_time_unix) {
@@ -133,15 +128,15 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
     store::GpuSample s;
     s.ts_ms = ts_ms;
     s.gpu = index;
-    s.util_pct = num(d.sample.util_gpu_pct);
-    s.mem_util_pct = num(d.sample.util_mem_pct);
+    s.util_pct = util::widen(d.sample.util_gpu_pct);
+    s.mem_util_pct = util::widen(d.sample.util_mem_pct);
     s.mem_used_mib = mib(d.sample.mem_used_bytes);
     if (d.sample.power_mw) s.power_w = (*d.sample.power_mw + 500) / 1000;
-    s.temp_c = num(d.sample.temp_c);
-    s.sm_mhz = num(d.sample.clock_sm_mhz);
-    s.mem_mhz = num(d.sample.clock_mem_mhz);
-    s.enc_pct = num(d.sample.util_encoder_pct);
-    s.dec_pct = num(d.sample.util_decoder_pct);
+    s.temp_c = util::widen(d.sample.temp_c);
+    s.sm_mhz = util::widen(d.sample.clock_sm_mhz);
+    s.mem_mhz = util::widen(d.sample.clock_mem_mhz);
+    s.enc_pct = util::widen(d.sample.util_encoder_pct);
+    s.dec_pct = util::widen(d.sample.util_decoder_pct);
     s.activity = activity;
     rec.add(s);
 

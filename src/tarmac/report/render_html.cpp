@@ -20,7 +20,6 @@ namespace tarmac::report {
 
 namespace {
 
-constexpr double kMsPerHour = 3600.0 * 1000.0;
 constexpr double kChartWidth = 960;  // SVG user units; the page scales it to the column
 
 template <typename... Args>
@@ -33,7 +32,7 @@ std::string percent(double part, double whole) {
 }
 
 double hours_between(long long start_ms, long long end_ms) {
-  return static_cast<double>(end_ms - start_ms) / kMsPerHour;
+  return static_cast<double>(end_ms - start_ms) / util::kMsPerHour;
 }
 
 std::string_view class_of(gpu::Activity a) { return gpu::to_string(a); }

@@ -4,11 +4,12 @@
 #include <map>
 #include <set>
 
+#include "tarmac/util/units.hpp"
+
 namespace tarmac::report {
 
 namespace {
 
-constexpr double kMsPerHour = 3600.0 * 1000.0;
 constexpr long long kDayMs = 86400LL * 1000;
 constexpr long long kHourMs = 3600LL * 1000;
 
@@ -89,7 +90,7 @@ Report compute(const ReportInput& in, const ReportOptions& options) {
     spans.push_back(s);
     gpus[s.gpu].gpu = s.gpu;
     gpus[s.gpu].hours.hours[class_slot(s.activity)] +=
-        static_cast<double>(clipped(s.start_ms, s.end_ms, range)) / kMsPerHour;
+        static_cast<double>(clipped(s.start_ms, s.end_ms, range)) / util::kMsPerHour;
   }
   std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) {
     return a.gpu != b.gpu ? a.gpu < b.gpu : a.start_ms < b.start_ms;
@@ -110,7 +111,7 @@ Report compute(const ReportInput& in, const ReportOptions& options) {
     by_hour[h.ts_ms].second += h.samples;
   }
 
-  const double total_h = static_cast<double>(std::max(0LL, range.until_ms - range.since_ms)) / kMsPerHour;
+  const double total_h = static_cast<double>(std::max(0LL, range.until_ms - range.since_ms)) / util::kMsPerHour;
   double fleet_util = 0;
   long long fleet_samples = 0;
   for (auto& [index, g] : gpus) {
@@ -155,7 +156,7 @@ Report compute(const ReportInput& in, const ReportOptions& options) {
   std::map<std::string, Consumer> users, commands, containers, jobs;
   for (const auto& p : in.processes) {
     if (!wanted(p.gpu, options.gpus)) continue;
-    const double h = static_cast<double>(clipped(p.first_ms, p.last_ms, range)) / kMsPerHour;
+    const double h = static_cast<double>(clipped(p.first_ms, p.last_ms, range)) / util::kMsPerHour;
     if (h <= 0) continue;
     const auto count = [&](std::map<std::string, Consumer>& m, const std::string& key) {
       if (key.empty()) return;

@@ -108,16 +108,6 @@ std::optional<std::string> read_regular(const OpenedFile& f, std::size_t max) {
   return text;
 }
 
-bool write_all(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    text.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
-
 // 16 hex digits from the kernel's random source: a temporary file's name nobody can guess.
 std::optional<std::string> random_hex() {
   unsigned long long v = 0;
@@ -366,7 +356,7 @@ Result<void> LeaseDir::write(const std::vector<Lease>& leases) const {
     // O_EXCL: a file this call made, so its mode is ours to set; nothing anyone put there is reused.
     const auto f = open_in(fd_.get(), tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (!f) return io_error(fmt::format("cannot write {}/{}", dir_, tmp));
-    const bool written = ::fchmod(f->fd.get(), 0644) == 0 && write_all(f->fd.get(), format_lease(lease));
+    const bool written = ::fchmod(f->fd.get(), 0644) == 0 && util::write_all(f->fd.get(), format_lease(lease));
     if (!written || ::renameat(fd_.get(), tmp.c_str(), fd_.get(), name.c_str()) != 0) {
       const Error e = io_error(fmt::format("cannot write the lease {}/{}", dir_, name));
       (void)::unlinkat(fd_.get(), tmp.c_str(), 0);

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <string_view>
 #include <utility>
 
 namespace tarmac::util {
@@ -38,5 +40,17 @@ class Fd {
  private:
   int fd_ = -1;
 };
+
+// Writes all of `text` to `fd`, again after EINTR and short writes; false when the descriptor
+// refuses (errno says why). Async-signal-safe: usable between fork and exec.
+inline bool write_all(int fd, std::string_view text) noexcept {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
 
 }  // namespace tarmac::util

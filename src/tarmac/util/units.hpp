@@ -10,6 +10,13 @@ namespace tarmac::util {
 
 inline constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
 inline constexpr std::uint64_t kGiB = 1024ULL * kMiB;
+inline constexpr double kMsPerHour = 3600.0 * 1000.0;
+
+// A reading NVML may lack, widened to the store's integer column type.
+[[nodiscard]] inline std::optional<long long> widen(const std::optional<unsigned>& v) {
+  if (!v) return std::nullopt;
+  return static_cast<long long>(*v);
+}
 
 // "38.0 GiB", "512 MiB", "0 B": binary units, one decimal from GiB up.
 [[nodiscard]] std::string format_bytes(std::uint64_t bytes);

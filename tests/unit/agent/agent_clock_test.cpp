@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../store/temp_dir.hpp"
+#include "epoch.hpp"
 #include "tarmac/agent/agent.hpp"
 #include "tarmac/agent/clock.hpp"
 #include "tarmac/util/units.hpp"
@@ -14,7 +15,6 @@
 namespace tarmac::agent {
 namespace {
 
-constexpr long long kEpochMs = 1736154000000;  // Monday 2025-01-06 09:00:00 UTC
 constexpr long long kHourMs = 3600LL * 1000;
 
 // Time that passes only when the loop sleeps; wall time steps back an hour once monotonic time

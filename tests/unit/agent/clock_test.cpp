@@ -6,13 +6,13 @@
 #include <fstream>
 
 #include "../store/temp_dir.hpp"
+#include "epoch.hpp"
 
 namespace tarmac::agent {
 namespace {
 
 using store::test_support::TempDir;
 
-constexpr long long kEpochMs = 1736154000000;  // Monday 2025-01-06 09:00:00 UTC
 constexpr long long kEpochNs = kEpochMs * 1'000'000;
 
 long long real_ns() {

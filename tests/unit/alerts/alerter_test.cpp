@@ -29,13 +29,6 @@ struct Log {
   }
 };
 
-gpu::Snapshot zombie() {
-  gpu::Snapshot s = balanced();
-  s.devices[3] = device(3, 0, 20780, 36);
-  s.devices[3].processes.push_back(process(1234, 20480, "bob", "python -m ipykernel_launcher -f k.json"));
-  return s;
-}
-
 TEST(Alerter, SendsFiringAndResolvedToTheWebhookOnce) {
   HttpServer server;
   Log log;

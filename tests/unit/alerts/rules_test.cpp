@@ -10,14 +10,6 @@ namespace {
 using namespace testing;  // NOLINT
 constexpr long long kMin = 60 * 1000;
 
-// GPUs 0-2 train, GPU 3 is held by a forgotten notebook kernel at 0 % (holding-zombie).
-gpu::Snapshot zombie() {
-  gpu::Snapshot s = balanced();
-  s.devices[3] = device(3, 0, 20780, 36);
-  s.devices[3].processes.push_back(process(1234, 20480, "bob", "python -m ipykernel_launcher -f /home/bob/kernel.json"));
-  return s;
-}
-
 std::map<unsigned, gpu::Activity> zombie_classes() {
   auto c = classes(zombie());
   c[3] = gpu::Activity::Holding;

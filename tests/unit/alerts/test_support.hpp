@@ -51,4 +51,12 @@ inline std::map<unsigned, gpu::Activity> classes(const gpu::Snapshot& s, gpu::Ac
   return out;
 }
 
+// GPUs 0-2 train, GPU 3 is held by a forgotten notebook kernel at 0 % (holding-zombie).
+inline gpu::Snapshot zombie() {
+  gpu::Snapshot s = balanced();
+  s.devices[3] = device(3, 0, 20780, 36);
+  s.devices[3].processes.push_back(process(1234, 20480, "bob", "python -m ipykernel_launcher -f /home/bob/kernel.json"));
+  return s;
+}
+
 }  // namespace tarmac::alerts::testing

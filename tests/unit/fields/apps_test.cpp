@@ -3,11 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "tarmac/fields/format.hpp"
+#include "tarmac/util/units.hpp"
 
 namespace tarmac::fields {
 namespace {
 
-constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
+using util::kMiB;
 
 gpu::Snapshot two_gpus_three_processes() {
   gpu::Snapshot s;

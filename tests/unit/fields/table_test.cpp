@@ -5,11 +5,13 @@
 #include <regex>
 #include <set>
 
+#include "tarmac/util/units.hpp"
+
 
 namespace tarmac::fields {
 namespace {
 
-constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
+using util::kMiB;
 
 gpu::Snapshot one_a100() {
   gpu::Snapshot s;

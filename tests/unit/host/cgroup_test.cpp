@@ -4,35 +4,37 @@
 
 #include <string>
 
+#include "fake_proc.hpp"
+
 namespace tarmac::host {
 namespace {
 
-const std::string kId = "3f4e8c2b9a1d7e6f5c4b3a2918f7e6d5c4b3a29180f7e6d5c4b3a2918f7e6d5c";
+using test_support::kContainerId;
 const std::string kPod = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
 
 TEST(ParseCgroup, DockerV1CgroupfsDriver) {
-  const std::string text = "12:memory:/docker/" + kId + "\n11:cpu,cpuacct:/docker/" + kId +
-                           "\n1:name=systemd:/docker/" + kId + "\n0::/\n";
+  const std::string text = "12:memory:/docker/" + kContainerId + "\n11:cpu,cpuacct:/docker/" + kContainerId +
+                           "\n1:name=systemd:/docker/" + kContainerId + "\n0::/\n";
   const auto ref = parse_cgroup(text);
   ASSERT_TRUE(ref);
   EXPECT_EQ(ref->runtime, "docker");
-  EXPECT_EQ(ref->id, kId);
+  EXPECT_EQ(ref->id, kContainerId);
   EXPECT_FALSE(ref->pod_uid);
 }
 
 TEST(ParseCgroup, DockerV1ContainerOnlyInLaterHierarchy) {
   // Some v1 hierarchies stay at the root; the container line further down still counts.
-  const std::string text = "13:rdma:/\n12:memory:/docker/" + kId + "\n";
+  const std::string text = "13:rdma:/\n12:memory:/docker/" + kContainerId + "\n";
   const auto ref = parse_cgroup(text);
   ASSERT_TRUE(ref);
-  EXPECT_EQ(ref->id, kId);
+  EXPECT_EQ(ref->id, kContainerId);
 }
 
 TEST(ParseCgroup, DockerV2SystemdDriver) {
-  const auto ref = parse_cgroup("0::/system.slice/docker-" + kId + ".scope\n");
+  const auto ref = parse_cgroup("0::/system.slice/docker-" + kContainerId + ".scope\n");
   ASSERT_TRUE(ref);
   EXPECT_EQ(ref->runtime, "docker");
-  EXPECT_EQ(ref->id, kId);
+  EXPECT_EQ(ref->id, kContainerId);
 }
 
 TEST(ParseCgroup, DockerServiceItselfIsNotAContainer) {
@@ -41,49 +43,49 @@ TEST(ParseCgroup, DockerServiceItselfIsNotAContainer) {
 }
 
 TEST(ParseCgroup, PodmanRootless) {
-  const auto ref = parse_cgroup("0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + kId + ".scope\n");
+  const auto ref = parse_cgroup("0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + kContainerId + ".scope\n");
   ASSERT_TRUE(ref);
   EXPECT_EQ(ref->runtime, "podman");
-  EXPECT_EQ(ref->id, kId);
+  EXPECT_EQ(ref->id, kContainerId);
 }
 
 TEST(ParseCgroup, PodmanRootfulWithContainerSubgroup) {
-  const auto ref = parse_cgroup("0::/machine.slice/libpod-" + kId + ".scope/container\n");
+  const auto ref = parse_cgroup("0::/machine.slice/libpod-" + kContainerId + ".scope/container\n");
   ASSERT_TRUE(ref);
   EXPECT_EQ(ref->runtime, "podman");
-  EXPECT_EQ(ref->id, kId);
+  EXPECT_EQ(ref->id, kContainerId);
 }
 
 TEST(ParseCgroup, PodmanConmonIsNotTheContainer) {
-  EXPECT_FALSE(parse_cgroup("0::/machine.slice/libpod-conmon-" + kId + ".scope\n"));
+  EXPECT_FALSE(parse_cgroup("0::/machine.slice/libpod-conmon-" + kContainerId + ".scope\n"));
 }
 
 TEST(ParseCgroup, KubernetesSystemdDriverContainerd) {
   const std::string text =
       "0::/kubepods.slice/kubepods-burstable.slice/"
       "kubepods-burstable-pod0a1b2c3d_4e5f_6789_abcd_ef0123456789.slice/cri-containerd-" +
-      kId + ".scope\n";
+      kContainerId + ".scope\n";
   const auto ref = parse_cgroup(text);
   ASSERT_TRUE(ref);
   EXPECT_EQ(ref->runtime, "containerd");
-  EXPECT_EQ(ref->id, kId);
+  EXPECT_EQ(ref->id, kContainerId);
   ASSERT_TRUE(ref->pod_uid);
   EXPECT_EQ(*ref->pod_uid, kPod);  // systemd's '_' turned back into the uid's '-'
 }
 
 TEST(ParseCgroup, KubernetesGuaranteedQosHasNoQosSlice) {
   const auto ref = parse_cgroup("0::/kubepods.slice/kubepods-pod0a1b2c3d_4e5f_6789_abcd_ef0123456789.slice/cri-containerd-" +
-                                kId + ".scope\n");
+                                kContainerId + ".scope\n");
   ASSERT_TRUE(ref);
   ASSERT_TRUE(ref->pod_uid);
   EXPECT_EQ(*ref->pod_uid, kPod);
 }
 
 TEST(ParseCgroup, KubernetesCgroupfsDriver) {
-  const auto ref = parse_cgroup("11:memory:/kubepods/besteffort/pod" + kPod + "/" + kId + "\n");
+  const auto ref = parse_cgroup("11:memory:/kubepods/besteffort/pod" + kPod + "/" + kContainerId + "\n");
   ASSERT_TRUE(ref);
   EXPECT_EQ(ref->runtime, "kubernetes");
-  EXPECT_EQ(ref->id, kId);
+  EXPECT_EQ(ref->id, kContainerId);
   ASSERT_TRUE(ref->pod_uid);
   EXPECT_EQ(*ref->pod_uid, kPod);
 }
@@ -92,7 +94,7 @@ TEST(ParseCgroup, KubernetesWithDockerShim) {
   const auto ref = parse_cgroup(
       "1:name=systemd:/kubepods.slice/kubepods-besteffort.slice/"
       "kubepods-besteffort-pod0a1b2c3d_4e5f_6789_abcd_ef0123456789.slice/docker-" +
-      kId + ".scope\n");
+      kContainerId + ".scope\n");
   ASSERT_TRUE(ref);
   EXPECT_EQ(ref->runtime, "docker");
   ASSERT_TRUE(ref->pod_uid);
@@ -111,16 +113,16 @@ TEST(ParseCgroup, KubernetesPodWithoutContainerStillNamesThePod) {
 TEST(ParseCgroup, CriO) {
   const auto ref = parse_cgroup(
       "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_4e5f_6789_abcd_ef0123456789.slice/crio-" +
-      kId + ".scope\n");
+      kContainerId + ".scope\n");
   ASSERT_TRUE(ref);
   EXPECT_EQ(ref->runtime, "cri-o");
-  EXPECT_EQ(ref->id, kId);
+  EXPECT_EQ(ref->id, kContainerId);
   ASSERT_TRUE(ref->pod_uid);
   EXPECT_EQ(*ref->pod_uid, kPod);
 }
 
 TEST(ParseCgroup, CriOOutsideKubepodsHasNoPod) {
-  const auto ref = parse_cgroup("0::/machine.slice/crio-" + kId + ".scope\n");
+  const auto ref = parse_cgroup("0::/machine.slice/crio-" + kContainerId + ".scope\n");
   ASSERT_TRUE(ref);
   EXPECT_EQ(ref->runtime, "cri-o");
   EXPECT_FALSE(ref->pod_uid);

@@ -9,6 +9,9 @@
 
 namespace tarmac::host::test_support {
 
+// A container id as Docker and containerd write it in a cgroup path.
+inline const std::string kContainerId = "3f4e8c2b9a1d7e6f5c4b3a2918f7e6d5c4b3a29180f7e6d5c4b3a2918f7e6d5c";
+
 // A /proc/<pid>/stat line with all 52 fields, `comm`, `state`, `ppid` and `starttime` chosen.
 inline std::string stat_line(unsigned pid, const std::string& comm, char state, unsigned ppid,
                              unsigned long long starttime) {

@@ -20,9 +20,9 @@ namespace {
 
 using namespace std::string_literals;
 using test_support::FakeProc;
+using test_support::kContainerId;
 using test_support::stat_line;
 
-const std::string kId = "3f4e8c2b9a1d7e6f5c4b3a2918f7e6d5c4b3a29180f7e6d5c4b3a2918f7e6d5c";
 constexpr unsigned kNoSuchUid = 3999999;  // far above any uid a test machine hands out
 constexpr long long kBtime = 1700000000;
 
@@ -39,7 +39,7 @@ void write_tree(const FakeProc& proc) {
   proc.write("100/cmdline", "python\0train.py\0--epochs\0003\0"s);
   proc.write("100/status", "Name:\tevil) (name\nState:\tR (running)\nUid:\t0\t" + std::to_string(kNoSuchUid) +
                                "\t0\t0\nGid:\t0\t0\t0\t0\n");
-  proc.write("100/cgroup", "0::/system.slice/docker-" + kId + ".scope\n");
+  proc.write("100/cgroup", "0::/system.slice/docker-" + kContainerId + ".scope\n");
   proc.write("100/environ", "HOME=/root\0SLURM_JOB_ID=777\0"s);
   proc.write("101/stat", stat_line(101, "task", 'S', 1, 5));
   proc.write("101/status", "Uid:\t0\t0\t0\t0\n");
@@ -67,7 +67,7 @@ TEST(ProcReaderFake, ReadsEveryPiece) {
   EXPECT_EQ(info.user, std::to_string(kNoSuchUid));  // no passwd entry: the number as text
   ASSERT_TRUE(info.container);
   EXPECT_EQ(info.container->runtime, "docker");
-  EXPECT_EQ(info.container->id, kId);
+  EXPECT_EQ(info.container->id, kContainerId);
   EXPECT_EQ(info.slurm_job_id, "777");  // from environ, as the cgroup names no job
 }
 

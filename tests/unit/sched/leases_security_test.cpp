@@ -16,6 +16,7 @@
 #include <string>
 
 #include "tarmac/sched/leases.hpp"
+#include "tarmac/util/clock.hpp"
 
 namespace tarmac::sched {
 namespace {
@@ -23,11 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr uid_t kOther = 54321;  // someone else
-
-long long now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 mode_t mode_of(const std::string& path) {
   struct stat st {};
@@ -164,7 +160,7 @@ TEST_F(LeaseSecurityTest, PlantedTemporaryFilesAreNeverUsed) {
     EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(lease))) << lease;
     EXPECT_EQ(owner_of(lease), 0u) << lease << " is not root's: its owner could delete it";
   }
-  EXPECT_EQ(dir->live_leases(now_ms())->size(), 2u);
+  EXPECT_EQ(dir->live_leases(util::wall_ms())->size(), 2u);
 }
 
 // 3: `mkfifo gpu-evil.lease`: the reader's blocking open stalled every scheduler.
@@ -176,7 +172,7 @@ TEST_F(LeaseSecurityTest, AFifoAmongTheLeasesDoesNotHang) {
   ends_in_time(
       [&] {
         auto held = dir->lock();
-        auto live = dir->live_leases(now_ms());
+        auto live = dir->live_leases(util::wall_ms());
         return held.ok() && live.ok() && live->empty();
       },
       "live_leases with a FIFO");
@@ -197,7 +193,7 @@ TEST_F(LeaseSecurityTest, ASymlinkedLeaseIsNotFollowed) {
   auto dir = LeaseDir::open(path_);
   ASSERT_TRUE(dir.ok()) << dir.error().message;
   ASSERT_EQ(::symlink(victim_.c_str(), (path_ + "/gpu-GPU-s.lease").c_str()), 0);
-  EXPECT_TRUE(dir->live_leases(now_ms())->empty());
+  EXPECT_TRUE(dir->live_leases(util::wall_ms())->empty());
   EXPECT_TRUE(fs::exists(victim_));
   EXPECT_EQ(mode_of(victim_), 0600u);
 }
@@ -207,7 +203,7 @@ TEST_F(LeaseSecurityTest, AnOversizedLeaseIsNotRead) {
   ASSERT_TRUE(dir.ok()) << dir.error().message;
   const Lease l = own("GPU-big");
   plant_file("gpu-GPU-big.lease", format_lease(l) + std::string(1 << 20, ' '), 0);
-  EXPECT_TRUE(dir->live_leases(now_ms())->empty());
+  EXPECT_TRUE(dir->live_leases(util::wall_ms())->empty());
 }
 
 // 6: a lease naming PID 1 with its public start time held a GPU for as long as the machine ran.
@@ -221,7 +217,7 @@ TEST_F(LeaseSecurityTest, ALeaseNamingAnotherUsersProcessIsNotHonoured) {
   plant_file("gpu-GPU-2.lease", format_lease(own("GPU-2")), kOther);
   // Root's own lease of this process, in root's file: honoured.
   plant_file("gpu-GPU-3.lease", format_lease(own("GPU-3")), 0);
-  auto live = dir->live_leases(now_ms());
+  auto live = dir->live_leases(util::wall_ms());
   ASSERT_TRUE(live.ok());
   ASSERT_EQ(live->size(), 1u);
   EXPECT_EQ(live->front().uuid, "GPU-3");

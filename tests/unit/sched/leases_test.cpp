@@ -14,15 +14,12 @@
 #include <set>
 #include <thread>
 
+#include "tarmac/util/clock.hpp"
+
 namespace tarmac::sched {
 namespace {
 
 namespace fs = std::filesystem;
-
-long long now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 class LeaseDirTest : public ::testing::Test {
  protected:
@@ -83,11 +80,11 @@ TEST_F(LeaseDirTest, LiveWhileTheOwnerRunsAndRemovedByJob) {
   auto dir = LeaseDir::open(path_);
   ASSERT_TRUE(dir.ok());
   ASSERT_TRUE(dir->write({own("GPU-a"), own("GPU-b", "other")}).ok());
-  auto live = dir->live_leases(now_ms());
+  auto live = dir->live_leases(util::wall_ms());
   ASSERT_TRUE(live.ok());
   EXPECT_EQ(live->size(), 2u);
   dir->remove({"GPU-a", "GPU-b"}, "job");  // GPU-b belongs to another job: kept
-  live = dir->live_leases(now_ms());
+  live = dir->live_leases(util::wall_ms());
   ASSERT_EQ(live->size(), 1u);
   EXPECT_EQ(live->front().uuid, "GPU-b");
 }
@@ -103,7 +100,7 @@ TEST_F(LeaseDirTest, StaleWhenTheOwnerIsGone) {
   ASSERT_TRUE(dir->write({Lease{.uuid = "GPU-dead", .pid = child, .starttime = start.value_or(1),
                                 .expires_unix_ms = 0, .job_id = "j", .user = "u"}})
                   .ok());
-  auto live = dir->live_leases(now_ms());
+  auto live = dir->live_leases(util::wall_ms());
   ASSERT_TRUE(live.ok());
   EXPECT_TRUE(live->empty());
   EXPECT_FALSE(fs::exists(path_ + "/gpu-GPU-dead.lease"));  // removed
@@ -115,13 +112,13 @@ TEST_F(LeaseDirTest, StaleWhenThePidIsReused) {
   Lease l = own("GPU-r");
   l.starttime += 1;  // same pid, another start time: not the process that leased
   ASSERT_TRUE(dir->write({l}).ok());
-  EXPECT_TRUE(dir->live_leases(now_ms())->empty());
+  EXPECT_TRUE(dir->live_leases(util::wall_ms())->empty());
 }
 
 TEST_F(LeaseDirTest, OwnerlessLeaseLivesUntilItExpires) {
   auto dir = LeaseDir::open(path_);
   ASSERT_TRUE(dir.ok());
-  const long long now = now_ms();
+  const long long now = util::wall_ms();
   ASSERT_TRUE(dir->write({Lease{.uuid = "GPU-h", .pid = 0, .starttime = 0, .expires_unix_ms = now + 1000,
                                 .job_id = "pick", .user = "u"}})
                   .ok());
@@ -135,7 +132,7 @@ TEST_F(LeaseDirTest, GarbageFilesAreStale) {
   ASSERT_TRUE(dir.ok());
   std::ofstream(path_ + "/gpu-GPU-g.lease") << "not a lease\n";
   std::ofstream(path_ + "/notes.txt") << "kept\n";
-  EXPECT_TRUE(dir->live_leases(now_ms())->empty());
+  EXPECT_TRUE(dir->live_leases(util::wall_ms())->empty());
   EXPECT_FALSE(fs::exists(path_ + "/gpu-GPU-g.lease"));
   EXPECT_TRUE(fs::exists(path_ + "/notes.txt"));
 }
@@ -176,7 +173,7 @@ TEST_F(LeaseDirTest, ConcurrentLeasesInForkedChildrenNeverOverlap) {
           {
             auto held = dir->lock();
             if (!held.ok()) ::_exit(3);
-            auto live = dir->live_leases(now_ms());
+            auto live = dir->live_leases(util::wall_ms());
             if (!live.ok()) ::_exit(5);
             std::set<std::string> leased;
             for (const auto& l : *live) leased.insert(l.uuid);
@@ -230,11 +227,11 @@ TEST_F(LeaseDirTest, LeasesDieWithTheirOwner) {
   for (int i = 0; i < 6000 && !fs::exists(path_ + "/gpu-GPU-k.lease"); ++i) {  // a hang's bound: a minute
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(dir->live_leases(now_ms())->size(), 1u);
+  EXPECT_EQ(dir->live_leases(util::wall_ms())->size(), 1u);
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  EXPECT_TRUE(dir->live_leases(now_ms())->empty());
+  EXPECT_TRUE(dir->live_leases(util::wall_ms())->empty());
 }
 
 }  // namespace

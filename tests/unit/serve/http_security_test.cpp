@@ -12,6 +12,7 @@
 #include <chrono>
 #include <string>
 
+#include "count.hpp"
 #include "tarmac/util/fd.hpp"
 
 namespace tarmac::serve {
@@ -53,12 +54,6 @@ std::string read_to_end(int fd) {
     out.append(buf, static_cast<std::size_t>(n));
   }
   return out;
-}
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 std::string pipelined(int n, const std::string& path) {

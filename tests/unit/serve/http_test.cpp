@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "count.hpp"
+
 namespace tarmac::serve {
 namespace {
 
@@ -111,12 +113,6 @@ class Client {
   int fd_ = -1;
   bool connected_ = false;
 };
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 class ServerTest : public ::testing::Test {
  protected:
