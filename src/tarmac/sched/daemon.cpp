@@ -11,13 +11,14 @@
 #include <cstring>
 #include <filesystem>
 
-#include "tarmac/sched/daemon_common.hpp"
 #include "tarmac/sched/daemon_state.hpp"
 #include "tarmac/util/clock.hpp"
 
 namespace tarmac::sched {
 
-using detail::kTickMs;
+namespace {
+constexpr long long kTickMs = 250;  // the loop's longest sleep, and how often leases and flags are checked
+}  // namespace
 
 Daemon::State::State(DaemonOptions options, JobDb db, LeaseDir dir, Listener listener, util::Fd wake)
     : opt(std::move(options)),

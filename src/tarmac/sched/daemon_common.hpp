@@ -18,8 +18,6 @@ namespace tarmac::sched::detail {
 
 using nlohmann::json;
 
-inline constexpr int kTickMs = 250;  // the loop's longest sleep, and how often leases and flags are checked
-
 // A request's answer when it fails: the words, and how the client should exit.
 inline json failure(const std::string& code, const std::string& message) {
   return json{{"ok", false}, {"code", code}, {"error", message}};

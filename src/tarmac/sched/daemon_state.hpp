@@ -37,7 +37,7 @@
 
 namespace tarmac::sched {
 
-using Runtime = Wrappers::Runtime;
+using Runtime = Wrappers::Runtime;  // start_job's name for a job's runtime
 
 struct Daemon::State {
   // The store, the lock directory and the socket are opened by Daemon::start; `wake` is the eventfd
