@@ -41,8 +41,10 @@ struct DaemonOptions {
   std::function<Result<std::unique_ptr<gpu::Backend>>()> open_backend;
   util::LogSink log;
   std::function<void(const LeaseNotice&)> notify;  // from the scheduler's thread
-  // Monotonic milliseconds for the loop's timers and its clients' idle clocks; empty for
-  // CLOCK_MONOTONIC. Tests inject one.
+  // Monotonic milliseconds for every timer of the scheduler (the loop's, the clients' idle clocks,
+  // the leases' idle clocks, how long a GPU has been idle for backfill, the wait for a preempted
+  // job's room); empty for util::monotonic_ms. Wall time only stamps what is recorded or shown.
+  // Tests inject one.
   std::function<long long()> monotonic_ms;
 };
 

@@ -1,34 +1,58 @@
-// The scheduler's socket clients (daemon_state.hpp, docs/security.md): accepting within the caps,
+// The scheduler's socket clients (daemon_clients.hpp, docs/security.md): accepting within the caps,
 // reading a request only when the previous answer has been read, writing without ever waiting, and
-// closing what makes no progress. Every descriptor a client sent lives in a util::Fd, so dropping a
-// client on any path closes them.
+// closing what makes no progress.
+#include "tarmac/sched/daemon_clients.hpp"
+
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <fmt/format.h>
 #include <limits>
 
-#include "tarmac/sched/daemon_state.hpp"
+#include "tarmac/sched/daemon_common.hpp"
 #include "tarmac/util/escape.hpp"
 
 namespace tarmac::sched {
 
-using namespace detail;
+using detail::failure;
+using nlohmann::json;
 
-ClientLimits Daemon::State::client_limits() const {
-  ClientLimits l;
-  l.idle_timeout_ms = opt.config.connection_idle_timeout_ms;
-  l.user_connection_cap = opt.config.user_connection_cap;
-  return l;
+namespace {
+constexpr long long kAcceptPauseMs = 100;  // out of descriptors: accept again after this
+}  // namespace
+
+Clients::Polled Clients::add_to_poll(std::vector<pollfd>& fds, long long now_ms) const {
+  Polled out;
+  out.listener = fds.size();
+  fds.push_back({now_ms >= accept_after_ms_ ? listener_.fd() : -1, POLLIN, 0});
+  for (const auto& c : clients_) {
+    fds.push_back({c->conn().fd(), static_cast<short>(c->has_output() ? POLLOUT : POLLIN), 0});
+    out.clients.push_back(c.get());
+  }
+  return out;
 }
 
-void Daemon::State::accept_clients() {
-  const ClientLimits limits = client_limits();
-  const long long now = clock();
+void Clients::serve_ready(const std::vector<pollfd>& fds, const Polled& polled) {
+  for (std::size_t i = 0; i < polled.clients.size(); ++i) {
+    if (fds[polled.listener + 1 + i].revents == 0) continue;
+    Client& c = *polled.clients[i];
+    if (c.has_output()) c.flush(clock_());
+    serve(c);  // its answer was read: the next request, if any is buffered or arrives
+  }
+}
+
+void Clients::accept_ready(const std::vector<pollfd>& fds, const Polled& polled) {
+  if (fds[polled.listener].revents != 0) accept();
+}
+
+void Clients::accept() {
+  const long long now = clock_();
   for (;;) {
-    Connection conn = listener.accept();
+    Connection conn = listener_.accept();
     if (conn.fd() < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // The connection stays in the backlog; polling the listener now would only spin.
-        accept_after_ms = now + kAcceptPauseMs;
+        accept_after_ms_ = now + kAcceptPauseMs;
         log(util::LogLevel::Warning, fmt::format("scheduler: cannot accept a connection: {}", std::strerror(errno)));
       }
       return;
@@ -36,30 +60,28 @@ void Daemon::State::accept_clients() {
     auto peer = conn.peer();
     if (!peer.ok()) continue;  // closed
     const std::size_t mine = static_cast<std::size_t>(
-        std::count_if(clients.begin(), clients.end(), [&](const auto& c) { return c->uid() == peer->uid; }));
-    const Admission admission = admit(peer->uid, mine, clients.size(), limits);
+        std::count_if(clients_.begin(), clients_.end(), [&](const auto& c) { return c->uid() == peer->uid; }));
+    const Admission admission = admit(peer->uid, mine, clients_.size(), limits_);
     if (admission != Admission::Admit) {
       // One line that says why, written only if the socket takes it now; then closed.
       const std::string why =
           admission == Admission::UserCap
               ? fmt::format("{} already has {} connections open to the agent, the per-user cap "
                             "(scheduler.user_connection_cap); each attached `tarmac run` holds one (--detach does not)",
-                            user_name(peer->uid), mine)
-              : fmt::format("the agent serves {} connections, as many as it takes; try again soon", clients.size());
+                            detail::user_name(peer->uid), mine)
+              : fmt::format("the agent serves {} connections, as many as it takes; try again soon", clients_.size());
       conn.queue_line(util::json_text(failure("busy", why)));
       (void)conn.flush();
       continue;
     }
-    clients.push_back(std::make_unique<Client>(std::move(conn), std::move(*peer), now));
-    serve_client(*clients.back());  // a request often arrives with the connection
+    clients_.push_back(std::make_unique<Client>(std::move(conn), std::move(*peer), now));
+    serve(*clients_.back());  // a request often arrives with the connection
   }
 }
 
-void Daemon::State::send(Client& c, const std::string& line) {
-  c.push(line, client_limits().max_output, clock());
-}
+void Clients::send(Client& c, const std::string& line) { c.push(line, limits_.max_output, clock_()); }
 
-void Daemon::State::serve_client(Client& c) {
+void Clients::serve(Client& c) {
   while (c.reading()) {
     std::string line;
     if (!c.conn().take_line(line)) {
@@ -69,28 +91,36 @@ void Daemon::State::serve_client(Client& c) {
       }
       if (!c.conn().take_line(line)) return;  // the rest of the line later
     }
-    c.requested(clock());
+    c.requested(clock_());
     const json req = json::parse(line, nullptr, false);
-    const json answer = req.is_object() ? handle(c, req) : failure("invalid", "a request must be one JSON object");
+    const json answer = req.is_object() ? answer_(c, req) : failure("invalid", "a request must be one JSON object");
     send(c, util::json_text(answer));
-    if (c.watching == 0 || !jobs.contains(c.watching)) c.close_when_written();
+    if (c.watching == 0 || !lives_(c.watching)) c.close_when_written();
     c.fds.clear();  // descriptors came with this request; what it did not take is closed
   }
 }
 
-void Daemon::State::close_clients() {
-  const long long now = clock();
-  const long long timeout = client_limits().idle_timeout_ms;
-  for (auto& c : clients) {
-    if (now >= c->deadline_ms(timeout)) c->drop();
+void Clients::tell_followers(const Job& job, JobEvent event) {
+  const std::string line = util::json_text(json{{"event", to_string(event)}, {"job", to_json(job)}});
+  for (auto& c : clients_) {
+    if (c->watching != job.id) continue;
+    send(*c, line);
+    if (has_ended(job.state)) c->close_when_written();
   }
-  std::erase_if(clients, [](const auto& c) { return c->finished(); });
 }
 
-long long Daemon::State::next_client_deadline() const {
-  const long long timeout = client_limits().idle_timeout_ms;
+void Clients::close_idle() {
+  const long long now = clock_();
+  for (auto& c : clients_) {
+    if (now >= c->deadline_ms(limits_.idle_timeout_ms)) c->drop();
+  }
+  std::erase_if(clients_, [](const auto& c) { return c->finished(); });
+}
+
+long long Clients::next_deadline(long long now_ms) const {
   long long next = std::numeric_limits<long long>::max();
-  for (const auto& c : clients) next = std::min(next, c->deadline_ms(timeout));
+  for (const auto& c : clients_) next = std::min(next, c->deadline_ms(limits_.idle_timeout_ms));
+  if (accept_after_ms_ > now_ms) next = std::min(next, accept_after_ms_);
   return next;
 }
 

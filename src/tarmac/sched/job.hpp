@@ -72,7 +72,6 @@ struct Job {
   unsigned long long shim_start = 0;
   StopReason stopping_for = StopReason::None;
   long long preempted_for = 0;  // the normal job a stopping backfill job makes room for
-  long long room_until_ms = 0;  // a normal job that preempted: no more preemption for it until then
 };
 
 // A member of a JSON object when it is there with the type asked for (bool, std::string or an

@@ -32,4 +32,94 @@ gpu::Snapshot without_jobs_on(const gpu::Snapshot& snapshot, const std::set<std:
   return out;
 }
 
+bool holds_gpus(const Job& job) {
+  return job.state == JobState::Running || job.state == JobState::Stopping || job.state == JobState::Active;
+}
+
+unsigned gpus_held_by(const JobsById& jobs, uid_t uid) {
+  unsigned n = 0;
+  for (const auto& [id, j] : jobs) {
+    if (j.uid == uid && holds_gpus(j)) n += static_cast<unsigned>(j.gpu_uuids.size());
+  }
+  return n;
+}
+
+LeasedGpus busy_gpus(const std::vector<Lease>& live, const JobsById& jobs) {
+  LeasedGpus out;
+  for (const auto& l : live) out[l.uuid] = describe(l);
+  for (const auto& [id, j] : jobs) {
+    if (!holds_gpus(j)) continue;
+    for (const auto& u : j.gpu_uuids) out[u] = std::string(to_string(j.kind)) + " " + std::to_string(j.id) + " of " + j.user;
+  }
+  return out;
+}
+
+unsigned gpus_held_for_good(const JobsById& jobs) {
+  unsigned n = 0;
+  for (const auto& [id, j] : jobs) {
+    if ((j.state == JobState::Running && !j.backfill) || j.state == JobState::Active) {
+      n += static_cast<unsigned>(j.gpu_uuids.size());
+    }
+  }
+  return n;
+}
+
+namespace {
+bool running_backfill(const Job& j) { return j.kind == JobKind::Job && j.backfill && j.state == JobState::Running; }
+}  // namespace
+
+std::set<std::string> preemptible_gpus(const JobsById& jobs) {
+  std::set<std::string> out;
+  for (const auto& [id, j] : jobs) {
+    if (running_backfill(j)) out.insert(j.gpu_uuids.begin(), j.gpu_uuids.end());
+  }
+  return out;
+}
+
+std::vector<long long> backfill_on(const JobsById& jobs, const std::vector<std::string>& uuids) {
+  std::vector<long long> out;
+  for (const auto& u : uuids) {
+    for (const auto& [id, j] : jobs) {
+      if (!running_backfill(j) || std::find(out.begin(), out.end(), id) != out.end()) continue;
+      if (std::find(j.gpu_uuids.begin(), j.gpu_uuids.end(), u) != j.gpu_uuids.end()) out.push_back(id);
+    }
+  }
+  return out;
+}
+
+std::map<uid_t, long long> usage_until(const std::map<uid_t, long long>& ended, const JobsById& jobs,
+                                       long long now_unix_ms) {
+  std::map<uid_t, long long> used = ended;
+  for (const auto& [id, j] : jobs) {
+    if (j.kind == JobKind::Job && j.started_ms > 0 && (j.state == JobState::Running || j.state == JobState::Stopping)) {
+      used[j.uid] += static_cast<long long>(j.gpus.size()) * std::max(0LL, now_unix_ms - j.started_ms);
+    }
+  }
+  return used;
+}
+
+bool no_room_for(const PickRequest& request, const std::vector<PickRequest>& found_none) {
+  return std::any_of(found_none.begin(), found_none.end(), [&request](const PickRequest& f) {
+    return request.n >= f.n && request.min_free_bytes >= f.min_free_bytes && request.max_util_pct <= f.max_util_pct;
+  });
+}
+
+bool room_coming(const JobsById& jobs, long long id) {
+  return std::any_of(jobs.begin(), jobs.end(), [id](const auto& kv) {
+    return kv.second.state == JobState::Stopping && kv.second.preempted_for == id;
+  });
+}
+
+long long longest_grace_for(const JobsById& jobs, long long id) {
+  long long longest = 0;
+  for (const auto& [jid, j] : jobs) {
+    if (j.preempted_for == id) longest = std::max(longest, j.grace_ms);
+  }
+  return longest;
+}
+
+bool idle_for(long long idle_since_ms, long long now_ms, long long needed_ms) {
+  return idle_since_ms != 0 && now_ms - idle_since_ms >= needed_ms;
+}
+
 }  // namespace tarmac::sched

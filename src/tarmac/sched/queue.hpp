@@ -1,5 +1,6 @@
 // The queue's pure policies (docs/scheduler.md "Policies"): the order of waiting jobs, the per-user
-// cap, and what GPUs would look like without the backfill jobs on them. No I/O.
+// cap, what GPUs would look like without the backfill jobs on them, and the facts about the jobs
+// that the scheduling pass decides on (who holds which GPUs, whose room is coming). No I/O.
 #pragma once
 
 #include <map>
@@ -9,8 +10,13 @@
 
 #include "tarmac/gpu/model.hpp"
 #include "tarmac/sched/job.hpp"
+#include "tarmac/sched/leases.hpp"
+#include "tarmac/sched/pick.hpp"
 
 namespace tarmac::sched {
+
+// The agent's jobs and leases that have not ended, by id.
+using JobsById = std::map<long long, Job>;
 
 // Waiting normal jobs in the order they may take GPUs: the user with the fewest GPU-milliseconds
 // in `usage` first, then the oldest submission, then the lowest id.
@@ -23,5 +29,45 @@ namespace tarmac::sched {
 // `snapshot` as it would be if the jobs on the GPUs `uuids` ended: no processes there and all of
 // their memory free.
 [[nodiscard]] gpu::Snapshot without_jobs_on(const gpu::Snapshot& snapshot, const std::set<std::string>& uuids);
+
+// Whether `job` holds its GPUs: a job running or being stopped, or an active lease.
+[[nodiscard]] bool holds_gpus(const Job& job);
+
+// The GPUs `uid` holds now (holds_gpus).
+[[nodiscard]] unsigned gpus_held_by(const JobsById& jobs, uid_t uid);
+
+// GPUs nobody else may be given, and who holds each: the `live` leases of the lock directory and,
+// whatever its files say (a user may remove or replace them), the agent's own running jobs and
+// active leases.
+[[nodiscard]] LeasedGpus busy_gpus(const std::vector<Lease>& live, const JobsById& jobs);
+
+// The GPUs held by work that no pass may take back: normal jobs running and active leases (not
+// backfill jobs, nor jobs already being stopped).
+[[nodiscard]] unsigned gpus_held_for_good(const JobsById& jobs);
+
+// The GPUs of running backfill jobs not yet being stopped: what preemption may free.
+[[nodiscard]] std::set<std::string> preemptible_gpus(const JobsById& jobs);
+
+// The running backfill jobs on any of `uuids`, each once, in the order of `uuids` (then by id).
+[[nodiscard]] std::vector<long long> backfill_on(const JobsById& jobs, const std::vector<std::string>& uuids);
+
+// GPU-milliseconds per uid for fairness: `ended` (the jobs that ended in the window) plus the jobs
+// running now, counted up to `now_unix_ms`.
+[[nodiscard]] std::map<uid_t, long long> usage_until(const std::map<uid_t, long long>& ended, const JobsById& jobs,
+                                                     long long now_unix_ms);
+
+// Whether a request is bound to find no room in this pass because one that asked for no more (as
+// many GPUs or fewer, as much free memory or less, as busy GPUs or busier) already found none.
+[[nodiscard]] bool no_room_for(const PickRequest& request, const std::vector<PickRequest>& found_none);
+
+// Whether backfill jobs are being stopped to make room for job `id`.
+[[nodiscard]] bool room_coming(const JobsById& jobs, long long id);
+
+// The longest --grace of the jobs stopping to make room for job `id`: how long its room may take.
+[[nodiscard]] long long longest_grace_for(const JobsById& jobs, long long id);
+
+// Whether a GPU idle since `idle_since_ms` (0: not idle) has been idle for `needed_ms` at `now_ms`
+// (the same clock), as backfill requires.
+[[nodiscard]] bool idle_for(long long idle_since_ms, long long now_ms, long long needed_ms);
 
 }  // namespace tarmac::sched

@@ -18,6 +18,7 @@
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/wire.hpp"
 
+#include "daemon_fixture.hpp"
 #include "open_fds.hpp"
 
 namespace tarmac::sched {
@@ -25,47 +26,18 @@ namespace {
 
 using namespace std::chrono_literals;
 
+using testing::eventually;
 using testing::open_fds;
 
-// Polls `done` every 10 ms for up to 20 s (a bound that only catches hangs).
-template <typename F>
-bool eventually(F done) {
-  for (int i = 0; i < 2000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return done();
-}
-
-class DaemonClients : public ::testing::Test {
+class DaemonClients : public testing::DaemonTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tarmac-daemon-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    DaemonOptions o;
-    o.config.connection_idle_timeout_ms = 5000;
-    o.config.user_connection_cap = 4;
-    o.socket_path = dir_ + "/agent.sock";
-    o.lock_dir = dir_ + "/locks";
-    o.state_dir = dir_ + "/state";
-    o.db_path = dir_ + "/state/tarmac.db";
-    o.open_backend = [] { return Result<std::unique_ptr<gpu::Backend>>(make_error(Error::Code::NotFound, "no GPUs")); };
-    o.monotonic_ms = [this] { return now_.load(); };
-    auto d = Daemon::start(std::move(o));
-    ASSERT_TRUE(d.ok()) << d.error().message;
-    daemon_ = std::move(*d);
-  }
-  void TearDown() override {
-    daemon_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  // A request's answer on a new connection.
-  Result<std::string> ask(const std::string& request) {
-    TARMAC_TRY_ASSIGN(auto c, Connection::connect(dir_ + "/agent.sock"));
-    TARMAC_TRY(c.send_line(request));
-    return c.read_line(20000);
+    DaemonTest::SetUp();
+    clock_runs_ = false;  // only the test moves the agent's clock
+    options_.config.connection_idle_timeout_ms = 5000;
+    options_.config.user_connection_cap = 4;
+    options_.open_backend = [] { return Result<std::unique_ptr<gpu::Backend>>(make_error(Error::Code::NotFound, "no GPUs")); };
+    start();
   }
 
   // Whether the agent closed `c` (POLLHUP, with or without data left to read) within the bound.
@@ -74,16 +46,12 @@ class DaemonClients : public ::testing::Test {
     pollfd p{.fd = c.fd(), .events = POLLIN, .revents = 0};
     return ::poll(&p, 1, 0) == 1 && (p.revents & POLLHUP) != 0;
   }
-
-  std::string dir_;
-  std::atomic<long long> now_{1'000'000};
-  std::unique_ptr<Daemon> daemon_;
 };
 
 TEST_F(DaemonClients, AnIdleConnectionIsClosedWhenTheInjectedClockSaysSoAndNotBefore) {
   auto idle = Connection::connect(dir_ + "/agent.sock");
   ASSERT_TRUE(idle.ok());
-  ASSERT_TRUE(ask(R"({"op":"jobs"})").ok());  // the agent has accepted it and runs its loop
+  ASSERT_TRUE(ask_line(R"({"op":"jobs"})").ok());  // the agent has accepted it and runs its loop
   // Real time passes, the agent's clock does not: the loop waits on its own clock, so nothing a wall
   // clock does (a step back of an hour, or forward) moves its timers.
   std::this_thread::sleep_for(700ms);
@@ -105,7 +73,7 @@ TEST_F(DaemonClients, AClientThatNeverReadsDoesNotStopTheOthers) {
     sent += static_cast<std::size_t>(n);
   }
   for (int i = 0; i < 5; ++i) {
-    auto answer = ask(R"({"op":"jobs"})");
+    auto answer = ask_line(R"({"op":"jobs"})");
     ASSERT_TRUE(answer.ok()) << answer.error().message;
     EXPECT_NE(answer->find("\"ok\":true"), std::string::npos);
   }
@@ -114,7 +82,7 @@ TEST_F(DaemonClients, AClientThatNeverReadsDoesNotStopTheOthers) {
 }
 
 TEST_F(DaemonClients, DescriptorsOfClientsThatHangUpMidLineAreClosed) {
-  ASSERT_TRUE(ask(R"({"op":"jobs"})").ok());
+  ASSERT_TRUE(ask_line(R"({"op":"jobs"})").ok());
   const int before = open_fds();
   for (int i = 0; i < 50; ++i) {
     auto c = Connection::connect(dir_ + "/agent.sock");
@@ -139,7 +107,7 @@ TEST_F(DaemonClients, DescriptorsOfClientsThatHangUpMidLineAreClosed) {
     ::close(pipe_fds[0]);
     ::close(pipe_fds[1]);
   }
-  ASSERT_TRUE(ask(R"({"op":"jobs"})").ok());
+  ASSERT_TRUE(ask_line(R"({"op":"jobs"})").ok());
   EXPECT_TRUE(eventually([&] { return open_fds() <= before; })) << open_fds() << " open, " << before << " before";
 }
 

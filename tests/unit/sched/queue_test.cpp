@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tarmac/sched/job.hpp"
+#include "tarmac/sched/leases.hpp"
 #include "tarmac/sched/pick.hpp"
 
 namespace tarmac::sched {
@@ -69,6 +70,95 @@ TEST(WithoutJobsOn, FreesOnlyTheNamedGpus) {
   const PickRequest need{.n = 1, .min_free_bytes = 35, .max_util_pct = 100};
   EXPECT_FALSE(pick(s, {}, need).ok());
   EXPECT_EQ(pick(out, {}, need).chosen, (std::vector<unsigned>{1}));
+}
+
+Job holding(long long id, uid_t uid, JobState state, std::vector<std::string> uuids, bool backfill = false) {
+  Job j;
+  j.id = id;
+  j.uid = uid;
+  j.state = state;
+  j.kind = state == JobState::Active ? JobKind::Lease : JobKind::Job;
+  j.backfill = backfill;
+  j.gpu_uuids = std::move(uuids);
+  for (std::size_t i = 0; i < j.gpu_uuids.size(); ++i) j.gpus.push_back(static_cast<unsigned>(i));
+  return j;
+}
+
+JobsById by_id(std::vector<Job> jobs) {
+  JobsById out;
+  for (auto& j : jobs) out.emplace(j.id, std::move(j));
+  return out;
+}
+
+TEST(Holding, RunningStoppingAndActiveHoldGpusButOnlyNonBackfillHoldThemForGood) {
+  const auto jobs = by_id({holding(1, 1000, JobState::Running, {"GPU-0"}),
+                           holding(2, 1000, JobState::Stopping, {"GPU-1"}),
+                           holding(3, 1000, JobState::Active, {"GPU-2", "GPU-3"}),
+                           holding(4, 1000, JobState::Queued, {}),
+                           holding(5, 1001, JobState::Running, {"GPU-4"}, true),
+                           holding(6, 1000, JobState::Done, {"GPU-5"})});
+  EXPECT_EQ(gpus_held_by(jobs, 1000), 4u);
+  EXPECT_EQ(gpus_held_by(jobs, 1001), 1u);
+  // A backfill job may be preempted, a stopping job is on its way out: neither stops a pass.
+  EXPECT_EQ(gpus_held_for_good(jobs), 3u);
+  EXPECT_EQ(preemptible_gpus(jobs), (std::set<std::string>{"GPU-4"}));
+}
+
+TEST(Holding, BusyGpusAreTheLiveLeasesAndWhatTheAgentGaveWhateverTheFilesSay) {
+  JobsById named = by_id({holding(1, 1000, JobState::Running, {"GPU-0"}), holding(2, 1000, JobState::Queued, {})});
+  named.at(1).user = "alice";
+  const std::vector<Lease> live = {Lease{.uuid = "GPU-7", .pid = 0, .starttime = 0, .expires_unix_ms = 0,
+                                         .job_id = "x", .user = "bob"}};
+  const LeasedGpus busy = busy_gpus(live, named);
+  ASSERT_EQ(busy.size(), 2u);
+  EXPECT_EQ(busy.at("GPU-0"), "job 1 of alice");
+  EXPECT_EQ(busy.at("GPU-7"), describe(live[0]));
+}
+
+TEST(Preemption, TheBackfillJobsOnTheChosenGpusInTheirOrderEachOnce) {
+  const auto jobs = by_id({holding(1, 1, JobState::Running, {"GPU-0", "GPU-1"}, true),
+                           holding(2, 1, JobState::Running, {"GPU-2"}, true),
+                           holding(3, 1, JobState::Stopping, {"GPU-3"}, true),
+                           holding(4, 1, JobState::Running, {"GPU-4"})});
+  EXPECT_EQ(backfill_on(jobs, {"GPU-2", "GPU-1", "GPU-0"}), (std::vector<long long>{2, 1}));
+  EXPECT_TRUE(backfill_on(jobs, {"GPU-3", "GPU-4"}).empty()) << "neither a stopping job nor a normal one";
+}
+
+TEST(Preemption, TheRoomOfAJobComesWithItsStoppingJobsAndTheLongestGrace) {
+  auto jobs = by_id({holding(1, 1, JobState::Stopping, {"GPU-0"}, true), holding(2, 1, JobState::Stopping, {"GPU-1"}, true)});
+  jobs.at(1).preempted_for = 9;
+  jobs.at(1).grace_ms = 30'000;
+  jobs.at(2).preempted_for = 9;
+  jobs.at(2).grace_ms = 5'000;
+  EXPECT_TRUE(room_coming(jobs, 9));
+  EXPECT_FALSE(room_coming(jobs, 8));
+  EXPECT_EQ(longest_grace_for(jobs, 9), 30'000);
+  EXPECT_EQ(longest_grace_for(jobs, 8), 0);
+}
+
+TEST(Fairness, RunningJobsCountUpToNowOnTopOfTheEndedOnes) {
+  auto jobs = by_id({holding(1, 1000, JobState::Running, {"GPU-0", "GPU-1"}), holding(2, 1001, JobState::Queued, {})});
+  jobs.at(1).started_ms = 10'000;
+  const auto used = usage_until({{1000, 500}, {1002, 7}}, jobs, 13'000);
+  EXPECT_EQ(used.at(1000), 500 + 2 * 3'000);
+  EXPECT_EQ(used.at(1002), 7);
+  EXPECT_FALSE(used.contains(1001)) << "a queued job has used nothing";
+}
+
+TEST(NoRoom, ARequestForNoLessThanOneThatFoundNoRoomFindsNoneEither) {
+  const std::vector<PickRequest> none = {PickRequest{.n = 2, .min_free_bytes = 100, .max_util_pct = 50}};
+  EXPECT_TRUE(no_room_for(PickRequest{.n = 2, .min_free_bytes = 100, .max_util_pct = 50}, none));
+  EXPECT_TRUE(no_room_for(PickRequest{.n = 3, .min_free_bytes = 200, .max_util_pct = 10}, none));
+  EXPECT_FALSE(no_room_for(PickRequest{.n = 1, .min_free_bytes = 100, .max_util_pct = 50}, none));
+  EXPECT_FALSE(no_room_for(PickRequest{.n = 2, .min_free_bytes = 50, .max_util_pct = 50}, none));
+  EXPECT_FALSE(no_room_for(PickRequest{.n = 2, .min_free_bytes = 100, .max_util_pct = 90}, none));
+  EXPECT_FALSE(no_room_for(PickRequest{}, {}));
+}
+
+TEST(Backfill, AGpuIsIdleLongEnoughOnlyOnceItHasBeenIdleThatLong) {
+  EXPECT_FALSE(idle_for(0, 1'000'000, 1000)) << "0: not idle";
+  EXPECT_FALSE(idle_for(500'000, 500'999, 1000));
+  EXPECT_TRUE(idle_for(500'000, 501'000, 1000));
 }
 
 TEST(JobJson, SpecRoundTripsWithoutTheEnvironment) {

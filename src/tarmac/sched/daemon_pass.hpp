@@ -1,0 +1,87 @@
+// The scheduling pass (daemon_state.hpp). Private to src/tarmac/sched.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tarmac/sched/daemon_gpus.hpp"
+#include "tarmac/sched/daemon_locks.hpp"
+#include "tarmac/sched/daemon_table.hpp"
+#include "tarmac/sched/daemon_wrappers.hpp"
+#include "tarmac/sched/settings.hpp"
+
+namespace tarmac::sched {
+
+// The scheduling pass: which queued jobs start where, and which backfill jobs stop to make room
+// for a normal job, with queue.hpp's pure policies deciding (fair order, caps, what would fit
+// without the backfill jobs) and pick() choosing the GPUs; and when a pass is due (something
+// changed, a job ended, or kRetryMs went by). Owns the pass's timers, on the monotonic clock, and
+// how long each job that preempted waits for its room before it may preempt again.
+class Pass {
+ public:
+  // Starts `job` on `chosen` (indices) / `uuids`; false when it could not.
+  using Start = std::function<bool(Job& job, const std::vector<unsigned>& chosen, const std::vector<std::string>& uuids)>;
+
+  Pass(const SchedulerConfig& config, JobTable& table, GpuView& gpus, LeaseFiles& files, Wrappers& wrappers,
+       Start start, util::LogSink log)
+      : config_(config), table_(table), gpus_(gpus), files_(files), wrappers_(wrappers), start_(std::move(start)),
+        log_(std::move(log)) {}
+
+  // Something changed (a submission, an end): a pass is due soon (a burst of them is one pass).
+  void want() { dirty_ = true; }
+  // A job ended at `now_ms`: a pass is due in a moment, whatever else is due.
+  void recheck_soon(long long now_ms);
+  // The next time (monotonic) a pass is due for a change or a job's end; LLONG_MAX for none.
+  [[nodiscard]] long long next_due() const;
+  // Runs a pass when one is due at `now_ms` (monotonic; `now_unix_ms` is the wall clock's now).
+  void run_if_due(long long now_ms, long long now_unix_ms);
+  // One pass: starts what can start, preempts backfill for the normal jobs that wait.
+  void run(long long now_ms, long long now_unix_ms);
+
+ private:
+  // One pass's view: the GPUs as they are, who holds which, and what already found no room.
+  struct Round {
+    long long now_ms = 0;       // monotonic
+    long long now_unix_ms = 0;  // wall, for the leases' expiry and fairness
+    gpu::Snapshot snapshot;
+    LeasedGpus leased;
+    std::set<std::string> backfill_gpus;  // GPUs of running backfill jobs not yet being stopped
+    std::vector<PickRequest> no_room;     // requests that found no room in this pass
+    [[nodiscard]] std::vector<std::string> uuids_of(const std::vector<unsigned>& chosen) const;
+  };
+
+  [[nodiscard]] std::optional<Round> begin(long long now_ms, long long now_unix_ms);
+  // Starts normal jobs in fair order; true when one of them waits for room (then no backfill starts).
+  bool start_normal(Round& round, const std::vector<const Job*>& waiting);
+  // Starts `job`, or makes room for it; false when it waits for room.
+  bool start_normal(Round& round, Job& job);
+  // Preempts the backfill jobs whose GPUs would let `job` start.
+  void make_room(Round& round, Job& job);
+  void preempt(Round& round, Job& backfill, const Job& job);
+  // Starts backfill jobs, in submission order, on GPUs idle for scheduler.backfill_idle.
+  void start_backfill(Round& round, std::vector<Job*> waiting);
+  // Starts `job` on `chosen`, marking its GPUs taken in `taken`.
+  bool start_on(const Round& round, Job& job, const std::vector<unsigned>& chosen, LeasedGpus& taken);
+  void log(util::LogLevel level, const std::string& message) const {
+    if (log_) log_(level, message);
+  }
+
+  const SchedulerConfig& config_;
+  JobTable& table_;
+  GpuView& gpus_;
+  LeaseFiles& files_;
+  Wrappers& wrappers_;
+  Start start_;
+  util::LogSink log_;
+
+  bool dirty_ = true;             // something changed: run a pass
+  long long last_pass_ms_ = 0;
+  long long recheck_at_ms_ = 0;   // a pass due soon after a job ended; 0: none
+  std::map<long long, long long> room_until_;  // a normal job that preempted: no more preemption for it until then
+};
+
+}  // namespace tarmac::sched

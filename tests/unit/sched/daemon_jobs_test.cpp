@@ -1,0 +1,192 @@
+// The agent's scheduler starting, watching and ending jobs (sched/daemon_jobs.cpp, the pass in
+// daemon_pass.cpp, the wrappers' runtime in daemon_wrappers.cpp), in-process with two fake GPUs and a
+// stand-in for the job wrapper: a job starts on a free GPU, under its lease, and ends as its wrapper
+// says; jobs wait for GPUs and for the per-user cap; cancelling and preemption stop a wrapper
+// through its pidfd; backfill waits for GPUs idle long enough on the monotonic clock; an attached
+// job's output is the submitter's; a restarted agent re-attaches or records what ran meanwhile.
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <gtest/gtest.h>
+
+#include "daemon_fixture.hpp"
+
+namespace tarmac::sched {
+namespace {
+
+using testing::eventually;
+using testing::FakeGpus;
+using testing::json;
+
+class DaemonJobs : public testing::DaemonTest {
+ protected:
+  void SetUp() override {
+    DaemonTest::SetUp();
+    options_.config.backfill_idle_ms = 60'000;
+  }
+
+  // The sampler's word that every GPU has been idle since now (the agent's clock).
+  void all_gpus_idle() {
+    FakeGpus gpus(2);
+    const auto snap = gpus.snapshot({});
+    daemon_->observe(*snap, {{0, gpu::Activity::Idle}, {1, gpu::Activity::Idle}});
+  }
+};
+
+TEST_F(DaemonJobs, AJobStartsOnAFreeGpuUnderItsLeaseAndEndsWithItsWrappersExitCode) {
+  start();
+  const long long id = submit(1);
+  ASSERT_TRUE(reaches(id, "running")) << job(id).dump();
+  const json running = job(id);
+  EXPECT_EQ(running["gpus"], json::array({0}));
+  EXPECT_TRUE(std::filesystem::exists(lease_file(0))) << "a running job's GPU is leased in the lock directory";
+  EXPECT_TRUE(eventually([&] { return daemon_->given_gpus() == std::set<std::string>{FakeGpus::uuid(0)}; }))
+      << "the sampler is not told which GPU is given";
+  end_wrapper(id, "exit 3");
+  ASSERT_TRUE(reaches(id, "done")) << job(id).dump();
+  EXPECT_EQ(job(id)["exit_code"], 3);
+  EXPECT_TRUE(eventually([&] { return !std::filesystem::exists(lease_file(0)); })) << "its lease outlived it";
+  EXPECT_FALSE(std::filesystem::exists(job_file(id, "json"))) << "the files of its run are removed";
+  EXPECT_FALSE(std::filesystem::exists(job_file(id, "env")));
+}
+
+TEST_F(DaemonJobs, AWrapperThatEndsWithoutAResultLeavesTheJobLost) {
+  start();
+  const long long id = submit(1);
+  ASSERT_TRUE(reaches(id, "running"));
+  end_wrapper(id, "vanish");
+  ASSERT_TRUE(reaches(id, "lost")) << job(id).dump();
+  EXPECT_NE(job(id)["reason"].get<std::string>().find("without writing a result"), std::string::npos);
+}
+
+TEST_F(DaemonJobs, JobsBeyondTheFreeGpusWaitAndTheNextStartsWhenOneEnds) {
+  start();
+  const long long a = submit(1);
+  const long long b = submit(1);
+  const long long c = submit(1);
+  ASSERT_TRUE(reaches(a, "running"));
+  ASSERT_TRUE(reaches(b, "running"));
+  EXPECT_EQ(state_of(c), "queued");
+  EXPECT_TRUE(eventually([&] { return job(c)["reason"] == "waiting for 1 free GPU (0 free)"; })) << job(c).dump();
+  end_wrapper(a, "exit 0");
+  ASSERT_TRUE(reaches(c, "running")) << job(c).dump();
+  EXPECT_EQ(job(c)["gpus"], job(a)["gpus"]) << "it takes the GPU the ended job gave back";
+  end_wrapper(b, "exit 0");
+  end_wrapper(c, "exit 0");
+  EXPECT_TRUE(reaches(c, "done"));
+}
+
+TEST_F(DaemonJobs, ThePerUserCapHoldsAUsersSecondJobBack) {
+  options_.config.user_gpu_cap = 1;
+  start();
+  const long long a = submit(1);
+  const long long b = submit(1);
+  ASSERT_TRUE(reaches(a, "running"));
+  EXPECT_TRUE(eventually([&] { return job(b)["reason"].get<std::string>().find("per-user cap of 1") != std::string::npos; }))
+      << job(b).dump();
+  EXPECT_EQ(state_of(b), "queued") << "a GPU is free, but its user holds the cap";
+  end_wrapper(a, "exit 0");
+  EXPECT_TRUE(reaches(b, "running"));
+  end_wrapper(b, "exit 0");
+}
+
+TEST_F(DaemonJobs, CancellingARunningJobStopsItsWrapperAndRecordsItCancelled) {
+  start();
+  const long long id = submit(1);
+  ASSERT_TRUE(reaches(id, "running"));
+  ASSERT_TRUE(wrapper_ready(id));
+  const json answer = ask(json{{"op", "cancel"}, {"id", id}});
+  ASSERT_TRUE(answer.value("ok", false)) << answer.dump();
+  EXPECT_EQ(answer["job"]["state"], "stopping");
+  ASSERT_TRUE(reaches(id, "cancelled")) << job(id).dump();
+  EXPECT_EQ(job(id)["exit_code"], 143) << "the wrapper got SIGTERM";
+  EXPECT_NE(job(id)["reason"].get<std::string>().find("cancelled by "), std::string::npos);
+}
+
+TEST_F(DaemonJobs, BackfillWaitsForGpusIdleLongEnoughOnTheAgentsMonotonicClock) {
+  start();
+  all_gpus_idle();
+  const long long id = submit(1, json{{"backfill", true}});
+  EXPECT_TRUE(eventually([&] { return job(id)["reason"] == "waiting for 1 GPU idle for 1m"; })) << job(id).dump();
+  // Only the agent's clock moves: a scheduler that timed idleness on the wall clock waits a minute.
+  now_ += 60'001;
+  ASSERT_TRUE(reaches(id, "running")) << job(id).dump();
+  end_wrapper(id, "exit 0");
+  EXPECT_TRUE(reaches(id, "done"));
+}
+
+TEST_F(DaemonJobs, ANormalJobPreemptsBackfillWhichIsQueuedAgainAndStartsAfterIt) {
+  start();
+  all_gpus_idle();
+  now_ += 60'001;
+  const long long backfill = submit(2, json{{"backfill", true}});
+  ASSERT_TRUE(reaches(backfill, "running"));
+  ASSERT_TRUE(wrapper_ready(backfill));
+  const long long normal = submit(2);
+  // The backfill job's wrapper gets SIGTERM, ends, and the job waits in the queue again.
+  ASSERT_TRUE(reaches(normal, "running")) << job(normal).dump() << job(backfill).dump();
+  const json requeued = job(backfill);
+  EXPECT_EQ(requeued["state"], "queued");
+  EXPECT_EQ(requeued["requeues"], 1);
+  EXPECT_EQ(requeued["reason"].get<std::string>().rfind("waiting for 2 GPUs idle", 0), 0u) << requeued.dump();
+  end_wrapper(normal, "exit 0");
+  ASSERT_TRUE(reaches(backfill, "running")) << "it runs again once the GPUs are free";
+  end_wrapper(backfill, "exit 0");
+  EXPECT_TRUE(reaches(backfill, "done"));
+}
+
+TEST_F(DaemonJobs, AnAttachedJobWritesToItsSubmittersOutputAndTheAgentKeepsNoCopy) {
+  start();
+  int out[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  auto c = Connection::connect(options_.socket_path);
+  ASSERT_TRUE(c.ok());
+  const json req = {{"op", "submit"}, {"argv", {"/bin/true"}}, {"n", 1}, {"cwd", "/"}};
+  ASSERT_TRUE(c->send_line(req.dump(), {out[1], out[1]}).ok());
+  ::close(out[1]);
+  auto answer = c->read_line(20000);
+  ASSERT_TRUE(answer.ok());
+  const long long id = json::parse(*answer)["job"]["id"];
+  auto started = c->read_line(20000);
+  ASSERT_TRUE(started.ok()) << "the submitter follows its job";
+  EXPECT_EQ(json::parse(*started)["event"], "started");
+  end_wrapper(id, "exit 0");
+  auto ended = c->read_line(20000);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(json::parse(*ended)["event"], "ended");
+  // The output ends (EOF) once the wrapper has gone: nobody else holds the pipe, the agent included.
+  std::string text;
+  char buf[256];
+  for (;;) {
+    pollfd p{.fd = out[0], .events = POLLIN, .revents = 0};
+    ASSERT_EQ(::poll(&p, 1, 20000), 1) << "the pipe stays open: the agent kept the submitter's descriptor";
+    const ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);
+  EXPECT_EQ(text, "hello\n");
+}
+
+TEST_F(DaemonJobs, ARestartedAgentReattachesARunningJobAndRecordsOneThatEndedMeanwhile) {
+  start();
+  const long long stays = submit(1);
+  const long long ends = submit(1);
+  ASSERT_TRUE(reaches(stays, "running"));
+  ASSERT_TRUE(reaches(ends, "running"));
+  stop();
+  end_wrapper(ends, "exit 5");
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(job_file(ends, "exit")); }));
+  start();
+  EXPECT_TRUE(reaches(ends, "done")) << job(ends).dump();
+  EXPECT_EQ(job(ends)["exit_code"], 5);
+  EXPECT_EQ(state_of(stays), "running") << "its wrapper still holds its lock";
+  end_wrapper(stays, "exit 7");
+  ASSERT_TRUE(reaches(stays, "done")) << "the re-attached wrapper is watched";
+  EXPECT_EQ(job(stays)["exit_code"], 7);
+}
+
+}  // namespace
+}  // namespace tarmac::sched
