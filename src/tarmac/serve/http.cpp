@@ -45,9 +45,7 @@ const char* reason(int status) {
 }
 
 Error http_error(int status, std::string message) {
-  Error e = make_error(Error::Code::Invalid, std::move(message));
-  e.api_code = status;
-  return e;
+  return make_error(Error::Code::Invalid, std::move(message), Refusal{status});
 }
 
 bool is_token(std::string_view s) {
@@ -198,6 +196,11 @@ Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits)
   return out;
 }
 
+int refusal_status(const Error& error) {
+  const Refusal* refusal = error.cause_as<Refusal>();
+  return refusal != nullptr ? refusal->status : 400;
+}
+
 bool is_loopback_host(std::string_view host) {
   std::string_view name = host;
   std::string_view port;
@@ -343,7 +346,7 @@ void HttpServer::serve_input(Connection& c) {
     c.head_started = Steady::now();
     if (!parsed.ok()) {
       ++stats_.rejected;
-      Response r = text_response(parsed.error().api_code != 0 ? parsed.error().api_code : 400, parsed.error().message);
+      Response r = text_response(refusal_status(parsed.error()), parsed.error().message);
       if (r.status == 405) r.extra_headers = "Allow: GET, HEAD\r\n";
       c.out += serialize(r, false, false);
       c.close_after = true;

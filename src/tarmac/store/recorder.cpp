@@ -246,9 +246,9 @@ Result<void> Recorder::write_batch() {
 FlushStatus Recorder::flush() {
   FlushStatus status;
   const std::size_t rows = pending_rows();
-  auto fail = [&](const Error& e, int code) {
+  auto fail = [&](const Error& e) {
     status.ok = false;
-    status.failure = classify_failure(code != 0 ? code : e.api_code);
+    status.failure = failure_of(e);
     if (status.failure == Failure::None) status.failure = Failure::Other;
     status.message = e.message;
     status.pending = pending_rows();
@@ -261,19 +261,17 @@ FlushStatus Recorder::flush() {
   // A store deleted or renamed under the agent is created afresh rather than written into the void.
   if (db_ && db_->file_moved()) db_.reset();
   if (!db_) {
-    if (auto r = open(); !r.ok()) return fail(r.error(), r.error().api_code);
+    if (auto r = open(); !r.ok()) return fail(r.error());
   }
   if (rows == 0) return status;
-  if (auto r = db_->exec("BEGIN IMMEDIATE"); !r.ok()) return fail(r.error(), db_->last_code());
+  if (auto r = db_->exec("BEGIN IMMEDIATE"); !r.ok()) return fail(r.error());
   if (auto r = write_batch(); !r.ok()) {
-    const int code = db_->last_code();
     (void)db_->exec("ROLLBACK");
-    return fail(r.error(), code);
+    return fail(r.error());
   }
   if (auto r = db_->exec("COMMIT"); !r.ok()) {
-    const int code = db_->last_code();
     (void)db_->exec("ROLLBACK");
-    return fail(r.error(), code);
+    return fail(r.error());
   }
   status.written = rows;
   status.dropped = dropped_;
