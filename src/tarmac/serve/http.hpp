@@ -5,7 +5,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -91,7 +93,13 @@ class HttpServer {
 
  private:
   struct Connection;
+  using TimePoint = std::chrono::steady_clock::time_point;
+  // The server's thread: poll, accept, read and write what is ready, close what is finished.
   void run();
+  void accept_connections(std::list<Connection>& conns, TimePoint now);  // 503 beyond the limit
+  void on_ready(Connection& c, short events, TimePoint now);  // reads and answers, writes what is pending
+  // Applies the timeouts and the lingering close; true when the connection is to be closed now.
+  [[nodiscard]] bool finished(Connection& c, TimePoint now);
   void serve_input(Connection& c);
 
   Handler handler_;
