@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
@@ -25,6 +24,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/store/private_files.hpp"
 #include "tarmac/store/recorder.hpp"
+#include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
@@ -229,16 +229,11 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   return service;
 }
 
-long long now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // A lease left idle (or reclaimed) as the lease-idle alert's notice, for the Alerter's sinks.
 alerts::Notice lease_notice(const sched::LeaseNotice& n) {
   alerts::Notice notice;
   notice.kind = n.reclaimed ? alerts::Notice::Kind::Resolved : alerts::Notice::Kind::Firing;
-  notice.ts_ms = n.reclaimed ? now_unix_ms() : n.idle_since_unix_ms;
+  notice.ts_ms = n.reclaimed ? util::wall_ms() : n.idle_since_unix_ms;
   notice.alert.rule = alerts::Rule::LeaseIdle;
   notice.alert.severity = alerts::Severity::Warning;
   notice.alert.key = fmt::format("lease:{}", n.id);
@@ -317,7 +312,7 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     return kExitUsage;
   }
   std::unique_ptr<sched::Daemon> scheduler = start_scheduler(global, s, alerter);
-  const long long start_unix_ms = now_unix_ms();
+  const long long start_unix_ms = util::wall_ms();
   s.options.on_sample = [&](const agent::SampleView& v) {
     serve::AgentStats stats;
     stats.gpu_samples = v.summary.gpu_samples;
