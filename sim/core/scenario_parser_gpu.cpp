@@ -194,9 +194,8 @@ void parse_power_and_clocks(Fields& f, GpuSpec& g) {
   g.app_clocks = fill(partial_clocks(f, "app_clocks_mhz").value_or(PartialClocks{}), g.default_app_clocks);
 }
 
-GpuSpec parse_gpu(Fields& f, std::size_t index) {
-  GpuSpec g;
-  g.line = f.pos().line;
+// Names and PCI identity; the minor number defaults to the GPU's index.
+void parse_identity(Fields& f, GpuSpec& g, std::size_t index) {
   g.name = f.string("name", Presence::Required).value_or("");
   g.uuid = f.string("uuid", Presence::Required).value_or("");
   if (!g.uuid.empty() && !valid_uuid(g.uuid)) {
@@ -214,7 +213,11 @@ GpuSpec parse_gpu(Fields& f, std::size_t index) {
   g.pci_device_id = static_cast<unsigned>(f.integer("pci_device_id", 0, 0xFFFFFFFFLL).value_or(0));
   g.pci_subsystem_id = static_cast<unsigned>(f.integer("pci_subsystem_id", 0, 0xFFFFFFFFLL).value_or(0));
   g.minor_number = opt_uint(f, "minor_number", 255).value_or(static_cast<unsigned>(index));
+}
 
+// The architecture (and what it implies: compute capability, NVLink version), the compute
+// capability when given, the board.
+void parse_architecture_and_board(Fields& f, GpuSpec& g) {
   const ArchInfo* arch = nullptr;
   if (auto name = f.string("architecture", Presence::Required)) {
     for (const ArchInfo& a : kArchs) {
@@ -245,7 +248,10 @@ GpuSpec parse_gpu(Fields& f, std::size_t index) {
   g.vbios_version = f.string("vbios_version");
   g.board_part_number = f.string("board_part_number");
   g.inforom_version = f.string("inforom_version");
+}
 
+// Memory: the total, what the driver reserves and its overhead (within the total), BAR1.
+void parse_memory(Fields& f, GpuSpec& g) {
   g.memory_mib = static_cast<unsigned long long>(f.integer("memory_mib", 1, 1LL << 24, Presence::Required).value_or(1));
   g.memory_reserved_mib = static_cast<unsigned long long>(f.integer("memory_reserved_mib", 0, 1LL << 24).value_or(0));
   g.memory_overhead_mib = static_cast<unsigned long long>(f.integer("memory_overhead_mib", 0, 1LL << 24).value_or(0));
@@ -253,9 +259,10 @@ GpuSpec parse_gpu(Fields& f, std::size_t index) {
     f.fail_key("memory_overhead_mib", "reserved + overhead memory exceed memory_mib");
   }
   if (auto bar1 = f.integer("bar1_mib", 1, 1LL << 24)) g.bar1_mib = static_cast<unsigned long long>(*bar1);
+}
 
-  parse_power_and_clocks(f, g);
-
+// Thermal limits, fans, the PCIe link, NUMA placement.
+void parse_thermal_pcie_and_numa(Fields& f, GpuSpec& g) {
   g.temp_shutdown_c = opt_uint(f, "temp_shutdown_c", 150);
   g.temp_slowdown_c = opt_uint(f, "temp_slowdown_c", 150);
   g.temp_gpu_max_c = opt_uint(f, "temp_gpu_max_c", 150);
@@ -273,9 +280,10 @@ GpuSpec parse_gpu(Fields& f, std::size_t index) {
 
   g.numa_node = opt_uint(f, "numa_node", 63);
   if (auto cpus = cpu_list(f, "cpus")) g.cpus = *cpus;
+}
 
-  parse_health(f, g);
-
+// Modes, NVLink and the throttle reasons the GPU supports.
+void parse_modes(Fields& f, GpuSpec& g) {
   g.persistence_mode = f.boolean("persistence_mode").value_or(true);
   if (auto m = named(f, "compute_mode", kComputeModes)) g.compute_mode = *m;
   g.display_mode = f.boolean("display_mode").value_or(false);
@@ -283,6 +291,18 @@ GpuSpec parse_gpu(Fields& f, std::size_t index) {
   g.nvlink_links = opt_uint(f, "nvlink_links", 18).value_or(0);
   if (auto v = opt_uint(f, "nvlink_version", 10)) g.nvlink_version = *v;
   if (auto mask = throttle_reasons(f, "supported_throttle_reasons")) g.supported_throttle_reasons = *mask;
+}
+
+GpuSpec parse_gpu(Fields& f, std::size_t index) {
+  GpuSpec g;
+  g.line = f.pos().line;
+  parse_identity(f, g, index);
+  parse_architecture_and_board(f, g);
+  parse_memory(f, g);
+  parse_power_and_clocks(f, g);
+  parse_thermal_pcie_and_numa(f, g);
+  parse_health(f, g);
+  parse_modes(f, g);
   return g;
 }
 

@@ -150,89 +150,84 @@ int exit_status(int status) {
   return kExitLauncherError;
 }
 
-}  // namespace
-
-int run_command(const Args& args) {
-  RunOptions o;
-  if (auto problem = parse_options(args, o)) {
-    std::fprintf(stderr, "tarmac-sim run: %s\n", problem->c_str());
-    return kExitUsage;
-  }
-  auto file = resolve_scenario(o.scenario, exe_dir());
-  if (!file) return fail(file.error().message);
-  auto text = read_file(*file);
-  if (!text) return fail(text.error().message);
-  auto scenario = parse_scenario(*text, file->string());
-  if (!scenario) return fail(scenario.error().message);
+// What to simulate: the scenario, its text (copied into the state directory) and the --fault rules.
+struct Simulation {
+  std::string text;
+  Scenario scenario;
   std::vector<FaultRule> faults;
+};
+
+Result<Simulation> load_simulation(const RunOptions& o) {
+  TARMAC_TRY_ASSIGN(const fs::path file, resolve_scenario(o.scenario, exe_dir()));
+  Simulation sim;
+  TARMAC_TRY_ASSIGN(sim.text, read_file(file));
+  TARMAC_TRY_ASSIGN(sim.scenario, parse_scenario(sim.text, file.string()));
   for (const std::string& spec : o.faults) {
-    auto rule = parse_fault_spec(spec, scenario->gpus.size(), 0);
-    if (!rule) return fail(rule.error().message);
-    faults.push_back(std::move(*rule));
+    TARMAC_TRY_ASSIGN(auto rule, parse_fault_spec(spec, sim.scenario.gpus.size(), 0));
+    sim.faults.push_back(std::move(rule));
   }
-  const auto lib_dir = find_library_dir(o.driver);
-  if (!lib_dir) return fail("cannot find the simulated libnvidia-ml.so.1 (set TARMAC_SIM_LIB_DIR)");
-  const auto load_program = find_load_program();
-  if (!load_program) return fail("cannot find tarmac-sim-load next to tarmac-sim (set TARMAC_SIM_LOAD)");
+  return sim;
+}
 
-  // The state directory: the one asked for, or a private temporary one removed at the end.
-  fs::path root;
-  if (o.state) {
-    root = fs::absolute(*o.state);
-  } else {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/tarmac-sim-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) return fail(fmt::format("mkdtemp: {}", std::strerror(errno)));
-    root = pattern;
+// The state directory: the one asked for, or a private temporary one (removed at the end).
+Result<fs::path> state_root(const RunOptions& o) {
+  if (o.state) return fs::absolute(*o.state);
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/tarmac-sim-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return make_error(Error::Code::Io, fmt::format("mkdtemp: {}", std::strerror(errno)));
   }
-  const StateDir state(root);
+  return fs::path(pattern);
+}
+
+// An empty state directory with the scenario, the --fault rules and the clock in it.
+Result<void> prepare_state(const StateDir& state, const Simulation& sim, const SimClock& clock) {
   clear_state(state);
-  if (auto r = state.create(); !r) return fail(r.error().message);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      if (!dir.empty()) fs::remove_all(dir, ec);
-    }
-  } cleanup{o.state ? fs::path() : root};
+  TARMAC_TRY(state.create());
+  TARMAC_TRY(write_file_atomic(state.scenario(), sim.text));
+  for (const FaultRule& rule : sim.faults) TARMAC_TRY(append_runtime_fault(state, rule));
+  return write_clock_file(state.clock(), clock.spec());
+}
 
-  if (auto r = write_file_atomic(state.scenario(), *text); !r) return fail(r.error().message);
-  for (const FaultRule& rule : faults) {
-    if (auto r = append_runtime_fault(state, rule); !r) return fail(r.error().message);
-  }
-  const long long start = realtime_ns();
-  const SimClock clock(ClockSpec{start, o.speed, scenario->epoch_ns.value_or(start)});
-  if (auto r = write_clock_file(state.clock(), clock.spec()); !r) return fail(r.error().message);
-
+void install_signal_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_launcher_signal;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
 
-  Supervisor supervisor(*scenario, state, *load_program);
-  if (auto r = supervisor.tick(clock.seconds()); !r) return fail(r.error().message);
-  if (auto r = write_file_atomic(state.ready(), fmt::format("{}\n", ::getpid())); !r) return fail(r.error().message);
-  if (o.hold) {
-    std::printf("%s\n", root.c_str());  // where tests and tools find the simulation
-    std::fflush(stdout);
+// Reaps every child that has exited: the command (its exit status into `status`, and -1 into
+// `command`), or a load program the supervisor restarts or forgets.
+void reap_children(Supervisor& supervisor, pid_t& command, int& status) {
+  for (;;) {
+    int st = 0;
+    const pid_t pid = ::waitpid(-1, &st, WNOHANG);
+    if (pid <= 0) return;
+    if (pid == command) {
+      status = exit_status(st);
+      command = -1;
+    } else {
+      supervisor.on_exit(pid);
+    }
   }
+}
 
-  pid_t command = o.command.empty() ? -1 : start_command(o, *lib_dir, state);  // -1: none running
+// Load programs killed with SIGKILL leave their registry file behind: tidy up.
+void forget_stale_processes(const StateDir& state) {
+  std::vector<pid_t> stale;
+  (void)read_live_processes(state.procs(), &stale);
+  for (pid_t pid : stale) unregister_process(state.procs(), pid);
+}
+
+// Runs the simulation until the command ends (or, with --hold, until a signal); the command's
+// exit status.
+int supervise(const RunOptions& o, Supervisor& supervisor, const SimClock& clock, const StateDir& state,
+              pid_t command) {
   int status = 0;
   bool forwarded = false;
   auto last_gc = std::chrono::steady_clock::now();
   while (true) {
-    for (;;) {
-      int st = 0;
-      const pid_t pid = ::waitpid(-1, &st, WNOHANG);
-      if (pid <= 0) break;
-      if (pid == command) {
-        status = exit_status(st);
-        command = -1;
-      } else {
-        supervisor.on_exit(pid);
-      }
-    }
+    reap_children(supervisor, command, status);
     if (!o.command.empty() && command < 0) break;  // the command has finished
     if (g_signal != 0) {
       if (o.hold) break;
@@ -242,14 +237,53 @@ int run_command(const Args& args) {
     }
     if (auto r = supervisor.tick(clock.seconds()); !r) std::fprintf(stderr, "tarmac-sim: %s\n", r.error().message.c_str());
     if (std::chrono::steady_clock::now() - last_gc > std::chrono::seconds(1)) {
-      // Load programs killed with SIGKILL leave their registry file behind: tidy up.
-      std::vector<pid_t> stale;
-      (void)read_live_processes(state.procs(), &stale);
-      for (pid_t pid : stale) unregister_process(state.procs(), pid);
+      forget_stale_processes(state);
       last_gc = std::chrono::steady_clock::now();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return status;
+}
+
+}  // namespace
+
+int run_command(const Args& args) {
+  RunOptions o;
+  if (auto problem = parse_options(args, o)) {
+    std::fprintf(stderr, "tarmac-sim run: %s\n", problem->c_str());
+    return kExitUsage;
+  }
+  auto sim = load_simulation(o);
+  if (!sim) return fail(sim.error().message);
+  const auto lib_dir = find_library_dir(o.driver);
+  if (!lib_dir) return fail("cannot find the simulated libnvidia-ml.so.1 (set TARMAC_SIM_LIB_DIR)");
+  const auto load_program = find_load_program();
+  if (!load_program) return fail("cannot find tarmac-sim-load next to tarmac-sim (set TARMAC_SIM_LOAD)");
+
+  auto root = state_root(o);
+  if (!root) return fail(root.error().message);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!dir.empty()) fs::remove_all(dir, ec);
+    }
+  } cleanup{o.state ? fs::path() : *root};
+  const StateDir state(*root);
+  const long long start = realtime_ns();
+  const SimClock clock(ClockSpec{start, o.speed, sim->scenario.epoch_ns.value_or(start)});
+  if (auto r = prepare_state(state, *sim, clock); !r) return fail(r.error().message);
+  install_signal_handlers();
+
+  Supervisor supervisor(sim->scenario, state, *load_program);
+  if (auto r = supervisor.tick(clock.seconds()); !r) return fail(r.error().message);
+  if (auto r = write_file_atomic(state.ready(), fmt::format("{}\n", ::getpid())); !r) return fail(r.error().message);
+  if (o.hold) {
+    std::printf("%s\n", root->c_str());  // where tests and tools find the simulation
+    std::fflush(stdout);
+  }
+  const pid_t command = o.command.empty() ? -1 : start_command(o, *lib_dir, state);  // -1: none running
+  const int status = supervise(o, supervisor, clock, state, command);
   supervisor.stop_all(2000);
   return o.hold ? 0 : status;
 }

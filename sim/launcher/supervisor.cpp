@@ -42,6 +42,47 @@ std::optional<Identity> identity_for(const std::string& user) {
   ::_exit(127);
 }
 
+// The load program's environment: the launcher's without its TARMAC_SIM_* variables, then which
+// simulation and scenario process it is, and the user it runs as.
+std::vector<std::string> process_environment(const StateDir& state, unsigned index, const ProcessSpec& spec,
+                                             const std::optional<Identity>& who) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view kv(*e);
+    if (kv.starts_with("TARMAC_SIM_")) continue;
+    env.emplace_back(kv);
+  }
+  env.push_back("TARMAC_SIM_STATE=" + state.root().string());
+  env.push_back(fmt::format("TARMAC_SIM_SCENARIO_PROCESS={}", index));
+  env.push_back("TARMAC_SIM_PROCESS_NAME=" + spec.name);
+  if (who) {
+    env.push_back("USER=" + who->name);
+    env.push_back("LOGNAME=" + who->name);
+  }
+  return env;
+}
+
+// A null-terminated array of pointers into `strings`, for execve (which must not allocate after fork).
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// The registry's entry for scenario process `index`, now running as `pid`.
+LiveProcess live_process(pid_t pid, unsigned index, const ProcessSpec& spec) {
+  LiveProcess entry;
+  entry.pid = pid;
+  entry.gpus = spec.gpus;
+  entry.memory_mib = spec.memory_mib;
+  entry.sm_util = spec.sm_util.value_or(0);
+  entry.mem_util = spec.mem_util.value_or(0);
+  entry.scenario_process = index;
+  entry.type = spec.type;
+  return entry;
+}
+
 }  // namespace
 
 Supervisor::Supervisor(const Scenario& scenario, StateDir state, fs::path load_program)
@@ -60,26 +101,10 @@ Result<pid_t> Supervisor::start(unsigned index) {
   if (ec) return make_error(Error::Code::Io, fmt::format("{}: cannot create: {}", link.string(), ec.message()));
 
   const std::optional<Identity> who = identity_for(spec.user);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view kv(*e);
-    if (kv.starts_with("TARMAC_SIM_")) continue;
-    env_strings.emplace_back(kv);
-  }
-  env_strings.push_back("TARMAC_SIM_STATE=" + state_.root().string());
-  env_strings.push_back(fmt::format("TARMAC_SIM_SCENARIO_PROCESS={}", index));
-  env_strings.push_back("TARMAC_SIM_PROCESS_NAME=" + spec.name);
-  if (who) {
-    env_strings.push_back("USER=" + who->name);
-    env_strings.push_back("LOGNAME=" + who->name);
-  }
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  std::vector<std::string> env_strings = process_environment(state_, index, spec, who);
+  std::vector<char*> envp = c_strings(env_strings);
   std::vector<std::string> argv_strings = spec.argv;
-  std::vector<char*> argv;
-  for (auto& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = c_strings(argv_strings);
   const std::string path = link.string();
 
   // The child reports a failed exec through a close-on-exec pipe: EOF means exec succeeded.
@@ -124,15 +149,7 @@ Result<pid_t> Supervisor::start(unsigned index) {
     return make_error(Error::Code::Io, fmt::format("cannot start scenario process '{}': {}", spec.name,
                                                    std::strerror(child_errno)));
   }
-  LiveProcess entry;
-  entry.pid = pid;
-  entry.gpus = spec.gpus;
-  entry.memory_mib = spec.memory_mib;
-  entry.sm_util = spec.sm_util.value_or(0);
-  entry.mem_util = spec.mem_util.value_or(0);
-  entry.scenario_process = index;
-  entry.type = spec.type;
-  if (auto r = register_process(state_.procs(), entry); !r) {
+  if (auto r = register_process(state_.procs(), live_process(pid, index, spec)); !r) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
     return r.take_error();

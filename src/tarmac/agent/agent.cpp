@@ -67,6 +67,238 @@ class FlushLog {
   std::string last_message_;
 };
 
+// What the three cadences read: fast values, the same with processes, and the slow values alone.
+struct Reads {
+  gpu::SnapshotOptions fast;
+  gpu::SnapshotOptions with_processes;
+  gpu::SnapshotOptions slow;
+};
+
+Reads reads() {
+  Reads r;
+  r.fast.values = recorded_groups();
+  r.fast.processes = false;
+  r.fast.xid_events = true;
+  r.with_processes = r.fast;
+  r.with_processes.processes = true;
+  r.slow.values = {};
+  r.slow.processes = false;
+  r.slow.slow = true;
+  return r;
+}
+
+// One run of the agent: the recorder and tracker it feeds, when each cadence is next due, and what
+// the on_sample hook needs from earlier samples.
+class Loop {
+ public:
+  Loop(gpu::Backend& backend, const Clock& clock, const AgentOptions& options, const util::LogSink& log)
+      : backend_(backend),
+        clock_(clock),
+        options_(options),
+        log_(log),
+        recorder_(recorder_options(options)),
+        tracker_(options.thresholds, gap_ms(options, clock)),
+        flush_log_(log, store::database_path(options.state_dir)) {}
+
+  // The first snapshot proves NVML works; without it there is nothing to record.
+  Result<void> start() {
+    TARMAC_TRY_ASSIGN(auto first, backend_.snapshot(reads_.with_processes));
+    // The schedule runs on the clock's monotonic time; wall time only stamps the rows, so a step
+    // of the wall clock (NTP) neither stops sampling nor bursts it.
+    start_ms_ = clock_.now_ms();
+    start_mono_ = clock_.monotonic_ms();
+    recorder_.add(store::Event{start_ms_, std::nullopt, "agent-start",
+                               fmt::format("{} GPUs, every {} ms", first.devices.size(), options_.interval_ms)});
+    log_(util::LogLevel::Info,
+         fmt::format("recording {} GPUs every {} ms (processes every {} ms) to {}", first.devices.size(),
+                     options_.interval_ms, options_.process_interval_ms, path()));
+    real_start_ = Steady::now();
+    last_flush_ = Steady::now();
+    next_fast_ = next_processes_ = next_slow_ = start_mono_;
+    pending_first_ = std::move(first);
+    // Open the store now: a problem with it shows in the log at once, not a flush interval later.
+    flush(start_ms_);
+    now_ = start_ms_;
+    mono_ = start_mono_;
+    return {};
+  }
+
+  void run(const std::atomic<bool>& stop) {
+    while (!stop.load(std::memory_order_relaxed)) {
+      now_ = clock_.now_ms();
+      mono_ = clock_.monotonic_ms();
+      if (past_duration(mono_)) break;
+      sample_fast();
+      if (options_.slow_interval_ms > 0 && mono_ >= next_slow_) sample_slow();
+      flush_when_due();
+      wait_for_next(stop);
+    }
+  }
+
+  // Stamps the stop (at most at the end of --duration), writes what is left and sums the run up.
+  AgentSummary finish() {
+    mono_ = std::max(mono_, clock_.monotonic_ms());
+    if (options_.duration_ms > 0) mono_ = std::min(mono_, start_mono_ + options_.duration_ms);
+    now_ = std::max(now_, clock_.now_ms());
+    if (options_.duration_ms > 0) now_ = std::min(now_, start_ms_ + options_.duration_ms);
+    recorder_.add(
+        store::Event{now_, std::nullopt, "agent-stop", fmt::format("{} GPU-samples", summary_.gpu_samples)});
+    flush(now_);
+    summary_.clock_ms = mono_ - start_mono_;
+    summary_.real_s = seconds_since(real_start_);
+    if (recorder_.pending_rows() > 0) {
+      log_(util::LogLevel::Warning,
+           fmt::format("stopped with {} rows not written to {}", recorder_.pending_rows(), path()));
+    }
+    return summary_;
+  }
+
+ private:
+  static store::RecorderOptions recorder_options(const AgentOptions& options) {
+    store::RecorderOptions ropts;
+    ropts.path = store::database_path(options.state_dir);
+    ropts.retention = options.retention;
+    return ropts;
+  }
+
+  // A pause longer than a few intervals, and than 10 s of real time (a slow snapshot under a fast
+  // simulation is late, not a gap), is time nobody watched: spans end rather than stretch.
+  static long long gap_ms(const AgentOptions& options, const Clock& clock) {
+    return std::max({3 * options.interval_ms, options.process_interval_ms + options.interval_ms,
+                     static_cast<long long>(10'000 * clock.speed())});
+  }
+
+  [[nodiscard]] std::string path() const { return store::database_path(options_.state_dir); }
+  [[nodiscard]] bool past_duration(long long mono) const {
+    return options_.duration_ms > 0 && mono - start_mono_ >= options_.duration_ms;
+  }
+
+  // One fast sample, with processes when their cadence is due (the first is the start's).
+  void sample_fast() {
+    const bool list_processes = mono_ >= next_processes_;
+    const auto sample_start = Steady::now();
+    Result<gpu::Snapshot> snap = pending_first_ ? Result<gpu::Snapshot>(std::move(*pending_first_))
+                                                : backend_.snapshot(list_processes ? reads_.with_processes : reads_.fast);
+    const double sample_seconds = seconds_since(sample_start);
+    pending_first_.reset();
+    if (!snap.ok()) {
+      note_failed_sample(snap.error());
+      return;
+    }
+    record(*snap, list_processes);
+    if (options_.on_sample) publish(*snap, list_processes, sample_seconds);
+  }
+
+  void record(const gpu::Snapshot& snap, bool list_processes) {
+    ++summary_.snapshots;
+    summary_.gpu_samples += static_cast<long long>(snap.devices.size());
+    for (const auto& d : snap.devices) nvml_errors_ += static_cast<long long>(d.errors.size());
+    tracker_.observe(snap, now_, list_processes, recorder_,
+                     options_.leased_gpus ? options_.leased_gpus() : std::set<std::string>{});
+    if (list_processes) {
+      for (const auto& d : snap.devices) recorder_.add(info_of(d), now_);
+      next_processes_ = std::max(next_processes_ + options_.process_interval_ms, mono_ + 1);
+    }
+  }
+
+  // The hook sees every GPU whole: this sample's values, the last processes and slow values.
+  void publish(gpu::Snapshot& snap, bool list_processes, double sample_seconds) {
+    for (auto& d : snap.devices) {
+      if (list_processes) {
+        latest_processes_[d.id.index] = d.processes;
+      } else if (auto it = latest_processes_.find(d.id.index); it != latest_processes_.end()) {
+        d.processes = it->second;
+      }
+      if (auto it = latest_slow_.find(d.id.index); it != latest_slow_.end()) d.slow = it->second;
+    }
+    const auto classes = tracker_.classes();
+    options_.on_sample(SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds});
+  }
+
+  // Counted every time, logged at most once a minute of clock time.
+  void note_failed_sample(const Error& error) {
+    ++nvml_errors_;
+    if (last_error_log_ < 0 || mono_ - last_error_log_ >= 60 * 1000) {
+      log_(util::LogLevel::Error, fmt::format("cannot read the GPUs: {}", error.message));
+      last_error_log_ = mono_;
+    }
+  }
+
+  void sample_slow() {
+    if (auto s = backend_.snapshot(reads_.slow); s.ok()) {
+      for (const auto& d : s->devices) {
+        if (!d.slow) continue;
+        if (options_.on_sample) latest_slow_[d.id.index] = *d.slow;
+        recorder_.add(store::SlowSample{now_, d.id.index, util::widen(d.slow->pcie_tx_kbps),
+                                        util::widen(d.slow->pcie_rx_kbps), d.slow->gpm_sm_active_pct,
+                                        d.slow->gpm_sm_occupancy_pct, d.slow->gpm_tensor_active_pct,
+                                        d.slow->gpm_dram_bw_pct});
+      }
+    }
+    next_slow_ = std::max(next_slow_ + options_.slow_interval_ms, mono_ + 1);
+  }
+
+  // Flush on time, or sooner when a fast simulation piles rows up: memory stays bounded.
+  void flush_when_due() {
+    if (seconds_since(last_flush_) * 1000 >= static_cast<double>(options_.flush_interval_ms) ||
+        recorder_.pending_rows() >= kFlushRows) {
+      flush(now_);
+    }
+  }
+
+  // Writes the pending rows, and prunes old ones at most once an hour while writes succeed.
+  void flush(long long ts_ms) {
+    auto status = recorder_.flush();
+    flush_log_.report(status, ts_ms, recorder_);
+    last_flush_ = Steady::now();
+    if (status.ok && (last_prune_ == 0 || ts_ms - last_prune_ >= kPruneEveryMs)) {
+      if (auto r = recorder_.prune(ts_ms); !r.ok()) {
+        log_(util::LogLevel::Warning, fmt::format("cannot prune old data: {}", r.error().message));
+      }
+      last_prune_ = ts_ms;
+    }
+  }
+
+  void wait_for_next(const std::atomic<bool>& stop) {
+    next_fast_ += options_.interval_ms;
+    const long long after = clock_.monotonic_ms();
+    if (next_fast_ <= after) {
+      // The sample ran past the next one's time (a slow GPU, a fast simulation): take the next one
+      // now rather than a burst of catch-up samples.
+      ++summary_.late_samples;
+      next_fast_ = after;
+    }
+    if (options_.duration_ms > 0) next_fast_ = std::min(next_fast_, start_mono_ + options_.duration_ms);
+    clock_.sleep_until(next_fast_, stop);
+  }
+
+  gpu::Backend& backend_;
+  const Clock& clock_;
+  const AgentOptions& options_;
+  const util::LogSink& log_;
+  const Reads reads_ = reads();
+  store::Recorder recorder_;
+  Tracker tracker_;
+  FlushLog flush_log_;
+  AgentSummary summary_;
+
+  long long start_ms_ = 0;    // wall time of the start, for the rows' stamps
+  long long start_mono_ = 0;  // monotonic time of the start, for the schedule
+  long long now_ = 0;         // this sample's wall time
+  long long mono_ = 0;        // this sample's monotonic time
+  Steady::time_point real_start_;
+  Steady::time_point last_flush_;
+  long long next_fast_ = 0;
+  long long next_processes_ = 0;
+  long long next_slow_ = 0;
+  long long last_prune_ = 0;
+  long long last_error_log_ = -1;
+  std::optional<gpu::Snapshot> pending_first_;  // the start's snapshot, recorded as the first sample
+  long long nvml_errors_ = 0;
+  std::map<unsigned, std::vector<gpu::GpuProcess>> latest_processes_;  // for on_sample
+  std::map<unsigned, gpu::DeviceSlowSample> latest_slow_;
+};
+
 }  // namespace
 
 gpu::ValueGroups recorded_groups() {
@@ -78,150 +310,10 @@ gpu::ValueGroups recorded_groups() {
 
 Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const AgentOptions& options,
                                const std::atomic<bool>& stop, const util::LogSink& log) {
-  store::RecorderOptions ropts;
-  ropts.path = store::database_path(options.state_dir);
-  ropts.retention = options.retention;
-  store::Recorder recorder(ropts);
-  // A pause longer than a few intervals, and than 10 s of real time (a slow snapshot under a fast
-  // simulation is late, not a gap), is time nobody watched: spans end rather than stretch.
-  const long long gap_ms = std::max({3 * options.interval_ms, options.process_interval_ms + options.interval_ms,
-                                     static_cast<long long>(10'000 * clock.speed())});
-  Tracker tracker(options.thresholds, gap_ms);
-  FlushLog flush_log(log, ropts.path);
-
-  gpu::SnapshotOptions fast;
-  fast.values = recorded_groups();
-  fast.processes = false;
-  fast.xid_events = true;
-  gpu::SnapshotOptions with_processes = fast;
-  with_processes.processes = true;
-  gpu::SnapshotOptions slow;
-  slow.values = {};
-  slow.processes = false;
-  slow.slow = true;
-
-  // The first snapshot proves NVML works; without it there is nothing to record.
-  TARMAC_TRY_ASSIGN(auto first, backend.snapshot(with_processes));
-  // The schedule runs on the clock's monotonic time; wall time only stamps the rows, so a step of
-  // the wall clock (NTP) neither stops sampling nor bursts it.
-  const long long start_ms = clock.now_ms();
-  const long long start_mono = clock.monotonic_ms();
-  recorder.add(store::Event{start_ms, std::nullopt, "agent-start",
-                            fmt::format("{} GPUs, every {} ms", first.devices.size(), options.interval_ms)});
-  log(util::LogLevel::Info, fmt::format("recording {} GPUs every {} ms (processes every {} ms) to {}", first.devices.size(),
-                                  options.interval_ms, options.process_interval_ms, ropts.path));
-
-  AgentSummary summary;
-  const auto real_start = Steady::now();
-  auto last_flush = Steady::now();
-  long long next_fast = start_mono;
-  long long next_processes = start_mono;
-  long long next_slow = start_mono;
-  long long last_prune = 0;
-  long long last_error_log = -1;
-  std::optional<gpu::Snapshot> pending_first(std::move(first));
-  long long nvml_errors = 0;
-  std::map<unsigned, std::vector<gpu::GpuProcess>> latest_processes;  // for on_sample
-  std::map<unsigned, gpu::DeviceSlowSample> latest_slow;
-
-  auto flush = [&](long long ts_ms) {
-    auto status = recorder.flush();
-    flush_log.report(status, ts_ms, recorder);
-    last_flush = Steady::now();
-    if (status.ok && (last_prune == 0 || ts_ms - last_prune >= kPruneEveryMs)) {
-      if (auto r = recorder.prune(ts_ms); !r.ok()) {
-        log(util::LogLevel::Warning, fmt::format("cannot prune old data: {}", r.error().message));
-      }
-      last_prune = ts_ms;
-    }
-  };
-
-  // Open the store now: a problem with it shows in the log at once, not a flush interval later.
-  flush(start_ms);
-
-  long long now = start_ms;
-  long long mono = start_mono;
-  while (!stop.load(std::memory_order_relaxed)) {
-    now = clock.now_ms();
-    mono = clock.monotonic_ms();
-    if (options.duration_ms > 0 && mono - start_mono >= options.duration_ms) break;
-    const bool list_processes = mono >= next_processes;
-    const auto sample_start = Steady::now();
-    Result<gpu::Snapshot> snap = pending_first ? Result<gpu::Snapshot>(std::move(*pending_first))
-                                               : backend.snapshot(list_processes ? with_processes : fast);
-    const double sample_seconds = seconds_since(sample_start);
-    pending_first.reset();
-    if (snap.ok()) {
-      ++summary.snapshots;
-      summary.gpu_samples += static_cast<long long>(snap->devices.size());
-      for (const auto& d : snap->devices) nvml_errors += static_cast<long long>(d.errors.size());
-      tracker.observe(*snap, now, list_processes, recorder,
-                      options.leased_gpus ? options.leased_gpus() : std::set<std::string>{});
-      if (list_processes) {
-        for (const auto& d : snap->devices) recorder.add(info_of(d), now);
-        next_processes = std::max(next_processes + options.process_interval_ms, mono + 1);
-      }
-      if (options.on_sample) {
-        // The hook sees every GPU whole: this sample's values, the last processes and slow values.
-        for (auto& d : snap->devices) {
-          if (list_processes) {
-            latest_processes[d.id.index] = d.processes;
-          } else if (auto it = latest_processes.find(d.id.index); it != latest_processes.end()) {
-            d.processes = it->second;
-          }
-          if (auto it = latest_slow.find(d.id.index); it != latest_slow.end()) d.slow = it->second;
-        }
-        const auto classes = tracker.classes();
-        options.on_sample(SampleView{*snap, classes, now, summary, nvml_errors, sample_seconds});
-      }
-    } else {
-      ++nvml_errors;
-      if (last_error_log < 0 || mono - last_error_log >= 60 * 1000) {
-        log(util::LogLevel::Error, fmt::format("cannot read the GPUs: {}", snap.error().message));
-        last_error_log = mono;
-      }
-    }
-    if (options.slow_interval_ms > 0 && mono >= next_slow) {
-      if (auto s = backend.snapshot(slow); s.ok()) {
-        for (const auto& d : s->devices) {
-          if (!d.slow) continue;
-          if (options.on_sample) latest_slow[d.id.index] = *d.slow;
-          recorder.add(store::SlowSample{now, d.id.index, util::widen(d.slow->pcie_tx_kbps),
-                                         util::widen(d.slow->pcie_rx_kbps), d.slow->gpm_sm_active_pct,
-                                         d.slow->gpm_sm_occupancy_pct, d.slow->gpm_tensor_active_pct, d.slow->gpm_dram_bw_pct});
-        }
-      }
-      next_slow = std::max(next_slow + options.slow_interval_ms, mono + 1);
-    }
-    // Flush on time, or sooner when a fast simulation piles rows up: memory stays bounded.
-    if (seconds_since(last_flush) * 1000 >= static_cast<double>(options.flush_interval_ms) ||
-        recorder.pending_rows() >= kFlushRows) {
-      flush(now);
-    }
-
-    next_fast += options.interval_ms;
-    const long long after = clock.monotonic_ms();
-    if (next_fast <= after) {
-      // The sample ran past the next one's time (a slow GPU, a fast simulation): take the next one
-      // now rather than a burst of catch-up samples.
-      ++summary.late_samples;
-      next_fast = after;
-    }
-    if (options.duration_ms > 0) next_fast = std::min(next_fast, start_mono + options.duration_ms);
-    clock.sleep_until(next_fast, stop);
-  }
-  mono = std::max(mono, clock.monotonic_ms());
-  if (options.duration_ms > 0) mono = std::min(mono, start_mono + options.duration_ms);
-  now = std::max(now, clock.now_ms());
-  if (options.duration_ms > 0) now = std::min(now, start_ms + options.duration_ms);
-  recorder.add(store::Event{now, std::nullopt, "agent-stop", fmt::format("{} GPU-samples", summary.gpu_samples)});
-  flush(now);
-  summary.clock_ms = mono - start_mono;
-  summary.real_s = seconds_since(real_start);
-  if (recorder.pending_rows() > 0) {
-    log(util::LogLevel::Warning, fmt::format("stopped with {} rows not written to {}", recorder.pending_rows(), ropts.path));
-  }
-  return summary;
+  Loop loop(backend, clock, options, log);
+  TARMAC_TRY(loop.start());
+  loop.run(stop);
+  return loop.finish();
 }
 
 }  // namespace tarmac::agent

@@ -77,6 +77,130 @@ std::optional<double> used_pct(const gpu::Device& d) {
   return 100.0 * static_cast<double>(*d.sample.mem_used_bytes) / static_cast<double>(*d.id.mem_total_bytes);
 }
 
+std::optional<gpu::Activity> class_of(const std::map<unsigned, gpu::Activity>& classes, unsigned gpu) {
+  const auto it = classes.find(gpu);
+  return it == classes.end() ? std::nullopt : std::optional<gpu::Activity>(it->second);
+}
+
+// The rules, one function each: a pure function of one GPU's merged sample and its class (the
+// imbalance rule: of one job's GPUs), the alert when the rule's condition holds now. How long it
+// must hold before it fires is the Evaluator's.
+
+// fault, for a GPU that fell off the bus: nothing else about it can be believed.
+Alert lost_alert(const gpu::Device& d) {
+  Alert a = gpu_alert(Rule::Fault, d);
+  a.summary = fmt::format("{}: lost ({})", gpu_label(d), *d.lost);
+  return a;
+}
+
+std::optional<Alert> fault_alert(const gpu::Device& d, std::optional<gpu::Activity> cls) {
+  if (cls != gpu::Activity::Fault) return std::nullopt;
+  Alert a = gpu_alert(Rule::Fault, d);
+  a.summary = fmt::format("{}: fault: {}", gpu_label(d), gpu::fault_reason(d).value_or("fault"));
+  return a;
+}
+
+// Starved by gpu::is_starved, the dashboard's own definition; holding and fault say more.
+std::optional<Alert> starvation_alert(const gpu::Device& d, std::optional<gpu::Activity> cls,
+                                      const gpu::ActivityThresholds& activity) {
+  if (!gpu::is_starved(d, activity) || cls == gpu::Activity::Holding || cls == gpu::Activity::Fault) {
+    return std::nullopt;
+  }
+  Alert a = gpu_alert(Rule::Starvation, d);
+  a.summary = fmt::format("{}: {} holds {}, {:.0f} % of memory in use, at {} %", gpu_label(d),
+                          process_label(*largest_process(d)), util::format_bytes(held_bytes(d)),
+                          used_pct(d).value_or(0), d.sample.util_gpu_pct.value_or(0));
+  return a;
+}
+
+std::optional<Alert> idle_alert(const gpu::Device& d, std::optional<gpu::Activity> cls) {
+  if (cls != gpu::Activity::Idle && cls != gpu::Activity::ReservedIdle) return std::nullopt;
+  Alert a = gpu_alert(Rule::Idle, d);
+  a.summary = fmt::format("{}: {}", gpu_label(d), gpu::to_string(*cls));
+  return a;
+}
+
+std::optional<Alert> holding_alert(const gpu::Device& d, std::optional<gpu::Activity> cls) {
+  if (cls != gpu::Activity::Holding) return std::nullopt;
+  Alert a = gpu_alert(Rule::Holding, d);
+  const auto* p = largest_process(d);
+  a.summary = fmt::format("{}: {} holds {} at {} %", gpu_label(d), p ? process_label(*p) : std::string("processes"),
+                          util::format_bytes(held_bytes(d)), d.sample.util_gpu_pct.value_or(0));
+  return a;
+}
+
+// At or over thermal_c, or clocks slowed by heat whatever the temperature reads.
+std::optional<Alert> thermal_alert(const gpu::Device& d, const AlertConfig& config) {
+  const bool thermal_reason =
+      d.sample.clock_event_reasons && gpu::thermal_clock_events(*d.sample.clock_event_reasons) != 0;
+  if (!(d.sample.temp_c && *d.sample.temp_c >= config.thermal_c) && !thermal_reason) return std::nullopt;
+  Alert a = gpu_alert(Rule::Thermal, d);
+  if (d.sample.temp_c) {
+    a.summary = fmt::format("{}: {} °C (threshold {} °C){}", gpu_label(d), *d.sample.temp_c, config.thermal_c,
+                            thermal_reason ? ", clocks slowed by heat" : "");
+  } else {
+    a.summary = fmt::format("{}: clocks slowed by heat", gpu_label(d));
+  }
+  return a;
+}
+
+std::optional<Alert> near_oom_alert(const gpu::Device& d, const AlertConfig& config) {
+  const auto pct = used_pct(d);
+  if (!pct || *pct < config.near_oom_pct) return std::nullopt;
+  Alert a = gpu_alert(Rule::NearOom, d);
+  a.summary = fmt::format("{}: {} of {} memory used ({:.1f} %)", gpu_label(d),
+                          util::format_bytes(*d.sample.mem_used_bytes), util::format_bytes(*d.id.mem_total_bytes),
+                          *pct);
+  if (const auto* p = largest_process(d)) a.summary += fmt::format(", largest {}", process_label(*p));
+  return a;
+}
+
+// One job's GPUs, for the imbalance rule: each GPU's utilization, and the job's first process.
+struct JobGpus {
+  std::map<unsigned, unsigned> util_by_gpu;
+  const gpu::GpuProcess* process = nullptr;
+};
+
+// Adds the GPU to the job of each of its processes (job_key: a Slurm job, a container, ...).
+void note_job_gpus(const gpu::Device& d, std::map<std::string, JobGpus>& jobs) {
+  const auto util = d.sample.util_gpu_pct;
+  if (!util) return;
+  for (const auto& p : d.processes) {
+    const std::string job = job_key(p.host);
+    if (job.empty()) continue;
+    JobGpus& j = jobs[job];
+    j.util_by_gpu[d.id.index] = *util;
+    if (j.process == nullptr) j.process = &p;
+  }
+}
+
+// A job on two GPUs or more whose utilizations spread over imbalance_pct points.
+std::optional<Alert> imbalance_alert(const std::string& job, const JobGpus& gpus, const AlertConfig& config) {
+  if (gpus.util_by_gpu.size() < 2) return std::nullopt;
+  unsigned lo = 100;
+  unsigned hi = 0;
+  std::vector<std::string> parts;
+  Alert a;
+  for (const auto& [idx, util] : gpus.util_by_gpu) {
+    lo = std::min(lo, util);
+    hi = std::max(hi, util);
+    parts.push_back(fmt::format("{}: {} %", idx, util));
+    a.gpus.push_back(idx);
+  }
+  if (hi - lo <= config.imbalance_pct) return std::nullopt;
+  a.rule = Rule::Imbalance;
+  a.severity = severity_of(Rule::Imbalance);
+  a.key = "job:" + job;
+  a.job = job;
+  a.gpu = a.gpus.front();
+  const gpu::GpuProcess& p = *gpus.process;
+  a.user = p.host.user.value_or("");
+  a.command = p.host.command_line.value_or("");
+  a.summary = fmt::format("job {} on GPUs {}: utilization spread {} points ({})",
+                          p.host.user ? fmt::format("{} ({})", short_command(p), *p.host.user) : short_command(p),
+                          fmt::join(a.gpus, ","), hi - lo, fmt::join(parts, ", "));
+  return a;
+}
 
 }  // namespace
 
@@ -194,121 +318,47 @@ Evaluator::Evaluator(AlertConfig config, gpu::ActivityThresholds activity)
 
 std::vector<Notice> Evaluator::observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu::Activity>& classes,
                                        long long ts_ms) {
-  std::map<std::pair<Rule, std::string>, Alert> now;
-  const auto add = [&](Alert a) {
-    if (!config_.enabled(a.rule)) return;
-    auto k = std::make_pair(a.rule, a.key);
-    now.emplace(std::move(k), std::move(a));
+  AlertsNow now;
+  const auto add = [&](std::optional<Alert> a) {
+    if (!a || !config_.enabled(a->rule)) return;
+    auto k = std::make_pair(a->rule, a->key);
+    now.emplace(std::move(k), std::move(*a));
   };
-
-  // Per job: (GPU index, utilization) of each GPU its processes are on.
-  std::map<std::string, std::map<unsigned, unsigned>> jobs;
-  std::map<std::string, const gpu::GpuProcess*> job_process;
+  std::map<std::string, JobGpus> jobs;
   std::set<unsigned> seen;
   for (const auto& d : merged.devices) {
-    const unsigned idx = d.id.index;
-    seen.insert(idx);
-    const auto cls_it = classes.find(idx);
-    const std::optional<gpu::Activity> cls =
-        cls_it == classes.end() ? std::nullopt : std::optional<gpu::Activity>(cls_it->second);
+    seen.insert(d.id.index);
+    track_zero_utilization(d, ts_ms);
     if (d.lost) {
-      Alert a = gpu_alert(Rule::Fault, d);
-      a.summary = fmt::format("{}: lost ({})", gpu_label(d), *d.lost);
-      add(std::move(a));
-      zero_since_ms_.erase(idx);
+      add(lost_alert(d));
       continue;
     }
-    if (cls == gpu::Activity::Fault) {
-      Alert a = gpu_alert(Rule::Fault, d);
-      a.summary = fmt::format("{}: fault: {}", gpu_label(d), gpu::fault_reason(d).value_or("fault"));
-      add(std::move(a));
-    }
-    const auto util = d.sample.util_gpu_pct;
-    if (!d.processes.empty() && util && *util == 0) {
-      zero_since_ms_.emplace(idx, ts_ms);
-    } else {
-      zero_since_ms_.erase(idx);
-    }
-    const auto pct = used_pct(d);
-    const std::uint64_t held = held_bytes(d);
-    if (gpu::is_starved(d, activity_) && cls != gpu::Activity::Holding && cls != gpu::Activity::Fault) {
-      Alert a = gpu_alert(Rule::Starvation, d);
-      a.summary = fmt::format("{}: {} holds {}, {:.0f} % of memory in use, at {} %", gpu_label(d),
-                              process_label(*largest_process(d)), util::format_bytes(held), pct.value_or(0),
-                              util.value_or(0));
-      add(std::move(a));
-    }
-    if (cls == gpu::Activity::Idle || cls == gpu::Activity::ReservedIdle) {
-      Alert a = gpu_alert(Rule::Idle, d);
-      a.summary = fmt::format("{}: {}", gpu_label(d), gpu::to_string(*cls));
-      add(std::move(a));
-    }
-    if (cls == gpu::Activity::Holding) {
-      Alert a = gpu_alert(Rule::Holding, d);
-      const auto* p = largest_process(d);
-      a.summary = fmt::format("{}: {} holds {} at {} %", gpu_label(d), p ? process_label(*p) : std::string("processes"),
-                              util::format_bytes(held), util.value_or(0));
-      add(std::move(a));
-    }
-    const bool thermal_reason =
-        d.sample.clock_event_reasons && gpu::thermal_clock_events(*d.sample.clock_event_reasons) != 0;
-    if ((d.sample.temp_c && *d.sample.temp_c >= config_.thermal_c) || thermal_reason) {
-      Alert a = gpu_alert(Rule::Thermal, d);
-      if (d.sample.temp_c) {
-        a.summary = fmt::format("{}: {} °C (threshold {} °C){}", gpu_label(d), *d.sample.temp_c, config_.thermal_c,
-                                thermal_reason ? ", clocks slowed by heat" : "");
-      } else {
-        a.summary = fmt::format("{}: clocks slowed by heat", gpu_label(d));
-      }
-      add(std::move(a));
-    }
-    if (pct && *pct >= config_.near_oom_pct) {
-      Alert a = gpu_alert(Rule::NearOom, d);
-      a.summary = fmt::format("{}: {} of {} memory used ({:.1f} %)", gpu_label(d),
-                              util::format_bytes(*d.sample.mem_used_bytes), util::format_bytes(*d.id.mem_total_bytes),
-                              *pct);
-      if (const auto* p = largest_process(d)) a.summary += fmt::format(", largest {}", process_label(*p));
-      add(std::move(a));
-    }
-    if (util) {
-      for (const auto& p : d.processes) {
-        const std::string job = job_key(p.host);
-        if (job.empty()) continue;
-        jobs[job][idx] = *util;
-        job_process.emplace(job, &p);
-      }
-    }
+    const auto cls = class_of(classes, d.id.index);
+    add(fault_alert(d, cls));
+    add(starvation_alert(d, cls, activity_));
+    add(idle_alert(d, cls));
+    add(holding_alert(d, cls));
+    add(thermal_alert(d, config_));
+    add(near_oom_alert(d, config_));
+    note_job_gpus(d, jobs);
   }
   for (auto it = zero_since_ms_.begin(); it != zero_since_ms_.end();) {
     it = seen.count(it->first) ? std::next(it) : zero_since_ms_.erase(it);
   }
-  for (const auto& [job, gpus] : jobs) {
-    if (gpus.size() < 2) continue;
-    unsigned lo = 100;
-    unsigned hi = 0;
-    std::vector<std::string> parts;
-    Alert a;
-    for (const auto& [idx, util] : gpus) {
-      lo = std::min(lo, util);
-      hi = std::max(hi, util);
-      parts.push_back(fmt::format("{}: {} %", idx, util));
-      a.gpus.push_back(idx);
-    }
-    if (hi - lo <= config_.imbalance_pct) continue;
-    a.rule = Rule::Imbalance;
-    a.severity = severity_of(Rule::Imbalance);
-    a.key = "job:" + job;
-    a.job = job;
-    a.gpu = a.gpus.front();
-    const auto* p = job_process.at(job);
-    a.user = p->host.user.value_or("");
-    a.command = p->host.command_line.value_or("");
-    a.summary = fmt::format("job {} on GPUs {}: utilization spread {} points ({})",
-                            p->host.user ? fmt::format("{} ({})", short_command(*p), *p->host.user) : short_command(*p),
-                            fmt::join(a.gpus, ","), hi - lo, fmt::join(parts, ", "));
-    add(std::move(a));
-  }
+  for (const auto& [job, gpus] : jobs) add(imbalance_alert(job, gpus, config_));
+  return advance(std::move(now), ts_ms);
+}
 
+void Evaluator::track_zero_utilization(const gpu::Device& d, long long ts_ms) {
+  const auto util = d.sample.util_gpu_pct;
+  if (!d.lost && !d.processes.empty() && util && *util == 0) {
+    zero_since_ms_.emplace(d.id.index, ts_ms);
+  } else {
+    zero_since_ms_.erase(d.id.index);
+  }
+}
+
+std::vector<Notice> Evaluator::advance(AlertsNow now, long long ts_ms) {
   std::vector<Notice> notices;
   for (auto it = states_.begin(); it != states_.end();) {
     if (now.count(it->first) == 0) {

@@ -126,6 +126,15 @@ class Evaluator {
     bool firing = false;
     Alert alert;
   };
+  // The alerts whose condition holds at one sample, by rule and key.
+  using AlertsNow = std::map<std::pair<Rule, std::string>, Alert>;
+
+  // Notes since when a GPU's processes have sat at 0 % (the holding alert's time).
+  void track_zero_utilization(const gpu::Device& device, long long ts_ms);
+  // Moves each rule and key on: pending from its first sample, firing after the rule's `for`,
+  // resolved (when it fired) at the first sample it no longer holds.
+  [[nodiscard]] std::vector<Notice> advance(AlertsNow now, long long ts_ms);
+
   AlertConfig config_;
   gpu::ActivityThresholds activity_;
   std::map<std::pair<Rule, std::string>, State> states_;

@@ -5,13 +5,14 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fmt/format.h>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "tarmac/agent/agent.hpp"
 #include "tarmac/agent/clock.hpp"
@@ -23,6 +24,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/store/private_files.hpp"
 #include "tarmac/store/recorder.hpp"
+#include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
@@ -116,186 +118,232 @@ class AgentLock {
   int fd_ = -1;
 };
 
-int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
+// The agent's effective settings: the configuration files with the command's flags over them.
+struct AgentSettings {
+  config::Config cfg;
+  agent::AgentOptions options;
+  config::AgentClock clock_kind = config::AgentClock::Real;
+  std::vector<std::string> files;  // the configuration files read, in order
+  [[nodiscard]] bool scheduler_on() const { return cfg.scheduler.socket != "off"; }
+};
+
+// Reads the configuration and applies the flags over it; nullopt (with a message) on bad usage.
+std::optional<AgentSettings> resolve_settings(const GlobalOptions& global, const AgentFlags& flags) {
   auto loaded = load_config(global);
-  if (!loaded.ok()) return kExitUsage;
-  config::Config cfg = loaded->config;
-  agent::AgentOptions options = cfg.agent;
-  options.thresholds = cfg.activity;
-  options.retention = cfg.retention;
-  if (!apply_duration(flags.interval, "--interval", 100, options.interval_ms) ||
-      !apply_duration(flags.process_interval, "--process-interval", 100, options.process_interval_ms) ||
-      !apply_duration(flags.flush, "--flush", 100, options.flush_interval_ms) ||
-      !apply_duration(flags.duration, "--duration", 1, options.duration_ms)) {
-    return kExitUsage;
+  if (!loaded.ok()) return std::nullopt;
+  AgentSettings s;
+  s.cfg = loaded->config;
+  s.files = loaded->files;
+  s.options = s.cfg.agent;
+  s.options.thresholds = s.cfg.activity;
+  s.options.retention = s.cfg.retention;
+  if (!apply_duration(flags.interval, "--interval", 100, s.options.interval_ms) ||
+      !apply_duration(flags.process_interval, "--process-interval", 100, s.options.process_interval_ms) ||
+      !apply_duration(flags.flush, "--flush", 100, s.options.flush_interval_ms) ||
+      !apply_duration(flags.duration, "--duration", 1, s.options.duration_ms)) {
+    return std::nullopt;
   }
-  if (!flags.state_dir.empty()) cfg.agent.state_dir = flags.state_dir;
+  if (!flags.state_dir.empty()) s.cfg.agent.state_dir = flags.state_dir;
   if (flags.listen) {
     if (*flags.listen == "off") {
-      cfg.http_listen.clear();
+      s.cfg.http_listen.clear();
     } else if (!config::split_address(*flags.listen)) {
       fmt::print(stderr, "tarmac: --listen {}: expected host:port (like 127.0.0.1:9478) or off\n", *flags.listen);
-      return kExitUsage;
+      return std::nullopt;
     } else {
-      cfg.http_listen = *flags.listen;
+      s.cfg.http_listen = *flags.listen;
     }
   }
-  if (flags.socket) cfg.scheduler.socket = *flags.socket;
-  const bool scheduler_on = cfg.scheduler.socket != "off";
-  options.state_dir = config::state_dir(cfg);
-  config::AgentClock clock_kind = cfg.agent_clock;
-  if (!flags.clock.empty()) clock_kind = flags.clock == "sim" ? config::AgentClock::Sim : config::AgentClock::Real;
+  if (flags.socket) s.cfg.scheduler.socket = *flags.socket;
+  s.options.state_dir = config::state_dir(s.cfg);
+  s.clock_kind = s.cfg.agent_clock;
+  if (!flags.clock.empty()) s.clock_kind = flags.clock == "sim" ? config::AgentClock::Sim : config::AgentClock::Real;
+  return s;
+}
 
-  if (flags.check_config) {
-    fmt::print("configuration ok: {}\n", loaded->files.empty() ? std::string("the defaults (no file)")
-                                                               : fmt::format("{}", fmt::join(loaded->files, ", ")));
-    fmt::print("agent: every {} (processes every {}, slow values every {}), flush every {}, {} clock\n",
-               util::format_duration_ms(options.interval_ms), util::format_duration_ms(options.process_interval_ms),
-               options.slow_interval_ms ? util::format_duration_ms(options.slow_interval_ms) : std::string("never"),
-               util::format_duration_ms(options.flush_interval_ms),
-               clock_kind == config::AgentClock::Sim ? "simulator" : "real");
-    fmt::print("store: {}\n", store::database_path(options.state_dir));
-    fmt::print("http: {}\n", cfg.http_listen.empty() ? std::string("off")
-                                                    : fmt::format("http://{}/ (/metrics, /api/v1, /healthz)",
-                                                                  cfg.http_listen));
-    fmt::print("scheduler: {}\n", scheduler_on ? fmt::format("socket {}, leases in {}", agent_scheduler_socket(cfg),
-                                                                 sched::lock_dir(cfg.scheduler_lock_dir))
-                                               : std::string("off"));
-    const auto keep = [](long long ms) { return ms ? util::format_duration_ms(ms) : std::string("forever"); };
-    fmt::print("retention: samples {}, minutes {}, hours {}, events {}\n", keep(options.retention.samples_ms),
-               keep(options.retention.minutes_ms), keep(options.retention.hours_ms), keep(options.retention.events_ms));
-    return kExitOk;
-  }
+// --check-config: what the agent would do, one line per part.
+void print_settings(const AgentSettings& s) {
+  const agent::AgentOptions& options = s.options;
+  fmt::print("configuration ok: {}\n",
+             s.files.empty() ? std::string("the defaults (no file)") : fmt::format("{}", fmt::join(s.files, ", ")));
+  fmt::print("agent: every {} (processes every {}, slow values every {}), flush every {}, {} clock\n",
+             util::format_duration_ms(options.interval_ms), util::format_duration_ms(options.process_interval_ms),
+             options.slow_interval_ms ? util::format_duration_ms(options.slow_interval_ms) : std::string("never"),
+             util::format_duration_ms(options.flush_interval_ms),
+             s.clock_kind == config::AgentClock::Sim ? "simulator" : "real");
+  fmt::print("store: {}\n", store::database_path(options.state_dir));
+  fmt::print("http: {}\n", s.cfg.http_listen.empty()
+                               ? std::string("off")
+                               : fmt::format("http://{}/ (/metrics, /api/v1, /healthz)", s.cfg.http_listen));
+  fmt::print("scheduler: {}\n", s.scheduler_on() ? fmt::format("socket {}, leases in {}", agent_scheduler_socket(s.cfg),
+                                                               sched::lock_dir(s.cfg.scheduler_lock_dir))
+                                                 : std::string("off"));
+  const auto keep = [](long long ms) { return ms ? util::format_duration_ms(ms) : std::string("forever"); };
+  fmt::print("retention: samples {}, minutes {}, hours {}, events {}\n", keep(options.retention.samples_ms),
+             keep(options.retention.minutes_ms), keep(options.retention.hours_ms), keep(options.retention.events_ms));
+}
 
-  std::unique_ptr<agent::Clock> clock;
-  if (clock_kind == config::AgentClock::Sim) {
-    const char* state = std::getenv("TARMAC_SIM_STATE");
-    if (state == nullptr || *state == '\0') {
-      fmt::print(stderr, "tarmac: --clock sim needs the simulator's state directory (TARMAC_SIM_STATE): run the agent "
-                         "under `tarmac sim --scenario NAME --speed X -- tarmac agent --clock sim`\n");
-      return kExitUsage;
-    }
-    auto c = agent::sim_clock(state);
-    if (!c.ok()) {
-      print_error(c.error());
-      return kExitCouldNotLook;
-    }
-    clock = std::move(*c);
-  } else {
-    clock = agent::real_clock();
-  }
+// The clock the agent samples by: the real one, or the simulator's from its state directory.
+Result<std::unique_ptr<agent::Clock>> open_clock(config::AgentClock kind, const char* sim_state_dir) {
+  if (kind == config::AgentClock::Real) return agent::real_clock();
+  return agent::sim_clock(sim_state_dir);
+}
 
-  AgentLock lock;
-  if (auto r = lock.acquire(options.state_dir); !r.ok()) {
-    print_error(r.error());
-    return kExitUsage;
-  }
-  auto backend = open_backend(global);
-  if (!backend.ok()) return kExitCouldNotLook;
-
+void install_stop_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+}
 
-  // The live view for the HTTP endpoints and the alerts, fed by the sampling loop.
-  alerts::Alerter alerter(cfg.alerts, cfg.activity, log_line);
-  serve::LiveState live;
-  std::unique_ptr<serve::Service> service;
-  if (!cfg.http_listen.empty()) {
-    const auto address = config::split_address(cfg.http_listen);
-    serve::ServiceOptions sopts;
-    sopts.host = address->first;
-    sopts.port = address->second;
-    sopts.db_path = store::database_path(options.state_dir);
-    sopts.hostname = serve::host_name();
-    sopts.alerts = [&alerter] {
-      std::vector<serve::FiringAlert> out;
-      for (const auto& a : alerter.firing()) {
-        out.push_back({alerts::to_string(a.rule), alerts::to_string(a.severity), a.gpu, a.summary, a.since_ms});
-      }
-      return out;
-    };
-    service = std::make_unique<serve::Service>(live, sopts);
-    if (auto r = service->start(); !r.ok()) {
-      print_error(make_error(Error::Code::Invalid, r.error().message + " (set http.listen, or --listen off)"));
-      return kExitUsage;
-    }
-    log_line(util::LogLevel::Info,
-             fmt::format("serving http://{}/ (dashboard; /metrics, /api/v1/gpus, /api/v1/processes, "
-                         "/api/v1/history, /healthz, /report)",
-                         cfg.http_listen));
+// The alerts firing now, as the HTTP endpoint lists them (serve knows nothing of alerts).
+std::vector<serve::FiringAlert> firing_alerts(const alerts::Alerter& alerter) {
+  std::vector<serve::FiringAlert> out;
+  for (const auto& a : alerter.firing()) {
+    out.push_back({alerts::to_string(a.rule), alerts::to_string(a.severity), a.gpu, a.summary, a.since_ms});
   }
-  // The scheduler: the queue over the socket (docs/scheduler.md). A scheduler that cannot start is
-  // logged; the agent still records.
-  std::unique_ptr<sched::Daemon> scheduler;
-  if (scheduler_on) {
-    sched::DaemonOptions dopts;
-    dopts.config = cfg.scheduler;
-    dopts.socket_path = agent_scheduler_socket(cfg);
-    dopts.lock_dir = sched::lock_dir(cfg.scheduler_lock_dir);
-    dopts.state_dir = options.state_dir;
-    dopts.db_path = store::database_path(options.state_dir);
-    dopts.open_backend = [&global] { return open_backend(global); };
-    dopts.log = log_line;
-    dopts.notify = [&alerter](const sched::LeaseNotice& n) {
-      alerts::Notice notice;
-      notice.kind = n.reclaimed ? alerts::Notice::Kind::Resolved : alerts::Notice::Kind::Firing;
-      notice.ts_ms = n.reclaimed ? std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count()
-                                 : n.idle_since_unix_ms;
-      notice.alert.rule = alerts::Rule::LeaseIdle;
-      notice.alert.severity = alerts::Severity::Warning;
-      notice.alert.key = fmt::format("lease:{}", n.id);
-      if (!n.gpus.empty()) notice.alert.gpu = n.gpus.front();
-      notice.alert.uuid = n.uuids.empty() ? "" : n.uuids.front();
-      notice.alert.gpus = n.gpus;
-      notice.alert.user = n.user;
-      notice.alert.job = std::to_string(n.id);
-      notice.alert.since_ms = n.idle_since_unix_ms;
-      notice.alert.summary = n.summary;
-      alerter.announce(std::move(notice));
-    };
-    auto started = sched::Daemon::start(std::move(dopts));
-    if (started.ok()) {
-      scheduler = std::move(*started);
-      log_line(util::LogLevel::Info, fmt::format("scheduler: serving the queue on {}", agent_scheduler_socket(cfg)));
-    } else {
-      log_line(util::LogLevel::Warning,
-               fmt::format("scheduler off: {} (set scheduler.socket, or --socket off)", started.error().message));
-    }
+  return out;
+}
+
+// The HTTP endpoint on http.listen, serving `live`; nullptr when it is off. Fails (a usage error:
+// the address is the user's) when it cannot listen.
+Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, serve::LiveState& live,
+                                                      const alerts::Alerter& alerter) {
+  if (s.cfg.http_listen.empty()) return std::unique_ptr<serve::Service>();
+  const auto address = config::split_address(s.cfg.http_listen);
+  serve::ServiceOptions sopts;
+  sopts.host = address->first;
+  sopts.port = address->second;
+  sopts.db_path = store::database_path(s.options.state_dir);
+  sopts.hostname = serve::host_name();
+  sopts.alerts = [&alerter] { return firing_alerts(alerter); };
+  auto service = std::make_unique<serve::Service>(live, sopts);
+  if (auto r = service->start(); !r.ok()) {
+    return make_error(Error::Code::Invalid, r.error().message + " (set http.listen, or --listen off)");
   }
-  const auto start_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count();
-  options.on_sample = [&](const agent::SampleView& s) {
+  log_line(util::LogLevel::Info,
+           fmt::format("serving http://{}/ (dashboard; /metrics, /api/v1/gpus, /api/v1/processes, "
+                       "/api/v1/history, /healthz, /report)",
+                       s.cfg.http_listen));
+  return service;
+}
+
+// A lease left idle (or reclaimed) as the lease-idle alert's notice, for the Alerter's sinks.
+alerts::Notice lease_notice(const sched::LeaseNotice& n) {
+  alerts::Notice notice;
+  notice.kind = n.reclaimed ? alerts::Notice::Kind::Resolved : alerts::Notice::Kind::Firing;
+  notice.ts_ms = n.reclaimed ? util::wall_ms() : n.idle_since_unix_ms;
+  notice.alert.rule = alerts::Rule::LeaseIdle;
+  notice.alert.severity = alerts::Severity::Warning;
+  notice.alert.key = fmt::format("lease:{}", n.id);
+  if (!n.gpus.empty()) notice.alert.gpu = n.gpus.front();
+  notice.alert.uuid = n.uuids.empty() ? "" : n.uuids.front();
+  notice.alert.gpus = n.gpus;
+  notice.alert.user = n.user;
+  notice.alert.job = std::to_string(n.id);
+  notice.alert.since_ms = n.idle_since_unix_ms;
+  notice.alert.summary = n.summary;
+  return notice;
+}
+
+// The scheduler: the queue over the socket (docs/scheduler.md); nullptr when it is off. A
+// scheduler that cannot start is logged; the agent still records.
+std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, const AgentSettings& s,
+                                               alerts::Alerter& alerter) {
+  if (!s.scheduler_on()) return nullptr;
+  sched::DaemonOptions dopts;
+  dopts.config = s.cfg.scheduler;
+  dopts.socket_path = agent_scheduler_socket(s.cfg);
+  dopts.lock_dir = sched::lock_dir(s.cfg.scheduler_lock_dir);
+  dopts.state_dir = s.options.state_dir;
+  dopts.db_path = store::database_path(s.options.state_dir);
+  dopts.open_backend = [&global] { return open_backend(global); };
+  dopts.log = log_line;
+  dopts.notify = [&alerter](const sched::LeaseNotice& n) { alerter.announce(lease_notice(n)); };
+  auto started = sched::Daemon::start(std::move(dopts));
+  if (!started.ok()) {
+    log_line(util::LogLevel::Warning,
+             fmt::format("scheduler off: {} (set scheduler.socket, or --socket off)", started.error().message));
+    return nullptr;
+  }
+  log_line(util::LogLevel::Info, fmt::format("scheduler: serving the queue on {}", agent_scheduler_socket(s.cfg)));
+  return std::move(*started);
+}
+
+void log_stopped(const agent::AgentSummary& summary, config::AgentClock clock_kind) {
+  log_line(util::LogLevel::Info,
+           fmt::format("stopped: {} GPU-samples over {} of {} clock in {:.1f} s ({:.0f} GPU-samples/s, {} late)",
+                       summary.gpu_samples, util::format_duration_ms(summary.clock_ms),
+                       clock_kind == config::AgentClock::Sim ? "simulated" : "real", summary.real_s,
+                       summary.real_s > 0 ? static_cast<double>(summary.gpu_samples) / summary.real_s : 0.0,
+                       summary.late_samples));
+}
+
+// Records until stopped (SIGTERM, SIGINT, --duration), with the HTTP endpoint and the scheduler
+// beside the sampling loop; each sample goes to the alerts first, then to the live view and the
+// scheduler.
+int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
+  const char* sim_state = std::getenv("TARMAC_SIM_STATE");
+  if (s.clock_kind == config::AgentClock::Sim && (sim_state == nullptr || *sim_state == '\0')) {
+    fmt::print(stderr, "tarmac: --clock sim needs the simulator's state directory (TARMAC_SIM_STATE): run the agent "
+                       "under `tarmac sim --scenario NAME --speed X -- tarmac agent --clock sim`\n");
+    return kExitUsage;
+  }
+  auto clock = open_clock(s.clock_kind, sim_state);
+  if (!clock.ok()) {
+    print_error(clock.error());
+    return kExitCouldNotLook;
+  }
+  AgentLock lock;
+  if (auto r = lock.acquire(s.options.state_dir); !r.ok()) {
+    print_error(r.error());
+    return kExitUsage;
+  }
+  auto backend = open_backend(global);
+  if (!backend.ok()) return kExitCouldNotLook;
+  install_stop_handlers();
+
+  alerts::Alerter alerter(s.cfg.alerts, s.cfg.activity, log_line);
+  serve::LiveState live;  // the live view for the HTTP endpoints, fed by the sampling loop
+  auto service = start_service(s, live, alerter);
+  if (!service.ok()) {
+    print_error(service.error());
+    return kExitUsage;
+  }
+  std::unique_ptr<sched::Daemon> scheduler = start_scheduler(global, s, alerter);
+  const long long start_unix_ms = util::wall_ms();
+  s.options.on_sample = [&](const agent::SampleView& v) {
     serve::AgentStats stats;
-    stats.gpu_samples = s.summary.gpu_samples;
-    stats.nvml_errors = s.nvml_errors;
-    stats.last_sample_seconds = s.sample_seconds;
+    stats.gpu_samples = v.summary.gpu_samples;
+    stats.nvml_errors = v.nvml_errors;
+    stats.last_sample_seconds = v.sample_seconds;
     stats.start_unix_ms = start_unix_ms;
-    alerter.observe(s.merged, s.classes, s.ts_ms);  // first, so the view published sees its alerts
-    if (service) live.publish(s.merged, s.classes, s.ts_ms, stats);
-    if (scheduler) scheduler->observe(s.merged, s.classes);
+    alerter.observe(v.merged, v.classes, v.ts_ms);  // first, so the view published sees its alerts
+    if (*service) live.publish(v.merged, v.classes, v.ts_ms, stats);
+    if (scheduler) scheduler->observe(v.merged, v.classes);
   };
+  if (scheduler) s.options.leased_gpus = [&scheduler] { return scheduler->given_gpus(); };
 
-  if (scheduler) options.leased_gpus = [&scheduler] { return scheduler->given_gpus(); };
-  auto summary = agent::run_agent(**backend, *clock, options, g_stop, log_line);
-  if (service) service->stop();
+  auto summary = agent::run_agent(**backend, **clock, s.options, g_stop, log_line);
+  if (*service) (*service)->stop();
   scheduler.reset();  // jobs keep running; the next agent re-attaches them
   if (!summary.ok()) {
     print_error(summary.error());
     return kExitCouldNotLook;
   }
-  log_line(util::LogLevel::Info,
-           fmt::format("stopped: {} GPU-samples over {} of {} clock in {:.1f} s ({:.0f} GPU-samples/s, {} late)",
-                       summary->gpu_samples, util::format_duration_ms(summary->clock_ms),
-                       clock_kind == config::AgentClock::Sim ? "simulated" : "real", summary->real_s,
-                       summary->real_s > 0 ? static_cast<double>(summary->gpu_samples) / summary->real_s : 0.0,
-                       summary->late_samples));
+  log_stopped(*summary, s.clock_kind);
   return kExitOk;
+}
+
+int run_agent_command(const GlobalOptions& global, const AgentFlags& flags) {
+  auto settings = resolve_settings(global, flags);
+  if (!settings) return kExitUsage;
+  if (flags.check_config) {
+    print_settings(*settings);
+    return kExitOk;
+  }
+  return record_until_stopped(global, *settings);
 }
 
 }  // namespace

@@ -278,6 +278,66 @@ void print_human(const Report& r, bool color) {
              n[Severity::Warning] == 1 ? "" : "s", n[Severity::Info], r.exit_code);
 }
 
+// Adds the job's processes to its scope, looked up again with every sample: a launcher starts its
+// workers late.
+void add_job_descendants(diagnose::DoctorInput& input, const host::ProcReader& proc) {
+  if (!input.job) return;
+  const auto self = static_cast<unsigned>(getpid());
+  auto& pids = input.job->pids;
+  for (unsigned child : proc.descendants(input.job->root_pid)) {
+    // doctor itself may run inside the job (a script calling it): it is not one of the job's processes.
+    if (child != self && std::find(pids.begin(), pids.end(), child) == pids.end()) pids.push_back(child);
+  }
+}
+
+// One snapshot with processes every interval over the window (the topology with the first), into
+// input.samples. The failure's message when nothing could be sampled; a later failure keeps what
+// was sampled before it.
+std::optional<std::string> sample_window(gpu::Backend& backend, diagnose::DoctorInput& input,
+                                         const host::ProcReader& proc) {
+  const auto start = std::chrono::steady_clock::now();
+  const long long interval = std::max<long long>(input.thresholds.interval_ms, 1);
+  const long long count = input.thresholds.window_ms / interval + 1;
+  for (long long k = 0; k < count; ++k) {
+    std::this_thread::sleep_until(start + std::chrono::milliseconds(k * interval));
+    add_job_descendants(input, proc);
+    gpu::SnapshotOptions so;
+    so.processes = true;
+    so.topology = k == 0;
+    auto snap = backend.snapshot(so);
+    if (!snap.ok()) {
+      if (input.samples.empty()) return snap.error().message;
+      break;
+    }
+    if (k == 0) input.topology = snap->topology;
+    input.samples.push_back(std::move(*snap));
+  }
+  return std::nullopt;
+}
+
+// The findings of the samples, or, when none could be taken, the one that says why.
+void add_findings(Report& report, const diagnose::DoctorInput& input, const std::optional<std::string>& failure) {
+  report.job = input.job;
+  if (failure) {
+    report.findings.push_back(diagnose::no_gpus_visible(*failure, input.environment));
+    report.exit_code = kExitCouldNotLook;
+  } else {
+    auto diagnosis = diagnose::diagnose(input);
+    report.findings = std::move(diagnosis.findings);
+    report.gpus = std::move(diagnosis.gpus);
+    report.job_gpus = std::move(diagnosis.job_gpus);
+    report.samples = input.samples.size();
+    report.driver_version = input.samples.back().driver_version;
+    report.timestamp_unix_ms = input.samples.back().timestamp_unix_ms;
+    report.exit_code = diagnose::exit_code_for(report.findings);
+  }
+  if (report.timestamp_unix_ms == 0) {
+    report.timestamp_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count();
+  }
+}
+
 int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
   auto loaded = load_config(global);
   if (!loaded.ok()) return kExitUsage;
@@ -304,58 +364,12 @@ int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
     scope.pids.push_back(options.pid);
     input.job = scope;
   }
-  // The job's processes, looked up again with every sample: a launcher starts its workers late.
-  const auto add_descendants = [&input, &proc, self = static_cast<unsigned>(getpid())] {
-    if (!input.job) return;
-    auto& pids = input.job->pids;
-    for (unsigned child : proc.descendants(input.job->root_pid)) {
-      // doctor itself may run inside the job (a script calling it): it is not one of the job's processes.
-      if (child != self && std::find(pids.begin(), pids.end(), child) == pids.end()) pids.push_back(child);
-    }
-  };
-  add_descendants();
+  add_job_descendants(input, proc);
 
   auto backend = gpu::open_nvml_backend(global.nvml_lib);
-  std::optional<std::string> failure;
-  if (!backend.ok()) failure = backend.error().message;
-  if (!failure) {
-    const auto start = std::chrono::steady_clock::now();
-    const long long interval = std::max<long long>(input.thresholds.interval_ms, 1);
-    const long long count = input.thresholds.window_ms / interval + 1;
-    for (long long k = 0; k < count; ++k) {
-      std::this_thread::sleep_until(start + std::chrono::milliseconds(k * interval));
-      add_descendants();
-      gpu::SnapshotOptions so;
-      so.processes = true;
-      so.topology = k == 0;
-      auto snap = (*backend)->snapshot(so);
-      if (!snap.ok()) {
-        if (input.samples.empty()) failure = snap.error().message;
-        break;  // keep what was sampled before the failure
-      }
-      if (k == 0) input.topology = snap->topology;
-      input.samples.push_back(std::move(*snap));
-    }
-  }
-  report.job = input.job;
-  if (failure) {
-    report.findings.push_back(diagnose::no_gpus_visible(*failure, input.environment));
-    report.exit_code = kExitCouldNotLook;
-  } else {
-    auto diagnosis = diagnose::diagnose(input);
-    report.findings = std::move(diagnosis.findings);
-    report.gpus = std::move(diagnosis.gpus);
-    report.job_gpus = std::move(diagnosis.job_gpus);
-    report.samples = input.samples.size();
-    report.driver_version = input.samples.back().driver_version;
-    report.timestamp_unix_ms = input.samples.back().timestamp_unix_ms;
-    report.exit_code = diagnose::exit_code_for(report.findings);
-  }
-  if (report.timestamp_unix_ms == 0) {
-    report.timestamp_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count();
-  }
+  const std::optional<std::string> failure =
+      backend.ok() ? sample_window(**backend, input, proc) : std::optional<std::string>(backend.error().message);
+  add_findings(report, input, failure);
   if (global.json) {
     print_json(report);
   } else {

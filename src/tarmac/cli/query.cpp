@@ -9,6 +9,7 @@
 #include <span>
 
 #include "tarmac/cli/app.hpp"
+#include "tarmac/gpu/backend.hpp"
 #include "tarmac/fields/apps.hpp"
 #include "tarmac/fields/format.hpp"
 #include "tarmac/fields/select.hpp"
@@ -39,11 +40,12 @@ int init_failure(const Error& error) {
                stdout);
     return kExitLibraryNotFound;
   }
-  if (error.code != Error::Code::Nvml || error.api_code == 0) {
+  const std::optional<gpu::DriverFailure> failure = gpu::driver_failure(error);
+  if (!failure || failure->code == 0) {
     print_error(error);  // not a library nvidia-smi would load: tarmac's own message
     return kExitCouldNotLook;
   }
-  if (error.api_code == kExitDriverNotLoaded) {  // NVML_ERROR_DRIVER_NOT_LOADED
+  if (failure->code == kExitDriverNotLoaded) {  // NVML_ERROR_DRIVER_NOT_LOADED
     std::fputs("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
                "latest NVIDIA driver is installed and running.\n\n",
                stdout);
@@ -51,11 +53,11 @@ int init_failure(const Error& error) {
   }
   // nvidia-smi has its own words for a version mismatch, NVML's for the rest.
   constexpr int kVersionMismatch = 18;  // NVML_ERROR_LIB_RM_VERSION_MISMATCH
-  const std::string text = error.api_code == kVersionMismatch ? "Driver/library version mismatch"
-                           : error.api_text.empty()           ? error.message
-                                                              : error.api_text;
+  const std::string text = failure->code == kVersionMismatch ? "Driver/library version mismatch"
+                           : failure->text.empty()           ? error.message
+                                                             : failure->text;
   fmt::print("Failed to initialize NVML: {}\n", text);
-  return error.api_code > 0 && error.api_code < 256 ? error.api_code : 255;
+  return failure->code > 0 && failure->code < 256 ? failure->code : 255;
 }
 
 struct QueryArgs {

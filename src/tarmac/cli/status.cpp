@@ -99,7 +99,10 @@ std::string container_cell(const host::ProcessInfo& h) {
 
 }  // namespace
 
-void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color) {
+namespace {
+
+// "host  driver 550.54  CUDA 12.4  4 GPUs  2024-05-01 12:00:00".
+void print_header(std::FILE* out, const gpu::Snapshot& snap) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::time_t now = snap.timestamp_unix_ms / 1000;
@@ -112,11 +115,10 @@ void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<A
                          : "-";
   fmt::print(out, "{}  driver {}  CUDA {}  {} GPU{}  {}\n", host, snap.driver_version.value_or("-"), cuda,
              snap.devices.size(), snap.devices.size() == 1 ? "" : "s", when);
-  if (snap.devices.empty()) {
-    fmt::print(out, "No NVIDIA GPU is visible (the driver loaded, but NVML reports 0 devices).\n");
-    return;
-  }
+}
 
+// One row per GPU, then the values that failed with something other than "not supported".
+void print_gpus(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color) {
   Table gpus({{"GPU", Align::Right}, {"NAME"}, {"BUS"}, {"MEMORY"}, {"UTIL", Align::Right}, {"TEMP", Align::Right},
               {"POWER", Align::Right}, {"SM CLK", Align::Right}, {"P"}, {"ACTIVITY"}, {"CLOCK EVENTS"}});
   for (std::size_t i = 0; i < snap.devices.size(); ++i) {
@@ -143,12 +145,13 @@ void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<A
                                                                                                       : Style::Plain}});
   }
   gpus.print(out, color);
-
-  // Values that failed with something other than "not supported".
   for (const auto& d : snap.devices) {
     for (const auto& e : d.errors) fmt::print(out, "  GPU {}: {} could not be read: {}\n", d.id.index, e.what, e.message);
   }
+}
 
+// One row per process on each GPU, or a line saying there are none.
+void print_processes(std::FILE* out, const gpu::Snapshot& snap, bool color) {
   Table procs({{"GPU", Align::Right}, {"PID", Align::Right}, {"USER"}, {"MEMORY", Align::Right}, {"SM", Align::Right},
                {"AGE", Align::Right}, {"CONTAINER/JOB"}, {"COMMAND"}});
   const long long now_s = snap.timestamp_unix_ms / 1000;
@@ -178,7 +181,9 @@ void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<A
   } else {
     procs.print(out, color);
   }
+}
 
+void print_verdicts(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color) {
   const auto found = diagnose::verdicts(snap, classes);
   if (!found.empty()) fmt::print(out, "\n");
   for (const auto& v : found) {
@@ -187,6 +192,19 @@ void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<A
                                                                     : Style::Dim;
     fmt::print(out, "{}\n", styled(fmt::format("{} {}", v.severity == diagnose::Severity::Info ? "-" : "!", util::terminal_text(v.text)), style, color));
   }
+}
+
+}  // namespace
+
+void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color) {
+  print_header(out, snap);
+  if (snap.devices.empty()) {
+    fmt::print(out, "No NVIDIA GPU is visible (the driver loaded, but NVML reports 0 devices).\n");
+    return;
+  }
+  print_gpus(out, snap, classes, color);
+  print_processes(out, snap, color);
+  print_verdicts(out, snap, classes, color);
 }
 
 namespace {

@@ -10,6 +10,97 @@
 
 namespace tarmac::diagnose::detail {
 
+namespace {
+
+// Whether a command line on these GPUs asks for no data-loader workers.
+bool asks_for_zero_workers(const Context& c, const std::vector<unsigned>& gpus) {
+  for (unsigned i : gpus) {
+    for (const auto* p : c.processes(i)) {
+      const auto cmd = p->host.command_line.value_or("");
+      for (const char* flag : {"--workers 0", "--workers=0", "--num-workers 0", "--num_workers 0",
+                               "--num-workers=0", "--num_workers=0", "-j 0"}) {
+        if (cmd.find(flag) != std::string::npos) return true;
+      }
+    }
+  }
+  return false;
+}
+
+Finding starved_finding(const Context& c, const std::vector<unsigned>& starved) {
+  Finding f;
+  f.code = "starved";
+  f.severity = Severity::Warning;
+  f.gpus = starved;
+  f.summary = fmt::format("{} hold{} memory but compute{} little: waiting for data, the CPU or other ranks",
+                          gpus_text(starved), starved.size() == 1 ? "s" : "", starved.size() == 1 ? "s" : "");
+  for (unsigned i : starved) {
+    f.evidence.push_back(gpu_evidence(c, i));
+    add_process_facts(c, i, f);
+  }
+  if (asks_for_zero_workers(c, starved)) {
+    f.facts.push_back("the command line asks for 0 data-loader workers: loading runs in the training loop");
+  }
+  f.causes = {"the DataLoader cannot keep up: num_workers=0 or too few, no pin_memory",
+              "CPU-bound preprocessing or augmentation; slow storage (network filesystem, cold cache)",
+              "a batch too small to fill the GPU",
+              "waiting at a collective for a slower rank or a slow network",
+              "synchronising every step: .item(), .cpu(), print of a tensor"};
+  f.fixes = {"DataLoader(num_workers=<CPU cores per GPU>, pin_memory=True, persistent_workers=True, prefetch_factor=4)",
+             "move augmentation to the GPU (NVIDIA DALI, torchvision.transforms.v2 on CUDA tensors)",
+             "copy the dataset to local NVMe, or stream it in shards (WebDataset, Mosaic streaming)",
+             "raise the batch size (with the learning rate) until utilization stays high",
+             "find the wait: `py-spy dump --pid PID`, torch.profiler, or NCCL_DEBUG=INFO for collectives"};
+  return f;
+}
+
+// The age of the youngest process on GPU i that has a start time; -1 when none has.
+long long youngest_process_age(const Context& c, unsigned i) {
+  long long youngest = -1;
+  for (const auto* p : c.processes(i)) {
+    if (!p->host.start_time_unix) continue;
+    const long long age = now_s(c) - *p->host.start_time_unix;
+    youngest = youngest < 0 ? age : std::min(youngest, age);
+  }
+  return youngest;
+}
+
+Finding holding_finding(const Context& c, const std::vector<unsigned>& holding) {
+  Finding f;
+  f.code = "holding";
+  f.severity = Severity::Warning;
+  f.gpus = holding;
+  const long long window_s =
+      std::max<long long>(1, (c.in.samples.back().timestamp_unix_ms - c.in.samples.front().timestamp_unix_ms) / 1000);
+  f.summary = fmt::format("{} hold{} memory at 0 % utilization: a forgotten or stuck process", gpus_text(holding),
+                          holding.size() == 1 ? "s" : "");
+  for (unsigned i : holding) {
+    GpuEvidence e = gpu_evidence(c, i);
+    const long long youngest = youngest_process_age(c, i);
+    if (youngest >= 0) e.values["youngest_process_age_s"] = youngest;
+    f.evidence.push_back(std::move(e));
+    add_process_facts(c, i, f);
+    f.facts.push_back(youngest >= c.in.activity.holding_after_s
+                          ? fmt::format("GPU {}: held at 0 % for the whole window; its processes are at least {} old",
+                                        i, util::format_age(youngest))
+                          : fmt::format("GPU {}: held at 0 % for the whole window ({}s)", i, window_s));
+  }
+  f.causes = {"a notebook kernel or interactive session kept alive after the work ended",
+              "a rank stuck after another one crashed (a collective that never completes)",
+              "a debugger paused at a breakpoint; a process waiting for input or a lock",
+              "an inference server with no traffic"};
+  f.fixes = {"`tarmac reap` lists processes holding memory without working (`--kill` ends them)",
+             "shut down idle notebook kernels (Kernel > Shut Down), or free memory: `del model; "
+             "torch.cuda.empty_cache()`",
+             "let stuck ranks fail: `init_process_group(timeout=timedelta(minutes=10))` and "
+             "TORCH_NCCL_ASYNC_ERROR_HANDLING=1",
+             "see where it waits: `py-spy dump --pid PID`"};
+  return f;
+}
+
+}  // namespace
+
+// A GPU held at 0 % for the whole window is holding; otherwise one starved (gpu::is_starved) for
+// the whole window is starved.
 void check_starved_and_holding(const Context& c, std::vector<Finding>& out) {
   const DoctorInput& in = c.in;
   const auto& t = in.thresholds;
@@ -22,80 +113,12 @@ void check_starved_and_holding(const Context& c, std::vector<Finding>& out) {
     });
     if (zero) {
       holding.push_back(i);
-      continue;
+    } else if (c.sustained(i, [&](const gpu::Device& d) { return gpu::is_starved(d, in.activity); })) {
+      starved.push_back(i);
     }
-    const bool low = c.sustained(i, [&](const gpu::Device& d) { return gpu::is_starved(d, in.activity); });
-    if (low) starved.push_back(i);
   }
-  if (!starved.empty()) {
-    Finding f;
-    f.code = "starved";
-    f.severity = Severity::Warning;
-    f.gpus = starved;
-    f.summary = fmt::format("{} hold{} memory but compute{} little: waiting for data, the CPU or other ranks",
-                            gpus_text(starved), starved.size() == 1 ? "s" : "", starved.size() == 1 ? "s" : "");
-    bool zero_workers = false;
-    for (unsigned i : starved) {
-      f.evidence.push_back(gpu_evidence(c, i));
-      add_process_facts(c, i, f);
-      for (const auto* p : c.processes(i)) {
-        const auto cmd = p->host.command_line.value_or("");
-        for (const char* flag : {"--workers 0", "--workers=0", "--num-workers 0", "--num_workers 0",
-                                 "--num-workers=0", "--num_workers=0", "-j 0"}) {
-          if (cmd.find(flag) != std::string::npos) zero_workers = true;
-        }
-      }
-    }
-    if (zero_workers) f.facts.push_back("the command line asks for 0 data-loader workers: loading runs in the training loop");
-    f.causes = {"the DataLoader cannot keep up: num_workers=0 or too few, no pin_memory",
-                "CPU-bound preprocessing or augmentation; slow storage (network filesystem, cold cache)",
-                "a batch too small to fill the GPU",
-                "waiting at a collective for a slower rank or a slow network",
-                "synchronising every step: .item(), .cpu(), print of a tensor"};
-    f.fixes = {"DataLoader(num_workers=<CPU cores per GPU>, pin_memory=True, persistent_workers=True, prefetch_factor=4)",
-               "move augmentation to the GPU (NVIDIA DALI, torchvision.transforms.v2 on CUDA tensors)",
-               "copy the dataset to local NVMe, or stream it in shards (WebDataset, Mosaic streaming)",
-               "raise the batch size (with the learning rate) until utilization stays high",
-               "find the wait: `py-spy dump --pid PID`, torch.profiler, or NCCL_DEBUG=INFO for collectives"};
-    out.push_back(std::move(f));
-  }
-  if (!holding.empty()) {
-    Finding f;
-    f.code = "holding";
-    f.severity = Severity::Warning;
-    f.gpus = holding;
-    const long long window_s = std::max<long long>(1, (c.in.samples.back().timestamp_unix_ms -
-                                                       c.in.samples.front().timestamp_unix_ms) / 1000);
-    f.summary = fmt::format("{} hold{} memory at 0 % utilization: a forgotten or stuck process",
-                            gpus_text(holding), holding.size() == 1 ? "s" : "");
-    for (unsigned i : holding) {
-      GpuEvidence e = gpu_evidence(c, i);
-      long long youngest = -1;
-      for (const auto* p : c.processes(i)) {
-        if (!p->host.start_time_unix) continue;
-        const long long age = now_s(c) - *p->host.start_time_unix;
-        youngest = youngest < 0 ? age : std::min(youngest, age);
-      }
-      if (youngest >= 0) e.values["youngest_process_age_s"] = youngest;
-      f.evidence.push_back(std::move(e));
-      add_process_facts(c, i, f);
-      f.facts.push_back(youngest >= c.in.activity.holding_after_s
-                            ? fmt::format("GPU {}: held at 0 % for the whole window; its processes are at least {} old",
-                                          i, util::format_age(youngest))
-                            : fmt::format("GPU {}: held at 0 % for the whole window ({}s)", i, window_s));
-    }
-    f.causes = {"a notebook kernel or interactive session kept alive after the work ended",
-                "a rank stuck after another one crashed (a collective that never completes)",
-                "a debugger paused at a breakpoint; a process waiting for input or a lock",
-                "an inference server with no traffic"};
-    f.fixes = {"`tarmac reap` lists processes holding memory without working (`--kill` ends them)",
-               "shut down idle notebook kernels (Kernel > Shut Down), or free memory: `del model; "
-               "torch.cuda.empty_cache()`",
-               "let stuck ranks fail: `init_process_group(timeout=timedelta(minutes=10))` and "
-               "TORCH_NCCL_ASYNC_ERROR_HANDLING=1",
-               "see where it waits: `py-spy dump --pid PID`"};
-    out.push_back(std::move(f));
-  }
+  if (!starved.empty()) out.push_back(starved_finding(c, starved));
+  if (!holding.empty()) out.push_back(holding_finding(c, holding));
 }
 
 void check_thermal(const Context& c, std::vector<Finding>& out) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tarmac/gpu/model.hpp"
@@ -33,5 +34,16 @@ class Backend {
 // Loads NVML (path: --nvml-lib; empty for $TARMAC_NVML_LIB or the default search) and opens every
 // device. Values are read, and their support probed once, by the snapshots that ask for them.
 [[nodiscard]] Result<std::unique_ptr<Backend>> open_nvml_backend(const std::string& library_path);
+
+// What the driver's library said when a call failed, in its own terms, for a front end that must
+// answer as the vendor's tools do (query, as nvidia-smi: the return code is its exit code).
+struct DriverFailure {
+  int code = 0;      // the library's return code (an nvmlReturn_t)
+  std::string text;  // the library's own words for the code; empty when it gave none
+};
+
+// The DriverFailure behind an error of open_nvml_backend or Backend::snapshot; nullopt for any
+// other error (no library, a library refused, a failure of tarmac's own).
+[[nodiscard]] std::optional<DriverFailure> driver_failure(const Error& error);
 
 }  // namespace tarmac::gpu

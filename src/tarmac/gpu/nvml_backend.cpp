@@ -163,6 +163,12 @@ Result<std::unique_ptr<Backend>> open_nvml_backend(const std::string& library_pa
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
+std::optional<DriverFailure> driver_failure(const Error& error) {
+  const Failure* failure = failure_of(error);
+  if (failure == nullptr) return std::nullopt;
+  return DriverFailure{static_cast<int>(failure->code), failure->library_text};
+}
+
 const char* to_string(ProcessType type) {
   switch (type) {
     case ProcessType::Compute: return "compute";

@@ -68,12 +68,12 @@ Result<std::unique_ptr<Library>> Library::open(const LoadOptions& options) {
     rc = lib->fn_.nvmlInit();
   }
   if (rc != NVML_SUCCESS) {
-    Error e = nvml_error(call, rc);
     // The library's own words for the code, as nvidia-smi prints them ("Insufficient Permissions").
+    std::string library_text;
     if (lib->fn_.nvmlErrorString != nullptr) {
-      if (const char* text = lib->fn_.nvmlErrorString(rc); text != nullptr) e.api_text = text;
+      if (const char* text = lib->fn_.nvmlErrorString(rc); text != nullptr) library_text = text;
     }
-    return e;
+    return nvml_error(call, rc, std::move(library_text));
   }
   lib->initialised_ = true;
   return lib;

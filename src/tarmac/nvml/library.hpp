@@ -57,7 +57,17 @@ class Library {
 // A sentence for people saying what the return code means and, where useful, what to check.
 [[nodiscard]] std::string return_code_message(nvmlReturn_t code);
 
-// An Error of code Nvml naming the call and the return code.
-[[nodiscard]] Error nvml_error(std::string_view call, nvmlReturn_t code);
+// What NVML said when a call failed, carried as the cause of nvml_error's Error, so that a front
+// end that must speak as NVIDIA's own tools do (query, as nvidia-smi) can recover it.
+struct Failure {
+  nvmlReturn_t code = NVML_SUCCESS;
+  std::string library_text;  // the library's nvmlErrorString for the code; empty when not asked
+};
+
+// An Error of code External naming the call and the return code, with a Failure as its cause.
+[[nodiscard]] Error nvml_error(std::string_view call, nvmlReturn_t code, std::string library_text = {});
+
+// The Failure an Error of nvml_error carries; nullptr for any other error.
+[[nodiscard]] const Failure* failure_of(const Error& error);
 
 }  // namespace tarmac::nvml

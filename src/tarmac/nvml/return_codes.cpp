@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <utility>
 
 #include "tarmac/nvml/library.hpp"
 
@@ -68,11 +69,12 @@ std::string return_code_message(nvmlReturn_t code) {
   return entry != nullptr ? entry->message : fmt::format("unknown NVML return code {}", code);
 }
 
-Error nvml_error(std::string_view call, nvmlReturn_t code) {
-  Error e = make_error(Error::Code::Nvml,
-                       fmt::format("{} failed: {} ({})", call, return_code_message(code), return_code_name(code)));
-  e.api_code = static_cast<int>(code);
-  return e;
+Error nvml_error(std::string_view call, nvmlReturn_t code, std::string library_text) {
+  return make_error(Error::Code::External,
+                    fmt::format("{} failed: {} ({})", call, return_code_message(code), return_code_name(code)),
+                    Failure{code, std::move(library_text)});
 }
+
+const Failure* failure_of(const Error& error) { return error.cause_as<Failure>(); }
 
 }  // namespace tarmac::nvml

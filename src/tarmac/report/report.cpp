@@ -59,6 +59,146 @@ std::vector<Consumer> top(std::map<std::string, Consumer>& by_name, std::size_t 
   return out;
 }
 
+// Each GPU's hours per class, from its spans clipped to the range; the spans kept (by GPU, then
+// start) for the windows and incidents. The GPUs: those the store knows, and any seen only in spans.
+std::map<unsigned, GpuReport> class_hours(const ReportInput& in, const ReportOptions& options,
+                                          std::vector<store::ActivitySpan>& spans) {
+  std::map<unsigned, GpuReport> gpus;
+  for (const auto& g : in.gpus) {
+    if (!wanted(g.gpu, options.gpus)) continue;
+    gpus[g.gpu] = GpuReport{g.gpu, g.name, g.uuid, {}, std::nullopt, std::nullopt, std::nullopt, std::nullopt};
+  }
+  for (const auto& s : in.activity) {
+    if (!wanted(s.gpu, options.gpus)) continue;
+    spans.push_back(s);
+    gpus[s.gpu].gpu = s.gpu;
+    gpus[s.gpu].hours.hours[class_slot(s.activity)] +=
+        static_cast<double>(clipped(s.start_ms, s.end_ms, options.range)) / util::kMsPerHour;
+  }
+  std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) {
+    return a.gpu != b.gpu ? a.gpu < b.gpu : a.start_ms < b.start_ms;
+  });
+  return gpus;
+}
+
+// A sum of values over samples, and the samples: the mean is weighted by samples.
+struct Weighted {
+  double sum = 0;
+  long long samples = 0;
+};
+
+// Utilization and memory from the hourly rollups, weighted by samples: per GPU, and per hour for
+// the whole fleet.
+struct HourlyUse {
+  std::map<unsigned, Weighted> util;
+  std::map<unsigned, double> mem;  // sum of memory x samples
+  std::map<long long, Weighted> by_hour;
+};
+
+HourlyUse hourly_use(const ReportInput& in, const ReportOptions& options) {
+  HourlyUse use;
+  for (const auto& h : in.hours) {
+    // An hour that starts before the range but overlaps it counts (the range rarely starts on the hour).
+    if (!wanted(h.gpu, options.gpus) || h.ts_ms + kHourMs <= options.range.since_ms ||
+        h.ts_ms >= options.range.until_ms) {
+      continue;
+    }
+    const auto n = static_cast<double>(h.samples);
+    use.util[h.gpu].sum += h.util_avg * n;
+    use.util[h.gpu].samples += h.samples;
+    use.mem[h.gpu] += h.mem_used_mib_avg * n;
+    use.by_hour[h.ts_ms].sum += h.util_avg * n;
+    use.by_hour[h.ts_ms].samples += h.samples;
+  }
+  return use;
+}
+
+// Completes each GPU (unrecorded hours, means, costs) and sums the fleet.
+void add_gpus(std::map<unsigned, GpuReport>& gpus, HourlyUse& use, const ReportOptions& options, Report& report) {
+  const store::TimeRange& range = options.range;
+  const double total_h = static_cast<double>(std::max(0LL, range.until_ms - range.since_ms)) / util::kMsPerHour;
+  Weighted fleet;
+  for (auto& [index, g] : gpus) {
+    g.hours.unrecorded = std::max(0.0, total_h - g.hours.recorded());
+    if (auto it = use.util.find(index); it != use.util.end() && it->second.samples > 0) {
+      const auto n = static_cast<double>(it->second.samples);
+      g.util_avg_pct = it->second.sum / n;
+      g.mem_used_avg_mib = use.mem[index] / n;
+      fleet.sum += it->second.sum;
+      fleet.samples += it->second.samples;
+    }
+    if (options.price_per_gpu_hour) {
+      g.idle_cost = g.hours.idle() * *options.price_per_gpu_hour;
+      g.holding_cost = g.hours.of(gpu::Activity::Holding) * *options.price_per_gpu_hour;
+    }
+    for (std::size_t i = 0; i < g.hours.hours.size(); ++i) report.fleet.hours[i] += g.hours.hours[i];
+    report.fleet.unrecorded += g.hours.unrecorded;
+    report.gpus.push_back(g);
+  }
+  if (fleet.samples > 0) report.fleet_util_avg_pct = fleet.sum / static_cast<double>(fleet.samples);
+  if (options.price_per_gpu_hour) {
+    report.idle_cost = report.fleet.idle() * *options.price_per_gpu_hour;
+    report.holding_cost = report.fleet.of(gpu::Activity::Holding) * *options.price_per_gpu_hour;
+  }
+}
+
+// The heat map: whole UTC days covering the range, the fleet's mean utilization per hour.
+std::vector<HeatDay> heat_map(const store::TimeRange& range, const std::map<long long, Weighted>& by_hour) {
+  std::vector<HeatDay> heat;
+  if (range.until_ms <= range.since_ms) return heat;
+  const long long first_day = range.since_ms - ((range.since_ms % kDayMs) + kDayMs) % kDayMs;
+  for (long long day = first_day; day < range.until_ms; day += kDayMs) {
+    HeatDay row;
+    row.day_start_ms = day;
+    for (int h = 0; h < 24; ++h) {
+      if (auto it = by_hour.find(day + h * kHourMs); it != by_hour.end() && it->second.samples > 0) {
+        row.util_pct[static_cast<std::size_t>(h)] = it->second.sum / static_cast<double>(it->second.samples);
+      }
+    }
+    heat.push_back(row);
+  }
+  return heat;
+}
+
+// Who used the GPU-hours: the top ten users, commands, containers and Slurm jobs.
+void add_consumers(const ReportInput& in, const ReportOptions& options, Report& report) {
+  std::map<std::string, Consumer> users, commands, containers, jobs;
+  for (const auto& p : in.processes) {
+    if (!wanted(p.gpu, options.gpus)) continue;
+    const double h = static_cast<double>(clipped(p.first_ms, p.last_ms, options.range)) / util::kMsPerHour;
+    if (h <= 0) continue;
+    const auto count = [&](std::map<std::string, Consumer>& m, const std::string& key) {
+      if (key.empty()) return;
+      m[key].gpu_hours += h;
+      ++m[key].processes;
+    };
+    count(users, p.user.empty() ? "(unknown)" : p.user);
+    count(commands, p.command.empty() ? "(unknown)" : p.command);
+    count(containers, p.container);
+    count(jobs, p.slurm_job);
+  }
+  report.users = top(users, 10);
+  report.commands = top(commands, 10);
+  report.containers = top(containers, 10);
+  report.slurm_jobs = top(jobs, 10);
+}
+
+// The longest runs of holding (at most 20), each with the processes that overlapped it.
+std::vector<HoldingIncident> holding_incidents(const std::vector<store::ActivitySpan>& spans,
+                                               const store::TimeRange& range,
+                                               const std::vector<store::ProcessSpan>& processes) {
+  std::vector<HoldingIncident> out;
+  for (const auto& w : runs(spans, range, [](gpu::Activity a) { return a == gpu::Activity::Holding; })) {
+    HoldingIncident incident{w.gpu, w.start_ms, w.end_ms, {}};
+    for (const auto& p : processes) {
+      if (p.gpu == w.gpu && p.first_ms <= w.end_ms && p.last_ms >= w.start_ms) incident.processes.push_back(p);
+    }
+    out.push_back(std::move(incident));
+    if (out.size() == 20) break;
+  }
+  return out;
+}
+
 }  // namespace
 
 double ClassHours::of(gpu::Activity a) const { return hours[class_slot(a)]; }
@@ -78,115 +218,17 @@ Report compute(const ReportInput& in, const ReportOptions& options) {
   report.until_ms = range.until_ms;
   report.price_per_gpu_hour = options.price_per_gpu_hour;
 
-  // The GPUs: those the store knows, and any seen only in spans.
-  std::map<unsigned, GpuReport> gpus;
-  for (const auto& g : in.gpus) {
-    if (!wanted(g.gpu, options.gpus)) continue;
-    gpus[g.gpu] = GpuReport{g.gpu, g.name, g.uuid, {}, std::nullopt, std::nullopt, std::nullopt, std::nullopt};
-  }
   std::vector<store::ActivitySpan> spans;
-  for (const auto& s : in.activity) {
-    if (!wanted(s.gpu, options.gpus)) continue;
-    spans.push_back(s);
-    gpus[s.gpu].gpu = s.gpu;
-    gpus[s.gpu].hours.hours[class_slot(s.activity)] +=
-        static_cast<double>(clipped(s.start_ms, s.end_ms, range)) / util::kMsPerHour;
-  }
-  std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) {
-    return a.gpu != b.gpu ? a.gpu < b.gpu : a.start_ms < b.start_ms;
-  });
-
-  // Utilization from the hourly rollups, weighted by samples.
-  std::map<unsigned, std::pair<double, long long>> util;  // sum of util x samples, samples
-  std::map<unsigned, double> mem;
-  std::map<long long, std::pair<double, long long>> by_hour;
-  for (const auto& h : in.hours) {
-    // An hour that starts before the range but overlaps it counts (the range rarely starts on the hour).
-    if (!wanted(h.gpu, options.gpus) || h.ts_ms + kHourMs <= range.since_ms || h.ts_ms >= range.until_ms) continue;
-    const auto n = static_cast<double>(h.samples);
-    util[h.gpu].first += h.util_avg * n;
-    util[h.gpu].second += h.samples;
-    mem[h.gpu] += h.mem_used_mib_avg * n;
-    by_hour[h.ts_ms].first += h.util_avg * n;
-    by_hour[h.ts_ms].second += h.samples;
-  }
-
-  const double total_h = static_cast<double>(std::max(0LL, range.until_ms - range.since_ms)) / util::kMsPerHour;
-  double fleet_util = 0;
-  long long fleet_samples = 0;
-  for (auto& [index, g] : gpus) {
-    g.hours.unrecorded = std::max(0.0, total_h - g.hours.recorded());
-    if (auto it = util.find(index); it != util.end() && it->second.second > 0) {
-      const auto n = static_cast<double>(it->second.second);
-      g.util_avg_pct = it->second.first / n;
-      g.mem_used_avg_mib = mem[index] / n;
-      fleet_util += it->second.first;
-      fleet_samples += it->second.second;
-    }
-    if (options.price_per_gpu_hour) {
-      g.idle_cost = g.hours.idle() * *options.price_per_gpu_hour;
-      g.holding_cost = g.hours.of(gpu::Activity::Holding) * *options.price_per_gpu_hour;
-    }
-    for (std::size_t i = 0; i < g.hours.hours.size(); ++i) report.fleet.hours[i] += g.hours.hours[i];
-    report.fleet.unrecorded += g.hours.unrecorded;
-    report.gpus.push_back(g);
-  }
-  if (fleet_samples > 0) report.fleet_util_avg_pct = fleet_util / static_cast<double>(fleet_samples);
-  if (options.price_per_gpu_hour) {
-    report.idle_cost = report.fleet.idle() * *options.price_per_gpu_hour;
-    report.holding_cost = report.fleet.of(gpu::Activity::Holding) * *options.price_per_gpu_hour;
-  }
-
-  // Heat map: whole UTC days covering the range.
-  if (range.until_ms > range.since_ms) {
-    const long long first_day = range.since_ms - ((range.since_ms % kDayMs) + kDayMs) % kDayMs;
-    for (long long day = first_day; day < range.until_ms; day += kDayMs) {
-      HeatDay row;
-      row.day_start_ms = day;
-      for (int h = 0; h < 24; ++h) {
-        if (auto it = by_hour.find(day + h * kHourMs); it != by_hour.end() && it->second.second > 0) {
-          row.util_pct[static_cast<std::size_t>(h)] = it->second.first / static_cast<double>(it->second.second);
-        }
-      }
-      report.heat.push_back(row);
-    }
-  }
-
-  // Who used the GPU-hours.
-  std::map<std::string, Consumer> users, commands, containers, jobs;
-  for (const auto& p : in.processes) {
-    if (!wanted(p.gpu, options.gpus)) continue;
-    const double h = static_cast<double>(clipped(p.first_ms, p.last_ms, range)) / util::kMsPerHour;
-    if (h <= 0) continue;
-    const auto count = [&](std::map<std::string, Consumer>& m, const std::string& key) {
-      if (key.empty()) return;
-      m[key].gpu_hours += h;
-      ++m[key].processes;
-    };
-    count(users, p.user.empty() ? "(unknown)" : p.user);
-    count(commands, p.command.empty() ? "(unknown)" : p.command);
-    count(containers, p.container);
-    count(jobs, p.slurm_job);
-  }
-  report.users = top(users, 10);
-  report.commands = top(commands, 10);
-  report.containers = top(containers, 10);
-  report.slurm_jobs = top(jobs, 10);
-
+  std::map<unsigned, GpuReport> gpus = class_hours(in, options, spans);
+  HourlyUse use = hourly_use(in, options);
+  add_gpus(gpus, use, options, report);
+  report.heat = heat_map(range, use.by_hour);
+  add_consumers(in, options, report);
   report.idle_windows = runs(spans, range, [](gpu::Activity a) {
     return a == gpu::Activity::Idle || a == gpu::Activity::ReservedIdle;
   });
   if (report.idle_windows.size() > 10) report.idle_windows.resize(10);
-
-  for (const auto& w : runs(spans, range, [](gpu::Activity a) { return a == gpu::Activity::Holding; })) {
-    HoldingIncident incident{w.gpu, w.start_ms, w.end_ms, {}};
-    for (const auto& p : in.processes) {
-      if (p.gpu == w.gpu && p.first_ms <= w.end_ms && p.last_ms >= w.start_ms) incident.processes.push_back(p);
-    }
-    report.holding.push_back(std::move(incident));
-    if (report.holding.size() == 20) break;
-  }
-
+  report.holding = holding_incidents(spans, range, in.processes);
   for (const auto& e : in.events) {
     if (e.gpu && !wanted(*e.gpu, options.gpus)) continue;
     if (e.kind == "fault" || e.kind == "lost" || e.kind == "throttle-start") ++report.fault_events;

@@ -53,6 +53,118 @@ Result<long long> parse_when(const std::string& text, long long now_ms, const ch
   return *when;
 }
 
+// What /api/v1/history was asked for, checked.
+struct HistoryQuery {
+  long long since = 0;
+  long long until = 0;
+  long long step = 0;
+  std::vector<unsigned> gpus;  // empty: every GPU
+  // Whether the samples themselves are read (fine steps, short ranges) rather than rollups.
+  [[nodiscard]] bool raw() const { return step < 60 * 1000 || until - since <= 6 * kHourMs; }
+};
+
+Result<HistoryQuery> parse_history_query(const std::map<std::string, std::string>& query, long long now_ms) {
+  for (const auto& [name, value] : query) {
+    if (name != "gpu" && name != "since" && name != "until" && name != "step") {
+      return bad(fmt::format("unknown parameter '{}': expected gpu, since, until, step", name));
+    }
+  }
+  const auto get = [&](const char* name, const char* fallback) {
+    auto it = query.find(name);
+    return it == query.end() || it->second.empty() ? std::string(fallback) : it->second;
+  };
+  HistoryQuery q;
+  TARMAC_TRY_ASSIGN(q.since, parse_when(get("since", "1h"), now_ms, "since"));
+  TARMAC_TRY_ASSIGN(q.until, parse_when(get("until", "0s"), now_ms, "until"));
+  if (q.until <= q.since) return bad("since must be before until");
+  q.step = std::max(1000LL, (q.until - q.since) / 120);
+  if (auto it = query.find("step"); it != query.end() && !it->second.empty()) {
+    auto s = util::parse_duration_ms(it->second);
+    if (!s || *s < 1000) return bad(fmt::format("step={}: expected a duration of at least 1s", it->second));
+    q.step = *s;
+  }
+  if ((q.until - q.since) / q.step > kMaxPoints) {
+    return bad(fmt::format("{} points per GPU is too many (at most {}): use a larger step",
+                           (q.until - q.since) / q.step, kMaxPoints));
+  }
+  if (auto it = query.find("gpu"); it != query.end() && !it->second.empty()) {
+    for (const auto& part : util::split(it->second, ',')) {
+      auto n = util::parse_int(util::trim(part));
+      if (!n || *n < 0 || *n > 1023) return bad(fmt::format("gpu={}: expected GPU indices like 0,1", it->second));
+      q.gpus.push_back(static_cast<unsigned>(*n));
+    }
+  }
+  return q;
+}
+
+// One point of a GPU's history: the average of each value over `step`, and the class seen most.
+struct Bucket {
+  struct Mean {
+    double sum = 0;
+    long long n = 0;
+    void add(const std::optional<double>& v) {
+      if (v) {
+        sum += *v;
+        ++n;
+      }
+    }
+    [[nodiscard]] json value() const { return n ? json(sum / static_cast<double>(n)) : json(nullptr); }
+  };
+  Mean util, mem_util, mem, power, temp;
+  std::map<gpu::Activity, long long> classes;
+
+  void add(const store::GpuSample& s) {
+    const auto as = [](const std::optional<long long>& v) {
+      return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
+    };
+    util.add(as(s.util_pct));
+    mem_util.add(as(s.mem_util_pct));
+    mem.add(as(s.mem_used_mib));
+    power.add(as(s.power_w));
+    temp.add(as(s.temp_c));
+    ++classes[s.activity];
+  }
+  void add(const store::Rollup& r) {
+    util.add(r.util_avg);
+    mem_util.add(r.mem_util_avg);
+    mem.add(r.mem_used_mib_avg);
+    power.add(r.power_w_avg);
+    temp.add(static_cast<double>(r.temp_c_max));
+  }
+  [[nodiscard]] json point(long long ts_ms) const {
+    json activity = nullptr;
+    if (!classes.empty()) {
+      const auto most = std::max_element(classes.begin(), classes.end(),
+                                         [](const auto& a, const auto& c) { return a.second < c.second; });
+      activity = gpu::to_string(most->first);
+    }
+    return {{"ts_ms", ts_ms},         {"util_gpu_pct", util.value()}, {"util_mem_pct", mem_util.value()},
+            {"mem_used_mib", mem.value()}, {"power_w", power.value()},     {"temp_c", temp.value()},
+            {"activity", activity}};
+  }
+};
+
+// Per GPU, its buckets by start time.
+using Buckets = std::map<unsigned, std::map<long long, Bucket>>;
+
+// The samples, or for long ranges the minute or hour rollups, in buckets of the query's step.
+Result<Buckets> read_buckets(store::Reader& reader, const HistoryQuery& q) {
+  const store::TimeRange range{q.since, q.until};
+  Buckets buckets;
+  if (q.raw()) {
+    TARMAC_TRY_ASSIGN(auto samples, reader.samples(range, q.gpus));
+    for (const auto& s : samples) buckets[s.gpu][q.since + (s.ts_ms - q.since) / q.step * q.step].add(s);
+    return buckets;
+  }
+  const auto level =
+      q.step >= kHourMs && q.until - q.since > 8 * 24 * kHourMs ? store::Level::Hours : store::Level::Minutes;
+  TARMAC_TRY_ASSIGN(auto rollups, reader.rollups(level, range, q.gpus));
+  for (const auto& r : rollups) {
+    buckets[r.gpu][q.since + (std::max(r.ts_ms, q.since) - q.since) / q.step * q.step].add(r);
+  }
+  return buckets;
+}
+
 }  // namespace
 
 std::string gpus_json(const LiveView& view, const std::string& hostname, const std::vector<FiringAlert>& alerts) {
@@ -116,111 +228,22 @@ std::string processes_json(const LiveView& view) {
 
 Result<std::string> history_json(const std::string& db_path, const std::map<std::string, std::string>& query,
                                  long long now_ms) {
-  for (const auto& [name, value] : query) {
-    if (name != "gpu" && name != "since" && name != "until" && name != "step") {
-      return bad(fmt::format("unknown parameter '{}': expected gpu, since, until, step", name));
-    }
-  }
-  const auto get = [&](const char* name, const char* fallback) {
-    auto it = query.find(name);
-    return it == query.end() || it->second.empty() ? std::string(fallback) : it->second;
-  };
-  TARMAC_TRY_ASSIGN(const long long since, parse_when(get("since", "1h"), now_ms, "since"));
-  TARMAC_TRY_ASSIGN(const long long until, parse_when(get("until", "0s"), now_ms, "until"));
-  if (until <= since) return bad("since must be before until");
-  long long step = std::max(1000LL, (until - since) / 120);
-  if (auto it = query.find("step"); it != query.end() && !it->second.empty()) {
-    auto s = util::parse_duration_ms(it->second);
-    if (!s || *s < 1000) return bad(fmt::format("step={}: expected a duration of at least 1s", it->second));
-    step = *s;
-  }
-  if ((until - since) / step > kMaxPoints) {
-    return bad(fmt::format("{} points per GPU is too many (at most {}): use a larger step", (until - since) / step,
-                           kMaxPoints));
-  }
-  std::vector<unsigned> gpus;
-  if (auto it = query.find("gpu"); it != query.end() && !it->second.empty()) {
-    for (const auto& part : util::split(it->second, ',')) {
-      auto n = util::parse_int(util::trim(part));
-      if (!n || *n < 0 || *n > 1023) return bad(fmt::format("gpu={}: expected GPU indices like 0,1", it->second));
-      gpus.push_back(static_cast<unsigned>(*n));
-    }
-  }
-
+  TARMAC_TRY_ASSIGN(const HistoryQuery q, parse_history_query(query, now_ms));
   auto opened = store::Reader::open(db_path);
   if (!opened.ok()) {
     Error e = opened.error();
     e.code = Error::Code::Io;  // the store, not the request: not a 400
     return e;
   }
-  store::Reader& reader = *opened;
-  const store::TimeRange range{since, until};
-  // Buckets of `step`: per GPU, the average of each value and the class seen most in it.
-  struct Bucket {
-    long long n = 0;
-    double util = 0, mem_util = 0, mem = 0, power = 0, temp = 0;
-    long long n_util = 0, n_mem_util = 0, n_mem = 0, n_power = 0, n_temp = 0;
-    std::map<gpu::Activity, long long> classes;
-  };
-  std::map<unsigned, std::map<long long, Bucket>> buckets;
-  const auto add = [](double& sum, long long& n, const std::optional<double>& v) {
-    if (v) {
-      sum += *v;
-      ++n;
-    }
-  };
-  const auto as = [](const std::optional<long long>& v) {
-    return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
-  };
-  const bool raw = step < 60 * 1000 || until - since <= 6 * kHourMs;
-  if (raw) {
-    TARMAC_TRY_ASSIGN(auto samples, reader.samples(range, gpus));
-    for (const auto& s : samples) {
-      Bucket& b = buckets[s.gpu][since + (s.ts_ms - since) / step * step];
-      ++b.n;
-      add(b.util, b.n_util, as(s.util_pct));
-      add(b.mem_util, b.n_mem_util, as(s.mem_util_pct));
-      add(b.mem, b.n_mem, as(s.mem_used_mib));
-      add(b.power, b.n_power, as(s.power_w));
-      add(b.temp, b.n_temp, as(s.temp_c));
-      ++b.classes[s.activity];
-    }
-  } else {
-    const auto level = step >= kHourMs && until - since > 8 * 24 * kHourMs ? store::Level::Hours : store::Level::Minutes;
-    TARMAC_TRY_ASSIGN(auto rollups, reader.rollups(level, range, gpus));
-    for (const auto& r : rollups) {
-      Bucket& b = buckets[r.gpu][since + (std::max(r.ts_ms, since) - since) / step * step];
-      ++b.n;
-      add(b.util, b.n_util, r.util_avg);
-      add(b.mem_util, b.n_mem_util, r.mem_util_avg);
-      add(b.mem, b.n_mem, r.mem_used_mib_avg);
-      add(b.power, b.n_power, r.power_w_avg);
-      add(b.temp, b.n_temp, static_cast<double>(r.temp_c_max));
-    }
-  }
-  const auto avg = [](double sum, long long n) { return n ? json(sum / static_cast<double>(n)) : json(nullptr); };
+  TARMAC_TRY_ASSIGN(const Buckets buckets, read_buckets(*opened, q));
   json out_gpus = json::array();
   for (const auto& [g, series] : buckets) {
     json points = json::array();
-    for (const auto& [ts, b] : series) {
-      json activity = nullptr;
-      if (!b.classes.empty()) {
-        const auto most = std::max_element(b.classes.begin(), b.classes.end(),
-                                           [](const auto& a, const auto& c) { return a.second < c.second; });
-        activity = gpu::to_string(most->first);
-      }
-      points.push_back({{"ts_ms", ts},
-                        {"util_gpu_pct", avg(b.util, b.n_util)},
-                        {"util_mem_pct", avg(b.mem_util, b.n_mem_util)},
-                        {"mem_used_mib", avg(b.mem, b.n_mem)},
-                        {"power_w", avg(b.power, b.n_power)},
-                        {"temp_c", avg(b.temp, b.n_temp)},
-                        {"activity", activity}});
-    }
+    for (const auto& [ts, b] : series) points.push_back(b.point(ts));
     out_gpus.push_back({{"gpu", g}, {"points", std::move(points)}});
   }
-  return util::json_text(json{{"since_ms", since}, {"until_ms", until}, {"step_ms", step},
-                              {"level", raw ? "samples" : "rollups"}, {"gpus", std::move(out_gpus)}});
+  return util::json_text(json{{"since_ms", q.since}, {"until_ms", q.until}, {"step_ms", q.step},
+                              {"level", q.raw() ? "samples" : "rollups"}, {"gpus", std::move(out_gpus)}});
 }
 
 }  // namespace tarmac::serve

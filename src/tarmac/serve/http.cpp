@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <list>
+#include <span>
 #include <vector>
 
 #include "tarmac/util/strings.hpp"
@@ -45,9 +46,7 @@ const char* reason(int status) {
 }
 
 Error http_error(int status, std::string message) {
-  Error e = make_error(Error::Code::Invalid, std::move(message));
-  e.api_code = status;
-  return e;
+  return make_error(Error::Code::Invalid, std::move(message), Refusal{status});
 }
 
 bool is_token(std::string_view s) {
@@ -114,7 +113,10 @@ Response text_response(int status, std::string body) {
   return r;
 }
 
-Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits) {
+namespace {
+
+// The head's lines without their CR LF, up to the empty line that ends it.
+std::vector<std::string_view> head_lines(std::string_view head) {
   std::vector<std::string_view> lines;
   while (!head.empty()) {
     const auto nl = head.find('\n');
@@ -125,40 +127,50 @@ Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits)
     if (nl == std::string_view::npos) break;
     head.remove_prefix(nl + 1);
   }
-  if (lines.empty()) return http_error(400, "empty request");
-  const std::string_view line = lines[0];
+  return lines;
+}
+
+struct RequestLine {
+  std::string_view method;
+  std::string_view target;
+  std::string_view version;
+};
+
+// "METHOD TARGET VERSION", strictly: one space between, a token, HTTP/1.x, an origin-form target.
+Result<RequestLine> parse_request_line(std::string_view line, const ServerLimits& limits) {
   const auto sp1 = line.find(' ');
   const auto sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
   if (sp1 == std::string_view::npos || sp2 == std::string_view::npos ||
       line.find(' ', sp2 + 1) != std::string_view::npos) {
     return http_error(400, "the request line is not METHOD TARGET VERSION");
   }
-  const std::string_view method = line.substr(0, sp1);
-  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  const std::string_view version = line.substr(sp2 + 1);
-  if (!is_token(method)) return http_error(400, "malformed method");
-  if (version != "HTTP/1.1" && version != "HTTP/1.0") {
-    if (version.substr(0, 5) == "HTTP/") return http_error(505, "only HTTP/1.0 and HTTP/1.1 are spoken here");
+  const RequestLine r{line.substr(0, sp1), line.substr(sp1 + 1, sp2 - sp1 - 1), line.substr(sp2 + 1)};
+  if (!is_token(r.method)) return http_error(400, "malformed method");
+  if (r.version != "HTTP/1.1" && r.version != "HTTP/1.0") {
+    if (r.version.substr(0, 5) == "HTTP/") return http_error(505, "only HTTP/1.0 and HTTP/1.1 are spoken here");
     return http_error(400, "malformed HTTP version");
   }
-  if (target.size() > limits.max_target_bytes) {
+  if (r.target.size() > limits.max_target_bytes) {
     return http_error(414, fmt::format("the request target is over {} bytes", limits.max_target_bytes));
   }
-  if (target.empty() || target.front() != '/') return http_error(400, "the request target must start with /");
-  for (char c : target) {
+  if (r.target.empty() || r.target.front() != '/') return http_error(400, "the request target must start with /");
+  for (char c : r.target) {
     const auto u = static_cast<unsigned char>(c);
     if (u <= 32 || u >= 127) return http_error(400, "the request target has characters that must be escaped");
   }
+  return r;
+}
 
-  ParsedHead out;
-  out.keep_alive = version == "HTTP/1.1";
-  for (std::size_t i = 1; i < lines.size(); ++i) {
-    const auto colon = lines[i].find(':');
-    if (colon == std::string_view::npos || !is_token(lines[i].substr(0, colon))) {
+// The headers the server acts on (Connection, Content-Length, Transfer-Encoding, one Host); every
+// line must at least be "token: value".
+Result<void> read_headers(std::span<const std::string_view> lines, ParsedHead& out) {
+  for (const std::string_view line : lines) {
+    const auto colon = line.find(':');
+    if (colon == std::string_view::npos || !is_token(line.substr(0, colon))) {
       return http_error(400, "malformed header line");
     }
-    const std::string name = lower(lines[i].substr(0, colon));
-    const std::string value(util::trim(lines[i].substr(colon + 1)));
+    const std::string name = lower(line.substr(0, colon));
+    const std::string value(util::trim(line.substr(colon + 1)));
     if (name == "connection") {
       const std::string v = lower(value);
       if (v.find("close") != std::string::npos) out.keep_alive = false;
@@ -175,27 +187,49 @@ Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits)
       out.request.host = value;
     }
   }
+  return {};
+}
 
-  if (method != "GET" && method != "HEAD") {
-    return http_error(405, fmt::format("{} is not allowed: the agent's endpoints are read-only (GET, HEAD)", method));
-  }
-  out.request.method = std::string(method);
+// The target's path and query parameters, percent-decoded.
+Result<void> read_target(std::string_view target, Request& out) {
   const auto qmark = target.find('?');
   auto path = percent_decode(target.substr(0, qmark), false);
   if (!path) return http_error(400, "malformed percent-escape in the path");
-  out.request.path = std::move(*path);
-  if (qmark != std::string_view::npos) {
-    for (const auto& part : util::split(target.substr(qmark + 1), '&')) {
-      if (part.empty()) continue;
-      const auto eq = part.find('=');
-      auto name = percent_decode(std::string_view(part).substr(0, eq), true);
-      auto value = percent_decode(eq == std::string::npos ? std::string_view() : std::string_view(part).substr(eq + 1),
-                                  true);
-      if (!name || !value) return http_error(400, "malformed percent-escape in the query");
-      out.request.query[*name] = *value;
-    }
+  out.path = std::move(*path);
+  if (qmark == std::string_view::npos) return {};
+  for (const auto& part : util::split(target.substr(qmark + 1), '&')) {
+    if (part.empty()) continue;
+    const auto eq = part.find('=');
+    auto name = percent_decode(std::string_view(part).substr(0, eq), true);
+    auto value =
+        percent_decode(eq == std::string::npos ? std::string_view() : std::string_view(part).substr(eq + 1), true);
+    if (!name || !value) return http_error(400, "malformed percent-escape in the query");
+    out.query[*name] = *value;
   }
+  return {};
+}
+
+}  // namespace
+
+Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits) {
+  const std::vector<std::string_view> lines = head_lines(head);
+  if (lines.empty()) return http_error(400, "empty request");
+  TARMAC_TRY_ASSIGN(const RequestLine line, parse_request_line(lines[0], limits));
+  ParsedHead out;
+  out.keep_alive = line.version == "HTTP/1.1";
+  TARMAC_TRY(read_headers(std::span(lines).subspan(1), out));
+  if (line.method != "GET" && line.method != "HEAD") {
+    return http_error(405,
+                      fmt::format("{} is not allowed: the agent's endpoints are read-only (GET, HEAD)", line.method));
+  }
+  out.request.method = std::string(line.method);
+  TARMAC_TRY(read_target(line.target, out.request));
   return out;
+}
+
+int refusal_status(const Error& error) {
+  const Refusal* refusal = error.cause_as<Refusal>();
+  return refusal != nullptr ? refusal->status : 400;
 }
 
 bool is_loopback_host(std::string_view host) {
@@ -343,7 +377,7 @@ void HttpServer::serve_input(Connection& c) {
     c.head_started = Steady::now();
     if (!parsed.ok()) {
       ++stats_.rejected;
-      Response r = text_response(parsed.error().api_code != 0 ? parsed.error().api_code : 400, parsed.error().message);
+      Response r = text_response(refusal_status(parsed.error()), parsed.error().message);
       if (r.status == 405) r.extra_headers = "Allow: GET, HEAD\r\n";
       c.out += serialize(r, false, false);
       c.close_after = true;
@@ -373,7 +407,6 @@ void HttpServer::run() {
   std::list<Connection> conns;
   std::vector<pollfd> fds;
   std::vector<Connection*> by_index;
-  char buf[16384];
   for (;;) {
     fds.clear();
     by_index.clear();
@@ -388,88 +421,89 @@ void HttpServer::run() {
     if (n < 0 && errno != EINTR) break;
     if (fds[0].revents != 0) break;
     const auto now = Steady::now();
-    if (fds[1].revents & POLLIN) {
-      for (;;) {
-        util::Fd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-        if (!fd) break;
-        if (conns.size() >= limits_.max_connections) {
-          ++stats_.rejected;
-          const std::string busy = serialize(text_response(503, "too many connections"), false, false);
-          (void)!send(fd.get(), busy.data(), busy.size(), MSG_NOSIGNAL);
-          continue;
-        }
-        const int one = 1;
-        setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        Connection c;
-        c.fd = std::move(fd);
-        c.head_started = c.last_active = c.last_written = now;
-        conns.push_back(std::move(c));
-      }
-    }
-    for (std::size_t i = 0; i < by_index.size(); ++i) {
-      Connection& c = *by_index[i];
-      const short ev = fds[i + 2].revents;
-      if (ev & (POLLERR | POLLNVAL)) {
-        c.close_after = c.peer_gone = true;
-        c.out.clear();
-        continue;
-      }
-      if (ev & (POLLIN | POLLHUP)) {
-        const ssize_t got = recv(c.fd.get(), buf, sizeof buf, 0);
-        if (got <= 0) {
-          if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-            c.close_after = c.peer_gone = true;
-            c.out.clear();
-          }
-          continue;
-        }
-        if (c.draining) continue;  // the rest of a refused request: read and dropped
-        if (c.in.empty() && c.skip_body == 0) c.head_started = now;
-        c.in.append(buf, static_cast<std::size_t>(got));
-        c.last_active = now;
-        serve_input(c);
-      }
-      if (!c.out.empty()) {
-        const ssize_t sent = send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
-        if (sent > 0) {
-          c.out.erase(0, static_cast<std::size_t>(sent));
-          c.last_active = c.last_written = now;
-          if (c.out.size() < limits_.max_output_bytes && !c.draining) serve_input(c);  // requests held back
-        } else if (sent < 0 && errno != EAGAIN && errno != EINTR) {
-          c.close_after = c.peer_gone = true;
-          c.out.clear();
-        }
-      }
-    }
+    if (fds[1].revents & POLLIN) accept_connections(conns, now);
+    for (std::size_t i = 0; i < by_index.size(); ++i) on_ready(*by_index[i], fds[i + 2].revents, now);
     for (auto it = conns.begin(); it != conns.end();) {
-      Connection& c = *it;
-      const auto since = [&](Steady::time_point t) {
-        return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
-      };
-      if (c.out.empty() && !c.close_after && !c.in.empty() && since(c.head_started) > limits_.head_timeout_ms) {
-        ++stats_.rejected;
-        const std::string late = serialize(text_response(408, "the request head took too long"), false, false);
-        (void)!send(c.fd.get(), late.data(), late.size(), MSG_NOSIGNAL);
-        c.close_after = true;
-      }
-      const bool idle = c.out.empty() && c.in.empty() && since(c.last_active) > limits_.idle_timeout_ms;
-      if (c.out.empty()) c.last_written = now;
-      // Answers nobody takes: a client that stopped reading is dropped, and its memory with it.
-      const bool stuck = !c.out.empty() && since(c.last_written) > limits_.write_timeout_ms;
-      if (c.close_after && c.out.empty() && !c.peer_gone && !c.draining) {
-        // A lingering close: closing with unread input would reset the connection and could
-        // destroy the answer before the client reads it. Stop writing, drain for a moment.
-        shutdown(c.fd.get(), SHUT_WR);
-        c.draining = true;
-        c.drain_until = now + std::chrono::seconds(2);
-      }
-      if ((c.close_after && c.out.empty() && (c.peer_gone || now >= c.drain_until)) || idle || stuck) {
-        it = conns.erase(it);
-      } else {
-        ++it;
-      }
+      it = finished(*it, now) ? conns.erase(it) : std::next(it);
     }
   }
+}
+
+void HttpServer::accept_connections(std::list<Connection>& conns, Steady::time_point now) {
+  for (;;) {
+    util::Fd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd) break;
+    if (conns.size() >= limits_.max_connections) {
+      ++stats_.rejected;
+      const std::string busy = serialize(text_response(503, "too many connections"), false, false);
+      (void)!send(fd.get(), busy.data(), busy.size(), MSG_NOSIGNAL);
+      continue;
+    }
+    const int one = 1;
+    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    Connection c;
+    c.fd = std::move(fd);
+    c.head_started = c.last_active = c.last_written = now;
+    conns.push_back(std::move(c));
+  }
+}
+
+void HttpServer::on_ready(Connection& c, short events, Steady::time_point now) {
+  const auto gone = [&c] {
+    c.close_after = c.peer_gone = true;
+    c.out.clear();
+  };
+  if (events & (POLLERR | POLLNVAL)) {
+    gone();
+    return;
+  }
+  if (events & (POLLIN | POLLHUP)) {
+    char buf[16384];
+    const ssize_t got = recv(c.fd.get(), buf, sizeof buf, 0);
+    if (got <= 0) {
+      if (got == 0 || (errno != EAGAIN && errno != EINTR)) gone();
+      return;
+    }
+    if (c.draining) return;  // the rest of a refused request: read and dropped
+    if (c.in.empty() && c.skip_body == 0) c.head_started = now;
+    c.in.append(buf, static_cast<std::size_t>(got));
+    c.last_active = now;
+    serve_input(c);
+  }
+  if (!c.out.empty()) {
+    const ssize_t sent = send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (sent > 0) {
+      c.out.erase(0, static_cast<std::size_t>(sent));
+      c.last_active = c.last_written = now;
+      if (c.out.size() < limits_.max_output_bytes && !c.draining) serve_input(c);  // requests held back
+    } else if (sent < 0 && errno != EAGAIN && errno != EINTR) {
+      gone();
+    }
+  }
+}
+
+bool HttpServer::finished(Connection& c, Steady::time_point now) {
+  const auto since = [&](Steady::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
+  };
+  if (c.out.empty() && !c.close_after && !c.in.empty() && since(c.head_started) > limits_.head_timeout_ms) {
+    ++stats_.rejected;
+    const std::string late = serialize(text_response(408, "the request head took too long"), false, false);
+    (void)!send(c.fd.get(), late.data(), late.size(), MSG_NOSIGNAL);
+    c.close_after = true;
+  }
+  const bool idle = c.out.empty() && c.in.empty() && since(c.last_active) > limits_.idle_timeout_ms;
+  if (c.out.empty()) c.last_written = now;
+  // Answers nobody takes: a client that stopped reading is dropped, and its memory with it.
+  const bool stuck = !c.out.empty() && since(c.last_written) > limits_.write_timeout_ms;
+  if (c.close_after && c.out.empty() && !c.peer_gone && !c.draining) {
+    // A lingering close: closing with unread input would reset the connection and could
+    // destroy the answer before the client reads it. Stop writing, drain for a moment.
+    shutdown(c.fd.get(), SHUT_WR);
+    c.draining = true;
+    c.drain_until = now + std::chrono::seconds(2);
+  }
+  return (c.close_after && c.out.empty() && (c.peer_gone || now >= c.drain_until)) || idle || stuck;
 }
 
 }  // namespace tarmac::serve

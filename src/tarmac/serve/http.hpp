@@ -5,7 +5,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,13 +55,22 @@ struct ServerStats {
 };
 
 // Parses the head of one request ("GET /x?a=1 HTTP/1.1\r\nHost: ...\r\n\r\n"), for tests and the
-// server. Fails with the status to answer (400, 405, 411, 413, 414, 505) in Error::api_code.
+// server. Fails with the status to answer (400, 405, 411, 413, 414, 505) as the Error's cause
+// (refusal_status reads it).
 struct ParsedHead {
   Request request;
   bool keep_alive = true;
   std::size_t body_bytes = 0;  // Content-Length, to skip
 };
 [[nodiscard]] Result<ParsedHead> parse_head(std::string_view head, const ServerLimits& limits);
+
+// Why parse_head refused a head, in HTTP's terms: the cause of its Error.
+struct Refusal {
+  int status = 400;
+};
+
+// The status to answer a head parse_head refused; 400 for an error that carries no Refusal.
+[[nodiscard]] int refusal_status(const Error& error);
 
 // Whether a Host header names this machine's loopback: localhost, 127.0.0.1 or [::1], with an
 // optional port. On a loopback listener every other Host is refused (421): a page in a browser on
@@ -82,7 +93,13 @@ class HttpServer {
 
  private:
   struct Connection;
+  using TimePoint = std::chrono::steady_clock::time_point;
+  // The server's thread: poll, accept, read and write what is ready, close what is finished.
   void run();
+  void accept_connections(std::list<Connection>& conns, TimePoint now);  // 503 beyond the limit
+  void on_ready(Connection& c, short events, TimePoint now);  // reads and answers, writes what is pending
+  // Applies the timeouts and the lingering close; true when the connection is to be closed now.
+  [[nodiscard]] bool finished(Connection& c, TimePoint now);
   void serve_input(Connection& c);
 
   Handler handler_;

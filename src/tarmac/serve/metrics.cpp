@@ -228,29 +228,13 @@ std::string process_labels(const std::string& base, const gpu::GpuProcess& p) {
                      label("slurm_job", p.host.slurm_job_id.value_or("")));
 }
 
-}  // namespace
-
-std::vector<std::string> metric_names() {
-  std::vector<std::string> out;
-  for (const auto& f : dcgm_fields()) out.emplace_back(f.family.name);
-  for (const auto& f : own_families()) out.emplace_back(f.name);
-  return out;
+std::optional<gpu::Activity> class_of(const LiveView& view, const gpu::Device& d) {
+  auto it = view.classes.find(d.id.index);
+  return it == view.classes.end() ? std::optional<gpu::Activity>() : std::optional<gpu::Activity>(it->second);
 }
 
-std::string render_sample_metrics(const LiveView& view, const std::string& hostname,
-                                  const std::vector<FiringAlert>& alerts) {
-  Writer w;
-  const auto& devices = view.snapshot.devices;
-  const std::string driver = view.snapshot.driver_version.value_or("");
-  std::vector<std::string> dcgm;
-  std::vector<std::string> labels;
-  dcgm.reserve(devices.size());
-  labels.reserve(devices.size());
-  for (const auto& d : devices) {
-    dcgm.push_back(gpu_labels(d, hostname, driver));
-    labels.push_back(own_labels(d, hostname));
-  }
-
+// dcgm-exporter's families, each with the GPUs that have its value (`dcgm`: their labels).
+void write_dcgm_fields(Writer& w, const std::vector<gpu::Device>& devices, const std::vector<std::string>& dcgm) {
   for (const auto& field : dcgm_fields()) {
     bool begun = false;
     for (std::size_t i = 0; i < devices.size(); ++i) {
@@ -262,16 +246,15 @@ std::string render_sample_metrics(const LiveView& view, const std::string& hostn
       w.sample(field.family.name, dcgm[i], *v);
     }
   }
+}
 
+// tarmac's per-GPU families: the class, time per class, idle time, lost, heat, processes.
+void write_gpu_families(Writer& w, const LiveView& view, const std::vector<std::string>& labels) {
+  const auto& devices = view.snapshot.devices;
   const auto begin = [&w](const char* name) { w.begin(own_family(name)); };
-  const auto class_of = [&](const gpu::Device& d) {
-    auto it = view.classes.find(d.id.index);
-    return it == view.classes.end() ? std::optional<gpu::Activity>() : std::optional<gpu::Activity>(it->second);
-  };
-
   begin("tarmac_gpu_activity");
   for (std::size_t i = 0; i < devices.size(); ++i) {
-    const auto cls = class_of(devices[i]);
+    const auto cls = class_of(view, devices[i]);
     if (!cls) continue;
     for (auto a : gpu::kActivities) {
       w.sample("tarmac_gpu_activity", labels[i] + "," + label("class", gpu::to_string(a)), a == *cls ? 1 : 0);
@@ -307,43 +290,84 @@ std::string render_sample_metrics(const LiveView& view, const std::string& hostn
   }
   begin("tarmac_gpu_holding_processes");
   for (std::size_t i = 0; i < devices.size(); ++i) {
-    const bool holding = class_of(devices[i]) == gpu::Activity::Holding;
+    const bool holding = class_of(view, devices[i]) == gpu::Activity::Holding;
     w.sample("tarmac_gpu_holding_processes", labels[i],
              holding ? static_cast<double>(devices[i].processes.size()) : 0.0);
   }
+}
 
-  std::vector<std::pair<std::string, const gpu::GpuProcess*>> procs;
-  std::vector<bool> on_holding;
+// One process on one GPU: its labels, and whether that GPU is holding.
+struct ProcessRow {
+  std::string labels;
+  const gpu::GpuProcess* process;
+  bool on_holding;
+};
+
+// tarmac's per-process families.
+void write_process_families(Writer& w, const LiveView& view, const std::vector<std::string>& labels) {
+  const auto& devices = view.snapshot.devices;
+  std::vector<ProcessRow> procs;
   for (std::size_t i = 0; i < devices.size(); ++i) {
     for (const auto& p : devices[i].processes) {
-      procs.emplace_back(process_labels(labels[i], p), &p);
-      on_holding.push_back(class_of(devices[i]) == gpu::Activity::Holding);
+      procs.push_back({process_labels(labels[i], p), &p, class_of(view, devices[i]) == gpu::Activity::Holding});
     }
   }
+  const auto begin = [&w](const char* name) { w.begin(own_family(name)); };
   begin("tarmac_process_info");
-  for (const auto& [l, p] : procs) w.sample("tarmac_process_info", l, 1);
+  for (const auto& r : procs) w.sample("tarmac_process_info", r.labels, 1);
   begin("tarmac_process_memory_used_bytes");
-  for (const auto& [l, p] : procs) {
-    if (p->used_mem_bytes) w.sample("tarmac_process_memory_used_bytes", l, static_cast<double>(*p->used_mem_bytes));
+  for (const auto& r : procs) {
+    if (r.process->used_mem_bytes) {
+      w.sample("tarmac_process_memory_used_bytes", r.labels, static_cast<double>(*r.process->used_mem_bytes));
+    }
   }
   begin("tarmac_process_sm_util_percent");
-  for (const auto& [l, p] : procs) {
-    if (p->sm_util_pct) w.sample("tarmac_process_sm_util_percent", l, *p->sm_util_pct);
+  for (const auto& r : procs) {
+    if (r.process->sm_util_pct) w.sample("tarmac_process_sm_util_percent", r.labels, *r.process->sm_util_pct);
   }
   begin("tarmac_process_holding");
-  for (std::size_t k = 0; k < procs.size(); ++k) {
-    if (!on_holding[k]) continue;
-    w.sample("tarmac_process_holding", procs[k].first,
-             static_cast<double>(procs[k].second->used_mem_bytes.value_or(0)));
+  for (const auto& r : procs) {
+    if (!r.on_holding) continue;
+    w.sample("tarmac_process_holding", r.labels, static_cast<double>(r.process->used_mem_bytes.value_or(0)));
   }
+}
 
-  begin("tarmac_alert_firing");
+void write_alerts(Writer& w, const std::vector<FiringAlert>& alerts, const std::string& hostname) {
+  w.begin(own_family("tarmac_alert_firing"));
   for (const auto& a : alerts) {
     std::string l = label("alertname", a.rule) + "," + label("severity", a.severity) + "," +
                     label("gpu", a.gpu ? std::to_string(*a.gpu) : std::string()) + "," +
                     label("hostname", hostname);
     w.sample("tarmac_alert_firing", l, 1);
   }
+}
+
+}  // namespace
+
+std::vector<std::string> metric_names() {
+  std::vector<std::string> out;
+  for (const auto& f : dcgm_fields()) out.emplace_back(f.family.name);
+  for (const auto& f : own_families()) out.emplace_back(f.name);
+  return out;
+}
+
+std::string render_sample_metrics(const LiveView& view, const std::string& hostname,
+                                  const std::vector<FiringAlert>& alerts) {
+  const auto& devices = view.snapshot.devices;
+  const std::string driver = view.snapshot.driver_version.value_or("");
+  std::vector<std::string> dcgm;
+  std::vector<std::string> labels;
+  dcgm.reserve(devices.size());
+  labels.reserve(devices.size());
+  for (const auto& d : devices) {
+    dcgm.push_back(gpu_labels(d, hostname, driver));
+    labels.push_back(own_labels(d, hostname));
+  }
+  Writer w;
+  write_dcgm_fields(w, devices, dcgm);
+  write_gpu_families(w, view, labels);
+  write_process_families(w, view, labels);
+  write_alerts(w, alerts, hostname);
   return w.take();
 }
 

@@ -9,16 +9,16 @@
 #include <filesystem>
 #include <fmt/format.h>
 
+#include "tarmac/store/sqlite.hpp"
 #include "tarmac/util/fd.hpp"
 
 namespace tarmac::store {
 
 namespace {
 
+// ReadOnly: the recorder treats a store it cannot prepare as a directory it cannot write.
 Error io_error(const std::string& what, const std::string& why) {
-  Error e = make_error(Error::Code::Io, fmt::format("{}: {}", what, why));
-  e.api_code = 8;  // SQLITE_READONLY: the recorder treats it as a directory it cannot write
-  return e;
+  return make_error(Error::Code::Io, fmt::format("{}: {}", what, why), Failure::ReadOnly);
 }
 
 // Opens `name` in `dir` (creating it when `create`) and takes away any permission beyond

@@ -74,6 +74,112 @@ void bind_text_or_null(Statement& st, int i, const std::string& s) {
   }
 }
 
+// Inserts every row of `rows` through one prepared statement; `bind` binds one row's values.
+template <typename Rows, typename Bind>
+Result<void> insert_rows(Database& db, std::string_view sql, const Rows& rows, Bind bind) {
+  if (rows.empty()) return {};
+  TARMAC_TRY_ASSIGN(auto st, db.prepare(sql));
+  for (const auto& row : rows) {
+    bind(st, row);
+    TARMAC_TRY(st.run());
+  }
+  return {};
+}
+
+constexpr std::string_view kInsertGpu =
+    "INSERT INTO gpu(gpu, uuid, name, pci_bus_id, mem_total_mib, first_ms, last_ms) "
+    "VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(gpu) DO UPDATE SET "
+    "uuid = excluded.uuid, name = excluded.name, pci_bus_id = excluded.pci_bus_id, "
+    "mem_total_mib = excluded.mem_total_mib, last_ms = excluded.last_ms";
+
+constexpr std::string_view kInsertSample =
+    "INSERT OR REPLACE INTO gpu_sample(ts_ms, gpu, util_pct, mem_util_pct, "
+    "mem_used_mib, power_w, temp_c, sm_mhz, mem_mhz, enc_pct, dec_pct, class) "
+    "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+void bind_sample(Statement& st, const GpuSample& s) {
+  st.bind(1, s.ts_ms);
+  st.bind(2, static_cast<long long>(s.gpu));
+  st.bind(3, s.util_pct);
+  st.bind(4, s.mem_util_pct);
+  st.bind(5, s.mem_used_mib);
+  st.bind(6, s.power_w);
+  st.bind(7, s.temp_c);
+  st.bind(8, s.sm_mhz);
+  st.bind(9, s.mem_mhz);
+  st.bind(10, s.enc_pct);
+  st.bind(11, s.dec_pct);
+  st.bind(12, static_cast<long long>(activity_code(s.activity)));
+}
+
+constexpr std::string_view kInsertSlowSample =
+    "INSERT OR REPLACE INTO gpu_slow_sample(ts_ms, gpu, pcie_tx_kbps, "
+    "pcie_rx_kbps, sm_active_pct, sm_occupancy_pct, tensor_active_pct, "
+    "dram_bw_pct) VALUES(?, ?, ?, ?, ?, ?, ?, ?)";
+
+void bind_slow_sample(Statement& st, const SlowSample& s) {
+  st.bind(1, s.ts_ms);
+  st.bind(2, static_cast<long long>(s.gpu));
+  st.bind(3, s.pcie_tx_kbps);
+  st.bind(4, s.pcie_rx_kbps);
+  st.bind(5, s.sm_active_pct);
+  st.bind(6, s.sm_occupancy_pct);
+  st.bind(7, s.tensor_active_pct);
+  st.bind(8, s.dram_bw_pct);
+}
+
+constexpr std::string_view kInsertProcessSample =
+    "INSERT OR REPLACE INTO process_sample(ts_ms, gpu, pid, mem_used_mib, sm_util_pct) VALUES(?, ?, ?, ?, ?)";
+
+void bind_process_sample(Statement& st, const ProcessSample& s) {
+  st.bind(1, s.ts_ms);
+  st.bind(2, static_cast<long long>(s.gpu));
+  st.bind(3, static_cast<long long>(s.pid));
+  st.bind(4, s.mem_used_mib);
+  st.bind(5, s.sm_util_pct);
+}
+
+constexpr std::string_view kInsertEvent = "INSERT INTO event(ts_ms, gpu, kind, detail) VALUES(?, ?, ?, ?)";
+
+void bind_event(Statement& st, const Event& e) {
+  st.bind(1, e.ts_ms);
+  if (e.gpu) {
+    st.bind(2, static_cast<long long>(*e.gpu));
+  } else {
+    st.bind_null(2);
+  }
+  st.bind(3, std::string_view(e.kind));
+  st.bind(4, std::string_view(e.detail));
+}
+
+constexpr std::string_view kInsertActivity =
+    "INSERT OR REPLACE INTO activity(gpu, start_ms, end_ms, class) VALUES(?, ?, ?, ?)";
+
+void bind_activity(Statement& st, const ActivitySpan& s) {
+  st.bind(1, static_cast<long long>(s.gpu));
+  st.bind(2, s.start_ms);
+  st.bind(3, s.end_ms);
+  st.bind(4, std::string_view(gpu::to_string(s.activity)));
+}
+
+constexpr std::string_view kInsertProcess =
+    "INSERT OR REPLACE INTO process(gpu, pid, first_ms, last_ms, start_unix, "
+    "user, command, container, slurm_job, mem_used_mib_max) "
+    "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+void bind_process(Statement& st, const ProcessSpan& p) {
+  st.bind(1, static_cast<long long>(p.gpu));
+  st.bind(2, static_cast<long long>(p.pid));
+  st.bind(3, p.first_ms);
+  st.bind(4, p.last_ms);
+  st.bind(5, p.start_unix);
+  bind_text_or_null(st, 6, p.user);
+  bind_text_or_null(st, 7, p.command);
+  bind_text_or_null(st, 8, p.container);
+  bind_text_or_null(st, 9, p.slurm_job);
+  st.bind(10, p.mem_used_mib_max);
+}
+
 }  // namespace
 
 std::string database_path(const std::string& state_dir) { return state_dir + "/tarmac.db"; }
@@ -130,125 +236,38 @@ Result<void> Recorder::open() {
 
 Result<void> Recorder::write_batch() {
   Database& db = *db_;
-  if (!gpus_.empty()) {
-    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT INTO gpu(gpu, uuid, name, pci_bus_id, mem_total_mib, first_ms, last_ms) "
-                                          "VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(gpu) DO UPDATE SET "
-                                          "uuid = excluded.uuid, name = excluded.name, pci_bus_id = excluded.pci_bus_id, "
-                                          "mem_total_mib = excluded.mem_total_mib, last_ms = excluded.last_ms"));
-    for (const auto& [index, seen] : gpus_) {
-      const GpuInfo& g = seen.info;
-      st.bind(1, static_cast<long long>(index));
-      bind_text_or_null(st, 2, g.uuid);
-      bind_text_or_null(st, 3, g.name);
-      bind_text_or_null(st, 4, g.pci_bus_id);
-      st.bind(5, g.mem_total_mib);
-      st.bind(6, seen.first_ms);
-      st.bind(7, seen.last_ms);
-      TARMAC_TRY(st.run());
-    }
-  }
+  TARMAC_TRY(insert_rows(db, kInsertGpu, gpus_, [](Statement& st, const auto& entry) {
+    const auto& [index, seen] = entry;
+    st.bind(1, static_cast<long long>(index));
+    bind_text_or_null(st, 2, seen.info.uuid);
+    bind_text_or_null(st, 3, seen.info.name);
+    bind_text_or_null(st, 4, seen.info.pci_bus_id);
+    st.bind(5, seen.info.mem_total_mib);
+    st.bind(6, seen.first_ms);
+    st.bind(7, seen.last_ms);
+  }));
+  TARMAC_TRY(insert_rows(db, kInsertSample, samples_, bind_sample));
   if (!samples_.empty()) {
-    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT OR REPLACE INTO gpu_sample(ts_ms, gpu, util_pct, mem_util_pct, "
-                                          "mem_used_mib, power_w, temp_c, sm_mhz, mem_mhz, enc_pct, dec_pct, class) "
-                                          "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-    for (const auto& s : samples_) {
-      st.bind(1, s.ts_ms);
-      st.bind(2, static_cast<long long>(s.gpu));
-      st.bind(3, s.util_pct);
-      st.bind(4, s.mem_util_pct);
-      st.bind(5, s.mem_used_mib);
-      st.bind(6, s.power_w);
-      st.bind(7, s.temp_c);
-      st.bind(8, s.sm_mhz);
-      st.bind(9, s.mem_mhz);
-      st.bind(10, s.enc_pct);
-      st.bind(11, s.dec_pct);
-      st.bind(12, static_cast<long long>(activity_code(s.activity)));
-      TARMAC_TRY(st.run());
-    }
     TARMAC_TRY(write_rollups(db, "gpu_minute", kMinuteMs, samples_));
     TARMAC_TRY(write_rollups(db, "gpu_hour", kHourMs, samples_));
   }
-  if (!slow_samples_.empty()) {
-    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT OR REPLACE INTO gpu_slow_sample(ts_ms, gpu, pcie_tx_kbps, "
-                                          "pcie_rx_kbps, sm_active_pct, sm_occupancy_pct, tensor_active_pct, "
-                                          "dram_bw_pct) VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
-    for (const auto& s : slow_samples_) {
-      st.bind(1, s.ts_ms);
-      st.bind(2, static_cast<long long>(s.gpu));
-      st.bind(3, s.pcie_tx_kbps);
-      st.bind(4, s.pcie_rx_kbps);
-      st.bind(5, s.sm_active_pct);
-      st.bind(6, s.sm_occupancy_pct);
-      st.bind(7, s.tensor_active_pct);
-      st.bind(8, s.dram_bw_pct);
-      TARMAC_TRY(st.run());
-    }
-  }
-  if (!process_samples_.empty()) {
-    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT OR REPLACE INTO process_sample(ts_ms, gpu, pid, mem_used_mib, "
-                                          "sm_util_pct) VALUES(?, ?, ?, ?, ?)"));
-    for (const auto& s : process_samples_) {
-      st.bind(1, s.ts_ms);
-      st.bind(2, static_cast<long long>(s.gpu));
-      st.bind(3, static_cast<long long>(s.pid));
-      st.bind(4, s.mem_used_mib);
-      st.bind(5, s.sm_util_pct);
-      TARMAC_TRY(st.run());
-    }
-  }
-  if (!events_.empty()) {
-    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT INTO event(ts_ms, gpu, kind, detail) VALUES(?, ?, ?, ?)"));
-    for (const auto& e : events_) {
-      st.bind(1, e.ts_ms);
-      if (e.gpu) {
-        st.bind(2, static_cast<long long>(*e.gpu));
-      } else {
-        st.bind_null(2);
-      }
-      st.bind(3, std::string_view(e.kind));
-      st.bind(4, std::string_view(e.detail));
-      TARMAC_TRY(st.run());
-    }
-  }
-  if (!activity_.empty()) {
-    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT OR REPLACE INTO activity(gpu, start_ms, end_ms, class) "
-                                          "VALUES(?, ?, ?, ?)"));
-    for (const auto& [key, s] : activity_) {
-      st.bind(1, static_cast<long long>(s.gpu));
-      st.bind(2, s.start_ms);
-      st.bind(3, s.end_ms);
-      st.bind(4, std::string_view(gpu::to_string(s.activity)));
-      TARMAC_TRY(st.run());
-    }
-  }
-  if (!processes_.empty()) {
-    TARMAC_TRY_ASSIGN(auto st, db.prepare("INSERT OR REPLACE INTO process(gpu, pid, first_ms, last_ms, start_unix, "
-                                          "user, command, container, slurm_job, mem_used_mib_max) "
-                                          "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-    for (const auto& [key, p] : processes_) {
-      st.bind(1, static_cast<long long>(p.gpu));
-      st.bind(2, static_cast<long long>(p.pid));
-      st.bind(3, p.first_ms);
-      st.bind(4, p.last_ms);
-      st.bind(5, p.start_unix);
-      bind_text_or_null(st, 6, p.user);
-      bind_text_or_null(st, 7, p.command);
-      bind_text_or_null(st, 8, p.container);
-      bind_text_or_null(st, 9, p.slurm_job);
-      st.bind(10, p.mem_used_mib_max);
-      TARMAC_TRY(st.run());
-    }
-  }
+  TARMAC_TRY(insert_rows(db, kInsertSlowSample, slow_samples_, bind_slow_sample));
+  TARMAC_TRY(insert_rows(db, kInsertProcessSample, process_samples_, bind_process_sample));
+  TARMAC_TRY(insert_rows(db, kInsertEvent, events_, bind_event));
+  // The spans are kept by key, so that an updated span replaces the one pending.
+  TARMAC_TRY(insert_rows(db, kInsertActivity, activity_,
+                         [](Statement& st, const auto& entry) { bind_activity(st, entry.second); }));
+  TARMAC_TRY(insert_rows(db, kInsertProcess, processes_,
+                         [](Statement& st, const auto& entry) { bind_process(st, entry.second); }));
   return {};
 }
 
 FlushStatus Recorder::flush() {
   FlushStatus status;
   const std::size_t rows = pending_rows();
-  auto fail = [&](const Error& e, int code) {
+  auto fail = [&](const Error& e) {
     status.ok = false;
-    status.failure = classify_failure(code != 0 ? code : e.api_code);
+    status.failure = failure_of(e);
     if (status.failure == Failure::None) status.failure = Failure::Other;
     status.message = e.message;
     status.pending = pending_rows();
@@ -261,19 +280,17 @@ FlushStatus Recorder::flush() {
   // A store deleted or renamed under the agent is created afresh rather than written into the void.
   if (db_ && db_->file_moved()) db_.reset();
   if (!db_) {
-    if (auto r = open(); !r.ok()) return fail(r.error(), r.error().api_code);
+    if (auto r = open(); !r.ok()) return fail(r.error());
   }
   if (rows == 0) return status;
-  if (auto r = db_->exec("BEGIN IMMEDIATE"); !r.ok()) return fail(r.error(), db_->last_code());
+  if (auto r = db_->exec("BEGIN IMMEDIATE"); !r.ok()) return fail(r.error());
   if (auto r = write_batch(); !r.ok()) {
-    const int code = db_->last_code();
     (void)db_->exec("ROLLBACK");
-    return fail(r.error(), code);
+    return fail(r.error());
   }
   if (auto r = db_->exec("COMMIT"); !r.ok()) {
-    const int code = db_->last_code();
     (void)db_->exec("ROLLBACK");
-    return fail(r.error(), code);
+    return fail(r.error());
   }
   status.written = rows;
   status.dropped = dropped_;

@@ -8,15 +8,7 @@ namespace tarmac::store {
 
 namespace {
 
-Error sqlite_error(sqlite3* db, int rc, std::string_view what) {
-  Error e = make_error(Error::Code::Io, fmt::format("{}: {}", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
-  e.api_code = db ? sqlite3_extended_errcode(db) : rc;
-  e.api_text = sqlite3_errstr(rc);
-  return e;
-}
-
-}  // namespace
-
+// What the recorder does about a failure, from SQLite's (extended) result code.
 Failure classify_failure(int code) {
   switch (code & 0xff) {
     case SQLITE_OK:
@@ -37,6 +29,19 @@ Failure classify_failure(int code) {
     default: return Failure::Other;
   }
 }
+
+Error sqlite_error(sqlite3* db, int rc, std::string_view what) {
+  return make_error(Error::Code::Io, fmt::format("{}: {}", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)),
+                    classify_failure(db ? sqlite3_extended_errcode(db) : rc));
+}
+
+}  // namespace
+
+Failure failure_of(const Error& error) {
+  const Failure* failure = error.cause_as<Failure>();
+  return failure != nullptr ? *failure : Failure::None;
+}
+
 
 Statement::Statement(Statement&& o) noexcept : db_(std::exchange(o.db_, nullptr)), stmt_(std::exchange(o.stmt_, nullptr)) {}
 
@@ -136,9 +141,8 @@ Result<void> Database::exec(std::string_view sql) {
   char* message = nullptr;
   const int rc = sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &message);
   if (rc != SQLITE_OK) {
-    Error e = make_error(Error::Code::Io, fmt::format("sqlite: {}", message ? message : sqlite3_errstr(rc)));
-    e.api_code = sqlite3_extended_errcode(db_);
-    e.api_text = sqlite3_errstr(rc);
+    Error e = make_error(Error::Code::Io, fmt::format("sqlite: {}", message ? message : sqlite3_errstr(rc)),
+                         classify_failure(sqlite3_extended_errcode(db_)));
     sqlite3_free(message);
     return e;
   }
@@ -164,7 +168,5 @@ bool Database::file_moved() const {
   int moved = 0;
   return sqlite3_file_control(db_, "main", SQLITE_FCNTL_HAS_MOVED, &moved) == SQLITE_OK && moved != 0;
 }
-
-int Database::last_code() const { return db_ ? sqlite3_extended_errcode(db_) : 0; }
 
 }  // namespace tarmac::store

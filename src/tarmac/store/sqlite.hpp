@@ -25,8 +25,9 @@ enum class Failure {
   Other,
 };
 
-// The Failure of the last error on `db` (its extended code).
-[[nodiscard]] Failure classify_failure(int sqlite_code);
+// The Failure a store error carries as its cause: SQLite's code, classified where it failed, or
+// ReadOnly for a store file or directory tarmac itself could not prepare; None for any other error.
+[[nodiscard]] Failure failure_of(const Error& error);
 
 class Statement {
  public:
@@ -85,9 +86,6 @@ class Database {
 
   // Whether the file was deleted or renamed since it was opened (writes would go nowhere).
   [[nodiscard]] bool file_moved() const;
-
-  // The extended result code of the last failure on this connection (for classify_failure).
-  [[nodiscard]] int last_code() const;
 
  private:
   explicit Database(sqlite3* db) : db_(db) {}

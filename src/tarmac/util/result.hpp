@@ -3,28 +3,36 @@
 // exit codes. Nothing here throws.
 #pragma once
 
+#include <any>
 #include <string>
 #include <utility>
 #include <variant>
 
 namespace tarmac {
 
-// Why something failed: a stable machine-readable code and a sentence for people.
+// Why something failed: a stable machine-readable code and a sentence for people, and, where the
+// layer that failed knows more than the sentence says, that knowledge in the layer's own type.
 struct Error {
   enum class Code {
     Invalid,        // bad input from the user (flag, file, value)
     NotFound,       // a file, library, device or process that does not exist
     Unsupported,    // the hardware or driver cannot do it
     Io,             // the operating system refused (read, write, fork, ...)
-    Nvml,           // NVML returned an error
+    External,       // an outside library or service failed (the GPU driver's library, ...)
     Internal,       // a bug
   };
   Code code = Code::Internal;
   std::string message;
-  // For a failure of an outside API (Code::Nvml): its own return code and its own text for it,
-  // so that a compatible front end (query, as nvidia-smi) can say what that API's clients say.
-  int api_code = 0;
-  std::string api_text;
+  // The failing layer's own account, in a type that layer defines (an outside API's return code,
+  // a status to answer), read back only through that layer's accessor: util/ knows none of them,
+  // and code that does not know the type just sees the message.
+  std::any cause;
+
+  // The cause when it is a C, nullptr otherwise (no cause, or another layer's).
+  template <typename C>
+  [[nodiscard]] const C* cause_as() const {
+    return std::any_cast<C>(&cause);
+  }
 };
 
 template <typename T>
@@ -69,6 +77,14 @@ inline Error make_error(Error::Code code, std::string message) {
   Error e;
   e.code = code;
   e.message = std::move(message);
+  return e;
+}
+
+// An Error that carries `cause` for the layer that defined its type (see Error::cause).
+template <typename C>
+Error make_error(Error::Code code, std::string message, C cause) {
+  Error e = make_error(code, std::move(message));
+  e.cause = std::move(cause);
   return e;
 }
 

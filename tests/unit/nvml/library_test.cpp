@@ -79,9 +79,37 @@ TEST_F(LibraryTest, ReturnCodesHaveNamesAndSentences) {
   EXPECT_NE(return_code_message(NVML_ERROR_GPU_IS_LOST).find("fallen off the bus"), std::string::npos);
   EXPECT_EQ(return_code_name(4242), "NVML_ERROR_4242");
   EXPECT_NE(return_code_message(NVML_ERROR_DRIVER_NOT_LOADED).find("kernel driver"), std::string::npos);
-  const Error e = nvml_error("nvmlDeviceGetCount", NVML_ERROR_UNKNOWN);
-  EXPECT_EQ(e.code, Error::Code::Nvml);
-  EXPECT_NE(e.message.find("nvmlDeviceGetCount failed"), std::string::npos);
+}
+
+// A failed initialisation keeps NVML's return code and the library's own words for it, as
+// nvidia-smi prints them; through the backend they reach the CLI without an NVML type.
+TEST_F(LibraryTest, AFailedInitCarriesTheReturnCodeAndTheLibrarysText) {
+  setenv("TARMAC_SIM_SCENARIO", "no-driver-container", 1);
+  auto lib = Library::open({kSimLib});
+  ASSERT_FALSE(lib.ok());
+  EXPECT_EQ(lib.error().code, Error::Code::External);
+  EXPECT_NE(lib.error().message.find("failed: the NVIDIA kernel driver is not loaded"), std::string::npos)
+      << lib.error().message;
+  const Failure* failure = failure_of(lib.error());
+  ASSERT_NE(failure, nullptr);
+  EXPECT_EQ(failure->code, NVML_ERROR_DRIVER_NOT_LOADED);
+  EXPECT_EQ(failure->library_text, "Driver Not Loaded");
+
+  auto backend = gpu::open_nvml_backend(kSimLib);
+  ASSERT_FALSE(backend.ok());
+  const auto driver = gpu::driver_failure(backend.error());
+  ASSERT_TRUE(driver.has_value());
+  EXPECT_EQ(driver->code, 9);
+  EXPECT_EQ(driver->text, "Driver Not Loaded");
+}
+
+TEST_F(LibraryTest, ErrorsNotFromNvmlCarryNoDriverFailure) {
+  auto lib = Library::open({"/nonexistent/libnvidia-ml.so.1"});
+  ASSERT_FALSE(lib.ok());
+  EXPECT_EQ(failure_of(lib.error()), nullptr);
+  auto backend = gpu::open_nvml_backend("libm.so.6");
+  ASSERT_FALSE(backend.ok());
+  EXPECT_FALSE(gpu::driver_failure(backend.error()).has_value());
 }
 
 // The whole backend through both libraries: the old driver's fallbacks give the same values.

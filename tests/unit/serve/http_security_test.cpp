@@ -80,7 +80,7 @@ TEST(ParseHeadHost, KeepsTheHostAndRefusesTwo) {
   EXPECT_EQ(r->request.host, "localhost:9478");
   auto two = parse_head("GET / HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n", {});
   ASSERT_FALSE(two.ok());
-  EXPECT_EQ(two.error().api_code, 400);
+  EXPECT_EQ(refusal_status(two.error()), 400);
 }
 
 class HostTest : public ::testing::Test {

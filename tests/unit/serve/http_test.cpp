@@ -17,7 +17,7 @@ namespace {
 
 int status_of(std::string_view head) {
   auto r = parse_head(head, ServerLimits{});
-  return r.ok() ? 200 : r.error().api_code;
+  return r.ok() ? 200 : refusal_status(r.error());
 }
 
 TEST(ParseHead, ReadsPathQueryAndKeepAlive) {

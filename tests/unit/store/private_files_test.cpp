@@ -11,6 +11,7 @@
 
 #include "tarmac/store/reader.hpp"
 #include "tarmac/store/recorder.hpp"
+#include "tarmac/store/sqlite.hpp"
 #include "temp_dir.hpp"
 
 namespace tarmac::store {
@@ -64,6 +65,7 @@ TEST(PrivateStore, AStoreFromAnOlderTarmacIsTightenedAndAnotherFileRefused) {
   auto r = prepare_private_store(linked);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("symbolic link"), std::string::npos) << r.error().message;
+  EXPECT_EQ(failure_of(r.error()), Failure::ReadOnly) << "the recorder treats it as a store it cannot write";
   EXPECT_EQ(mode_of(target), 0644U);
 }
 
