@@ -131,6 +131,7 @@ class AgentRecords(unittest.TestCase):
                     agent.send_signal(signal.SIGKILL)
                     agent.wait()
                     begun.append(count() - before)
+                agent.stdout.close()
                 self.assertEqual(integrity(self.db), "ok")
             before = snapshots.count()
             agent = s.agent(self.dir, "--interval", f"{interval_ms}ms", "--flush", f"{flush_ms}ms")
