@@ -109,8 +109,8 @@ class AgentRecords(unittest.TestCase):
         less the samples of GPU 0 it stored."""
         interval_ms, flush_ms = 100, 300
         # Unflushed at a kill: the snapshots begun within one flush interval after the last flush
-        # (flush_ms / interval_ms of them, one more where the schedule's millisecond rounding lets
-        # a fourth in), or those and the one whose flush was under way.
+        # (flush_ms / interval_ms of them), one more in an agent's first interval (its first
+        # snapshot is taken before the store is opened), and the one in progress or being flushed.
         most_lost = flush_ms // interval_ms + 2
         rng = random.Random(1234)
         s = HeldSim("a100x4-balanced")
