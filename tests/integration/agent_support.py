@@ -1,6 +1,8 @@
 """Helpers for the agent's end-to-end tests: a held simulation, agents started and stopped in it
 (LiveAgent: one serving HTTP on a free loopback port), and reading the store back with Python's own
 sqlite3 (a real, independent SQLite client)."""
+import contextlib
+import fcntl
 import http.client
 import os
 import pathlib
@@ -56,6 +58,42 @@ class HeldSim:
 
     def close(self):
         end_process(self.proc)
+
+
+class CountedCalls:
+    """How many times the processes of SIM (a HeldSim) have called the NVML function FUNCTION on
+    GPU: a runtime fault that only counts those calls (docs/simulator.md, Faults: `calls = N`
+    counts across every process of the simulation, in the state directory's uses/ID, under flock;
+    the 1 ms delay is there because a fault must do something). An event to wait for: a program's
+    snapshot has begun, however fast or slow the machine.
+
+    hold() takes that lock: every caller then stops at its next such call until the hold ends, and
+    no count is half-written meanwhile (a kill -9 cannot land inside the update). Inside a hold,
+    read the count with the function it gives: count() would wait for the hold itself."""
+
+    def __init__(self, sim, function, gpu):
+        spec = f"function={function},gpu={gpu},delay_ms=1,calls=1000000000"
+        r = sim.run("sim", "fault", "--state", sim.state, spec)
+        if r.returncode != 0:
+            raise AssertionError(f"tarmac sim fault {spec}: exit {r.returncode}: {r.stderr}")
+        # Runtime rules are named by their line in the faults file: this one is the last.
+        lines = (pathlib.Path(sim.state) / "faults").read_text().split("\n")
+        line = max(i for i, text in enumerate(lines) if text.strip()) + 1
+        self.path = pathlib.Path(sim.state) / "uses" / f"r{line}"
+
+    def count(self):
+        with self.hold() as count:
+            return count()
+
+    @contextlib.contextmanager
+    def hold(self):
+        """Holds the lock while the with-block runs; gives a function that reads the count."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield lambda: int(os.pread(fd, 64, 0).decode().strip() or 0)
+        finally:
+            os.close(fd)  # closing releases the lock
 
 
 def end_process(proc, timeout=10):

@@ -3,9 +3,11 @@ real simulator launcher, with the exit code its severity calls for."""
 import json
 import os
 import pathlib
-import tempfile
+import signal
+import subprocess
 import unittest
 
+from agent_support import HANG_S, SIM_LIB, CountedCalls, HeldSim, end_process, gpu_pids, wait_for
 from devtools import require_tool
 from test_status import BUILD, TARMAC, sim
 
@@ -31,6 +33,13 @@ def doctor(scenario, *args, env=None, window=QUICK, timeout=90):
     if not r.stdout.strip():
         raise AssertionError(f"no output, exit {r.returncode}: {r.stderr}")
     return r.returncode, json.loads(r.stdout)
+
+
+def kill_if_alive(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def finding(report, code):
@@ -198,14 +207,42 @@ class DoctorOnOneJob(unittest.TestCase):
 
     def test_workers_started_after_doctor_are_part_of_the_job(self):
         # A launcher starts its workers late: doctor looks for the job's processes at every sample.
-        script = (f"{TARMAC} doctor --json --window 2s --interval 250ms --pid $$ > \"$OUT\" & d=$!; sleep 0.7;"
-                  f" CUDA_VISIBLE_DEVICES=3 {LOAD} --mem 2GiB --util 70 --seconds 30 & p=$!;"
-                  " wait $d; rc=$?; kill $p; wait; cat \"$OUT\"; exit $rc")
-        with tempfile.NamedTemporaryFile() as out:
-            r = sim("h100x8-idle-fleet", "/bin/sh", "-c", script, env=clean_env(OUT=out.name))
-        report = json.loads(r.stdout)
+        # The steps are ordered by events, not by pauses: the worker starts once doctor's first
+        # sample has begun (the simulator counts doctor's reads of GPU 0), and doctor is held at its
+        # read of GPU 7 in that sample until the worker is registered, so its later samples all
+        # come after it, however slow the machine.
+        sim = HeldSim("h100x8-idle-fleet")
+        self.addCleanup(sim.proc.stderr.close)  # cleanups run last first: after close()
+        self.addCleanup(sim.proc.stdout.close)
+        self.addCleanup(sim.close)
+        first_gpu = CountedCalls(sim, "nvmlDeviceGetUtilizationRates", gpu=0)
+        last_gpu = CountedCalls(sim, "nvmlDeviceGetUtilizationRates", gpu=7)
+        with last_gpu.hold():
+            launcher = subprocess.Popen(
+                ["/bin/sh", "-c", f"read go; CUDA_VISIBLE_DEVICES=3 {LOAD} --mem 2GiB --util 70 --seconds 600 & "
+                                  "echo $!; wait"],
+                env=sim.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.addCleanup(launcher.stdout.close)
+            self.addCleanup(end_process, launcher)
+            doctor = subprocess.Popen([TARMAC, "doctor", "--json", "--window", "1s", "--interval", "250ms",
+                                       "--pid", str(launcher.pid)],
+                                      env=clean_env(TARMAC_NVML_LIB=SIM_LIB, TARMAC_SIM_STATE=sim.state), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+            self.addCleanup(end_process, doctor)
+            self.assertTrue(wait_for(lambda: first_gpu.count() >= 1 or doctor.poll() is not None),
+                            "doctor never sampled")
+            self.assertIsNone(doctor.poll(), "doctor ended inside its first sample")
+            launcher.stdin.write("go\n")
+            launcher.stdin.close()
+            worker = int(launcher.stdout.readline())
+            self.addCleanup(kill_if_alive, worker)
+            self.assertTrue(wait_for(lambda: worker in gpu_pids(sim.state, 3) or launcher.poll() is not None),
+                            "the worker never registered on GPU 3")
+        out, err = doctor.communicate(timeout=HANG_S)
+        report = json.loads(out)
         # The late worker, started after doctor's first sample, is in the job: its GPU is.
-        self.assertEqual(report["job"]["gpus"], [3])
+        self.assertEqual(report["job"]["gpus"], [3], err)
+        self.assertIn(worker, report["job"]["pids"])
         self.assertEqual(report["job"]["pids"][0], report["job"]["pid"])
 
     def test_unknown_pid_is_a_usage_error(self):

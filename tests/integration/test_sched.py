@@ -79,6 +79,10 @@ class RunConcurrency(SchedTest):
         seen = []           # every poll's {pid: gpus}
         clashes = []
         stop = threading.Event()
+        # Each run's load program lives until the watcher has seen it on its GPU and has seen two
+        # runs at once (files in SEEN): the watcher misses none, however slowly it polls.
+        seen_dir = pathlib.Path(self.tmp) / "seen"
+        seen_dir.mkdir()
 
         def watch():
             while not stop.is_set():
@@ -88,14 +92,20 @@ class RunConcurrency(SchedTest):
                 for pid, gpus in procs.items():
                     for g in gpus:
                         per_gpu.setdefault(g, []).append(pid)
+                    (seen_dir / str(pid)).touch()
+                if len(procs) >= 2:
+                    (seen_dir / "overlap").touch()
                 clashes.extend((g, pids) for g, pids in per_gpu.items() if len(pids) > 1)
                 time.sleep(0.05)
 
+        job = (f"{LOAD} --mem 2GiB --util 60 & p=$!; "
+               f'until [ -e "{seen_dir}/$p" ] && [ -e "{seen_dir}/overlap" ]; do '
+               f'[ -d "{seen_dir}" ] || exit 1; sleep 0.05; done; '  # the test is over
+               "kill $p; wait $p; [ $? -eq 143 ]")  # it ended of the SIGTERM
         watcher = threading.Thread(target=watch)
         watcher.start()
         try:
-            runs = [self.popen("run", "-n", "1", "--", LOAD, "--seconds", "1", "--mem", "2GiB", "--util", "60")
-                    for _ in range(20)]
+            runs = [self.popen("run", "-n", "1", "--", "/bin/sh", "-c", job) for _ in range(20)]
             results = [(r.wait(timeout=240), r.stderr.read()) for r in runs]
             for r in runs:
                 r.stdout.close()
