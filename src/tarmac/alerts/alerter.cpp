@@ -106,8 +106,9 @@ void Alerter::send_loop() {
 int Alerter::budget_ms(int wanted) const {
   std::lock_guard lock(queue_mutex_);
   if (!stopping_) return wanted;
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(stop_deadline_ -
-                                                                          std::chrono::steady_clock::now());
+  // Rounded up: a send cut at its budget ends at or after the deadline, so send_loop reports the
+  // rest of the queue as not sent instead of trying each for the 1 ms left by rounding down.
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(stop_deadline_ - std::chrono::steady_clock::now());
   return static_cast<int>(std::clamp<long long>(left.count(), 1, wanted));
 }
 

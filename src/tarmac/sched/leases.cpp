@@ -156,7 +156,10 @@ Result<util::Fd> create_dir(const std::string& dir, uid_t me) {
   if (::fchmod(fd.get(), mode) != 0) return io_error(fmt::format("cannot set the mode of {}", dir));
   if (me == 0) {
     // The lock file at once, root's: a user who made it first could hold or replace it.
+    // Already there: another of root's tarmacs, which found the directory, made it first (or a user
+    // did); lock() checks whatever is there and removes what is not root's.
     auto lock = open_in(fd.get(), kLockName, O_RDONLY | O_CREAT | O_EXCL, 0644);
+    if (!lock && errno == EEXIST) return fd;
     if (!lock || ::fchmod(lock->fd.get(), 0644) != 0) return io_error(fmt::format("cannot create {}/{}", dir, kLockName));
   }
   return fd;
