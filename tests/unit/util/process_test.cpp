@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <set>
+#include <thread>
 
 #include "tarmac/util/strings.hpp"
 
@@ -301,6 +303,26 @@ TEST(StartProcess, LeavesNoDescriptorBehindInTheParent) {
   ProcessSpec invalid = child_spec("ids");
   invalid.argv.clear();
   EXPECT_FALSE(start_process(invalid).ok());
+  EXPECT_EQ(open_fds(), before);
+}
+
+// The agent starts processes from two threads (the scheduler's and the alert sender's): children
+// made while another thread makes one get their own descriptors and environment.
+TEST(StartProcess, StartsFromSeveralThreadsAtOnce) {
+  const auto before = open_fds();
+  std::atomic<int> right{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t, &right] {
+      for (int i = 0; i < 20; ++i) {
+        ProcessSpec spec = child_spec("env");
+        spec.env = {fmt::format("THREAD={}", t), fmt::format("ROUND={}", i)};
+        if (run(spec).out == fmt::format("THREAD={}{}ROUND={}{}", t, '\0', i, '\0')) ++right;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(right.load(), 80);
   EXPECT_EQ(open_fds(), before);
 }
 
