@@ -1,14 +1,11 @@
 // The scheduler's jobs and their wrappers (daemon_state.hpp): starting a job under its wrapper
 // (`tarmac job-shim`), and recording how it ended once the wrapper is gone. The pass that decides
 // what starts is daemon_pass.cpp; the wrappers' pidfds and signals are daemon_wrappers.cpp.
-#include <spawn.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
-#include <cstring>
 #include <filesystem>
 
 #include "tarmac/sched/daemon_common.hpp"
@@ -17,8 +14,6 @@
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/process.hpp"
-
-extern char** environ;
 
 namespace tarmac::sched {
 
@@ -101,7 +96,7 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
               {2, err_fd >= 0 ? err_fd : util::kDevNull},
               {3, lock_fd}};
   shim.session = util::Session::NewSession;
-  const auto started = util::start_process(shim);
+  auto started = util::start_process(shim);
   ::close(lock_fd);
   if (job.detach || rt.output_fds.size() < 2) {
     if (out_fd >= 0) ::close(out_fd);
@@ -113,6 +108,7 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
     table.remove_job_files(job.id);
     return false;
   }
+  rt.pidfd = std::move(started->pidfd);  // made with the process: no pid to check for reuse
   record_start(job, started->pid, chosen, uuids);
   return true;
 }

@@ -189,7 +189,7 @@ Error run_error(const std::string& path, std::string_view what, int err) {
 bool holds_nul(std::string_view text) { return text.find('\0') != std::string_view::npos; }
 
 // A spec that cannot be run as given: refused before anything is created.
-Result<void> check(const ProcessSpec& spec) {
+Result<void> check_spec(const ProcessSpec& spec) {
   const auto invalid = [&spec](std::string_view why) {
     return make_error(Error::Code::Invalid, fmt::format("cannot run {}: {}", spec.path, why));
   };
@@ -267,7 +267,7 @@ void reap(pid_t pid) {
 }  // namespace
 
 Result<Child> start_process(const ProcessSpec& spec) {
-  TARMAC_TRY(check(spec));
+  TARMAC_TRY(check_spec(spec));
   Fd dev_null;
   std::vector<ChildFd> fds = spec.fds;
   for (auto& fd : fds) {
