@@ -10,14 +10,13 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
-#include <thread>
 
 #include "tarmac/util/escape.hpp"
+#include "tarmac/util/process.hpp"
 #include "tarmac/util/strings.hpp"
-
-extern char** environ;
 
 namespace tarmac::alerts {
 
@@ -239,39 +238,54 @@ std::vector<std::pair<std::string, std::string>> notice_env(const Notice& notice
   };
 }
 
+namespace {
+
+// How long a command killed at its timeout may take to end before it is left unreaped: a process
+// stuck in the kernel must not hold up the sender (or the agent's stop) for ever.
+constexpr long long kKilledCommandMs = 2000;
+
+// The agent's environment with `env`'s variables in place of any it has.
+std::vector<std::string> command_environment(const std::vector<std::pair<std::string, std::string>>& env) {
+  std::vector<std::string> out;
+  for (auto& entry : util::own_environment()) {
+    bool replaced = false;
+    for (const auto& [k, v] : env) replaced = replaced || entry.starts_with(k + "=");
+    if (!replaced) out.push_back(std::move(entry));
+  }
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+}  // namespace
+
 Result<void> run_command(const std::vector<std::string>& argv, const std::string& input,
                          const std::vector<std::pair<std::string, std::string>>& env, int timeout_ms) {
   if (argv.empty()) return make_error(Error::Code::Invalid, "empty command");
-  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
-  std::vector<std::string> env_text;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string_view entry(*e);
-    bool replaced = false;
-    for (const auto& [k, v] : env) replaced = replaced || entry.starts_with(k + "=");
-    if (!replaced) env_text.emplace_back(entry);
+  // Found on the agent's PATH, as execvp would, but before the child exists.
+  const char* path_env = std::getenv("PATH");
+  const auto path = util::resolve_command(argv[0], path_env != nullptr ? path_env : "/bin:/usr/bin");
+  if (!path) {
+    return make_error(Error::Code::NotFound, fmt::format("{}: cannot run it (not found or not executable)", argv[0]));
   }
-  for (const auto& [k, v] : env) env_text.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_text) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = argv;
-  std::vector<char*> argp;
-  for (auto& s : args) argp.push_back(s.data());
-  argp.push_back(nullptr);
-
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return make_error(Error::Code::Io, fmt::format("cannot make a pipe: {}", std::strerror(errno)));
   }
   Fd read_end(pipe_fds[0]);
   Fd write_end(pipe_fds[1]);
-  const pid_t pid = ::fork();
-  if (pid < 0) return make_error(Error::Code::Io, fmt::format("cannot fork: {}", std::strerror(errno)));
-  if (pid == 0) {
-    ::dup2(read_end.get(), 0);  // dup2 clears O_CLOEXEC on the copy
-    ::execvpe(argp[0], argp.data(), envp.data());
-    ::_exit(127);
+  // Only our end: a command that does not read must not block the sender past the timeout.
+  const int flags = ::fcntl(write_end.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(write_end.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
+    return make_error(Error::Code::Io, fmt::format("cannot set up the command's stdin: {}", std::strerror(errno)));
   }
+  util::ProcessSpec spec;
+  spec.path = *path;
+  spec.argv = argv;
+  spec.env = command_environment(env);
+  // Its output goes where the agent's goes (the journal); no other descriptor of the agent's.
+  spec.fds = {{STDIN_FILENO, read_end.get()}, {STDOUT_FILENO, STDOUT_FILENO}, {STDERR_FILENO, STDERR_FILENO}};
+  auto child = util::start_process(spec);
+  if (!child.ok()) return child.take_error();
   read_end.reset();
   // A command that does not read its stdin must not kill us with SIGPIPE: block it in this thread
   // while writing, and take any pending one back.
@@ -281,7 +295,6 @@ Result<void> run_command(const std::vector<std::string>& argv, const std::string
   sigaddset(&pipe_set, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  ::fcntl(write_end.get(), F_SETFL, ::fcntl(write_end.get(), F_GETFL) | O_NONBLOCK);
   std::size_t written = 0;
   while (written < input.size()) {
     const ssize_t n = ::write(write_end.get(), input.data() + written, input.size() - written);
@@ -299,21 +312,15 @@ Result<void> run_command(const std::vector<std::string>& argv, const std::string
   }
   pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
 
-  int status = 0;
-  for (;;) {
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) return make_error(Error::Code::Io, "lost the command's process");
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return make_error(Error::Code::Io, fmt::format("{} did not finish within {} ms (killed)", argv[0], timeout_ms));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  auto ended = util::wait_for(*child, left_ms.count());
+  if (!ended.ok()) return ended.take_error();
+  if (!ended->has_value()) {
+    (void)util::send_signal(*child, SIGKILL);  // fails only when it has just ended: reaped below either way
+    (void)util::wait_for(*child, kKilledCommandMs);
+    return make_error(Error::Code::Io, fmt::format("{} did not finish within {} ms (killed)", argv[0], timeout_ms));
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
-    return make_error(Error::Code::NotFound, fmt::format("{}: cannot run it (not found or not executable)", argv[0]));
-  }
+  const int status = **ended;
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
     return make_error(Error::Code::Io, fmt::format("{} exited with {}", argv[0], WEXITSTATUS(status)));
   }

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +24,7 @@
 #include "tarmac/sched/job.hpp"
 #include "tarmac/sched/supervise.hpp"
 #include "tarmac/util/escape.hpp"
+#include "tarmac/util/process.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::cli {
@@ -128,21 +128,21 @@ int run_alone(const GlobalOptions& global, const RunFlags& flags, const sched::P
   }
   backend->reset();  // NVML is not needed while the job runs
 
-  sched::SpawnSpec spec;
+  util::ProcessSpec spec;
   spec.path = path;
   spec.argv = flags.command;
-  spec.env = sched::job_environment(sched::own_environment(), visible_devices(acquired, flags.uuids), flags.uuids,
+  spec.env = sched::job_environment(util::own_environment(), visible_devices(acquired, flags.uuids), flags.uuids,
                                     job_id, flags.name);
-  spec.terminal = sched::owns_terminal();
-  const pid_t pid = sched::spawn(spec, original);
+  spec.take_terminal = sched::owns_terminal();
+  const auto child = sched::spawn(spec, original);
   int status = 0;
-  if (pid < 0) {
-    fmt::print(stderr, "tarmac: cannot start {}: {}\n", flags.command.front(), std::strerror(errno));
-    status = kExitCouldNotLook << 8;  // as if it exited 3
+  if (!child.ok()) {
+    fmt::print(stderr, "tarmac: {}\n", child.error().message);
+    status = sched::not_started_code(child.error()) << 8;
   } else {
-    status = sched::supervise(pid, flags.command.front(), limits.job, handled);
+    status = sched::supervise(child->pid, flags.command.front(), limits.job, handled);
   }
-  if (spec.terminal) sched::give_terminal(::getpgrp());
+  if (spec.take_terminal) sched::give_terminal(::getpgrp());
   if (auto held = dir->lock(); held.ok()) dir->remove(acquired.uuids, job_id);
   // Otherwise the leases go stale with this process a moment later.
   return sched::shell_status(status);
@@ -253,7 +253,7 @@ int run_through_agent(const GlobalOptions& global, const std::string& socket, sc
   if (::getcwd(cwd, sizeof cwd - 1) == nullptr) std::strcpy(cwd, "/");
   // The queue carries a job as JSON text, and argv and environment must reach the job exactly:
   // bytes that are not UTF-8 (legal on Linux) are refused by name rather than replaced.
-  const auto environment = sched::own_environment();
+  const auto environment = util::own_environment();
   if (const auto bad = first_non_utf8(flags.command, environment, cwd)) {
     fmt::print(stderr,
                "tarmac run: {} is not valid UTF-8 (shown escaped: {}); the agent's queue carries jobs as "
@@ -320,7 +320,7 @@ int run_job(const GlobalOptions& global, const RunFlags& flags, const sigset_t& 
   }
   const char* path_env = std::getenv("PATH");
   const auto path =
-      sched::resolve_command(flags.command.front(), path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin");
+      util::resolve_command(flags.command.front(), path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin");
   if (!path) {
     fmt::print(stderr, "tarmac: {}: command not found\n", flags.command.front());
     return kCommandNotFound;

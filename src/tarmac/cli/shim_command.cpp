@@ -8,7 +8,6 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <fmt/format.h>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/sched/supervise.hpp"
 #include "tarmac/util/fs.hpp"
+#include "tarmac/util/process.hpp"
 
 namespace tarmac::cli {
 
@@ -55,7 +55,7 @@ int run_shim(const std::string& spec_path) {
   ::sigprocmask(SIG_BLOCK, &handled, &original);
   (void)::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-  sched::SpawnSpec what;
+  util::ProcessSpec what;
   what.path = spec.value("path", std::string());
   what.argv = spec.value("argv", std::vector<std::string>{});
   what.env = spec.value("env", std::vector<std::string>{});
@@ -65,22 +65,20 @@ int run_shim(const std::string& spec_path) {
   if (::geteuid() == 0 && uid != 0) {
     // Root starts the job as its submitter: the uid, gid and groups the agent took from the
     // submitter's socket credentials, never the groups of a name in the group file.
-    what.uid = uid;
-    what.gid = gid;
-    what.groups = sched::groups_of(spec);
+    what.user = util::Identity{.uid = uid, .gid = gid, .groups = sched::groups_of(spec)};
   }
   sched::Limits limits;
   if (spec.contains("time_ms") && spec["time_ms"].is_number_integer()) limits.time_ms = spec["time_ms"].get<long long>();
   limits.grace_ms = spec.value("grace_ms", 10000LL);
 
   int status = 0;
-  const pid_t pid = sched::spawn(what, original);
-  if (pid < 0) {
-    fmt::print(stderr, "tarmac: cannot start {}: {}\n", what.path, std::strerror(errno));
-    status = 126 << 8;
+  const auto child = sched::spawn(what, original);
+  if (!child.ok()) {
+    fmt::print(stderr, "tarmac: {}\n", child.error().message);
+    status = sched::not_started_code(child.error()) << 8;
   } else {
-    (void)util::write_file_atomically(job_file("run"), fmt::format("{} {}\n", pid, now_unix_ms()));
-    status = sched::supervise(pid, what.argv.empty() ? what.path : what.argv.front(), limits, handled);
+    (void)util::write_file_atomically(job_file("run"), fmt::format("{} {}\n", child->pid, now_unix_ms()));
+    status = sched::supervise(child->pid, what.argv.empty() ? what.path : what.argv.front(), limits, handled);
   }
   const int code = sched::shell_status(status);
   if (!util::write_file_atomically(job_file("exit"), fmt::format("{} {}\n", code, now_unix_ms()))) {

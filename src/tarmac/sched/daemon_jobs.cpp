@@ -1,14 +1,11 @@
 // The scheduler's jobs and their wrappers (daemon_state.hpp): starting a job under its wrapper
 // (`tarmac job-shim`), and recording how it ended once the wrapper is gone. The pass that decides
 // what starts is daemon_pass.cpp; the wrappers' pidfds and signals are daemon_wrappers.cpp.
-#include <spawn.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
-#include <cstring>
 #include <filesystem>
 
 #include "tarmac/sched/daemon_common.hpp"
@@ -16,8 +13,7 @@
 #include "tarmac/sched/supervise.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
-
-extern char** environ;
+#include "tarmac/util/process.hpp"
 
 namespace tarmac::sched {
 
@@ -87,54 +83,33 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
     err_fd = rt.output_fds[1].get();
   }
   const std::string spec_path = file(job.id, "json");
-  // posix_spawn, not fork: the agent has threads and a heap, and copying its page tables for
-  // every job was most of a job's start (and of the hand-over between jobs).
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  if (const int e = posix_spawn_file_actions_init(&actions); e != 0) {
-    log(util::LogLevel::Error, fmt::format("scheduler: cannot start job {}: {}", job.id, std::strerror(e)));
-    ::close(lock_fd);
-    if ((job.detach || rt.output_fds.size() < 2) && out_fd >= 0) ::close(out_fd);
-    return false;
-  }
-  (void)posix_spawnattr_init(&attr);  // only fails on ENOMEM in theory; glibc's never fails
-  // Every step is checked: a job started without its descriptors would write into the agent's own.
-  int setup = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  const auto step = [&setup](int e) {
-    if (setup == 0) setup = e;
-  };
-  step(out_fd >= 0 ? posix_spawn_file_actions_adddup2(&actions, out_fd, 1)
-                   : posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0));
-  step(err_fd >= 0 ? posix_spawn_file_actions_adddup2(&actions, err_fd, 2)
-                   : posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0));
-  step(posix_spawn_file_actions_adddup2(&actions, lock_fd, 3));
-  step(posix_spawn_file_actions_addclosefrom_np(&actions, 4));
-  sigset_t none;
-  sigemptyset(&none);
-  step(posix_spawnattr_setsigmask(&attr, &none));
-  sigset_t all;
-  sigfillset(&all);
-  step(posix_spawnattr_setsigdefault(&attr, &all));
-  step(posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF));
-  char* const argv[] = {const_cast<char*>("tarmac"), const_cast<char*>("job-shim"),
-                        const_cast<char*>(spec_path.c_str()), nullptr};
-  pid_t pid = -1;  // the wrapper gets the agent's environment; the job gets its submitter's (spec)
-  const int spawn_errno = setup != 0 ? setup : ::posix_spawn(&pid, opt.shim_exe.c_str(), &actions, &attr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  // util::start_process (a vfork-like clone), not fork: the agent has threads and a heap, and
+  // copying its page tables for every job was most of a job's start (and of the hand-over between
+  // jobs). The wrapper gets the agent's environment (the job gets its submitter's, from the spec),
+  // the lock as descriptor 3 and nothing above it, its own session, and signals as new.
+  util::ProcessSpec shim;
+  shim.path = opt.shim_exe;
+  shim.argv = {"tarmac", "job-shim", spec_path};
+  shim.env = util::own_environment();
+  shim.fds = {{0, util::kDevNull},
+              {1, out_fd >= 0 ? out_fd : util::kDevNull},
+              {2, err_fd >= 0 ? err_fd : util::kDevNull},
+              {3, lock_fd}};
+  shim.session = util::Session::NewSession;
+  auto started = util::start_process(shim);
   ::close(lock_fd);
   if (job.detach || rt.output_fds.size() < 2) {
     if (out_fd >= 0) ::close(out_fd);
   }
   // A backfill job may be preempted and started again: it keeps its submitter's output.
   if (!job.backfill) rt.output_fds.clear();
-  if (spawn_errno != 0) {
-    log(util::LogLevel::Error,
-        fmt::format("scheduler: cannot start job {}: {}: {}", job.id, opt.shim_exe, std::strerror(spawn_errno)));
+  if (!started.ok()) {
+    log(util::LogLevel::Error, fmt::format("scheduler: cannot start job {}: {}", job.id, started.error().message));
     table.remove_job_files(job.id);
     return false;
   }
-  record_start(job, pid, chosen, uuids);
+  rt.pidfd = std::move(started->pidfd);  // made with the process: no pid to check for reuse
+  record_start(job, started->pid, chosen, uuids);
   return true;
 }
 

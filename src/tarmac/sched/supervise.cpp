@@ -1,10 +1,8 @@
 #include "tarmac/sched/supervise.hpp"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <limits.h>
 #include <poll.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,12 +11,9 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
-#include <string_view>
 #include <fmt/format.h>
 
 #include "tarmac/util/units.hpp"
-
-extern char** environ;
 
 namespace tarmac::sched {
 
@@ -36,41 +31,6 @@ void notice(const std::string& text) {
   const ssize_t n = ::write(STDERR_FILENO, text.data(), std::min(text.size(), static_cast<std::size_t>(PIPE_BUF)));
   (void)n;  // a word lost is better than a signal late
   if (flags >= 0 && (flags & O_NONBLOCK) == 0) ::fcntl(STDERR_FILENO, F_SETFL, flags);
-}
-constexpr int kCommandNotFound = 127;
-constexpr int kCannotExecute = 126;
-
-std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
-// The words of an errno value without the locale (strerror may allocate): safe after fork.
-const char* errno_text(int err) {
-  const char* text = ::strerrordesc_np(err);
-  return text != nullptr ? text : "unknown error";
-}
-
-void write_all(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    text.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
-// In the child, between fork and exec: "tarmac: WHAT: why" on stderr, then exit. Only
-// async-signal-safe calls (the agent that forks has threads and a heap): `what` is built before fork.
-[[noreturn]] void child_fails(std::string_view what, int err) {
-  write_all(STDERR_FILENO, "tarmac: ");
-  write_all(STDERR_FILENO, what);
-  write_all(STDERR_FILENO, ": ");
-  write_all(STDERR_FILENO, errno_text(err));
-  write_all(STDERR_FILENO, "\n");
-  ::_exit(err == ENOENT ? kCommandNotFound : kCannotExecute);
 }
 
 // Reaps every finished child; stores the leader's status when it is among them. Returns whether the
@@ -91,25 +51,6 @@ bool reap(pid_t leader, int& leader_status) {
 bool group_alive(pid_t pgid) { return ::kill(-pgid, 0) == 0 || errno != ESRCH; }
 
 }  // namespace
-
-std::optional<std::string> resolve_command(const std::string& name, const std::string& path) {
-  const auto runnable = [](const std::string& file) {
-    struct stat st {};
-    return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(file.c_str(), X_OK) == 0;
-  };
-  if (name.empty()) return std::nullopt;
-  if (name.find('/') != std::string::npos) return runnable(name) ? std::optional<std::string>(name) : std::nullopt;
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    std::size_t end = path.find(':', start);
-    if (end == std::string::npos) end = path.size();
-    const std::string dir = path.substr(start, end - start);
-    const std::string file = (dir.empty() ? std::string(".") : dir) + "/" + name;
-    if (runnable(file)) return file;
-    start = end + 1;
-  }
-  return std::nullopt;
-}
 
 int shell_status(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
@@ -155,12 +96,6 @@ std::vector<std::string> job_environment(const std::vector<std::string>& base, c
   return env;
 }
 
-std::vector<std::string> own_environment() {
-  std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
-  return env;
-}
-
 bool owns_terminal() { return ::isatty(STDIN_FILENO) != 0 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp(); }
 
 void give_terminal(pid_t pgid) {
@@ -173,34 +108,18 @@ void give_terminal(pid_t pgid) {
   ::sigprocmask(SIG_SETMASK, &old, nullptr);
 }
 
-pid_t spawn(const SpawnSpec& spec, const sigset_t& original_mask) {
-  std::vector<std::string> args = spec.argv;
-  std::vector<std::string> env = spec.env;
-  auto argv = c_strings(args);
-  auto envp = c_strings(env);
-  const std::string what = args.empty() ? spec.path : args.front();
-  const std::string become = spec.uid ? fmt::format("cannot become uid {}", *spec.uid) : std::string();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    if (spec.terminal) give_terminal(::getpid());
-    ::sigprocmask(SIG_SETMASK, &original_mask, nullptr);
-    if (spec.uid) {
-      if (::setgroups(spec.groups.size(), spec.groups.data()) != 0 || ::setgid(spec.gid) != 0 ||
-          ::setuid(*spec.uid) != 0) {
-        child_fails(become, errno);
-      }
-    }
-    // As the user: a directory the user may not enter is refused here, not entered as root.
-    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) child_fails(spec.cwd, errno);
-    ::execve(spec.path.c_str(), argv.data(), envp.data());
-    child_fails(what, errno);
-  }
-  if (pid > 0) {
-    ::setpgid(pid, pid);  // also here, so the group exists before the parent signals it
-    if (spec.terminal) give_terminal(pid);
-  }
-  return pid;
+Result<util::Child> spawn(util::ProcessSpec spec, const sigset_t& original_mask) {
+  spec.session = util::Session::NewGroup;
+  spec.other_fds = util::OtherFds::KeepInherited;
+  spec.dispositions = util::Dispositions::KeepIgnored;
+  spec.signal_mask = original_mask;
+  return util::start_process(spec);
+}
+
+int not_started_code(const Error& error) {
+  constexpr int kCommandNotFound = 127;
+  constexpr int kCannotExecute = 126;
+  return error.code == Error::Code::NotFound ? kCommandNotFound : kCannotExecute;
 }
 
 int supervise(pid_t pgid, const std::string& what, const Limits& limits, const sigset_t& handled) {

@@ -12,11 +12,10 @@
 #include <string>
 #include <vector>
 
-namespace tarmac::sched {
+#include "tarmac/util/process.hpp"
+#include "tarmac/util/result.hpp"
 
-// Where execve would find `name`: itself when it holds a '/', else the first executable regular
-// file of that name in `path` (a PATH value; empty entries mean the current directory).
-[[nodiscard]] std::optional<std::string> resolve_command(const std::string& name, const std::string& path);
+namespace tarmac::sched {
 
 // A shell's exit status for a wait(2) status: the exit code, or 128 + the signal.
 [[nodiscard]] int shell_status(int wait_status);
@@ -36,24 +35,15 @@ namespace tarmac::sched {
                                                        const std::string& visible, bool uuids,
                                                        const std::string& job_id, const std::string& name);
 
-// This process's environment as KEY=VALUE strings.
-[[nodiscard]] std::vector<std::string> own_environment();
+// Starts a job's command (path, argv, env, cwd, user and take_terminal from `spec`) as the leader of
+// a new process group, as a shell starts a command: it keeps the descriptors this process passes
+// on (those without FD_CLOEXEC) and the signals it ignores, with `original_mask` as its signal mask.
+// Returns the child, or why it could not start (util::start_process names the step).
+[[nodiscard]] Result<util::Child> spawn(util::ProcessSpec spec, const sigset_t& original_mask);
 
-struct SpawnSpec {
-  std::string path;               // resolved executable
-  std::vector<std::string> argv;  // argv[0] first
-  std::vector<std::string> env;
-  std::string cwd;                // "" to stay where we are
-  std::optional<uid_t> uid;       // switch to this user (with gid and groups) before exec
-  gid_t gid = 0;
-  std::vector<gid_t> groups;
-  bool terminal = false;          // hand the terminal on stdin to the new group
-};
-
-// Starts the command as the leader of a new process group with `original_mask` as its signal mask;
-// returns its pid, or -1 (errno set) when fork fails. In the child a failed chdir, user switch or
-// exec prints "tarmac: CMD: why" and exits 127 (not found) or 126.
-[[nodiscard]] pid_t spawn(const SpawnSpec& spec, const sigset_t& original_mask);
+// A shell's exit code for a command that could not start: 127 when it (or its directory) was not
+// found, else 126.
+[[nodiscard]] int not_started_code(const Error& error);
 
 // Gives the terminal on stdin to process group `pgid`.
 void give_terminal(pid_t pgid);

@@ -147,6 +147,20 @@ TEST(Command, FailuresAreErrors) {
   EXPECT_NE(slow.error().message.find("killed"), std::string::npos) << slow.error().message;
 }
 
+// A command found but not runnable: the log says which step failed and why, where the old child
+// died silently with 127 (or, for a script without "#!", was run by /bin/sh after all).
+TEST(Command, SaysWhyItCannotStart) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tarmac-alert-nostart-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string script = (dir / "hook").string();
+  std::ofstream(script) << "echo no interpreter line\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  auto ran = run_command({script}, "", {});
+  ASSERT_FALSE(ran.ok());
+  EXPECT_EQ(ran.error().message, "cannot run " + script + ": exec: Exec format error");
+  std::filesystem::remove_all(dir);
+}
+
 // The webhook's `text` is what Slack renders: a process name is someone else's text there.
 // A process named "<!channel>" pinged the whole channel; "<http://x|docs>" showed a disguised link.
 TEST(SlackText, ProcessTextInTheMessageIsShownNotObeyed) {

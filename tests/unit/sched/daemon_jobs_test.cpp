@@ -8,8 +8,11 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <mutex>
 
 #include "daemon_fixture.hpp"
 
@@ -59,6 +62,30 @@ TEST_F(DaemonJobs, AWrapperThatEndsWithoutAResultLeavesTheJobLost) {
   end_wrapper(id, "vanish");
   ASSERT_TRUE(reaches(id, "lost")) << job(id).dump();
   EXPECT_NE(job(id)["reason"].get<std::string>().find("without writing a result"), std::string::npos);
+}
+
+// A wrapper that cannot be started: the log names the step and its errno (the old posix_spawn
+// gave only the errno), the job waits in the queue, and its lease and files are not left behind.
+TEST_F(DaemonJobs, AWrapperThatCannotStartIsLoggedWithWhyAndTheJobWaits) {
+  std::mutex logged_mutex;
+  std::vector<std::string> logged;
+  options_.log = [&](util::LogLevel, const std::string& line) {
+    std::lock_guard lock(logged_mutex);
+    logged.push_back(line);
+  };
+  options_.shim_exe = dir_ + "/no-such-wrapper";
+  start();
+  const long long id = submit(1);
+  const std::string expected = fmt::format("scheduler: cannot start job {}: cannot run {}: exec: No such file or directory",
+                                           id, options_.shim_exe);
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(logged_mutex);
+    return std::find(logged.begin(), logged.end(), expected) != logged.end();
+  }));
+  EXPECT_EQ(state_of(id), "queued");
+  EXPECT_FALSE(std::filesystem::exists(lease_file(0)));
+  EXPECT_FALSE(std::filesystem::exists(job_file(id, "lock")));
+  stop();  // before `logged` goes
 }
 
 TEST_F(DaemonJobs, JobsBeyondTheFreeGpusWaitAndTheNextStartsWhenOneEnds) {

@@ -19,14 +19,6 @@ TEST(JobEnvironment, ReplacesInheritedValues) {
   EXPECT_EQ(uuids, (std::vector<std::string>{"CUDA_VISIBLE_DEVICES=GPU-a", "TARMAC_JOB_ID=1"}));
 }
 
-TEST(ResolveCommand, PathLookupAndExplicitPaths) {
-  EXPECT_EQ(resolve_command("sh", "/nonexistent:/bin:/usr/bin"), std::optional<std::string>("/bin/sh"));
-  EXPECT_EQ(resolve_command("/bin/sh", ""), std::optional<std::string>("/bin/sh"));
-  EXPECT_FALSE(resolve_command("no-such-command-here", "/bin:/usr/bin"));
-  EXPECT_FALSE(resolve_command("/etc/passwd", "")) << "not executable";
-  EXPECT_FALSE(resolve_command("", "/bin"));
-}
-
 TEST(ShellStatus, ExitCodeOrSignal) {
   EXPECT_EQ(shell_status(7 << 8), 7);
   EXPECT_EQ(shell_status(SIGKILL), 128 + SIGKILL);
@@ -54,18 +46,19 @@ int supervised(std::vector<std::string> argv, Limits limits, StopSignal stop = S
     int ready[2];
     if (::pipe(ready) != 0 || ::dup2(ready[1], kReadyFd) < 0) ::_exit(200);
     ::close(ready[1]);
-    SpawnSpec spec;
+    util::ProcessSpec spec;
     spec.path = argv.front();
     spec.argv = argv;
     spec.env = {"PATH=/bin:/usr/bin"};
-    const pid_t pid = spawn(spec, original);
+    const auto child = spawn(spec, original);
     ::close(kReadyFd);
+    if (!child.ok()) ::_exit(not_started_code(child.error()));
     char byte = 0;
     while (::read(ready[0], &byte, 1) < 0 && errno == EINTR) {
     }
     ::close(ready[0]);
     if (stop == StopSignal::Sigterm) ::kill(::getpid(), SIGTERM);
-    ::_exit(shell_status(supervise(pid, argv.front(), limits, handled)));
+    ::_exit(shell_status(supervise(child->pid, argv.front(), limits, handled)));
   }
   int status = 0;
   ::waitpid(runner, &status, 0);
