@@ -1,6 +1,7 @@
 #include "tarmac/util/units.hpp"
 
 #include <cmath>
+#include <limits>
 #include <fmt/format.h>
 
 #include "tarmac/util/strings.hpp"
@@ -22,10 +23,13 @@ std::string format_age(long long s) {
   return fmt::format("{}d{:02}h", s / 86400, (s % 86400) / 3600);
 }
 
+// The longest duration in seconds: callers turn seconds into milliseconds, which must still fit.
+constexpr long long kMaxDurationS = std::numeric_limits<long long>::max() / 1000;
+
 std::optional<long long> parse_duration_s(std::string_view text) {
   text = trim(text);
   if (text.empty()) return std::nullopt;
-  if (auto plain = parse_int(text)) return *plain >= 0 ? plain : std::nullopt;
+  if (auto plain = parse_int(text)) return *plain >= 0 && *plain <= kMaxDurationS ? plain : std::nullopt;
   long long total = 0;
   std::size_t i = 0;
   while (i < text.size()) {
@@ -43,7 +47,12 @@ std::optional<long long> parse_duration_s(std::string_view text) {
       case 'w': unit = 7 * 86400; break;
       default: return std::nullopt;
     }
-    total += *number * unit;
+    // "99999999999999w" is a typo, not a duration that wraps around to a negative or a short one.
+    long long part = 0;
+    if (__builtin_mul_overflow(*number, unit, &part) || __builtin_add_overflow(total, part, &total) ||
+        total > kMaxDurationS) {
+      return std::nullopt;
+    }
     i = j + 1;
   }
   return total;

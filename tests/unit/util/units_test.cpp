@@ -33,6 +33,13 @@ TEST(Units, ParsesDurations) {
   EXPECT_FALSE(parse_duration_s("m"));
   EXPECT_FALSE(parse_duration_s("-5"));
   EXPECT_FALSE(parse_duration_s("10m5"));
+  // Too long to be milliseconds in a long long: refused, not wrapped around.
+  EXPECT_FALSE(parse_duration_s("99999999999999w"));
+  EXPECT_FALSE(parse_duration_s("9223372036854775807"));
+  EXPECT_EQ(parse_duration_s("9223372036854775s"), 9223372036854775LL);
+  EXPECT_FALSE(parse_duration_s("9223372036854776s"));
+  EXPECT_FALSE(parse_duration_s("9223372036854776"));
+  EXPECT_FALSE(parse_duration_s("9223372036854775s1s"));
 }
 
 TEST(Units, ParsesSizes) {
