@@ -5,18 +5,13 @@
 #include <cstdio>
 #include <string>
 
+#include "cli_test_support.hpp"
+
 namespace tarmac::cli {
 namespace {
 
 std::string render(const Table& t, bool color) {
-  char* buffer = nullptr;
-  std::size_t size = 0;
-  std::FILE* out = open_memstream(&buffer, &size);
-  t.print(out, color);
-  std::fclose(out);
-  std::string text(buffer, size);
-  std::free(buffer);
-  return text;
+  return testing::printed([&](std::FILE* out) { t.print(out, color); });
 }
 
 TEST(Table, AlignsColumnsWithoutTrailingSpaces) {
