@@ -15,21 +15,11 @@ namespace {
 using testing::ConfigFixture;
 using testing::ScopedEnv;
 
-struct AgentRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
 class AgentCommand : public ::testing::Test {
  protected:
-  AgentRun agent(std::vector<std::string> args) {
+  testing::Ran agent(std::vector<std::string> args) {
     args.insert(args.begin(), "agent");
-    ::testing::internal::CaptureStdout();
-    ::testing::internal::CaptureStderr();
-    const int code = testing::run_command_line(add_agent_command, config_.global, std::move(args));
-    AgentRun r{code, ::testing::internal::GetCapturedStdout(), ::testing::internal::GetCapturedStderr()};
-    return r;
+    return testing::run_captured([&] { return testing::run_command_line(add_agent_command, config_.global, args); });
   }
   ConfigFixture config_;
   ScopedEnv socket_{"TARMAC_SOCKET", std::nullopt};

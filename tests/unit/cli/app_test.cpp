@@ -31,19 +31,9 @@ int sim_word(std::vector<std::string> args) {
   return detail::find_sim_word(a.argc(), a.argv());
 }
 
-struct AppRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-AppRun run_app_with(std::vector<std::string> args) {
+testing::Ran run_app_with(std::vector<std::string> args) {
   Argv a(std::move(args));
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
-  const int code = run(a.argc(), a.argv());
-  AppRun r{code, ::testing::internal::GetCapturedStdout(), ::testing::internal::GetCapturedStderr()};
-  return r;
+  return testing::run_captured([&] { return run(a.argc(), a.argv()); });
 }
 
 TEST(FindSimWord, OnlyAsTheSubcommand) {

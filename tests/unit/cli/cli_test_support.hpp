@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <gtest/gtest.h>
 #include <stdio.h>   // open_memstream
 #include <stdlib.h>  // setenv, unsetenv
 #include <sys/socket.h>
@@ -19,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../store/temp_dir.hpp"
@@ -42,6 +44,17 @@ template <typename Print>
   std::string text(buffer, size);
   std::free(buffer);
   return text;
+}
+
+// Whether `text` holds a control character a terminal would obey: C0 but the line break, DEL, or
+// a C1 control written as a character (U+0080 to U+009F). Hostile-input tests must never see one.
+[[nodiscard]] inline bool has_raw_control(const std::string& text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\n') || c == 0x7F) return true;
+    if (c == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) <= 0x9F) return true;
+  }
+  return false;
 }
 
 // Sets (or, with nullopt, unsets) an environment variable for the life of the object.
@@ -123,6 +136,17 @@ class FakeAgent {
   std::thread thread_;
 };
 
+// load_config's result, and what it printed on stderr (its warnings, or why it failed).
+struct LoadedConfig {
+  Result<config::Loaded> loaded;
+  std::string err;
+};
+[[nodiscard]] inline LoadedConfig load_printing(const GlobalOptions& global) {
+  ::testing::internal::CaptureStderr();
+  auto loaded = load_config(global);
+  return {std::move(loaded), ::testing::internal::GetCapturedStderr()};
+}
+
 // The exit code of `tarmac ARGS...` for a command that `add` puts on the app, as app.cpp turns a
 // bad command line into kExitUsage.
 template <typename Add>
@@ -138,5 +162,41 @@ template <typename Add>
   }
   return exit_code;
 }
+
+// What a command printed and how it ended.
+struct Ran {
+  int code = -1;
+  std::string out;
+  std::string err;
+  [[nodiscard]] std::pair<int, std::string> code_and_err() const { return {code, err}; }
+};
+
+// Runs `body` (which returns an exit code) with stdout and stderr captured.
+template <typename Body>
+[[nodiscard]] Ran run_captured(Body&& body) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  Ran ran;
+  ran.code = body();
+  ran.out = ::testing::internal::GetCapturedStdout();
+  ran.err = ::testing::internal::GetCapturedStderr();
+  return ran;
+}
+
+// For the commands that talk to the agent: TARMAC_SOCKET names a socket in a directory of the
+// test's own, where nothing answers unless the test starts a FakeAgent there.
+class AgentSocketTest : public ::testing::Test {
+ protected:
+  // `tarmac ARGS...` for the commands `add` puts on the app: the exit code and stderr.
+  template <typename Add>
+  std::pair<int, std::string> run_cli(Add&& add, std::vector<std::string> args) {
+    return run_captured([&] { return run_command_line(add, config_.global, std::move(args)); }).code_and_err();
+  }
+  [[nodiscard]] std::string socket_path() const { return dir_ / "agent.sock"; }
+
+  TempDir dir_;
+  ScopedEnv socket_{"TARMAC_SOCKET", dir_ / "agent.sock"};
+  ConfigFixture config_;
+};
 
 }  // namespace tarmac::cli::testing

@@ -18,10 +18,9 @@ constexpr const char* kSomeSettings =
     "[agent]\ninterval = \"2s\"\n[activity]\nbusy_util_pct = 40\n[alerts]\ncommand = \"/usr/bin/notify --to ops\"\n"
     "[bogus]\nx = 1\n";
 
+// The configuration of `fixture` (its warning about [bogus] kept off the test's output).
 config::Loaded load_fixture(const ConfigFixture& fixture) {
-  ::testing::internal::CaptureStderr();  // the warning about [bogus]
-  auto loaded = load_config(fixture.global);
-  (void)::testing::internal::GetCapturedStderr();
+  auto [loaded, err] = testing::load_printing(fixture.global);
   if (!loaded.ok()) throw std::runtime_error(loaded.error().message);
   return std::move(*loaded);
 }
@@ -98,10 +97,10 @@ TEST(ConfigCheck, WhichFilesAndHowManyWarnings) {
 
 TEST(ConfigCommand, ABadFileIsAUsageError) {
   ConfigFixture fixture("[activity]\nbusy_util_pct = \"lots\"\n");
-  ::testing::internal::CaptureStderr();
-  EXPECT_EQ(testing::run_command_line(add_config_command, fixture.global, {"config", "--check"}), kExitUsage);
-  const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("busy_util_pct"), std::string::npos) << err;
+  const auto ran = testing::run_captured(
+      [&] { return testing::run_command_line(add_config_command, fixture.global, {"config", "--check"}); });
+  EXPECT_EQ(ran.code, kExitUsage);
+  EXPECT_NE(ran.err.find("busy_util_pct"), std::string::npos) << ran.err;
 }
 
 }  // namespace

@@ -76,9 +76,7 @@ TEST(UseColor, NoColorAndDumbTerminalsTurnItOff) {
 
 TEST(LoadConfig, WarningsGoToStderrAndTheValuesAreKept) {
   ConfigFixture fixture("[activity]\nbusy_util_pct = 45\nmystery = 1\n");
-  ::testing::internal::CaptureStderr();
-  const auto loaded = load_config(fixture.global);
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [loaded, err] = testing::load_printing(fixture.global);
   ASSERT_TRUE(loaded.ok());
   EXPECT_EQ(loaded->config.activity.busy_util_pct, 45U);
   EXPECT_EQ(err, "tarmac: warning: " + fixture.global.config + ":3: unknown key 'activity.mystery' (ignored)\n");
@@ -88,27 +86,23 @@ TEST(LoadConfig, WarningsGoToStderrAndTheValuesAreKept) {
 // names it reached the terminal raw.
 TEST(LoadConfig, AHostileKeyNameInAWarningIsShownEscaped) {
   ConfigFixture fixture("[activity]\n\"\\u001b]0;owned\\u0007\" = 1\n");
-  ::testing::internal::CaptureStderr();
-  const auto loaded = load_config(fixture.global);
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [loaded, err] = testing::load_printing(fixture.global);
   ASSERT_TRUE(loaded.ok());
-  EXPECT_EQ(err.find('\x1b'), std::string::npos) << err;
+  EXPECT_FALSE(testing::has_raw_control(err)) << err;
   EXPECT_NE(err.find("unknown key 'activity.\\x1b]0;owned\\x07' (ignored)"), std::string::npos) << err;
 }
 
 TEST(LoadConfig, AnErrorIsPrintedAndReturned) {
   ConfigFixture fixture("[activity]\nbusy_util_pct = \"\\u001b[2J\"\n");
-  ::testing::internal::CaptureStderr();
-  const auto loaded = load_config(fixture.global);
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [loaded, err] = testing::load_printing(fixture.global);
   ASSERT_FALSE(loaded.ok());
   EXPECT_TRUE(err.starts_with("tarmac: " + fixture.global.config + ":2:")) << err;
-  EXPECT_EQ(err.find('\x1b'), std::string::npos) << err;
+  EXPECT_FALSE(testing::has_raw_control(err)) << err;
   GlobalOptions missing;
   missing.config = fixture.dir() / "absent.toml";
-  ::testing::internal::CaptureStderr();
-  EXPECT_FALSE(load_config(missing).ok());
-  EXPECT_NE(::testing::internal::GetCapturedStderr().find("absent.toml"), std::string::npos);
+  const auto absent = testing::load_printing(missing);
+  EXPECT_FALSE(absent.loaded.ok());
+  EXPECT_NE(absent.err.find("absent.toml"), std::string::npos) << absent.err;
 }
 
 TEST(PrintError, EachLineEscapedLineBreaksKept) {

@@ -7,24 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "cli_test_support.hpp"
 #include "tarmac/cli/app.hpp"
 
 namespace tarmac::cli {
 namespace {
 
-struct QueryRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-QueryRun query_with(const std::vector<std::string>& args, GlobalOptions global = {}) {
-  if (global.nvml_lib.empty()) global.nvml_lib = "/nonexistent/libnvidia-ml.so.1";  // never a real GPU
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
-  const int code = run_query(global, args);
-  QueryRun r{code, ::testing::internal::GetCapturedStdout(), ::testing::internal::GetCapturedStderr()};
-  return r;
+testing::Ran query_with(const std::vector<std::string>& args) {
+  GlobalOptions global;
+  global.nvml_lib = "/nonexistent/libnvidia-ml.so.1";  // never a real GPU
+  return testing::run_captured([&] { return run_query(global, args); });
 }
 
 TEST(Query, NeedsExactlyOneQuery) {

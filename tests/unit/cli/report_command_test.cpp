@@ -74,11 +74,9 @@ TEST_F(ReportCommand, AMissingStoreCouldNotBeRead) {
 
 TEST_F(ReportCommand, JsonOfTheRecording) {
   config_.global.json = true;
-  ::testing::internal::CaptureStdout();
-  const int code = report({"--db", db_, "--price", "2"});
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  ASSERT_EQ(code, kExitOk) << out;
-  EXPECT_TRUE(nlohmann::json::parse(out, nullptr, false).is_object()) << out;
+  const auto ran = testing::run_captured([&] { return report({"--db", db_, "--price", "2"}); });
+  ASSERT_EQ(ran.code, kExitOk) << ran.err;
+  EXPECT_TRUE(nlohmann::json::parse(ran.out, nullptr, false).is_object()) << ran.out;
 }
 
 }  // namespace

@@ -79,17 +79,12 @@ TEST(EndedStatus, ExitCodesAndWords) {
   EXPECT_EQ(ended(json{{"state", 7}}).first, kExitProblems);  // no exit code: 1, and nothing thrown
 }
 
-class RunCommand : public ::testing::Test {
+class RunCommand : public testing::AgentSocketTest {
  protected:
   std::pair<int, std::string> run(std::vector<std::string> args) {
     args.insert(args.begin(), "run");
-    ::testing::internal::CaptureStderr();
-    const int code = testing::run_command_line(add_run_command, config_.global, std::move(args));
-    return {code, ::testing::internal::GetCapturedStderr()};
+    return run_cli(add_run_command, std::move(args));
   }
-  TempDir dir_;
-  ScopedEnv socket_{"TARMAC_SOCKET", dir_ / "agent.sock"};
-  testing::ConfigFixture config_;
 };
 
 TEST_F(RunCommand, BadFlagsAreUsageErrors) {
@@ -105,7 +100,7 @@ TEST_F(RunCommand, ACommandThatIsNotThereIs127) {
 }
 
 TEST_F(RunCommand, TheAgentsRefusalWithItsExitCode) {
-  FakeAgent agent(dir_ / "agent.sock",
+  FakeAgent agent(socket_path(),
                   json{{"ok", false}, {"code", "invalid"}, {"error", "-n 9 asks for more GPUs than there are (8)"}}.dump());
   EXPECT_EQ(run({"-n", "9", "--", "true"}),
             (std::pair{kExitUsage, std::string("tarmac run: -n 9 asks for more GPUs than there are (8)\n")}));
@@ -118,7 +113,7 @@ TEST_F(RunCommand, TheAgentsRefusalWithItsExitCode) {
 
 // Whatever answers on the socket is not trusted to speak JSON or to be polite.
 TEST_F(RunCommand, AnAnswerThatIsNotJsonIsShownEscaped) {
-  FakeAgent agent(dir_ / "agent.sock", "\x1b]0;owned\x07 go away");
+  FakeAgent agent(socket_path(), "\x1b]0;owned\x07 go away");
   EXPECT_EQ(run({"--", "true"}),
             (std::pair{kExitCouldNotLook, std::string("tarmac run: \\x1b]0;owned\\x07 go away\n")}));
 }

@@ -26,9 +26,7 @@ TEST(FindSimLauncher, ElseBesideTheBinaryElseTheSearchPath) {
 
 TEST(ExecSim, ALauncherThatIsNotThereIsExitThreeWithAMessage) {
   ScopedEnv launcher("TARMAC_SIM_LAUNCHER", "/nonexistent/dir/tarmac-sim");
-  ::testing::internal::CaptureStderr();
-  const int code = exec_sim({"--scenario", "a100x4-balanced", "--", "true"});
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [code, err] = testing::run_captured([] { return exec_sim({"--scenario", "x", "--", "true"}); }).code_and_err();
   EXPECT_EQ(code, 3);
   EXPECT_NE(err.find("cannot start the NVML simulator launcher /nonexistent/dir/tarmac-sim"), std::string::npos) << err;
   EXPECT_NE(err.find("TARMAC_SIM_LAUNCHER"), std::string::npos) << err;
