@@ -17,13 +17,7 @@ namespace tarmac::cli {
 
 namespace {
 
-struct AlertsFlags {
-  bool check = false;
-  bool prometheus_rules = false;
-  std::string db;
-  std::string state_dir;
-  std::string output;
-};
+using detail::AlertsFlags;
 
 std::string utc_time(long long ms) {
   const std::time_t t = static_cast<std::time_t>(ms / 1000);
@@ -51,24 +45,9 @@ int run_check(const GlobalOptions& global, const AlertsFlags& flags) {
     return kExitCouldNotLook;
   }
   if (global.json) {
-    nlohmann::json j;
-    j["db"] = path;
-    j["as_of_ms"] = result->as_of_ms == 0 ? nlohmann::json(nullptr) : nlohmann::json(result->as_of_ms);
-    j["since_ms"] = result->range.since_ms;
-    j["samples"] = result->samples;
-    j["firing"] = nlohmann::json::array();
-    for (const auto& a : result->firing) j["firing"].push_back(alerts::alert_json(a));
-    fmt::print("{}\n", util::json_text(j, 2));
-  } else if (result->as_of_ms == 0) {
-    fmt::print("no samples recorded in {}: nothing to check\n", path);
-  } else if (result->firing.empty()) {
-    fmt::print("no alerts firing (as of {}, {})\n", utc_time(result->as_of_ms), path);
+    fmt::print("{}\n", util::json_text(detail::check_json(*result, path), 2));
   } else {
-    fmt::print("{} alert{} firing (as of {}, {}):\n", result->firing.size(), result->firing.size() == 1 ? "" : "s",
-               utc_time(result->as_of_ms), path);
-    for (const auto& a : result->firing) {
-      fmt::print("  [{}] {}: {}\n", alerts::to_string(a.severity), alerts::to_string(a.rule), a.summary);
-    }
+    fmt::print("{}", detail::check_text(*result, path));
   }
   return result->firing.empty() ? kExitOk : kExitProblems;
 }
@@ -90,25 +69,59 @@ int run_prometheus_rules(const GlobalOptions& global, const AlertsFlags& flags) 
 }
 
 int run_alerts(const GlobalOptions& global, const AlertsFlags& flags) {
-  if (flags.check == flags.prometheus_rules) {
-    print_error(make_error(Error::Code::Invalid,
-                           flags.check ? "alerts: give either --check or --prometheus-rules, not both"
-                                       : "alerts: give --check (evaluate the rules from the store) or "
-                                         "--prometheus-rules (write them for Prometheus); see tarmac alerts --help"));
-    return kExitUsage;
-  }
-  if (flags.check && !flags.output.empty()) {
-    print_error(make_error(Error::Code::Invalid, "alerts: -o goes with --prometheus-rules"));
-    return kExitUsage;
-  }
-  if (flags.prometheus_rules && (!flags.db.empty() || !flags.state_dir.empty())) {
-    print_error(make_error(Error::Code::Invalid, "alerts: --db and --state-dir go with --check"));
+  if (auto checked = detail::check_alerts_flags(flags); !checked.ok()) {
+    print_error(checked.error());
     return kExitUsage;
   }
   return flags.check ? run_check(global, flags) : run_prometheus_rules(global, flags);
 }
 
 }  // namespace
+
+namespace detail {
+
+Result<void> check_alerts_flags(const AlertsFlags& flags) {
+  if (flags.check == flags.prometheus_rules) {
+    return make_error(Error::Code::Invalid,
+                      flags.check ? "alerts: give either --check or --prometheus-rules, not both"
+                                  : "alerts: give --check (evaluate the rules from the store) or "
+                                    "--prometheus-rules (write them for Prometheus); see tarmac alerts --help");
+  }
+  if (flags.check && !flags.output.empty()) {
+    return make_error(Error::Code::Invalid, "alerts: -o goes with --prometheus-rules");
+  }
+  if (flags.prometheus_rules && (!flags.db.empty() || !flags.state_dir.empty())) {
+    return make_error(Error::Code::Invalid, "alerts: --db and --state-dir go with --check");
+  }
+  return {};
+}
+
+nlohmann::json check_json(const alerts::CheckResult& result, const std::string& path) {
+  nlohmann::json j;
+  j["db"] = path;
+  j["as_of_ms"] = result.as_of_ms == 0 ? nlohmann::json(nullptr) : nlohmann::json(result.as_of_ms);
+  j["since_ms"] = result.range.since_ms;
+  j["samples"] = result.samples;
+  j["firing"] = nlohmann::json::array();
+  for (const auto& a : result.firing) j["firing"].push_back(alerts::alert_json(a));
+  return j;
+}
+
+std::string check_text(const alerts::CheckResult& result, const std::string& path) {
+  // A summary quotes the recorded process's command line and user: anybody's bytes.
+  const std::string where = util::terminal_text(path);
+  if (result.as_of_ms == 0) return fmt::format("no samples recorded in {}: nothing to check\n", where);
+  if (result.firing.empty()) return fmt::format("no alerts firing (as of {}, {})\n", utc_time(result.as_of_ms), where);
+  std::string out = fmt::format("{} alert{} firing (as of {}, {}):\n", result.firing.size(),
+                                result.firing.size() == 1 ? "" : "s", utc_time(result.as_of_ms), where);
+  for (const auto& a : result.firing) {
+    out += fmt::format("  [{}] {}: {}\n", alerts::to_string(a.severity), alerts::to_string(a.rule),
+                       util::terminal_text(a.summary));
+  }
+  return out;
+}
+
+}  // namespace detail
 
 void add_alerts_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto* cmd = app.add_subcommand("alerts", "Alert rules ([alerts] in the configuration, docs/alerts.md): --check "

@@ -3,11 +3,36 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
 
+#include "tarmac/alerts/check.hpp"
 #include "tarmac/cli/context.hpp"
 
 namespace tarmac::cli {
 
 void add_alerts_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+// The pieces of `alerts`, declared for their unit tests.
+namespace detail {
+
+struct AlertsFlags {
+  bool check = false;
+  bool prometheus_rules = false;
+  std::string db;
+  std::string state_dir;
+  std::string output;
+};
+
+// Exactly one of --check and --prometheus-rules, with only the flags that go with it; an Invalid
+// error saying which flag does not belong otherwise.
+[[nodiscard]] Result<void> check_alerts_flags(const AlertsFlags& flags);
+
+// What `alerts --check` prints for the store at `path`: as text (each firing alert's summary
+// shown escaped: it quotes recorded command lines and users), or as JSON.
+[[nodiscard]] std::string check_text(const alerts::CheckResult& result, const std::string& path);
+[[nodiscard]] nlohmann::json check_json(const alerts::CheckResult& result, const std::string& path);
+
+}  // namespace detail
 
 }  // namespace tarmac::cli

@@ -15,6 +15,7 @@
 #include "tarmac/cli/report_command.hpp"
 #include "tarmac/cli/jobs_command.hpp"
 #include "tarmac/cli/run_command.hpp"
+#include "tarmac/cli/shim_command.hpp"
 #include "tarmac/cli/query.hpp"
 #include "tarmac/cli/sim_command.hpp"
 #include "tarmac/cli/status.hpp"
@@ -27,11 +28,8 @@
 
 namespace tarmac::cli {
 
-namespace {
+namespace detail {
 
-// `tarmac [global options] sim ARGS...` hands ARGS untouched to the simulator launcher, so that
-// the command it runs keeps every flag (CLI11 would try to parse them). Returns the index of
-// "sim" in argv, or 0.
 int find_sim_word(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -46,8 +44,12 @@ int find_sim_word(int argc, char** argv) {
   return 0;
 }
 
+}  // namespace detail
+
+namespace {
+
 int run_app(int argc, char** argv) {
-  if (int at = find_sim_word(argc, argv); at > 0) {
+  if (int at = detail::find_sim_word(argc, argv); at > 0) {
     return exec_sim(std::vector<std::string>(argv + at + 1, argv + argc));
   }
   CLI::App app{"tarmac: see what every NVIDIA GPU is really doing, and keep the fleet flying"};

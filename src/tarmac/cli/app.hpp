@@ -12,4 +12,13 @@ inline constexpr int kExitCouldNotLook = 3; // no driver library, NVML error
 
 [[nodiscard]] int run(int argc, char** argv);
 
+namespace detail {
+
+// `tarmac [global options] sim ARGS...` hands ARGS untouched to the simulator launcher, so that
+// the command it runs keeps every flag (CLI11 would try to parse them). The index of "sim" in
+// argv when it is the subcommand, else 0.
+[[nodiscard]] int find_sim_word(int argc, char** argv);
+
+}  // namespace detail
+
 }  // namespace tarmac::cli

@@ -16,19 +16,6 @@ struct ConfigOptions {
   bool defaults = false;
 };
 
-void print_toml(const config::Config& cfg, const std::vector<std::string>& files) {
-  fmt::print("# tarmac configuration: the defaults{}\n", files.empty() ? "" : ", then " + fmt::format("{}", fmt::join(files, ", ")));
-  fmt::print("# Every key is documented in docs/configuration.md.\n");
-  std::string_view section;
-  for (const auto& key : config::keys()) {
-    if (key.section != section) {
-      section = key.section;
-      fmt::print("\n[{}]\n", section);
-    }
-    fmt::print("# {}\n{} = {}\n", key.doc, key.name, config::value_text(cfg, key));
-  }
-}
-
 int run_config(const GlobalOptions& global, const ConfigOptions& options) {
   config::Loaded loaded;
   if (!options.defaults) {
@@ -37,30 +24,57 @@ int run_config(const GlobalOptions& global, const ConfigOptions& options) {
     loaded = std::move(*result);
   }
   if (global.json) {
-    nlohmann::json values = nlohmann::json::object();
-    for (const auto& key : config::keys()) {
-      values[fmt::format("{}.{}", key.section, key.name)] =
-          nlohmann::json::parse(config::value_text(loaded.config, key));
-    }
-    fmt::print("{}\n", util::json_text(nlohmann::json{{"files", loaded.files}, {"warnings", loaded.warnings}, {"values", values}}, 2));
-    return kExitOk;
+    fmt::print("{}\n", util::json_text(detail::config_json(loaded), 2));
+  } else if (options.check) {
+    fmt::print("{}", detail::config_check_text(loaded));
+  } else {
+    fmt::print("{}", detail::config_toml(loaded.config, loaded.files));
   }
-  if (options.check) {
-    if (loaded.files.empty()) {
-      fmt::print("no configuration file (looked for {}): the defaults apply\n",
-                 fmt::join(std::vector<std::string>{"/etc/tarmac/tarmac.toml", "$XDG_CONFIG_HOME/tarmac/tarmac.toml"}, " and "));
-    } else {
-      fmt::print("configuration ok: {}{}\n", fmt::join(loaded.files, ", "),
-                 loaded.warnings.empty() ? "" : fmt::format(" ({} warning{})", loaded.warnings.size(),
-                                                            loaded.warnings.size() == 1 ? "" : "s"));
-    }
-    return kExitOk;
-  }
-  print_toml(loaded.config, loaded.files);
   return kExitOk;
 }
 
 }  // namespace
+
+namespace detail {
+
+std::string config_toml(const config::Config& cfg, const std::vector<std::string>& files) {
+  // Values and file names are shown, never obeyed: value_text writes control characters as \u
+  // escapes, and terminal_text turns C1 controls and bidirectional overrides into \u escapes too,
+  // which TOML reads back as the same characters.
+  std::string out = fmt::format("# tarmac configuration: the defaults{}\n",
+                                files.empty() ? "" : ", then " + util::terminal_text(fmt::format("{}", fmt::join(files, ", "))));
+  out += "# Every key is documented in docs/configuration.md.\n";
+  std::string_view section;
+  for (const auto& key : config::keys()) {
+    if (key.section != section) {
+      section = key.section;
+      out += fmt::format("\n[{}]\n", section);
+    }
+    out += fmt::format("# {}\n{} = {}\n", key.doc, key.name, util::terminal_text(config::value_text(cfg, key)));
+  }
+  return out;
+}
+
+nlohmann::json config_json(const config::Loaded& loaded) {
+  nlohmann::json values = nlohmann::json::object();
+  for (const auto& key : config::keys()) {
+    values[fmt::format("{}.{}", key.section, key.name)] = nlohmann::json::parse(config::value_text(loaded.config, key));
+  }
+  return nlohmann::json{{"files", loaded.files}, {"warnings", loaded.warnings}, {"values", values}};
+}
+
+std::string config_check_text(const config::Loaded& loaded) {
+  if (loaded.files.empty()) {
+    return fmt::format("no configuration file (looked for {}): the defaults apply\n",
+                       fmt::join(std::vector<std::string>{"/etc/tarmac/tarmac.toml", "$XDG_CONFIG_HOME/tarmac/tarmac.toml"},
+                                 " and "));
+  }
+  return fmt::format("configuration ok: {}{}\n", util::terminal_text(fmt::format("{}", fmt::join(loaded.files, ", "))),
+                     loaded.warnings.empty() ? "" : fmt::format(" ({} warning{})", loaded.warnings.size(),
+                                                                loaded.warnings.size() == 1 ? "" : "s"));
+}
+
+}  // namespace detail
 
 void add_config_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto* cmd = app.add_subcommand("config",

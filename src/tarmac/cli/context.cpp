@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <fmt/format.h>
 
+#include "tarmac/util/escape.hpp"
+
 namespace tarmac::cli {
 
 bool use_color(const GlobalOptions& options, std::FILE* stream) {
@@ -26,10 +28,12 @@ Result<config::Loaded> load_config(const GlobalOptions& options) {
     print_error(loaded.error());
     return loaded;
   }
-  for (const auto& w : loaded->warnings) fmt::print(stderr, "tarmac: warning: {}\n", w);
+  // A warning quotes the file (an unknown key's name): shown escaped, as the file is anybody's text.
+  for (const auto& w : loaded->warnings) fmt::print(stderr, "tarmac: warning: {}\n", util::terminal_text(w));
   return loaded;
 }
 
-void print_error(const Error& error) { fmt::print(stderr, "tarmac: {}\n", error.message); }
+// Messages quote paths, flags' values and what other programs answered: each line is escaped.
+void print_error(const Error& error) { fmt::print(stderr, "tarmac: {}\n", util::terminal_lines(error.message)); }
 
 }  // namespace tarmac::cli

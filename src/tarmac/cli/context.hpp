@@ -28,7 +28,7 @@ struct GlobalOptions {
 // ("tarmac: warning: file:line: ..."), and on failure the error.
 [[nodiscard]] Result<config::Loaded> load_config(const GlobalOptions& options);
 
-// Prints "tarmac: <message>" to stderr.
+// Prints "tarmac: <message>" to stderr, each line of the message escaped (util::terminal_lines).
 void print_error(const Error& error);
 
 }  // namespace tarmac::cli

@@ -35,17 +35,17 @@ struct DoctorOptions {
   unsigned expect_gpus = 0;
 };
 
-std::optional<std::string> env(const char* name) {
+std::optional<std::string> environment_variable(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
 }
 
 diagnose::Environment read_environment() {
   diagnose::Environment e;
-  e.cuda_visible_devices = env("CUDA_VISIBLE_DEVICES");
-  e.nvidia_visible_devices = env("NVIDIA_VISIBLE_DEVICES");
-  e.cuda_device_order = env("CUDA_DEVICE_ORDER");
-  e.cuda_launch_blocking = env("CUDA_LAUNCH_BLOCKING");
+  e.cuda_visible_devices = environment_variable("CUDA_VISIBLE_DEVICES");
+  e.nvidia_visible_devices = environment_variable("NVIDIA_VISIBLE_DEVICES");
+  e.cuda_device_order = environment_variable("CUDA_DEVICE_ORDER");
+  e.cuda_launch_blocking = environment_variable("CUDA_LAUNCH_BLOCKING");
   for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
     const std::string_view entry = *p;
     if (!entry.starts_with("NCCL_")) continue;
@@ -116,44 +116,15 @@ nlohmann::json to_json(const diagnose::GpuSummary& g) {
           {"processes", g.processes}};
 }
 
-struct Report {
-  std::vector<Finding> findings;
-  std::vector<diagnose::GpuSummary> gpus;
-  std::vector<unsigned> job_gpus;
-  diagnose::Environment environment;
-  std::optional<diagnose::JobScope> job;
-  std::optional<unsigned> expect_gpus;
-  long long window_ms = 0;
-  std::size_t samples = 0;
-  std::optional<std::string> driver_version;
-  long long timestamp_unix_ms = 0;
-  int exit_code = 0;
-};
-
-void print_json(const Report& r) {
-  nlohmann::json j;
-  j["schema"] = 1;
-  j["timestamp_unix_ms"] = r.timestamp_unix_ms;
-  j["window_ms"] = r.window_ms;
-  j["samples"] = r.samples;
-  j["driver_version"] = optional_json(r.driver_version);
-  j["exit_code"] = r.exit_code;
-  std::map<std::string, int> counts{{"critical", 0}, {"warning", 0}, {"info", 0}};
-  for (const auto& f : r.findings) ++counts[diagnose::to_string(f.severity)];
-  j["summary"] = counts;
-  j["environment"] = to_json(r.environment);
-  j["expect_gpus"] = optional_json(r.expect_gpus);
-  if (r.job) {
-    j["job"] = {{"pid", r.job->root_pid}, {"pids", r.job->pids}, {"gpus", r.job_gpus}};
-  } else {
-    j["job"] = nullptr;
+void append_list(std::string& out, const char* label, const std::vector<std::string>& lines) {
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    out += fmt::format("    {:<9} {}\n", i == 0 ? label : "", util::terminal_text(lines[i]));
   }
-  j["gpus"] = nlohmann::json::array();
-  for (const auto& g : r.gpus) j["gpus"].push_back(to_json(g));
-  j["findings"] = nlohmann::json::array();
-  for (const auto& f : r.findings) j["findings"].push_back(to_json(f));
-  fmt::print("{}\n", util::json_text(j, 2));
 }
+
+}  // namespace
+
+namespace detail {
 
 // "util_gpu 98 %", "mem_used 38.1 GiB": evidence values with their units for people.
 std::string evidence_text(const std::string& key, const diagnose::EvidenceValue& value) {
@@ -203,28 +174,22 @@ std::string evidence_line(const diagnose::GpuEvidence& e) {
   return fmt::format("GPU {}: {}", e.gpu, fmt::join(parts, ", "));
 }
 
-void print_list(const char* label, const std::vector<std::string>& lines) {
-  for (std::size_t i = 0; i < lines.size(); ++i) {
-    fmt::print("    {:<9} {}\n", i == 0 ? label : "", util::terminal_text(lines[i]));
-  }
-}
-
-void print_human(const Report& r, bool color) {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
+std::string doctor_text(const DoctorReport& r, const std::string& host, bool color) {
+  std::string out;
   const std::string sampled = r.samples <= 1 ? std::string("one snapshot")
                                               : fmt::format("sampled {} ({} samples)",
                                                             util::format_duration_ms(r.window_ms), r.samples);
   if (r.exit_code == kExitCouldNotLook) {
-    fmt::print("tarmac doctor  {}  could not look at the GPUs\n", host);
+    out += fmt::format("tarmac doctor  {}  could not look at the GPUs\n", host);
   } else {
-    fmt::print("tarmac doctor  {}  {} GPU{}  driver {}  {}\n", host, r.gpus.size(), r.gpus.size() == 1 ? "" : "s",
-               r.driver_version.value_or("-"), sampled);
+    out += fmt::format("tarmac doctor  {}  {} GPU{}  driver {}  {}\n", host, r.gpus.size(),
+                       r.gpus.size() == 1 ? "" : "s", r.driver_version.value_or("-"), sampled);
   }
   if (r.job) {
-    fmt::print("job: PID {} and {} descendant{}, on {}\n", r.job->root_pid, r.job->pids.size() - 1,
-               r.job->pids.size() == 2 ? "" : "s",
-               r.job_gpus.empty() ? std::string("no GPU") : "GPUs " + diagnose::format_index_list(r.job_gpus));
+    const std::size_t descendants = r.job->pids.empty() ? 0 : r.job->pids.size() - 1;  // pids[0] is the job's root
+    out += fmt::format("job: PID {} and {} descendant{}, on {}\n", r.job->root_pid, descendants,
+                       descendants == 1 ? "" : "s",
+                       r.job_gpus.empty() ? std::string("no GPU") : "GPUs " + diagnose::format_index_list(r.job_gpus));
   }
   std::set<unsigned> flagged;
   for (Severity severity : {Severity::Critical, Severity::Warning, Severity::Info}) {
@@ -237,17 +202,17 @@ void print_human(const Report& r, bool color) {
                                                             : Style::Dim;
         std::string title = diagnose::to_string(severity);
         std::transform(title.begin(), title.end(), title.begin(), [](unsigned char ch) { return std::toupper(ch); });
-        fmt::print("\n{}\n", styled(title, style, color));
+        out += fmt::format("\n{}\n", styled(title, style, color));
         header = true;
       }
       if (severity != Severity::Info) flagged.insert(f.gpus.begin(), f.gpus.end());
-      fmt::print("  {}  {}\n", styled(f.code, Style::Bold, color), util::terminal_text(f.summary));
+      out += fmt::format("  {}  {}\n", styled(f.code, Style::Bold, color), util::terminal_text(f.summary));
       std::vector<std::string> evidence;
       for (const auto& e : f.evidence) evidence.push_back(evidence_line(e));
       evidence.insert(evidence.end(), f.facts.begin(), f.facts.end());
-      print_list("evidence", evidence);
-      print_list("causes", f.causes);
-      print_list("fix", f.fixes);
+      append_list(out, "evidence", evidence);
+      append_list(out, "causes", f.causes);
+      append_list(out, "fix", f.fixes);
     }
   }
   std::vector<unsigned> healthy;
@@ -262,21 +227,51 @@ void print_human(const Report& r, bool color) {
     util_hi = std::max(util_hi, u);
     temp_hi = std::max(temp_hi, g.temp_max_c.value_or(0));
   }
-  fmt::print("\n");
+  out += "\n";
   if (!healthy.empty()) {
     const std::string util = util_lo == util_hi ? fmt::format("{} %", util_lo) : fmt::format("{}-{} %", util_lo, util_hi);
-    fmt::print("{}\n", styled(fmt::format("healthy: {} {} (utilization {}, up to {} C)",
-                                          healthy.size() == 1 ? "GPU" : "GPUs", diagnose::format_index_list(healthy),
-                                          util, temp_hi),
-                              Style::Good, color));
+    out += styled(fmt::format("healthy: {} {} (utilization {}, up to {} C)", healthy.size() == 1 ? "GPU" : "GPUs",
+                              diagnose::format_index_list(healthy), util, temp_hi),
+                  Style::Good, color) +
+           "\n";
   } else if (!r.gpus.empty()) {
-    fmt::print("healthy: none\n");
+    out += "healthy: none\n";
   }
   std::map<Severity, int> n;
   for (const auto& f : r.findings) ++n[f.severity];
-  fmt::print("{} critical, {} warning{}, {} info: exit {}\n", n[Severity::Critical], n[Severity::Warning],
-             n[Severity::Warning] == 1 ? "" : "s", n[Severity::Info], r.exit_code);
+  out += fmt::format("{} critical, {} warning{}, {} info: exit {}\n", n[Severity::Critical], n[Severity::Warning],
+                     n[Severity::Warning] == 1 ? "" : "s", n[Severity::Info], r.exit_code);
+  return out;
 }
+
+nlohmann::json doctor_json(const DoctorReport& r) {
+  nlohmann::json j;
+  j["schema"] = 1;
+  j["timestamp_unix_ms"] = r.timestamp_unix_ms;
+  j["window_ms"] = r.window_ms;
+  j["samples"] = r.samples;
+  j["driver_version"] = optional_json(r.driver_version);
+  j["exit_code"] = r.exit_code;
+  std::map<std::string, int> counts{{"critical", 0}, {"warning", 0}, {"info", 0}};
+  for (const auto& f : r.findings) ++counts[diagnose::to_string(f.severity)];
+  j["summary"] = counts;
+  j["environment"] = to_json(r.environment);
+  j["expect_gpus"] = optional_json(r.expect_gpus);
+  if (r.job) {
+    j["job"] = {{"pid", r.job->root_pid}, {"pids", r.job->pids}, {"gpus", r.job_gpus}};
+  } else {
+    j["job"] = nullptr;
+  }
+  j["gpus"] = nlohmann::json::array();
+  for (const auto& g : r.gpus) j["gpus"].push_back(to_json(g));
+  j["findings"] = nlohmann::json::array();
+  for (const auto& f : r.findings) j["findings"].push_back(to_json(f));
+  return j;
+}
+
+}  // namespace detail
+
+namespace {
 
 // Adds the job's processes to its scope, looked up again with every sample: a launcher starts its
 // workers late.
@@ -316,7 +311,8 @@ std::optional<std::string> sample_window(gpu::Backend& backend, diagnose::Doctor
 }
 
 // The findings of the samples, or, when none could be taken, the one that says why.
-void add_findings(Report& report, const diagnose::DoctorInput& input, const std::optional<std::string>& failure) {
+void add_findings(detail::DoctorReport& report, const diagnose::DoctorInput& input,
+                  const std::optional<std::string>& failure) {
   report.job = input.job;
   if (failure) {
     report.findings.push_back(diagnose::no_gpus_visible(*failure, input.environment));
@@ -348,7 +344,7 @@ int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
   if (!options.interval.empty()) input.thresholds.interval_ms = *util::parse_duration_ms(options.interval);
   input.environment = read_environment();
 
-  Report report;
+  detail::DoctorReport report;
   report.environment = input.environment;
   report.window_ms = input.thresholds.window_ms;
   if (options.expect_gpus != 0) input.expect_gpus = options.expect_gpus;
@@ -371,9 +367,11 @@ int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
       backend.ok() ? sample_window(**backend, input, proc) : std::optional<std::string>(backend.error().message);
   add_findings(report, input, failure);
   if (global.json) {
-    print_json(report);
+    fmt::print("{}\n", util::json_text(detail::doctor_json(report), 2));
   } else {
-    print_human(report, use_color(global, stdout));
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    fmt::print("{}", detail::doctor_text(report, host, use_color(global, stdout)));
   }
   return report.exit_code;
 }

@@ -3,11 +3,47 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "tarmac/cli/context.hpp"
+#include "tarmac/diagnose/doctor.hpp"
 
 namespace tarmac::cli {
 
 void add_doctor_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+// The pieces of doctor's report, declared for their unit tests.
+namespace detail {
+
+// What doctor found, and what it looked at.
+struct DoctorReport {
+  std::vector<diagnose::Finding> findings;
+  std::vector<diagnose::GpuSummary> gpus;
+  std::vector<unsigned> job_gpus;
+  diagnose::Environment environment;
+  std::optional<diagnose::JobScope> job;
+  std::optional<unsigned> expect_gpus;
+  long long window_ms = 0;
+  std::size_t samples = 0;
+  std::optional<std::string> driver_version;
+  long long timestamp_unix_ms = 0;
+  int exit_code = 0;
+};
+
+// One evidence value with its unit, for people: "util_gpu 98 %", "mem_used 38.1 GiB".
+[[nodiscard]] std::string evidence_text(const std::string& key, const diagnose::EvidenceValue& value);
+// One GPU's evidence on a line, the common values first: "GPU 0: util_gpu 98 %, memory 38.1 of 40.0 GiB, ...".
+[[nodiscard]] std::string evidence_line(const diagnose::GpuEvidence& evidence);
+
+// The report for people (the findings by severity, the healthy GPUs, the counts) on machine
+// `host`; every text that quotes the machine (summaries, evidence, causes) shown escaped.
+[[nodiscard]] std::string doctor_text(const DoctorReport& report, const std::string& host, bool color);
+// The report as `doctor --json` writes it (schema 1).
+[[nodiscard]] nlohmann::json doctor_json(const DoctorReport& report);
+
+}  // namespace detail
 
 }  // namespace tarmac::cli

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fmt/format.h>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -37,19 +38,18 @@ constexpr std::string_view kNvidiaSmiFields =
     "timestamp,index,name,uuid,utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,"
     "temperature.gpu,clocks.sm,clocks.mem";
 
-Result<store::Level> parse_level(const std::string& text, const store::TimeRange& range) {
-  if (text == "samples") return store::Level::Samples;
-  if (text == "minutes") return store::Level::Minutes;
-  if (text == "hours") return store::Level::Hours;
-  if (text != "auto") return make_error(Error::Code::Invalid, fmt::format("--level {}: expected auto, samples, minutes or hours", text));
-  const long long span = range.until_ms - range.since_ms;
-  if (span <= 6 * kHourMs) return store::Level::Samples;
-  if (span <= 8 * 24 * kHourMs) return store::Level::Minutes;
-  return store::Level::Hours;
-}
-
 nlohmann::json opt(const std::optional<long long>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
 std::string cell(const std::optional<long long>& v) { return v ? std::to_string(*v) : std::string(); }
+
+// A stored value as a reading of the model, scaled; nullopt when it does not fit one (a store is a
+// file anyone may hand over with --db: a negative or huge value is unknown, not a wrapped number).
+template <typename T>
+std::optional<T> reading(const std::optional<long long>& v, long long scale = 1) {
+  if (!v || *v < 0 || static_cast<unsigned long long>(*v) > std::numeric_limits<T>::max() / static_cast<unsigned long long>(scale)) {
+    return std::nullopt;
+  }
+  return static_cast<T>(*v) * static_cast<T>(scale);
+}
 
 nlohmann::json sample_json(const store::GpuSample& s) {
   return {{"ts_ms", s.ts_ms},           {"time", report::format_iso(s.ts_ms)}, {"gpu", s.gpu},
@@ -72,40 +72,28 @@ nlohmann::json rollup_json(const store::Rollup& r) {
           {"temp_max_c", r.temp_c_max}};
 }
 
-// What history and export read: one level of rows for the range and GPUs.
-struct Rows {
-  store::Level level = store::Level::Samples;
-  store::TimeRange range;
-  std::vector<store::GpuInfo> gpus;
-  std::vector<store::GpuSample> samples;
-  std::vector<store::Rollup> rollups;
-  std::vector<store::Event> events;
-};
+const char* level_name(store::Level level) {
+  return level == store::Level::Samples ? "samples" : level == store::Level::Minutes ? "minutes" : "hours";
+}
 
-Result<Rows> read_rows(const GlobalOptions& global, const HistoryFlags& flags, long long default_since_ms,
-                       const std::string& default_level) {
-  auto loaded = load_config(global);
-  if (!loaded.ok()) return make_error(Error::Code::Invalid, "");  // load_config printed why
-  TARMAC_TRY_ASSIGN(auto reader, open_store(loaded->config, flags.range));
-  Rows rows;
-  TARMAC_TRY_ASSIGN(rows.range, resolve_range(reader, flags.range, default_since_ms));
-  TARMAC_TRY_ASSIGN(const auto gpus, parse_gpu_list(flags.gpus));
-  TARMAC_TRY_ASSIGN(rows.level, parse_level(flags.level == "auto" ? default_level : flags.level, rows.range));
-  TARMAC_TRY_ASSIGN(rows.gpus, reader.gpus());
-  if (rows.level == store::Level::Samples) {
-    TARMAC_TRY_ASSIGN(rows.samples, reader.samples(rows.range, gpus));
-  } else {
-    TARMAC_TRY_ASSIGN(rows.rollups, reader.rollups(rows.level, rows.range, gpus));
-  }
-  if (flags.events) {
-    TARMAC_TRY_ASSIGN(rows.events, reader.events(rows.range));
-  }
-  return rows;
+}  // namespace
+
+namespace detail {
+
+Result<store::Level> parse_level(const std::string& text, const store::TimeRange& range) {
+  if (text == "samples") return store::Level::Samples;
+  if (text == "minutes") return store::Level::Minutes;
+  if (text == "hours") return store::Level::Hours;
+  if (text != "auto") return make_error(Error::Code::Invalid, fmt::format("--level {}: expected auto, samples, minutes or hours", text));
+  const long long span = range.until_ms - range.since_ms;
+  if (span <= 6 * kHourMs) return store::Level::Samples;
+  if (span <= 8 * 24 * kHourMs) return store::Level::Minutes;
+  return store::Level::Hours;
 }
 
 // nvidia-smi's CSV, byte for byte as `nvidia-smi --query-gpu=... --format=csv -l` logs it: each
 // stored sample becomes a device of the model and goes through the same field readers as query.
-std::string nvidia_smi_csv(const Rows& rows) {
+std::string nvidia_smi_csv(const RecordedRows& rows) {
   const auto fields = *fields::parse_field_list(kNvidiaSmiFields);
   std::map<unsigned, const store::GpuInfo*> info;
   for (const auto& g : rows.gpus) info[g.gpu] = &g;
@@ -118,19 +106,15 @@ std::string nvidia_smi_csv(const Rows& rows) {
     if (auto it = info.find(s.gpu); it != info.end()) {
       d.id.name = it->second->name;
       d.id.uuid = it->second->uuid;
-      if (it->second->mem_total_mib) d.id.mem_total_bytes = static_cast<std::uint64_t>(*it->second->mem_total_mib) * util::kMiB;
+      d.id.mem_total_bytes = reading<std::uint64_t>(it->second->mem_total_mib, util::kMiB);
     }
-    const auto u = [](const std::optional<long long>& v) -> std::optional<unsigned> {
-      if (!v) return std::nullopt;
-      return static_cast<unsigned>(*v);
-    };
-    d.sample.util_gpu_pct = u(s.util_pct);
-    d.sample.util_mem_pct = u(s.mem_util_pct);
-    if (s.mem_used_mib) d.sample.mem_used_bytes = static_cast<std::uint64_t>(*s.mem_used_mib) * util::kMiB;
-    if (s.power_w) d.sample.power_mw = static_cast<unsigned>(*s.power_w * 1000);
-    d.sample.temp_c = u(s.temp_c);
-    d.sample.clock_sm_mhz = u(s.sm_mhz);
-    d.sample.clock_mem_mhz = u(s.mem_mhz);
+    d.sample.util_gpu_pct = reading<unsigned>(s.util_pct);
+    d.sample.util_mem_pct = reading<unsigned>(s.mem_util_pct);
+    d.sample.mem_used_bytes = reading<std::uint64_t>(s.mem_used_mib, util::kMiB);
+    d.sample.power_mw = reading<unsigned>(s.power_w, 1000);
+    d.sample.temp_c = reading<unsigned>(s.temp_c);
+    d.sample.clock_sm_mhz = reading<unsigned>(s.sm_mhz);
+    d.sample.clock_mem_mhz = reading<unsigned>(s.mem_mhz);
     std::vector<fields::Value> values;
     const fields::ReadContext ctx{snap, d, rows.gpus.size(), nullptr};
     for (const auto* f : fields) values.push_back(fields::read_field(*f, ctx));
@@ -140,7 +124,7 @@ std::string nvidia_smi_csv(const Rows& rows) {
 }
 
 // The classic gpu_utilization.csv: epoch seconds, then one util%|memutil%|usedMiB|powerW cell per GPU.
-std::string gpu_utilization_csv(const Rows& rows) {
+std::string gpu_utilization_csv(const RecordedRows& rows) {
   std::string out;
   long long current = -1;
   std::map<unsigned, std::string> cells;
@@ -162,7 +146,7 @@ std::string gpu_utilization_csv(const Rows& rows) {
   return out;
 }
 
-std::string plain_csv(const Rows& rows) {
+std::string plain_csv(const RecordedRows& rows) {
   std::string out;
   if (rows.level == store::Level::Samples) {
     out = "ts_ms,time,gpu,util_pct,mem_util_pct,mem_used_mib,power_w,temp_c,sm_mhz,mem_mhz,class\n";
@@ -183,7 +167,7 @@ std::string plain_csv(const Rows& rows) {
   return out;
 }
 
-nlohmann::json rows_json(const Rows& rows) {
+nlohmann::json rows_json(const RecordedRows& rows) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& s : rows.samples) list.push_back(sample_json(s));
   for (const auto& r : rows.rollups) list.push_back(rollup_json(r));
@@ -195,93 +179,134 @@ std::string events_text(const std::vector<store::Event>& events) {
   if (events.empty()) out += "  none\n";
   for (const auto& e : events) {
     out += fmt::format("  {}  {:<6} {:<15} {}\n", report::format_utc(e.ts_ms), e.gpu ? fmt::format("GPU {}", *e.gpu) : "",
-                       e.kind, util::terminal_text(e.detail));
+                       util::terminal_text(e.kind), util::terminal_text(e.detail));
   }
   return out;
 }
 
-int run_history(const GlobalOptions& global, const HistoryFlags& flags) {
-  auto rows = read_rows(global, flags, kHourMs, "auto");
-  if (!rows.ok()) {
-    if (!rows.error().message.empty()) print_error(rows.error());
-    return rows.error().code == Error::Code::Invalid ? kExitUsage : kExitCouldNotLook;
-  }
-  if (global.json) {
-    nlohmann::json j{{"since", report::format_iso(rows->range.since_ms)},
-                     {"until", report::format_iso(rows->range.until_ms)},
-                     {"level", rows->level == store::Level::Samples ? "samples"
-                               : rows->level == store::Level::Minutes ? "minutes" : "hours"},
-                     {"rows", rows_json(*rows)}};
-    if (flags.events) {
-      j["events"] = nlohmann::json::array();
-      for (const auto& e : rows->events) {
-        j["events"].push_back({{"ts_ms", e.ts_ms}, {"time", report::format_iso(e.ts_ms)},
-                               {"gpu", e.gpu ? nlohmann::json(*e.gpu) : nlohmann::json(nullptr)},
-                               {"kind", e.kind}, {"detail", e.detail}});
-      }
+nlohmann::json history_json(const RecordedRows& rows, bool with_events) {
+  nlohmann::json j{{"since", report::format_iso(rows.range.since_ms)},
+                   {"until", report::format_iso(rows.range.until_ms)},
+                   {"level", level_name(rows.level)},
+                   {"rows", rows_json(rows)}};
+  if (with_events) {
+    j["events"] = nlohmann::json::array();
+    for (const auto& e : rows.events) {
+      j["events"].push_back({{"ts_ms", e.ts_ms}, {"time", report::format_iso(e.ts_ms)},
+                             {"gpu", e.gpu ? nlohmann::json(*e.gpu) : nlohmann::json(nullptr)},
+                             {"kind", e.kind}, {"detail", e.detail}});
     }
-    fmt::print("{}\n", util::json_text(j, 2));
-    return kExitOk;
   }
-  if (rows->samples.empty() && rows->rollups.empty()) {
-    fmt::print("No samples recorded from {} to {} UTC.\n", report::format_utc(rows->range.since_ms),
-               report::format_utc(rows->range.until_ms));
-  } else if (rows->level == store::Level::Samples) {
+  return j;
+}
+
+void print_history_table(std::FILE* out, const RecordedRows& rows, bool color) {
+  if (rows.samples.empty() && rows.rollups.empty()) {
+    fmt::print(out, "No samples recorded from {} to {} UTC.\n", report::format_utc(rows.range.since_ms),
+               report::format_utc(rows.range.until_ms));
+  } else if (rows.level == store::Level::Samples) {
     Table table({{"TIME (UTC)"}, {"GPU", Align::Right}, {"UTIL", Align::Right}, {"MEM UTIL", Align::Right},
                  {"MEM USED", Align::Right}, {"POWER", Align::Right}, {"TEMP", Align::Right}, {"SM", Align::Right},
                  {"CLASS"}});
     const auto with = [](const std::optional<long long>& v, const char* unit) {
       return Cell{v ? fmt::format("{}{}", *v, unit) : std::string("-")};
     };
-    for (const auto& s : rows->samples) {
+    for (const auto& s : rows.samples) {
       table.add_row({{report::format_iso(s.ts_ms).substr(0, 19)}, {std::to_string(s.gpu)}, with(s.util_pct, " %"),
                      with(s.mem_util_pct, " %"), with(s.mem_used_mib, " MiB"), with(s.power_w, " W"),
                      with(s.temp_c, " C"), with(s.sm_mhz, " MHz"), {gpu::to_string(s.activity)}});
     }
-    table.print(stdout, use_color(global, stdout));
+    table.print(out, color);
   } else {
     Table table({{"TIME (UTC)"}, {"GPU", Align::Right}, {"UTIL AVG", Align::Right}, {"UTIL MAX", Align::Right},
                  {"MEM USED AVG", Align::Right}, {"MEM USED MAX", Align::Right}, {"POWER AVG", Align::Right},
                  {"TEMP MAX", Align::Right}});
-    for (const auto& r : rows->rollups) {
+    for (const auto& r : rows.rollups) {
       table.add_row({{report::format_utc(r.ts_ms)}, {std::to_string(r.gpu)}, {fmt::format("{:.1f} %", r.util_avg)},
                      {fmt::format("{} %", r.util_max)}, {fmt::format("{:.0f} MiB", r.mem_used_mib_avg)},
                      {fmt::format("{} MiB", r.mem_used_mib_max)}, {fmt::format("{:.0f} W", r.power_w_avg)},
                      {fmt::format("{} C", r.temp_c_max)}});
     }
-    table.print(stdout, use_color(global, stdout));
+    table.print(out, color);
   }
-  if (flags.events) fmt::print("{}", events_text(rows->events));
+}
+
+Result<std::string> export_text(const RecordedRows& rows, const std::string& format) {
+  if (format == "csv") return plain_csv(rows);
+  if (format == "json") return util::json_text(rows_json(rows), 2) + "\n";
+  if (format == "ndjson") {
+    std::string out;
+    for (const auto& item : rows_json(rows)) out += util::json_text(item) + "\n";
+    return out;
+  }
+  if (format == "nvidia-smi" || format == "gpu-utilization") {
+    if (rows.level != store::Level::Samples) {
+      return make_error(Error::Code::Invalid, fmt::format("--format {} writes samples: use --level samples", format));
+    }
+    return format == "nvidia-smi" ? nvidia_smi_csv(rows) : gpu_utilization_csv(rows);
+  }
+  return make_error(Error::Code::Invalid,
+                    fmt::format("--format {}: expected csv, ndjson, json, nvidia-smi or gpu-utilization", format));
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::RecordedRows;
+
+Result<RecordedRows> read_rows(const GlobalOptions& global, const HistoryFlags& flags, long long default_since_ms,
+                       const std::string& default_level) {
+  auto loaded = load_config(global);
+  if (!loaded.ok()) return make_error(Error::Code::Invalid, "");  // load_config printed why
+  TARMAC_TRY_ASSIGN(auto reader, open_store(loaded->config, flags.range));
+  RecordedRows rows;
+  TARMAC_TRY_ASSIGN(rows.range, resolve_range(reader, flags.range, default_since_ms));
+  TARMAC_TRY_ASSIGN(const auto gpus, parse_gpu_list(flags.gpus));
+  TARMAC_TRY_ASSIGN(rows.level, detail::parse_level(flags.level == "auto" ? default_level : flags.level, rows.range));
+  TARMAC_TRY_ASSIGN(rows.gpus, reader.gpus());
+  if (rows.level == store::Level::Samples) {
+    TARMAC_TRY_ASSIGN(rows.samples, reader.samples(rows.range, gpus));
+  } else {
+    TARMAC_TRY_ASSIGN(rows.rollups, reader.rollups(rows.level, rows.range, gpus));
+  }
+  if (flags.events) {
+    TARMAC_TRY_ASSIGN(rows.events, reader.events(rows.range));
+  }
+  return rows;
+}
+
+// Prints why rows could not be read (unless load_config already did); the exit code for it.
+int read_failure(const Error& error) {
+  if (!error.message.empty()) print_error(error);
+  return error.code == Error::Code::Invalid ? kExitUsage : kExitCouldNotLook;
+}
+
+int run_history(const GlobalOptions& global, const HistoryFlags& flags) {
+  auto rows = read_rows(global, flags, kHourMs, "auto");
+  if (!rows.ok()) return read_failure(rows.error());
+  if (global.json) {
+    fmt::print("{}\n", util::json_text(detail::history_json(*rows, flags.events), 2));
+    return kExitOk;
+  }
+  detail::print_history_table(stdout, *rows, use_color(global, stdout));
+  if (flags.events) fmt::print("{}", detail::events_text(rows->events));
   return kExitOk;
 }
 
 int run_export(const GlobalOptions& global, const HistoryFlags& flags) {
   auto rows = read_rows(global, flags, 24 * kHourMs, "samples");
-  if (!rows.ok()) {
-    if (!rows.error().message.empty()) print_error(rows.error());
-    return rows.error().code == Error::Code::Invalid ? kExitUsage : kExitCouldNotLook;
-  }
-  const bool raw = rows->level == store::Level::Samples;
-  std::string out;
-  if (flags.format == "csv") {
-    out = plain_csv(*rows);
-  } else if (flags.format == "json") {
-    out = util::json_text(rows_json(*rows), 2) + "\n";
-  } else if (flags.format == "ndjson") {
-    for (const auto& item : rows_json(*rows)) out += util::json_text(item) + "\n";
-  } else if (flags.format == "nvidia-smi" || flags.format == "gpu-utilization") {
-    if (!raw) {
-      print_error(make_error(Error::Code::Invalid, fmt::format("--format {} writes samples: use --level samples",
-                                                               flags.format)));
-      return kExitUsage;
-    }
-    out = flags.format == "nvidia-smi" ? nvidia_smi_csv(*rows) : gpu_utilization_csv(*rows);
+  if (!rows.ok()) return read_failure(rows.error());
+  auto out = detail::export_text(*rows, flags.format);
+  if (!out.ok()) {
+    print_error(out.error());
+    return kExitUsage;
   }
   if (flags.output.empty() || flags.output == "-") {
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fwrite(out->data(), 1, out->size(), stdout);
     return kExitOk;
   }
-  if (!util::write_file_atomically(flags.output, out)) {
+  if (!util::write_file_atomically(flags.output, *out)) {
     print_error(make_error(Error::Code::Io, fmt::format("cannot write {}", flags.output)));
     return kExitCouldNotLook;
   }

@@ -29,38 +29,9 @@ std::string text_or(const json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-std::string gpu_list(const json& job) {
-  std::string out;
-  if (const auto it = job.find("gpus"); it != job.end() && it->is_array()) {
-    for (const auto& g : *it) out += (out.empty() ? "" : ",") + std::to_string(g.get<unsigned>());
-  }
-  return out;
-}
-
-std::string command_text(const json& job) {
-  std::string out;
-  if (const auto it = job.find("argv"); it != job.end() && it->is_array()) {
-    for (const auto& a : *it) out += (out.empty() ? "" : " ") + a.get<std::string>();
-  }
-  return out;
-}
-
-// "ran 2m 10s", "waited 12s", "until 14:02": what the job's time column says.
-std::string time_text(const json& job, long long now) {
-  const long long started = number_or(job, "started_unix_ms", 0);
-  const long long ended = number_or(job, "ended_unix_ms", 0);
-  const long long submitted = number_or(job, "submitted_unix_ms", now);
-  if (text_or(job, "kind") == "lease" && ended == 0) {
-    const long long expires = number_or(job, "expires_unix_ms", 0);
-    return expires > now ? "ends in " + util::format_duration_ms(expires - now) : "";
-  }
-  if (started == 0) return "waited " + util::format_duration_ms(std::max(0LL, (ended ? ended : now) - submitted));
-  return "ran " + util::format_duration_ms(std::max(0LL, (ended ? ended : now) - started));
-}
-
 // Prints a failed answer's words; returns its exit code.
 int report_failure(const char* command, const json& answer) {
-  fmt::print(stderr, "tarmac {}: {}\n", command, util::terminal_text(text_or(answer, "error")));
+  fmt::print(stderr, "tarmac {}: {}\n", command, failure_text(answer));
   return exit_code_for(answer);
 }
 
@@ -81,62 +52,9 @@ std::optional<json> request(const GlobalOptions& global, const char* command, co
   return std::move(answer->body);
 }
 
-std::optional<long long> parse_id(const std::string& text) {
-  long long v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || v <= 0) return std::nullopt;
-  return v;
-}
-
-void print_jobs(const GlobalOptions& global, const json& jobs) {
-  if (global.json) {
-    fmt::print("{}\n", util::json_text(json{{"jobs", jobs}}, 2));
-    return;
-  }
-  if (jobs.empty()) {
-    fmt::print("no jobs or leases\n");
-    return;
-  }
-  const long long now = now_unix_ms();
-  Table table({{"ID", Align::Right}, {"USER"}, {"KIND"}, {"STATE"}, {"GPUS"}, {"TIME"}, {"EXIT", Align::Right},
-               {"NAME / COMMAND"}});
-  for (const auto& j : jobs) {
-    const std::string state = text_or(j, "state");
-    Style style = Style::Plain;
-    if (state == "running" || state == "active") style = Style::Good;
-    else if (state == "lost" || state == "failed" || state == "reclaimed") style = Style::Warn;
-    else if (state != "queued") style = Style::Dim;
-    const auto exit = j.find("exit_code");
-    std::string what = text_or(j, "name");
-    const std::string cmd = command_text(j);
-    if (!cmd.empty()) what += (what.empty() ? "" : ": ") + cmd;
-    if (j.value("backfill", false)) what = "[backfill] " + what;
-    table.add_row({{std::to_string(number_or(j, "id", 0))},
-                   {text_or(j, "user")},
-                   {text_or(j, "kind")},
-                   {state, style},
-                   {gpu_list(j)},
-                   {time_text(j, now)},
-                   {exit != j.end() && exit->is_number_integer() ? std::to_string(exit->get<int>()) : ""},
-                   {what}});
-  }
-  table.print(stdout, use_color(global, stdout));
-}
-
 void print_lease(const GlobalOptions& global, const json& job) {
-  if (global.json) {
-    fmt::print("{}\n", util::json_text(job, 2));
-    return;
-  }
-  std::string uuids;
-  if (const auto it = job.find("uuids"); it != job.end() && it->is_array()) {
-    for (const auto& u : *it) uuids += (uuids.empty() ? "" : ",") + u.get<std::string>();
-  }
-  const long long expires = number_or(job, "expires_unix_ms", 0);
-  fmt::print("lease {}: GPU {} ({}) for {}\n", number_or(job, "id", 0), gpu_list(job), uuids,
-             util::format_duration_ms((std::max(0LL, expires - now_unix_ms()) + 500) / 1000 * 1000));
-  fmt::print("export CUDA_VISIBLE_DEVICES={} CUDA_DEVICE_ORDER=PCI_BUS_ID TARMAC_JOB_ID={}\n", gpu_list(job),
-             number_or(job, "id", 0));
+  if (global.json) fmt::print("{}\n", util::json_text(job, 2));
+  else fmt::print("{}", detail::lease_text(job, now_unix_ms()));
 }
 
 struct JobsFlags {
@@ -154,7 +72,7 @@ void add_id_command(CLI::App& app, const GlobalOptions& global, int& exit_code, 
   auto* cmd = app.add_subcommand(name, help);
   cmd->add_option("id", flags->id, "The job's or lease's id (tarmac jobs)")->required();
   cmd->callback([&global, &exit_code, flags, name, op] {
-    const auto id = parse_id(flags->id);
+    const auto id = detail::parse_id(flags->id);
     if (!id) {
       fmt::print(stderr, "tarmac {}: '{}' is not a job id (a number; see tarmac jobs)\n", name, flags->id);
       exit_code = kExitUsage;
@@ -169,6 +87,98 @@ void add_id_command(CLI::App& app, const GlobalOptions& global, int& exit_code, 
 }
 
 }  // namespace
+
+namespace detail {
+
+// Elements of another type than expected are left out: an answer is read, not trusted to be well formed.
+std::string gpu_list(const json& job) {
+  std::string out;
+  if (const auto it = job.find("gpus"); it != job.end() && it->is_array()) {
+    for (const auto& g : *it) {
+      if (!g.is_number_integer() || g.get<long long>() < 0) continue;
+      out += (out.empty() ? "" : ",") + std::to_string(g.get<long long>());
+    }
+  }
+  return out;
+}
+
+std::string command_text(const json& job) {
+  std::string out;
+  if (const auto it = job.find("argv"); it != job.end() && it->is_array()) {
+    for (const auto& a : *it) {
+      if (a.is_string()) out += (out.empty() ? "" : " ") + a.get<std::string>();
+    }
+  }
+  return out;
+}
+
+std::string time_text(const json& job, long long now) {
+  const long long started = number_or(job, "started_unix_ms", 0);
+  const long long ended = number_or(job, "ended_unix_ms", 0);
+  const long long submitted = number_or(job, "submitted_unix_ms", now);
+  if (text_or(job, "kind") == "lease" && ended == 0) {
+    const long long expires = number_or(job, "expires_unix_ms", 0);
+    return expires > now ? "ends in " + util::format_duration_ms(expires - now) : "";
+  }
+  if (started == 0) return "waited " + util::format_duration_ms(std::max(0LL, (ended ? ended : now) - submitted));
+  return "ran " + util::format_duration_ms(std::max(0LL, (ended ? ended : now) - started));
+}
+
+std::optional<long long> parse_id(const std::string& text) {
+  long long v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v <= 0) return std::nullopt;
+  return v;
+}
+
+void print_jobs(std::FILE* out, const json& jobs, long long now, bool color) {
+  if (jobs.empty()) {
+    fmt::print(out, "no jobs or leases\n");
+    return;
+  }
+  Table table({{"ID", Align::Right}, {"USER"}, {"KIND"}, {"STATE"}, {"GPUS"}, {"TIME"}, {"EXIT", Align::Right},
+               {"NAME / COMMAND"}});
+  for (const auto& j : jobs) {
+    const std::string state = text_or(j, "state");
+    Style style = Style::Plain;
+    if (state == "running" || state == "active") style = Style::Good;
+    else if (state == "lost" || state == "failed" || state == "reclaimed") style = Style::Warn;
+    else if (state != "queued") style = Style::Dim;
+    std::string what = text_or(j, "name");
+    const std::string cmd = command_text(j);
+    if (!cmd.empty()) what += (what.empty() ? "" : ": ") + cmd;
+    if (const auto backfill = j.find("backfill"); backfill != j.end() && backfill->is_boolean() && backfill->get<bool>()) {
+      what = "[backfill] " + what;
+    }
+    const auto exit = j.find("exit_code");
+    table.add_row({{std::to_string(number_or(j, "id", 0))},
+                   {text_or(j, "user")},
+                   {text_or(j, "kind")},
+                   {state, style},
+                   {gpu_list(j)},
+                   {time_text(j, now)},
+                   {exit != j.end() && exit->is_number_integer() ? std::to_string(exit->get<long long>()) : ""},
+                   {what}});
+  }
+  table.print(out, color);
+}
+
+std::string lease_text(const json& job, long long now) {
+  std::string uuids;
+  if (const auto it = job.find("uuids"); it != job.end() && it->is_array()) {
+    for (const auto& u : *it) {
+      if (u.is_string()) uuids += (uuids.empty() ? "" : ",") + util::terminal_text(u.get<std::string>());
+    }
+  }
+  const long long id = number_or(job, "id", 0);
+  const long long expires = number_or(job, "expires_unix_ms", 0);
+  return fmt::format("lease {}: GPU {} ({}) for {}\n"
+                     "export CUDA_VISIBLE_DEVICES={} CUDA_DEVICE_ORDER=PCI_BUS_ID TARMAC_JOB_ID={}\n",
+                     id, gpu_list(job), uuids, util::format_duration_ms((std::max(0LL, expires - now) + 500) / 1000 * 1000),
+                     gpu_list(job), id);
+}
+
+}  // namespace detail
 
 std::string agent_socket(const GlobalOptions& global) {
   auto loaded = load_config(global);
@@ -188,6 +198,8 @@ Result<AgentAnswer> ask_agent(const std::string& socket, const json& req, const 
   if (!body.is_object()) return make_error(Error::Code::Io, "the agent's answer is not JSON");
   return AgentAnswer{std::move(body), std::move(conn)};
 }
+
+std::string failure_text(const json& failure) { return util::terminal_lines(text_or(failure, "error")); }
 
 int exit_code_for(const json& failure) {
   const std::string code = text_or(failure, "code");
@@ -209,7 +221,10 @@ void add_jobs_commands(CLI::App& app, const GlobalOptions& global, int& exit_cod
     cmd->add_flag("--all", flags->all, "Every job and lease in the store");
     cmd->callback([&global, &exit_code, flags] {
       auto answer = request(global, "jobs", json{{"op", "jobs"}, {"all", flags->all}}, exit_code);
-      if (answer) print_jobs(global, (*answer)["jobs"]);
+      if (!answer) return;
+      const json& jobs = (*answer)["jobs"];
+      if (global.json) fmt::print("{}\n", util::json_text(json{{"jobs", jobs}}, 2));
+      else detail::print_jobs(stdout, jobs, now_unix_ms(), use_color(global, stdout));
     });
   }
   add_id_command(app, global, exit_code, "cancel",
@@ -254,7 +269,7 @@ void add_jobs_commands(CLI::App& app, const GlobalOptions& global, int& exit_cod
     cmd->add_option("id", flags->id, "The lease's id")->required();
     cmd->add_option("duration", flags->duration, "How much longer, like 1h")->required();
     cmd->callback([&global, &exit_code, flags] {
-      const auto id = parse_id(flags->id);
+      const auto id = detail::parse_id(flags->id);
       if (!id) {
         fmt::print(stderr, "tarmac extend: '{}' is not a lease id (a number; see tarmac jobs)\n", flags->id);
         exit_code = kExitUsage;

@@ -56,8 +56,10 @@ std::string visible_devices(const sched::Acquired& acquired, bool uuids) {
 std::string not_enough_message(const sched::Acquired& acquired, unsigned n) {
   std::string out = fmt::format("no {} free GPU{}: {} free of {}\n", n, n == 1 ? "" : "s", acquired.pick.free.size(),
                                 acquired.snapshot.devices.size());
+  // A detail quotes lease files in the shared lock directory (who holds a GPU, under which job
+  // id): anybody's bytes, shown escaped.
   for (const auto& e : acquired.pick.excluded) {
-    out += fmt::format("  GPU {}: {}: {}\n", e.index, sched::to_string(e.reason), e.detail);
+    out += fmt::format("  GPU {}: {}: {}\n", e.index, sched::to_string(e.reason), util::terminal_text(e.detail));
   }
   return out;
 }
@@ -75,13 +77,72 @@ long long now_unix_ms() {
 
 namespace {
 
-struct PickFlags {
-  RequestFlags request;
-  std::string format = "index";
-  std::string hold;
-};
+using detail::PickFlags;
 
-nlohmann::json to_json(const sched::Acquired& a, std::optional<long long> held_until) {
+int run_pick(const GlobalOptions& global, const PickFlags& flags) {
+  auto plan = detail::parse_pick(flags);
+  if (!plan.ok()) {
+    fmt::print(stderr, "tarmac pick: {}\n", plan.error().message);
+    return kExitUsage;
+  }
+  const sched::PickRequest& request = plan->request;
+  const std::optional<long long> hold_ms = plan->hold_ms;
+  auto dir = open_lease_dir(global);
+  if (!dir.ok()) return dir.error().code == Error::Code::Invalid ? kExitUsage : kExitCouldNotLook;
+  auto backend = open_backend(global);
+  if (!backend.ok()) return kExitCouldNotLook;
+
+  const long long now = now_unix_ms();
+  std::optional<sched::Lease> lease;
+  std::optional<long long> held_until;
+  if (hold_ms) {
+    held_until = now + *hold_ms;
+    // No owner: a pick's process ends at once; the expiry alone ends the hold.
+    lease = sched::Lease{.uuid = {}, .pid = 0, .starttime = 0, .expires_unix_ms = *held_until,
+                         .job_id = fmt::format("pick-{}-{}", ::getpid(), now), .user = current_user()};
+  }
+  auto acquired = sched::acquire(*dir, **backend, request, lease, now);
+  if (!acquired.ok()) {
+    print_error(acquired.error());
+    return kExitCouldNotLook;
+  }
+  if (acquired->snapshot.devices.size() < request.n) {
+    fmt::print(stderr, "tarmac pick: -n {} asks for more GPUs than there are ({})\n", request.n,
+               acquired->snapshot.devices.size());
+    return kExitUsage;
+  }
+  if (global.json) {
+    fmt::print("{}\n", util::json_text(detail::pick_json(*acquired, acquired->pick.ok() ? held_until : std::nullopt), 2));
+  }
+  if (!acquired->pick.ok()) {
+    fmt::print(stderr, "tarmac: {}", not_enough_message(*acquired, request.n));
+    return kExitProblems;
+  }
+  if (global.json) return kExitOk;
+  fmt::print("{}", detail::pick_line(*acquired, flags.format));
+  return kExitOk;
+}
+
+}  // namespace
+
+namespace detail {
+
+Result<PickPlan> parse_pick(const PickFlags& flags) {
+  PickPlan plan;
+  TARMAC_TRY_ASSIGN(plan.request, parse_request(flags.request));
+  if (flags.format != "index" && flags.format != "uuid" && flags.format != "env") {
+    return make_error(Error::Code::Invalid, fmt::format("--format must be index, uuid or env, not '{}'", flags.format));
+  }
+  if (!flags.hold.empty()) {
+    plan.hold_ms = util::parse_duration_ms(flags.hold);
+    if (!plan.hold_ms || *plan.hold_ms <= 0) {
+      return make_error(Error::Code::Invalid, fmt::format("--hold: '{}' is not a duration (like 30s, 10m)", flags.hold));
+    }
+  }
+  return plan;
+}
+
+nlohmann::json pick_json(const sched::Acquired& a, std::optional<long long> held_until) {
   nlohmann::json j;
   j["gpus"] = nlohmann::json::array();
   for (std::size_t i = 0; i < a.pick.chosen.size(); ++i) {
@@ -97,63 +158,14 @@ nlohmann::json to_json(const sched::Acquired& a, std::optional<long long> held_u
   return j;
 }
 
-int run_pick(const GlobalOptions& global, const PickFlags& flags) {
-  auto request = parse_request(flags.request);
-  if (!request.ok()) {
-    fmt::print(stderr, "tarmac pick: {}\n", request.error().message);
-    return kExitUsage;
+std::string pick_line(const sched::Acquired& acquired, const std::string& format) {
+  if (format == "env") {
+    return fmt::format("CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={}\n", visible_devices(acquired, false));
   }
-  if (flags.format != "index" && flags.format != "uuid" && flags.format != "env") {
-    fmt::print(stderr, "tarmac pick: --format must be index, uuid or env, not '{}'\n", flags.format);
-    return kExitUsage;
-  }
-  std::optional<long long> hold_ms;
-  if (!flags.hold.empty()) {
-    hold_ms = util::parse_duration_ms(flags.hold);
-    if (!hold_ms || *hold_ms <= 0) {
-      fmt::print(stderr, "tarmac pick: --hold: '{}' is not a duration (like 30s, 10m)\n", flags.hold);
-      return kExitUsage;
-    }
-  }
-  auto dir = open_lease_dir(global);
-  if (!dir.ok()) return dir.error().code == Error::Code::Invalid ? kExitUsage : kExitCouldNotLook;
-  auto backend = open_backend(global);
-  if (!backend.ok()) return kExitCouldNotLook;
-
-  const long long now = now_unix_ms();
-  std::optional<sched::Lease> lease;
-  std::optional<long long> held_until;
-  if (hold_ms) {
-    held_until = now + *hold_ms;
-    // No owner: a pick's process ends at once; the expiry alone ends the hold.
-    lease = sched::Lease{.uuid = {}, .pid = 0, .starttime = 0, .expires_unix_ms = *held_until,
-                         .job_id = fmt::format("pick-{}-{}", ::getpid(), now), .user = current_user()};
-  }
-  auto acquired = sched::acquire(*dir, **backend, *request, lease, now);
-  if (!acquired.ok()) {
-    print_error(acquired.error());
-    return kExitCouldNotLook;
-  }
-  if (acquired->snapshot.devices.size() < request->n) {
-    fmt::print(stderr, "tarmac pick: -n {} asks for more GPUs than there are ({})\n", request->n,
-               acquired->snapshot.devices.size());
-    return kExitUsage;
-  }
-  if (global.json) fmt::print("{}\n", util::json_text(to_json(*acquired, acquired->pick.ok() ? held_until : std::nullopt), 2));
-  if (!acquired->pick.ok()) {
-    fmt::print(stderr, "tarmac: {}", not_enough_message(*acquired, request->n));
-    return kExitProblems;
-  }
-  if (global.json) return kExitOk;
-  if (flags.format == "env") {
-    fmt::print("CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={}\n", visible_devices(*acquired, false));
-  } else {
-    fmt::print("{}\n", visible_devices(*acquired, flags.format == "uuid"));
-  }
-  return kExitOk;
+  return visible_devices(acquired, format == "uuid") + "\n";
 }
 
-}  // namespace
+}  // namespace detail
 
 void add_pick_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto flags = std::make_shared<PickFlags>();

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "tarmac/cli/context.hpp"
@@ -31,11 +33,38 @@ void add_request_flags(CLI::App& cmd, RequestFlags& flags);
 // "0,2" (indices) or "GPU-...,GPU-..." (UUIDs) of what was chosen.
 [[nodiscard]] std::string visible_devices(const sched::Acquired& acquired, bool uuids);
 
-// "tarmac: no 2 free GPUs: 1 free of 4\n  GPU 0: process: 1 process (pid 12)\n...": why not.
+// "tarmac: no 2 free GPUs: 1 free of 4\n  GPU 0: process: 1 process (pid 12)\n...": why not; each
+// GPU's detail shown escaped (it quotes the lease files of a shared directory).
 [[nodiscard]] std::string not_enough_message(const sched::Acquired& acquired, unsigned n);
 
 // The current user's name (or uid), and the time now in ms since the epoch.
 [[nodiscard]] std::string current_user();
 [[nodiscard]] long long now_unix_ms();
+
+// The pieces of `pick`, declared for their unit tests.
+namespace detail {
+
+struct PickFlags {
+  RequestFlags request;
+  std::string format = "index";
+  std::string hold;
+};
+
+struct PickPlan {
+  sched::PickRequest request;
+  std::optional<long long> hold_ms;  // --hold
+};
+
+// The request, the --format (index, uuid or env) checked, and --hold as a duration of more than 0;
+// an Invalid error naming the flag otherwise.
+[[nodiscard]] Result<PickPlan> parse_pick(const PickFlags& flags);
+
+// `pick --json`: the chosen GPUs, every free one, and why each other one is not free.
+[[nodiscard]] nlohmann::json pick_json(const sched::Acquired& acquired, std::optional<long long> held_until);
+
+// What pick prints for `format`: "0,2", "GPU-...,GPU-...", or the environment assignments.
+[[nodiscard]] std::string pick_line(const sched::Acquired& acquired, const std::string& format);
+
+}  // namespace detail
 
 }  // namespace tarmac::cli

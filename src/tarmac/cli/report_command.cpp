@@ -24,22 +24,12 @@ struct ReportFlags {
 constexpr long long kWeekMs = 7LL * 86400 * 1000;
 
 int run_report(const GlobalOptions& global, const ReportFlags& flags) {
-  report::ReportOptions options;
-  if (!flags.price.empty()) {
-    auto price = util::parse_double(flags.price);
-    if (!price || *price < 0) {
-      print_error(make_error(Error::Code::Invalid,
-                             fmt::format("--price {}: expected US dollars per GPU-hour, like 2.49", flags.price)));
-      return kExitUsage;
-    }
-    options.price_per_gpu_hour = *price;
-  }
-  auto gpus = parse_gpu_list(flags.gpus);
-  if (!gpus.ok()) {
-    print_error(gpus.error());
+  auto parsed = detail::report_options(flags.price, flags.gpus);
+  if (!parsed.ok()) {
+    print_error(parsed.error());
     return kExitUsage;
   }
-  options.gpus = std::move(*gpus);
+  report::ReportOptions options = std::move(*parsed);
   auto loaded = load_config(global);
   if (!loaded.ok()) return kExitUsage;
   auto reader = open_store(loaded->config, flags.range);
@@ -75,6 +65,24 @@ int run_report(const GlobalOptions& global, const ReportFlags& flags) {
 }
 
 }  // namespace
+
+namespace detail {
+
+Result<report::ReportOptions> report_options(const std::string& price, const std::string& gpus) {
+  report::ReportOptions options;
+  if (!price.empty()) {
+    const auto dollars = util::parse_double(price);
+    if (!dollars || *dollars < 0) {
+      return make_error(Error::Code::Invalid,
+                        fmt::format("--price {}: expected US dollars per GPU-hour, like 2.49", price));
+    }
+    options.price_per_gpu_hour = *dollars;
+  }
+  TARMAC_TRY_ASSIGN(options.gpus, parse_gpu_list(gpus));
+  return options;
+}
+
+}  // namespace detail
 
 void add_report_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto* cmd = app.add_subcommand("report", "The grounded-fleet report: hours per activity class, idle cost, heat map, "

@@ -48,34 +48,11 @@ struct RunFlags {
   std::vector<std::string> command;
 };
 
-struct Limits {
-  sched::Limits job;
-  std::optional<long long> wait_ms;
-};
-
+using detail::RunLimits;
 using nlohmann::json;
 using sched::is_stop_signal;
 using sched::monotonic_ms;
 using sched::wait_signal;
-
-Result<Limits> parse_limits(const RunFlags& flags) {
-  Limits limits;
-  const auto duration = [](const std::string& flag, const std::string& text, bool allow_zero) -> Result<long long> {
-    const auto ms = util::parse_duration_ms(text);
-    if (!ms || *ms < 0 || (*ms == 0 && !allow_zero)) {
-      return make_error(Error::Code::Invalid, fmt::format("{}: '{}' is not a duration (like 30s, 10m, 2h)", flag, text));
-    }
-    return *ms;
-  };
-  if (!flags.time.empty()) {
-    TARMAC_TRY_ASSIGN(limits.job.time_ms, duration("--time", flags.time, false));
-  }
-  TARMAC_TRY_ASSIGN(limits.job.grace_ms, duration("--grace", flags.grace, true));
-  if (!flags.wait.empty()) {
-    TARMAC_TRY_ASSIGN(limits.wait_ms, duration("--wait", flags.wait, true));
-  }
-  return limits;
-}
 
 std::string make_job_id() {
   char host[256] = {};
@@ -85,7 +62,7 @@ std::string make_job_id() {
 
 // The agentless run: lease N GPUs in the lock directory, run CMD here, supervise it.
 int run_alone(const GlobalOptions& global, const RunFlags& flags, const sched::PickRequest& request,
-              const Limits& limits, const std::string& path, const sigset_t& handled, const sigset_t& original) {
+              const RunLimits& limits, const std::string& path, const sigset_t& handled, const sigset_t& original) {
   auto dir = open_lease_dir(global);
   if (!dir.ok()) return dir.error().code == Error::Code::Invalid ? kExitUsage : kExitCouldNotLook;
   auto backend = open_backend(global);
@@ -150,7 +127,7 @@ int run_alone(const GlobalOptions& global, const RunFlags& flags, const sched::P
 
 // Waits for the agent's events about job `id` on `conn` (reconnecting with a "wait" request when
 // the agent goes away) and returns the job's status. Stop signals cancel the job.
-int follow_job(const std::string& socket, sched::Connection conn, long long id, const Limits& limits,
+int follow_job(const std::string& socket, sched::Connection conn, long long id, const RunLimits& limits,
                const sigset_t& handled) {
   bool cancel_sent = false;
   bool lost_said = false;
@@ -162,20 +139,7 @@ int follow_job(const std::string& socket, sched::Connection conn, long long id, 
     auto answer = ask_agent(socket, json{{"op", "cancel"}, {"id", id}});
     cancel_sent = answer.ok() && answer->body.value("ok", false);
   };
-  // How `run` ends for a job that has ended: its status, with a word when it did not run to its end.
-  const auto ended = [id](const json& job) {
-    const std::string state = job.value("state", std::string());
-    const bool never_started = !job.contains("started_unix_ms") || job["started_unix_ms"].is_null();
-    if (state == "cancelled" && never_started) {
-      fmt::print(stderr, "tarmac: job {} was cancelled before it started\n", id);
-      return kExitProblems;
-    }
-    if (state == "lost") {
-      fmt::print(stderr, "tarmac: job {} was lost: {}\n", id, job.value("reason", std::string()));
-      return kExitCouldNotLook;
-    }
-    return job_exit_status(job);
-  };
+  const auto ended = [id](const json& job) { return detail::ended_status(job, id, stderr); };
   for (;;) {
     if (const int sig = wait_signal(handled, 0); is_stop_signal(sig)) {
       if (cancel_sent) return 128 + sig;  // a second Ctrl-C: stop waiting (the job is being cancelled)
@@ -195,7 +159,8 @@ int follow_job(const std::string& socket, sched::Connection conn, long long id, 
         continue;
       }
       if (!again->body.value("ok", false)) {
-        fmt::print(stderr, "tarmac: {}\n", again->body.value("error", std::string("the agent refused")));
+        const std::string words = failure_text(again->body);
+        fmt::print(stderr, "tarmac: {}\n", words.empty() ? std::string("the agent refused") : words);
         return kExitCouldNotLook;
       }
       const json& job = again->body["job"];
@@ -226,35 +191,16 @@ int follow_job(const std::string& socket, sched::Connection conn, long long id, 
   }
 }
 
-// The first argument, environment entry or directory of a job that is not valid UTF-8: what it is
-// ("argument 2", "the environment variable LANG", "the working directory") and its bytes.
-std::optional<std::pair<std::string, std::string>> first_non_utf8(const std::vector<std::string>& argv,
-                                                                  const std::vector<std::string>& env,
-                                                                  const std::string& cwd) {
-  const auto valid = [](const std::string& s) { return util::valid_utf8(s) == s; };
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    if (!valid(argv[i])) return std::pair{i == 0 ? std::string("the command") : fmt::format("argument {}", i), argv[i]};
-  }
-  for (const auto& entry : env) {
-    if (!valid(entry)) {
-      return std::pair{fmt::format("the environment variable {}", util::terminal_text(entry.substr(0, entry.find('=')))),
-                       entry};
-    }
-  }
-  if (!valid(cwd)) return std::pair{std::string("the working directory"), cwd};
-  return std::nullopt;
-}
-
 // The run through the agent: submit, then follow the job (or print its id with --detach).
 int run_through_agent(const GlobalOptions& global, const std::string& socket, sched::Connection conn,
-                      const RunFlags& flags, const sched::PickRequest& request, const Limits& limits,
+                      const RunFlags& flags, const sched::PickRequest& request, const RunLimits& limits,
                       const std::string& path, const sigset_t& handled) {
   char cwd[4096] = {};
   if (::getcwd(cwd, sizeof cwd - 1) == nullptr) std::strcpy(cwd, "/");
   // The queue carries a job as JSON text, and argv and environment must reach the job exactly:
   // bytes that are not UTF-8 (legal on Linux) are refused by name rather than replaced.
   const auto environment = util::own_environment();
-  if (const auto bad = first_non_utf8(flags.command, environment, cwd)) {
+  if (const auto bad = detail::first_non_utf8(flags.command, environment, cwd)) {
     fmt::print(stderr,
                "tarmac run: {} is not valid UTF-8 (shown escaped: {}); the agent's queue carries jobs as "
                "JSON text: pass such bytes through a script, or unset the variable\n",
@@ -289,7 +235,7 @@ int run_through_agent(const GlobalOptions& global, const std::string& socket, sc
   }
   const json answer = json::parse(*line, nullptr, false);
   if (!answer.is_object() || !answer.value("ok", false)) {
-    fmt::print(stderr, "tarmac run: {}\n", answer.is_object() ? answer.value("error", std::string("refused")) : *line);
+    fmt::print(stderr, "tarmac run: {}\n", detail::refusal_text(answer, *line));
     return answer.is_object() ? exit_code_for(answer) : kExitCouldNotLook;
   }
   const json& job = answer["job"];
@@ -309,7 +255,7 @@ int run_job(const GlobalOptions& global, const RunFlags& flags, const sigset_t& 
     fmt::print(stderr, "tarmac run: {}\n", request.error().message);
     return kExitUsage;
   }
-  auto limits = parse_limits(flags);
+  auto limits = detail::parse_limits(flags.time, flags.grace, flags.wait);
   if (!limits.ok()) {
     fmt::print(stderr, "tarmac run: {}\n", limits.error().message);
     return kExitUsage;
@@ -343,6 +289,71 @@ int run_job(const GlobalOptions& global, const RunFlags& flags, const sigset_t& 
 }
 
 }  // namespace
+
+namespace detail {
+
+Result<RunLimits> parse_limits(const std::string& time, const std::string& grace, const std::string& wait) {
+  RunLimits limits;
+  const auto duration = [](const std::string& flag, const std::string& text, bool allow_zero) -> Result<long long> {
+    const auto ms = util::parse_duration_ms(text);
+    if (!ms || *ms < 0 || (*ms == 0 && !allow_zero)) {
+      return make_error(Error::Code::Invalid, fmt::format("{}: '{}' is not a duration (like 30s, 10m, 2h)", flag, text));
+    }
+    return *ms;
+  };
+  if (!time.empty()) {
+    TARMAC_TRY_ASSIGN(limits.job.time_ms, duration("--time", time, false));
+  }
+  TARMAC_TRY_ASSIGN(limits.job.grace_ms, duration("--grace", grace, true));
+  if (!wait.empty()) {
+    TARMAC_TRY_ASSIGN(limits.wait_ms, duration("--wait", wait, true));
+  }
+  return limits;
+}
+
+std::optional<std::pair<std::string, std::string>> first_non_utf8(const std::vector<std::string>& argv,
+                                                                  const std::vector<std::string>& env,
+                                                                  const std::string& cwd) {
+  const auto valid = [](const std::string& s) { return util::valid_utf8(s) == s; };
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    if (!valid(argv[i])) return std::pair{i == 0 ? std::string("the command") : fmt::format("argument {}", i), argv[i]};
+  }
+  for (const auto& entry : env) {
+    if (!valid(entry)) {
+      return std::pair{fmt::format("the environment variable {}", util::terminal_text(entry.substr(0, entry.find('=')))),
+                       entry};
+    }
+  }
+  if (!valid(cwd)) return std::pair{std::string("the working directory"), cwd};
+  return std::nullopt;
+}
+
+std::string refusal_text(const json& answer, const std::string& line) {
+  if (!answer.is_object()) return util::terminal_text(line);
+  const std::string words = failure_text(answer);
+  return words.empty() ? std::string("refused") : words;
+}
+
+int ended_status(const json& job, long long id, std::FILE* err) {
+  const auto text = [&job](const char* key) {
+    const auto it = job.find(key);
+    return it != job.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const auto started = job.find("started_unix_ms");
+  const bool never_started = started == job.end() || started->is_null();
+  if (text("state") == "cancelled" && never_started) {
+    fmt::print(err, "tarmac: job {} was cancelled before it started\n", id);
+    return kExitProblems;
+  }
+  if (text("state") == "lost") {
+    // The agent's reason may quote the job's own words.
+    fmt::print(err, "tarmac: job {} was lost: {}\n", id, util::terminal_text(text("reason")));
+    return kExitCouldNotLook;
+  }
+  return job_exit_status(job);
+}
+
+}  // namespace detail
 
 void add_run_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto flags = std::make_shared<RunFlags>();

@@ -8,18 +8,19 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <fmt/format.h>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "tarmac/cli/app.hpp"
-#include "tarmac/cli/jobs_command.hpp"
 #include "tarmac/cli/pick_command.hpp"
+#include "tarmac/cli/shim_command.hpp"
 #include "tarmac/sched/job.hpp"
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/sched/supervise.hpp"
 #include "tarmac/util/fs.hpp"
-#include "tarmac/util/process.hpp"
 
 namespace tarmac::cli {
 
@@ -41,13 +42,13 @@ int run_shim(const std::string& spec_path) {
     fmt::print(stderr, "tarmac job-shim: cannot write the job lock\n");
   }
   const auto text = util::read_file(spec_path);
-  const json spec = text ? json::parse(*text, nullptr, false) : json();
-  if (!spec.is_object()) {
-    fmt::print(stderr, "tarmac job-shim: cannot read the job's spec {}\n", spec_path);
+  auto job = detail::parse_shim_spec(text ? json::parse(*text, nullptr, false) : json(), ::geteuid() == 0);
+  if (!job.ok()) {
+    fmt::print(stderr, "tarmac job-shim: cannot read the job's spec {}: {}\n", spec_path, job.error().message);
     return kExitUsage;
   }
-  const long long id = spec.value("id", 0LL);
-  const std::string jobs_dir = spec.value("jobs_dir", std::string());
+  const long long id = job->id;
+  const std::string& jobs_dir = job->jobs_dir;
   const auto job_file = [&](const char* ext) { return fmt::format("{}/{}.{}", jobs_dir, id, ext); };
 
   const sigset_t handled = sched::handled_signals();
@@ -55,21 +56,8 @@ int run_shim(const std::string& spec_path) {
   ::sigprocmask(SIG_BLOCK, &handled, &original);
   (void)::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-  util::ProcessSpec what;
-  what.path = spec.value("path", std::string());
-  what.argv = spec.value("argv", std::vector<std::string>{});
-  what.env = spec.value("env", std::vector<std::string>{});
-  what.cwd = spec.value("cwd", std::string());
-  const auto uid = static_cast<uid_t>(spec.value("uid", 0U));
-  const auto gid = static_cast<gid_t>(spec.value("gid", 0U));
-  if (::geteuid() == 0 && uid != 0) {
-    // Root starts the job as its submitter: the uid, gid and groups the agent took from the
-    // submitter's socket credentials, never the groups of a name in the group file.
-    what.user = util::Identity{.uid = uid, .gid = gid, .groups = sched::groups_of(spec)};
-  }
-  sched::Limits limits;
-  if (spec.contains("time_ms") && spec["time_ms"].is_number_integer()) limits.time_ms = spec["time_ms"].get<long long>();
-  limits.grace_ms = spec.value("grace_ms", 10000LL);
+  const util::ProcessSpec& what = job->what;
+  const sched::Limits& limits = job->limits;
 
   int status = 0;
   const auto child = sched::spawn(what, original);
@@ -89,6 +77,68 @@ int run_shim(const std::string& spec_path) {
 }
 
 }  // namespace
+
+namespace detail {
+
+namespace {
+
+// A list of strings, or nullopt when it is there as anything else.
+std::optional<std::vector<std::string>> string_list(const json& spec, const char* key) {
+  std::vector<std::string> out;
+  const auto it = spec.find(key);
+  if (it == spec.end()) return out;
+  if (!it->is_array()) return std::nullopt;
+  for (const auto& v : *it) {
+    if (!v.is_string()) return std::nullopt;
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+// An id the kernel takes: 0 when absent, nullopt when it is not one.
+std::optional<unsigned> id_field(const json& spec, const char* key) {
+  const auto it = spec.find(key);
+  if (it == spec.end()) return 0U;
+  // (uid_t)-1 is setresuid's "no change", never a user.
+  if (!it->is_number_integer() || it->get<long long>() < 0 ||
+      it->get<long long>() >= static_cast<long long>(std::numeric_limits<std::uint32_t>::max())) {
+    return std::nullopt;
+  }
+  return it->get<unsigned>();
+}
+
+}  // namespace
+
+Result<ShimJob> parse_shim_spec(const json& spec, bool as_root) {
+  const auto invalid = [](const char* why) { return make_error(Error::Code::Invalid, why); };
+  if (!spec.is_object()) return invalid("not a JSON object");
+  ShimJob job;
+  job.id = sched::json_field<long long>(spec, "id").value_or(0);
+  job.jobs_dir = sched::json_field<std::string>(spec, "jobs_dir").value_or("");
+  // The files the wrapper writes are <jobs_dir>/<id>.run and .exit: never "/0.exit".
+  if (job.id <= 0) return invalid("no job id");
+  if (!job.jobs_dir.starts_with("/")) return invalid("no absolute jobs_dir");
+  job.what.path = sched::json_field<std::string>(spec, "path").value_or("");
+  job.what.cwd = sched::json_field<std::string>(spec, "cwd").value_or("");
+  auto argv = string_list(spec, "argv");
+  auto env = string_list(spec, "env");
+  if (!argv || !env) return invalid("argv and env must be lists of strings");
+  job.what.argv = std::move(*argv);
+  job.what.env = std::move(*env);
+  const auto uid = id_field(spec, "uid");
+  const auto gid = id_field(spec, "gid");
+  if (!uid || !gid) return invalid("uid and gid must be ids");
+  if (as_root && *uid != 0) {
+    // Root starts the job as its submitter: the uid, gid and groups the agent took from the
+    // submitter's socket credentials, never the groups of a name in the group file.
+    job.what.user = util::Identity{.uid = *uid, .gid = *gid, .groups = sched::groups_of(spec)};
+  }
+  job.limits.time_ms = sched::json_field<long long>(spec, "time_ms");
+  job.limits.grace_ms = sched::json_field<long long>(spec, "grace_ms").value_or(job.limits.grace_ms);
+  return job;
+}
+
+}  // namespace detail
 
 void add_shim_command(CLI::App& app, int& exit_code) {
   auto spec = std::make_shared<std::string>();

@@ -32,11 +32,28 @@ std::string or_dash(const std::optional<T>& v, const char* suffix = "") {
   return v ? fmt::format("{}{}", *v, suffix) : dash();
 }
 
-// A ten-cell bar for memory use: "[#######---]".
+// A ten-cell bar for memory use: "[#######---]". The fraction is clamped before it becomes a count:
+// a device that reports more used than total must show a full bar, not an undefined conversion.
 std::string bar(double fraction) {
-  const int filled = std::clamp(static_cast<int>(fraction * 10.0 + 0.5), 0, 10);
+  const int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 10.0 + 0.5);
   return "[" + std::string(static_cast<std::size_t>(filled), '#') + std::string(static_cast<std::size_t>(10 - filled), '-') + "]";
 }
+
+Style activity_style(Activity a) {
+  switch (a) {
+    case Activity::Busy: return Style::Good;
+    case Activity::Starved:
+    case Activity::Holding:
+    case Activity::ReservedIdle: return Style::Warn;
+    case Activity::Idle: return Style::Dim;
+    case Activity::Fault: return Style::Bad;
+  }
+  return Style::Plain;
+}
+
+}  // namespace
+
+namespace detail {
 
 std::string memory_cell(const gpu::Device& d) {
   if (!d.sample.mem_used_bytes || !d.id.mem_total_bytes || *d.id.mem_total_bytes == 0) return dash();
@@ -64,18 +81,6 @@ std::string events_cell(const gpu::Device& d) {
   return out.empty() ? dash() : out;
 }
 
-Style activity_style(Activity a) {
-  switch (a) {
-    case Activity::Busy: return Style::Good;
-    case Activity::Starved:
-    case Activity::Holding:
-    case Activity::ReservedIdle: return Style::Warn;
-    case Activity::Idle: return Style::Dim;
-    case Activity::Fault: return Style::Bad;
-  }
-  return Style::Plain;
-}
-
 std::string short_bus_id(const std::optional<std::string>& id) {
   if (!id) return dash();
   // "00000000:07:00.0" -> "07:00.0" unless the domain is not zero.
@@ -97,9 +102,15 @@ std::string container_cell(const host::ProcessInfo& h) {
   return out.empty() ? dash() : out;
 }
 
-}  // namespace
+}  // namespace detail
 
 namespace {
+
+using detail::container_cell;
+using detail::events_cell;
+using detail::memory_cell;
+using detail::power_cell;
+using detail::short_bus_id;
 
 // "host  driver 550.54  CUDA 12.4  4 GPUs  2024-05-01 12:00:00".
 void print_header(std::FILE* out, const gpu::Snapshot& snap) {
@@ -225,10 +236,11 @@ void print_cuda_visibility(std::FILE* out, const gpu::Snapshot& snap, bool color
   for (std::size_t k = 0; k < view.gpu_of_cuda.size(); ++k) {
     mapping += fmt::format("{}cuda:{} = GPU {}", k == 0 ? "" : ", ", k, view.gpu_of_cuda[k]);
   }
-  fmt::print(out, "CUDA_VISIBLE_DEVICES={}{}: a CUDA program started here sees {}\n", *visible,
+  // The variable comes from whatever environment this shell inherited: shown, never obeyed.
+  fmt::print(out, "CUDA_VISIBLE_DEVICES={}{}: a CUDA program started here sees {}\n", util::terminal_text(*visible),
              view.pci_bus_order ? " (PCI_BUS_ID order)" : "",
              mapping.empty() ? "no GPU" : mapping);
-  if (view.problem) fmt::print(out, "{}\n", styled("! " + *view.problem, Style::Warn, color));
+  if (view.problem) fmt::print(out, "{}\n", styled("! " + util::terminal_text(*view.problem), Style::Warn, color));
 }
 
 std::vector<Activity> classify_all(const gpu::Snapshot& snap, const gpu::ActivityThresholds& thresholds) {
@@ -236,6 +248,36 @@ std::vector<Activity> classify_all(const gpu::Snapshot& snap, const gpu::Activit
   for (const auto& d : snap.devices) classes.push_back(gpu::classify(d, thresholds, snap.timestamp_unix_ms / 1000));
   return classes;
 }
+
+namespace detail {
+
+nlohmann::json status_json(const gpu::Snapshot& snap, const std::vector<Activity>& classes,
+                           const std::optional<std::string>& cuda_visible, const std::optional<std::string>& cuda_order) {
+  const auto or_null = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  nlohmann::json j;
+  j["timestamp_unix_ms"] = snap.timestamp_unix_ms;
+  j["driver_version"] = or_null(snap.driver_version);
+  j["nvml_version"] = or_null(snap.nvml_version);
+  j["cuda_driver_version"] = or_null(snap.cuda_driver_version);
+  j["gpus"] = nlohmann::json::array();
+  for (std::size_t i = 0; i < snap.devices.size(); ++i) j["gpus"].push_back(to_json(snap.devices[i], classes[i]));
+  if (cuda_visible) {
+    const auto view = gpu::cuda_view(snap.devices, cuda_visible, cuda_order);
+    j["cuda_visible_devices"] = {{"value", *cuda_visible},
+                                 {"pci_bus_order", view.pci_bus_order},
+                                 {"gpu_of_cuda", view.gpu_of_cuda},
+                                 {"problem", or_null(view.problem)}};
+  } else {
+    j["cuda_visible_devices"] = nullptr;
+  }
+  j["verdicts"] = nlohmann::json::array();
+  for (const auto& v : diagnose::verdicts(snap, classes)) {
+    j["verdicts"].push_back({{"severity", diagnose::to_string(v.severity)}, {"code", v.code}, {"text", v.text}});
+  }
+  return j;
+}
+
+}  // namespace detail
 
 bool resolve_thresholds(const GlobalOptions& global, StatusOptions& options) {
   auto loaded = load_config(global);
@@ -256,27 +298,8 @@ int run_status(const GlobalOptions& global, StatusOptions options) {
   }
   const auto classes = classify_all(*snap, options.thresholds);
   if (global.json) {
-    nlohmann::json j;
-    j["timestamp_unix_ms"] = snap->timestamp_unix_ms;
-    j["driver_version"] = snap->driver_version ? nlohmann::json(*snap->driver_version) : nlohmann::json(nullptr);
-    j["nvml_version"] = snap->nvml_version ? nlohmann::json(*snap->nvml_version) : nlohmann::json(nullptr);
-    j["cuda_driver_version"] = snap->cuda_driver_version ? nlohmann::json(*snap->cuda_driver_version) : nlohmann::json(nullptr);
-    j["gpus"] = nlohmann::json::array();
-    for (std::size_t i = 0; i < snap->devices.size(); ++i) j["gpus"].push_back(to_json(snap->devices[i], classes[i]));
-    if (const auto visible = env("CUDA_VISIBLE_DEVICES")) {
-      const auto view = gpu::cuda_view(snap->devices, visible, env("CUDA_DEVICE_ORDER"));
-      j["cuda_visible_devices"] = {{"value", *visible},
-                                   {"pci_bus_order", view.pci_bus_order},
-                                   {"gpu_of_cuda", view.gpu_of_cuda},
-                                   {"problem", view.problem ? nlohmann::json(*view.problem) : nlohmann::json(nullptr)}};
-    } else {
-      j["cuda_visible_devices"] = nullptr;
-    }
-    j["verdicts"] = nlohmann::json::array();
-    for (const auto& v : diagnose::verdicts(*snap, classes)) {
-      j["verdicts"].push_back({{"severity", diagnose::to_string(v.severity)}, {"code", v.code}, {"text", v.text}});
-    }
-    fmt::print("{}\n", util::json_text(j, 2));
+    fmt::print("{}\n", util::json_text(
+                           detail::status_json(*snap, classes, env("CUDA_VISIBLE_DEVICES"), env("CUDA_DEVICE_ORDER")), 2));
   } else {
     const bool color = use_color(global, stdout);
     print_status(stdout, *snap, classes, color);

@@ -3,11 +3,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tarmac/cli/context.hpp"
 #include "tarmac/gpu/activity.hpp"
+#include "tarmac/gpu/model.hpp"
 
 namespace tarmac::cli {
 
@@ -37,5 +40,24 @@ void print_cuda_visibility(std::FILE* out, const gpu::Snapshot& snapshot, bool c
 
 // Runs status with the given options (also what plain `tarmac` runs).
 [[nodiscard]] int run_status(const GlobalOptions& global, StatusOptions options = {});
+
+// The pieces of status's output, declared for their unit tests.
+namespace detail {
+
+// Cells of the GPU table; "-" for a reading that is missing.
+[[nodiscard]] std::string memory_cell(const gpu::Device& device);  // "[####------] 15.2/40.0 GiB"
+[[nodiscard]] std::string power_cell(const gpu::Device& device);   // "250/400 W", "-/400 W", "250 W"
+[[nodiscard]] std::string events_cell(const gpu::Device& device);  // the clock events but idle, ","
+[[nodiscard]] std::string short_bus_id(const std::optional<std::string>& id);  // "07:00.0"
+// The CONTAINER/JOB cell of a process: "pod 0123abcd", "docker 0123456789ab", "slurm 42".
+[[nodiscard]] std::string container_cell(const host::ProcessInfo& info);
+
+// `tarmac status --json`: the snapshot, each GPU with its class, what a CUDA program sees under
+// `cuda_visible` (CUDA_VISIBLE_DEVICES, ordered by `cuda_order`; null when unset), the verdicts.
+[[nodiscard]] nlohmann::json status_json(const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes,
+                                         const std::optional<std::string>& cuda_visible,
+                                         const std::optional<std::string>& cuda_order);
+
+}  // namespace detail
 
 }  // namespace tarmac::cli

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fmt/format.h>
+#include <limits>
 
 #include "tarmac/store/recorder.hpp"
 #include "tarmac/util/strings.hpp"
@@ -23,18 +24,32 @@ std::string store_path(const config::Config& config, const std::string& db_flag)
   return path;
 }
 
+namespace {
+
+// Times are bounded to the years 0001 to 9999, so that "@1e300" or the year 99999999 is refused
+// instead of overflowing a long long of milliseconds (undefined), and so is any range built on them.
+constexpr long long kFirstTimeS = -62135596800LL;  // 0001-01-01 00:00:00 UTC
+constexpr long long kLastTimeS = 253402300799LL;   // 9999-12-31 23:59:59 UTC
+
+std::optional<long long> bounded_ms(double seconds) {
+  if (!(seconds >= static_cast<double>(kFirstTimeS) && seconds <= static_cast<double>(kLastTimeS))) return std::nullopt;
+  return static_cast<long long>(seconds * 1000);
+}
+
+}  // namespace
+
 std::optional<long long> parse_time_ms(const std::string& text) {
   if (text.starts_with("@")) {
     auto s = util::parse_double(std::string_view(text).substr(1));
     if (!s) return std::nullopt;
-    return static_cast<long long>(*s * 1000);
+    return bounded_ms(*s);
   }
   std::tm tm{};
   for (const char* pattern : {"%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%MZ",
                               "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"}) {
     tm = std::tm{};
     const char* end = strptime(text.c_str(), pattern, &tm);
-    if (end != nullptr && *end == '\0') return static_cast<long long>(timegm(&tm)) * 1000;
+    if (end != nullptr && *end == '\0') return bounded_ms(static_cast<double>(timegm(&tm)));
   }
   return std::nullopt;
 }
@@ -83,8 +98,9 @@ Result<std::vector<unsigned>> parse_gpu_list(const std::string& text) {
   std::vector<unsigned> out;
   for (const auto& part : util::split(text, ',')) {
     if (util::trim(part).empty()) continue;
-    auto n = util::parse_int(util::trim(part));
-    if (!n || *n < 0) return make_error(Error::Code::Invalid, fmt::format("-i {}: expected GPU indices like 0,2", text));
+    // Bounded to what an index can hold: 4294967296 is no GPU, not GPU 0.
+    auto n = util::parse_int(util::trim(part), 0, std::numeric_limits<unsigned>::max());
+    if (!n) return make_error(Error::Code::Invalid, fmt::format("-i {}: expected GPU indices like 0,2", text));
     out.push_back(static_cast<unsigned>(*n));
   }
   return out;

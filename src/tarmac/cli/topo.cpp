@@ -23,10 +23,16 @@ std::string format_cpu_list(const std::vector<unsigned>& cpus) {
 
 namespace {
 
+// A pair the topology does not cover (none was read, or a device came after it) is unknown, as
+// nvidia-smi shows it, rather than a read past the matrix.
 std::string cell(const gpu::Topology& t, std::size_t i, std::size_t j) {
+  if (i >= t.links.size() || j >= t.links[i].size()) return gpu::to_string(gpu::Link::Unknown);
   const gpu::Link link = t.links[i][j];
   if (link == gpu::Link::Self) return " X ";
-  if (link == gpu::Link::NvLink) return fmt::format("NV{}", t.nvlink_count[i][j]);
+  if (link == gpu::Link::NvLink) {
+    const bool counted = i < t.nvlink_count.size() && j < t.nvlink_count[i].size();
+    return counted ? fmt::format("NV{}", t.nvlink_count[i][j]) : "NV";
+  }
   return gpu::to_string(link);
 }
 
@@ -44,7 +50,8 @@ constexpr const char* kLegend =
 }  // namespace
 
 std::string render_topology(const gpu::Snapshot& snap) {
-  const auto& t = *snap.topology;
+  const gpu::Topology none;
+  const auto& t = snap.topology ? *snap.topology : none;
   const std::size_t n = snap.devices.size();
   std::string out = "\t";
   for (std::size_t j = 0; j < n; ++j) out += fmt::format("GPU{}\t", j);
@@ -60,6 +67,22 @@ std::string render_topology(const gpu::Snapshot& snap) {
   out += kLegend;
   return out;
 }
+
+namespace detail {
+
+nlohmann::json topology_json(const gpu::Snapshot& snap) {
+  nlohmann::json j = to_json(snap.topology ? *snap.topology : gpu::Topology{});
+  j["gpus"] = nlohmann::json::array();
+  for (const auto& d : snap.devices) {
+    j["gpus"].push_back({{"index", d.id.index},
+                         {"pci_bus_id", d.id.pci_bus_id ? nlohmann::json(*d.id.pci_bus_id) : nlohmann::json(nullptr)},
+                         {"cpu_affinity", d.id.cpu_affinity},
+                         {"numa_node", d.id.numa_node ? nlohmann::json(*d.id.numa_node) : nlohmann::json(nullptr)}});
+  }
+  return j;
+}
+
+}  // namespace detail
 
 void add_topo_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto* cmd = app.add_subcommand("topo", "Show how the GPUs connect (NVLink, PCIe) and their CPU and NUMA affinity");
@@ -77,15 +100,7 @@ void add_topo_command(CLI::App& app, const GlobalOptions& global, int& exit_code
       return;
     }
     if (global.json) {
-      nlohmann::json j = to_json(*snap->topology);
-      j["gpus"] = nlohmann::json::array();
-      for (const auto& d : snap->devices) {
-        j["gpus"].push_back({{"index", d.id.index},
-                             {"pci_bus_id", d.id.pci_bus_id ? nlohmann::json(*d.id.pci_bus_id) : nlohmann::json(nullptr)},
-                             {"cpu_affinity", d.id.cpu_affinity},
-                             {"numa_node", d.id.numa_node ? nlohmann::json(*d.id.numa_node) : nlohmann::json(nullptr)}});
-      }
-      fmt::print("{}\n", util::json_text(j, 2));
+      fmt::print("{}\n", util::json_text(detail::topology_json(*snap), 2));
     } else {
       fmt::print("{}", render_topology(*snap));
     }

@@ -20,24 +20,24 @@ namespace tarmac::cli {
 
 namespace {
 
-volatile std::sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_watch_stop = 0;
 
-void on_signal(int /*signo*/) { g_stop = 1; }
+void on_watch_signal(int /*signo*/) { g_watch_stop = 1; }
 
 // Installs the stop handlers for the life of the watch and puts the old ones back after.
-class StopSignals {
+class WatchSignals {
  public:
-  StopSignals() {
-    g_stop = 0;
+  WatchSignals() {
+    g_watch_stop = 0;
     struct sigaction sa {};
-    sa.sa_handler = on_signal;
+    sa.sa_handler = on_watch_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
   }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-  ~StopSignals() {
+  WatchSignals(const WatchSignals&) = delete;
+  WatchSignals& operator=(const WatchSignals&) = delete;
+  ~WatchSignals() {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
   }
@@ -70,37 +70,13 @@ class Screen {
       std::fflush(stdout);
       return;
     }
-    std::string out = "\033[H";
-    std::size_t start = 0;
-    while (start < frame.size()) {
-      const std::size_t end = frame.find('\n', start);
-      const std::size_t stop = end == std::string::npos ? frame.size() : end;
-      out.append(frame, start, stop - start);
-      out += "\033[K\n";
-      start = stop + 1;
-    }
-    out += "\033[J";
-    std::fputs(out.c_str(), stdout);
+    std::fputs(detail::in_place_frame(frame).c_str(), stdout);
     std::fflush(stdout);
   }
 
  private:
   bool in_place_;
 };
-
-std::string render_frame(const gpu::Snapshot& snap, const StatusOptions& options, bool color, double interval_s) {
-  char* buffer = nullptr;
-  std::size_t size = 0;
-  std::FILE* out = open_memstream(&buffer, &size);
-  if (out == nullptr) return {};
-  fmt::print(out, "Every {:g}s: tarmac status\n", interval_s);
-  print_status(out, snap, classify_all(snap, options.thresholds), color);
-  print_cuda_visibility(out, snap, color);
-  std::fclose(out);
-  std::string frame(buffer, size);
-  std::free(buffer);
-  return frame;
-}
 
 struct WatchOptions {
   double interval_s = 1.0;
@@ -114,12 +90,12 @@ int run_watch(const GlobalOptions& global, WatchOptions options) {
   if (!backend.ok()) return kExitCouldNotLook;
   const bool tty = isatty(STDOUT_FILENO) != 0;
   const bool color = use_color(global, stdout);
-  StopSignals signals;
+  WatchSignals signals;
   Screen screen(tty && !global.json);
   const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(options.interval_s));
   auto next = std::chrono::steady_clock::now();
-  for (long long frame = 0; g_stop == 0 && (options.count == 0 || frame < options.count); ++frame) {
+  for (long long frame = 0; g_watch_stop == 0 && (options.count == 0 || frame < options.count); ++frame) {
     auto snap = (*backend)->snapshot(gpu::SnapshotOptions{});
     if (!snap.ok()) {
       print_error(snap.error());
@@ -127,17 +103,14 @@ int run_watch(const GlobalOptions& global, WatchOptions options) {
     }
     if (global.json) {
       // One JSON object per line: a stream that tools read as NDJSON.
-      const auto classes = classify_all(*snap, options.status.thresholds);
-      nlohmann::json j{{"timestamp_unix_ms", snap->timestamp_unix_ms}, {"gpus", nlohmann::json::array()}};
-      for (std::size_t i = 0; i < snap->devices.size(); ++i) j["gpus"].push_back(to_json(snap->devices[i], classes[i]));
-      fmt::print("{}\n", util::json_text(j));
+      fmt::print("{}\n", util::json_text(detail::frame_json(*snap, classify_all(*snap, options.status.thresholds))));
       std::fflush(stdout);
     } else {
-      screen.draw(render_frame(*snap, options.status, color, options.interval_s));
+      screen.draw(detail::render_frame(*snap, options.status.thresholds, color, options.interval_s));
     }
     next += interval;
     // Sleep in short steps so that Ctrl-C ends the watch at once; skip frames that fell behind.
-    while (g_stop == 0 && std::chrono::steady_clock::now() < next &&
+    while (g_watch_stop == 0 && std::chrono::steady_clock::now() < next &&
            (options.count == 0 || frame + 1 < options.count)) {
       std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
           next - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
@@ -148,6 +121,45 @@ int run_watch(const GlobalOptions& global, WatchOptions options) {
 }
 
 }  // namespace
+
+namespace detail {
+
+std::string in_place_frame(const std::string& frame) {
+  std::string out = "\033[H";
+  std::size_t start = 0;
+  while (start < frame.size()) {
+    const std::size_t end = frame.find('\n', start);
+    const std::size_t stop = end == std::string::npos ? frame.size() : end;
+    out.append(frame, start, stop - start);
+    out += "\033[K\n";
+    start = stop + 1;
+  }
+  out += "\033[J";
+  return out;
+}
+
+std::string render_frame(const gpu::Snapshot& snap, const gpu::ActivityThresholds& thresholds, bool color,
+                         double interval_s) {
+  char* buffer = nullptr;
+  std::size_t size = 0;
+  std::FILE* out = open_memstream(&buffer, &size);
+  if (out == nullptr) return {};
+  fmt::print(out, "Every {:g}s: tarmac status\n", interval_s);
+  print_status(out, snap, classify_all(snap, thresholds), color);
+  print_cuda_visibility(out, snap, color);
+  std::fclose(out);
+  std::string frame(buffer, size);
+  std::free(buffer);
+  return frame;
+}
+
+nlohmann::json frame_json(const gpu::Snapshot& snap, const std::vector<gpu::Activity>& classes) {
+  nlohmann::json j{{"timestamp_unix_ms", snap.timestamp_unix_ms}, {"gpus", nlohmann::json::array()}};
+  for (std::size_t i = 0; i < snap.devices.size(); ++i) j["gpus"].push_back(to_json(snap.devices[i], classes[i]));
+  return j;
+}
+
+}  // namespace detail
 
 void add_watch_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto* cmd = app.add_subcommand("watch", "Status redrawn in place every few seconds (Ctrl-C to stop)");

@@ -2,11 +2,31 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "tarmac/cli/context.hpp"
+#include "tarmac/gpu/activity.hpp"
 
 namespace tarmac::cli {
 
 void add_watch_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+// The pieces of `watch`, declared for their unit tests.
+namespace detail {
+
+// One frame of status (with its "Every Ns" line) as text.
+[[nodiscard]] std::string render_frame(const gpu::Snapshot& snapshot, const gpu::ActivityThresholds& thresholds,
+                                       bool color, double interval_s);
+
+// `frame` drawn over the previous one on a terminal: cursor home, each line cleared to its end,
+// the rest of the screen erased; nothing is cleared first, so the screen never flashes empty.
+[[nodiscard]] std::string in_place_frame(const std::string& frame);
+
+// One line of `watch --json` (NDJSON): the time and every GPU with its class.
+[[nodiscard]] nlohmann::json frame_json(const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes);
+
+}  // namespace detail
 
 }  // namespace tarmac::cli

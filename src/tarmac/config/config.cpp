@@ -374,8 +374,15 @@ std::string value_text(const Config& config, const KeyInfo& info) {
   const Key* k = find_key(info.section, info.name);
   if (k == nullptr) return "";
   if (is_text(*k)) {
+    // A string both TOML and JSON read back: control characters (a "\u001b" written in the file)
+    // as \u escapes, so that `tarmac config` neither prints them raw nor writes what --json cannot parse.
     std::string quoted = "\"";
     for (char c : k->get_text(config)) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte < 0x20 || byte == 0x7F) {
+        quoted += fmt::format("\\u{:04x}", byte);
+        continue;
+      }
       if (c == '"' || c == '\\') quoted += '\\';
       quoted += c;
     }

@@ -128,6 +128,18 @@ std::string terminal_text(std::string_view text) {
   return out;
 }
 
+std::string terminal_lines(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t start = 0;;) {
+    const std::size_t end = text.find('\n', start);
+    out += terminal_text(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return out;
+    out += '\n';
+    start = end + 1;
+  }
+}
+
 std::string html_text(std::string_view text) { return entities(valid_utf8(text), Quotes::Escape); }
 
 std::string slack_text(std::string_view text) { return entities(text, Quotes::Keep); }

@@ -24,6 +24,11 @@ namespace tarmac::util {
 // retitle or clear the terminal of the person who runs status, jobs or report.
 [[nodiscard]] std::string terminal_text(std::string_view text);
 
+// As terminal_text, but a message of several lines keeps its line breaks: each line is escaped
+// on its own. For messages that quote others' text over several lines (an agent's refusal that
+// lists each GPU and who holds it).
+[[nodiscard]] std::string terminal_lines(std::string_view text);
+
 // Text for HTML, in an element or an attribute value: & < > " ' as entities, valid UTF-8.
 [[nodiscard]] std::string html_text(std::string_view text);
 

@@ -5,18 +5,13 @@
 #include <cstdio>
 #include <string>
 
+#include "cli_test_support.hpp"
+
 namespace tarmac::cli {
 namespace {
 
 std::string render(const Table& t, bool color) {
-  char* buffer = nullptr;
-  std::size_t size = 0;
-  std::FILE* out = open_memstream(&buffer, &size);
-  t.print(out, color);
-  std::fclose(out);
-  std::string text(buffer, size);
-  std::free(buffer);
-  return text;
+  return testing::printed([&](std::FILE* out) { t.print(out, color); });
 }
 
 TEST(Table, AlignsColumnsWithoutTrailingSpaces) {
@@ -48,8 +43,7 @@ TEST(TableEscape, ControlCharactersInCellsAreShownEscaped) {
   Table t({{"PID", Align::Right}, {"USER"}, {"COMMAND"}});
   t.add_row({{"42"}, {"mallory"}, {"\x1b]0;owned\x07\x1b[2J python\ttrain.py"}});
   const std::string text = render(t, false);
-  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
-  EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
+  EXPECT_FALSE(testing::has_raw_control(text)) << text;
   EXPECT_EQ(text,
             "PID  USER     COMMAND\n"
             " 42  mallory  \\x1b]0;owned\\x07\\x1b[2J python\\x09train.py\n");

@@ -55,6 +55,13 @@ TEST(TerminalText, KeepsPrintableText) {
   EXPECT_EQ(terminal_text("python3 /home/ana/train.py --name caf\xC3\xA9"), "python3 /home/ana/train.py --name caf\xC3\xA9");
 }
 
+TEST(TerminalLines, KeepsLineBreaksAndEscapesEachLine) {
+  EXPECT_EQ(terminal_lines("no 1 free GPU\n  GPU 0: leased: by \x1b]0;x\x07\n"),
+            "no 1 free GPU\n  GPU 0: leased: by \\x1b]0;x\\x07\n");
+  EXPECT_EQ(terminal_lines("a\rb\n\nc"), "a\\x0db\n\nc");
+  EXPECT_EQ(terminal_lines(""), "");
+}
+
 TEST(HtmlText, EscapesMarkup) {
   EXPECT_EQ(html_text("<script>alert('x')</script> & \"q\""),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;");
