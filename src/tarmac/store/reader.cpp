@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "tarmac/store/schema.hpp"
-#include "tarmac/util/fd.hpp"
 
 namespace tarmac::store {
 
@@ -29,8 +28,10 @@ void bind_range(Statement& st, const TimeRange& r) {
 }  // namespace
 
 Result<Reader> Reader::open(const std::string& path) {
-  // SQLite would say only "unable to open database file", at the first query.
-  if (util::Fd probe(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)); !probe) {
+  // SQLite would say only "unable to open database file", at the first query. Asked without opening
+  // the file: the agent's HTTP server reads the store its own recorder writes, and closing any
+  // descriptor of it would drop the recorder's SQLite locks (store/private_files.cpp).
+  if (::faccessat(AT_FDCWD, path.c_str(), R_OK, AT_EACCESS) != 0) {
     if (errno == EACCES || errno == EPERM) {
       return make_error(Error::Code::Io,
                         fmt::format("cannot read the store {}: permission denied. It holds every job's command line "

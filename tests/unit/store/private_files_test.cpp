@@ -6,11 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "tarmac/store/reader.hpp"
 #include "tarmac/store/recorder.hpp"
+#include "tarmac/store/schema.hpp"
 #include "tarmac/store/sqlite.hpp"
 #include "temp_dir.hpp"
 
@@ -79,6 +82,54 @@ TEST(PrivateStore, AStoreTheCallerMayNotReadIsAClearError) {
   ASSERT_FALSE(reader.ok());
   EXPECT_NE(reader.error().message.find("cannot read the store " + path + ": permission denied"), std::string::npos)
       << reader.error().message;
+}
+
+// Another process opens the store read-write (as Python's sqlite3 does), reads it and closes: the
+// way a test, a dashboard user's script or `sqlite3` reads the agent's store. A fresh program, not a
+// fork: a forked child would inherit SQLite's record of this process's locks.
+bool another_process_reads(const std::string& path) {
+  const std::string command =
+      "python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute(\"SELECT count(*) FROM meta\"); "
+      "c.close()' " + path;
+  return std::system(command.c_str()) == 0;
+}
+
+// The agent holds the store open (the scheduler's job table, then the recorder) while it prepares
+// or probes the same files (the recorder opening it again, the HTTP server's readers). POSIX drops
+// every fcntl lock a process holds on a file when it closes any descriptor of that file, and SQLite's
+// locks are such locks: a reader in another process then took itself for the last connection and
+// deleted the -wal and -shm the agent was writing through (the agent's next write: "disk I/O
+// error"), or truncated the -shm the agent had mapped (the agent died of SIGBUS in
+// sqlite3WalFindFrame, seen under load in alerts_live).
+void expect_locks_kept_through(const std::function<void(const std::string&)>& touch) {
+  TempDir tmp;
+  const std::string path = database_path(tmp.path());
+  ASSERT_TRUE(prepare_private_store(path).ok());
+  auto db = Database::open(path, Database::Mode::ReadWrite);
+  ASSERT_TRUE(db.ok()) << db.error().message;
+  ASSERT_TRUE(ensure_schema(*db).ok());
+  ASSERT_TRUE(db->exec("INSERT INTO event(ts_ms, kind, detail) VALUES (1, 'test', 'first')").ok());
+  ASSERT_TRUE(std::filesystem::exists(path + "-wal"));
+
+  touch(path);
+  ASSERT_TRUE(another_process_reads(path));
+
+  EXPECT_TRUE(std::filesystem::exists(path + "-wal")) << "another process deleted the WAL this one writes";
+  EXPECT_TRUE(std::filesystem::exists(path + "-shm")) << "another process deleted the index this one maps";
+  ASSERT_TRUE(db->exec("INSERT INTO event(ts_ms, kind, detail) VALUES (2, 'test', 'second')").ok());
+  auto fresh = Database::open(path, Database::Mode::ReadOnly);
+  ASSERT_TRUE(fresh.ok());
+  auto rows = fresh->scalar("SELECT count(*) FROM event WHERE kind = 'test'");
+  ASSERT_TRUE(rows.ok()) << rows.error().message;
+  EXPECT_EQ(rows->value_or(0), 2) << "a row written after the other process closed was lost";
+}
+
+TEST(PrivateStore, PreparingAStoreThisProcessHasOpenKeepsItsLocks) {
+  expect_locks_kept_through([](const std::string& path) { ASSERT_TRUE(prepare_private_store(path).ok()); });
+}
+
+TEST(PrivateStore, ProbingAStoreThisProcessHasOpenKeepsItsLocks) {
+  expect_locks_kept_through([](const std::string& path) { ASSERT_TRUE(Reader::open(path).ok()); });
 }
 
 }  // namespace
