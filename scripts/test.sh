@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds and runs every test, twice:
 #   1. dev preset  (build/):      configure, build, ctest (all tests)
-#   2. asan preset (build-asan/): AddressSanitizer + UBSan build, ctest (all tests)
+#   2. asan preset (build-asan/): AddressSanitizer + UBSan build (while dev's tests run), ctest
 # then prints a summary: each step's duration, ccache's hits per build, the slowest tests of each
 # preset. Exits non-zero when any step fails; every step runs even after a failure, so one run
 # shows everything that is broken. The last line has CTest's form
@@ -23,7 +23,9 @@
 # the integration tests spend much of their time waiting on processes they start),
 # TARMAC_TEST_TIMEOUT (seconds per test without its own limit, default 120), CCACHE_DIR (default
 # ~/.cache/ccache), TARMAC_SLOWEST (how many of the slowest tests to list per preset, default 15),
-# TARMAC_TEST_CMAKE_ARGS (the configure options above, replaced when set).
+# TARMAC_TEST_CMAKE_ARGS (the configure options above, replaced when set), TARMAC_TEST_OVERLAP
+# (default 1: the next preset builds, at the lowest CPU priority, while this one's tests run; 0:
+# one step after another, for timing a single step).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 exec </dev/null
@@ -126,10 +128,61 @@ ctest_lines=()
 # A step that fails before any test ran counts as one failed test in the closing line.
 count_as_failed_test() { tests_failed=$((tests_failed + 1)); tests_total=$((tests_total + 1)); }
 
+configure_and_build() {
+  step "$1 configure" cmake --preset "$1" "${cmake_args[@]}" && step "$1 build" build "$1"
+}
+
+# The next preset is configured and built while this one's tests run: the tests mostly wait on
+# processes they start (dev ctest: about 35 s of CPU in 200 s), so the build takes the idle CPU.
+# It runs at the lowest priority (nice 19, a CPU weight of 15 against the tests' 1024), so the tests
+# get every cycle they ask for; its output is printed once it is done. The subshell's steps are
+# handed back through files, since a background job cannot change this shell's arrays.
+background_dir=''
+background_pid=''
+start_background_build() {
+  background_dir=$(mktemp -d)
+  (
+    renice -n 19 -p "$BASHPID" >/dev/null 2>&1
+    summary=() failed_steps=() ccache_lines=()
+    configure_and_build "$1" >"$background_dir/log" 2>&1
+    echo $? >"$background_dir/rc"
+    printf '%s\n' "${summary[@]}" >"$background_dir/summary"
+    ((${#failed_steps[@]})) && printf '%s\n' "${failed_steps[@]}" >"$background_dir/failed"
+    ((${#ccache_lines[@]})) && printf '%s\n' "${ccache_lines[@]}" >"$background_dir/ccache"
+  ) &
+  background_pid=$!
+}
+# Waits for the background build; its status.
+finish_background_build() {
+  local rc line file
+  wait "$background_pid"
+  note "(built in the background while the tests ran)"
+  cat "$background_dir/log"
+  rc=$(cat "$background_dir/rc" 2>/dev/null || echo 1)
+  while IFS= read -r line; do summary+=("$line (in the background)"); done <"$background_dir/summary"
+  for file in failed ccache; do
+    [[ -f $background_dir/$file ]] || continue
+    while IFS= read -r line; do
+      if [[ $file == failed ]]; then failed_steps+=("$line"); else ccache_lines+=("$line"); fi
+    done <"$background_dir/$file"
+  done
+  rm -rf "$background_dir"
+  return "$rc"
+}
+
 if step deps bash scripts/deps.sh --test && step peers bash scripts/peers.sh; then
-  for preset in $presets; do
-    if step "$preset configure" cmake --preset "$preset" "${cmake_args[@]}" &&
-       step "$preset build" build "$preset"; then
+  read -r -a preset_list <<<"$presets"
+  for ((i = 0; i < ${#preset_list[@]}; i++)); do
+    preset=${preset_list[i]}
+    next=${preset_list[i + 1]:-}
+    if ((i == 0)) || [[ ${TARMAC_TEST_OVERLAP:-1} == 0 ]]; then
+      configure_and_build "$preset"
+    else
+      finish_background_build
+    fi
+    built=$?
+    if [[ -n $next && ${TARMAC_TEST_OVERLAP:-1} != 0 ]]; then start_background_build "$next"; fi
+    if ((built == 0)); then
       step "$preset ctest" run_ctest "$preset"
     else
       count_as_failed_test
