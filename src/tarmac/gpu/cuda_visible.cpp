@@ -18,15 +18,22 @@ int capability_rank(const Device& d) {
   return static_cast<int>(major * 10 + minor);
 }
 
-// The NVML indices in CUDA's enumeration order.
+// The NVML indices in CUDA's enumeration order. A device's place in `devices` is not its index (a
+// GPU whose handle NVML refused is missing, a filtered snapshot holds some): sorted by place, read
+// by place.
 std::vector<unsigned> cuda_order(const std::vector<Device>& devices, bool pci_bus_order) {
-  std::vector<unsigned> order;
-  for (const auto& d : devices) order.push_back(d.id.index);
+  std::vector<std::size_t> places(devices.size());
+  for (std::size_t k = 0; k < places.size(); ++k) places[k] = k;
+  // NVML numbers GPUs in PCI bus order: PCI_BUS_ID order is index order.
+  std::stable_sort(places.begin(), places.end(),
+                   [&](std::size_t a, std::size_t b) { return devices[a].id.index < devices[b].id.index; });
   if (!pci_bus_order) {
-    std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
+    std::stable_sort(places.begin(), places.end(), [&](std::size_t a, std::size_t b) {
       return capability_rank(devices[a]) > capability_rank(devices[b]);
     });
   }
+  std::vector<unsigned> order;
+  for (const std::size_t k : places) order.push_back(devices[k].id.index);
   return order;
 }
 

@@ -53,5 +53,17 @@ TEST(CudaVisible, FastestFirstPutsNewerGpusFirstOnMixedBoxes) {
   EXPECT_TRUE(cuda_view(d, std::nullopt, "SLOWEST").problem);
 }
 
+TEST(CudaVisible, AGpuMissingFromTheSnapshotShiftsNothing) {
+  // NVML refused GPU 1's handle: the snapshot holds GPUs 0, 2 and 3. The enumeration reads each
+  // device where it is, not at the place its index would have (GPU 3 was read past the end).
+  auto d = box({"8.0", "7.5", "9.0", "9.0"});
+  d.erase(d.begin() + 1);
+  EXPECT_EQ(cuda_view(d, std::nullopt, "PCI_BUS_ID").gpu_of_cuda, (V{0, 2, 3}));
+  EXPECT_EQ(cuda_view(d, std::nullopt, std::nullopt).gpu_of_cuda, (V{2, 3, 0}));
+  EXPECT_EQ(cuda_view(d, "1", "PCI_BUS_ID").gpu_of_cuda, (V{2}));
+  std::swap(d[0], d[2]);  // in whatever order they came
+  EXPECT_EQ(cuda_view(d, std::nullopt, "PCI_BUS_ID").gpu_of_cuda, (V{0, 2, 3}));
+}
+
 }  // namespace
 }  // namespace tarmac::gpu
