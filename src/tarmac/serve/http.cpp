@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -410,14 +411,17 @@ void HttpServer::run() {
   for (;;) {
     fds.clear();
     by_index.clear();
+    const auto before = Steady::now();
+    const bool accepting = before >= accept_resumes_;
     fds.push_back({wake_read_.get(), POLLIN, 0});
-    fds.push_back({listen_fd_.get(), POLLIN, 0});
+    fds.push_back({listen_fd_.get(), static_cast<short>(accepting ? POLLIN : 0), 0});
     for (auto& c : conns) {
       // A connection with answers pending is not read: what it sends waits in the kernel.
       fds.push_back({c.fd.get(), static_cast<short>(c.out.empty() || c.draining ? POLLIN : POLLOUT), 0});
       by_index.push_back(&c);
     }
-    const int n = poll(fds.data(), fds.size(), 1000);
+    const auto paused_ms = std::chrono::ceil<std::chrono::milliseconds>(accept_resumes_ - before).count();
+    const int n = poll(fds.data(), fds.size(), accepting ? 1000 : static_cast<int>(std::min<long long>(paused_ms, 1000)));
     if (n < 0 && errno != EINTR) break;
     if (fds[0].revents != 0) break;
     const auto now = Steady::now();
@@ -432,7 +436,13 @@ void HttpServer::run() {
 void HttpServer::accept_connections(std::list<Connection>& conns, Steady::time_point now) {
   for (;;) {
     util::Fd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!fd) break;
+    if (!fd) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        ++stats_.accept_failures;
+        accept_resumes_ = now + std::chrono::milliseconds(limits_.accept_pause_ms);
+      }
+      break;
+    }
     if (conns.size() >= limits_.max_connections) {
       ++stats_.rejected;
       const std::string busy = serialize(text_response(503, "too many connections"), false, false);

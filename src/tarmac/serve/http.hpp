@@ -46,12 +46,16 @@ struct ServerLimits {
   // the connection is read or answered, so pipelined requests cannot grow the agent's memory.
   std::size_t max_output_bytes = 64 * 1024;
   int write_timeout_ms = 10'000;  // pending answers the client takes nothing of for this long: closed
+  // Out of descriptors (EMFILE, ENFILE) or kernel memory, the connection waits in the backlog and the
+  // listener stays readable: polling it again at once would only spin. It is left alone this long.
+  int accept_pause_ms = 100;
 };
 
 // What the server counted, for tarmac_agent_http_* metrics.
 struct ServerStats {
   std::atomic<long long> requests{0};
   std::atomic<long long> rejected{0};  // 4xx and 5xx answers the server gave itself
+  std::atomic<long long> accept_failures{0};  // accepts that failed for want of descriptors or memory
 };
 
 // Parses the head of one request ("GET /x?a=1 HTTP/1.1\r\nHost: ...\r\n\r\n"), for tests and the
@@ -111,6 +115,7 @@ class HttpServer {
   bool loopback_only_ = false;  // bound to a loopback address: Host must name it too
   unsigned port_ = 0;
   std::thread thread_;
+  TimePoint accept_resumes_{};  // the listener is not polled before this (ServerLimits::accept_pause_ms)
 };
 
 }  // namespace tarmac::serve

@@ -149,6 +149,8 @@ const std::vector<Family>& own_families() {
       {"tarmac_agent_resident_memory_bytes", Type::Gauge, "The agent's resident memory (bytes)."},
       {"tarmac_agent_http_requests_total", Type::Counter, "HTTP requests the agent answered."},
       {"tarmac_agent_http_rejected_total", Type::Counter, "HTTP requests answered with 4xx or 5xx (malformed, too big)."},
+      {"tarmac_agent_http_accept_failures_total", Type::Counter,
+       "Connections the HTTP server could not accept for want of descriptors or memory (each pauses accepting)."},
   };
   return families;
 }
@@ -394,6 +396,8 @@ std::string render_agent_metrics(const LiveView& view, const MetricsExtras& extr
   w.sample("tarmac_agent_http_requests_total", "", static_cast<double>(extras.http_requests));
   begin("tarmac_agent_http_rejected_total");
   w.sample("tarmac_agent_http_rejected_total", "", static_cast<double>(extras.http_rejected));
+  begin("tarmac_agent_http_accept_failures_total");
+  w.sample("tarmac_agent_http_accept_failures_total", "", static_cast<double>(extras.http_accept_failures));
   return w.take();
 }
 

@@ -28,6 +28,7 @@ struct MetricsExtras {
   long long resident_bytes = 0;
   long long http_requests = 0;
   long long http_rejected = 0;
+  long long http_accept_failures = 0;
   long long now_unix_ms = 0;
 };
 

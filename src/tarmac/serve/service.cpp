@@ -86,6 +86,7 @@ Response Service::metrics() {
   extras.resident_bytes = rss_bytes_;
   extras.http_requests = server_.stats().requests.load();
   extras.http_rejected = server_.stats().rejected.load();
+  extras.http_accept_failures = server_.stats().accept_failures.load();
   extras.now_unix_ms = unix_ms();
   Response r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";

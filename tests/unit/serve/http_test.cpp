@@ -3,11 +3,16 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "count.hpp"
@@ -202,6 +207,88 @@ TEST_F(ServerTest, TooManyConnectionsGet503) {
   // The held connections were kept: each is still served.
   held.front()->send_text("GET /hello HTTP/1.1\r\nConnection: close\r\n\r\n");
   EXPECT_NE(held.front()->read_all().find("hello you"), std::string::npos);
+}
+
+// Takes every descriptor this process may still open (and gives them back): a state an agent
+// reaches when a local user holds hundreds of connections open.
+class NoDescriptorsLeft {
+ public:
+  NoDescriptorsLeft() {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    rlimit lower = saved_;
+    lower.rlim_cur = std::min<rlim_t>(saved_.rlim_cur, 256);
+    setrlimit(RLIMIT_NOFILE, &lower);
+    for (int fd = dup(0); fd >= 0; fd = dup(0)) taken_.push_back(fd);
+  }
+  ~NoDescriptorsLeft() { give_back(); }
+  void give_back() {
+    for (const int fd : taken_) close(fd);
+    taken_.clear();
+    setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+
+ private:
+  rlimit saved_{};
+  std::vector<int> taken_;
+};
+
+// A socket made before the descriptors ran out, connected after: it waits in the listener's backlog.
+int waiting_connection() { return socket(AF_INET, SOCK_STREAM, 0); }
+
+bool connect_to(int fd, unsigned port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+}
+
+// Waits (up to a bound that only catches a hang) for `done`.
+bool eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 2000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return done();
+}
+
+TEST(HttpServer, OutOfDescriptorsItPausesAcceptingInsteadOfSpinning) {
+  ServerLimits limits;
+  limits.accept_pause_ms = 600'000;  // once paused, it stays paused for the whole test
+  HttpServer server([](const Request&) { return text_response(200, "up"); }, limits);
+  ASSERT_TRUE(server.start("127.0.0.1", 0).ok());
+  Client served(server.port());  // accepted and answered before the descriptors run out
+  served.send_text("GET / HTTP/1.1\r\n\r\n");
+  ASSERT_NE(served.read_responses(1).find("200 OK"), std::string::npos);
+  const int waiting = waiting_connection();
+  {
+    NoDescriptorsLeft none;
+    ASSERT_TRUE(connect_to(waiting, server.port()));
+    ASSERT_TRUE(eventually([&] { return server.stats().accept_failures.load() >= 1; }));
+    // The server goes on serving the connection it has; the loop turns at least twice for it
+    // (the request, the answer), and a listener polled again would have failed at every turn.
+    served.send_text("GET / HTTP/1.1\r\n\r\n");
+    EXPECT_NE(served.read_responses(1).find("200 OK"), std::string::npos);
+    EXPECT_EQ(server.stats().accept_failures.load(), 1) << "the server retried accept while it could not";
+  }
+  close(waiting);
+}
+
+TEST(HttpServer, AcceptingResumesAfterThePause) {
+  ServerLimits limits;
+  limits.accept_pause_ms = 20;
+  HttpServer server([](const Request&) { return text_response(200, "up"); }, limits);
+  ASSERT_TRUE(server.start("127.0.0.1", 0).ok());
+  const int waiting = waiting_connection();
+  NoDescriptorsLeft none;
+  ASSERT_TRUE(connect_to(waiting, server.port()));
+  ASSERT_TRUE(eventually([&] { return server.stats().accept_failures.load() >= 1; }));
+  none.give_back();
+  const std::string request = "GET / HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(send(waiting, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  timeval tv{10, 0};
+  setsockopt(waiting, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256] = {};
+  ASSERT_GT(recv(waiting, buf, sizeof buf - 1, 0), 0);
+  EXPECT_NE(std::string(buf).find("200 OK"), std::string::npos);
+  close(waiting);
 }
 
 TEST(HttpServer, ABusyPortIsAClearError) {
