@@ -2,18 +2,20 @@
 #
 #   <prefix>/bin/tarmac                          src/apps/CMakeLists.txt installs it; not the simulator
 #   <TARMAC_SYSTEMD_UNIT_DIR>/tarmac-agent.service   from packaging/systemd/tarmac-agent.service.in
+#   <TARMAC_SYSTEMD_UNIT_DIR>/tarmac-reap.{service,timer}  the hourly reaper pass (docs/reap.md)
 #   <TARMAC_TMPFILES_DIR>/tarmac.conf            packaging/tmpfiles.d/tarmac.conf: /run/tarmac/locks at boot
 #   <sysconfdir>/tarmac/tarmac.toml              `tarmac config --defaults`; an existing one is kept
 #   <docdir>/*.md, <docdir>/tarmac.toml.default  docs/*.md and a pristine copy of the defaults
 #   <datadir>/tarmac/grafana/tarmac.json         the Grafana dashboard for tarmac's own metrics
 #
-# The unit names the installed binary, so it is written at install time with the prefix the install
-# uses (a `--prefix` given to `cmake --install` included); the build tree also gets one for the
-# configured prefix (build/packaging/systemd/tarmac-agent.service) to inspect or verify.
+# The units name the installed binary, so they are written at install time with the prefix the
+# install uses (a `--prefix` given to `cmake --install` included); the build tree also gets them for
+# the configured prefix (build/packaging/systemd/) to inspect or verify.
 include(GNUInstallDirs)
 
 set(TARMAC_SYSTEMD_UNIT_DIR "lib/systemd/system" CACHE STRING
-    "Where tarmac-agent.service is installed: relative to the install prefix, or absolute")
+    "Where tarmac-agent.service and the reaper's units are installed: relative to the install prefix, or absolute")
+set(TARMAC_SYSTEMD_UNITS tarmac-agent.service tarmac-reap.service tarmac-reap.timer)
 
 # The default configuration, generated from the built binary so that it can never drift from it.
 set(_tarmac_default_config "${CMAKE_BINARY_DIR}/packaging/tarmac.toml")
@@ -34,8 +36,10 @@ if(NOT CMAKE_INSTALL_FULL_SYSCONFDIR STREQUAL "/etc")
   # tarmac reads /etc/tarmac/tarmac.toml by default; elsewhere the unit names the installed file.
   set(TARMAC_CONFIG_ARGS " --config ${CMAKE_INSTALL_FULL_SYSCONFDIR}/tarmac/tarmac.toml")
 endif()
-configure_file("${PROJECT_SOURCE_DIR}/packaging/systemd/tarmac-agent.service.in"
-               "${CMAKE_BINARY_DIR}/packaging/systemd/tarmac-agent.service" @ONLY)
+foreach(_tarmac_unit IN LISTS TARMAC_SYSTEMD_UNITS)
+  configure_file("${PROJECT_SOURCE_DIR}/packaging/systemd/${_tarmac_unit}.in"
+                 "${CMAKE_BINARY_DIR}/packaging/systemd/${_tarmac_unit}" @ONLY)
+endforeach()
 
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/docs/" DESTINATION "${CMAKE_INSTALL_DOCDIR}"
         FILES_MATCHING PATTERN "*.md")
@@ -74,28 +78,30 @@ tarmac_full_dir(_tarmac_docdir "@CMAKE_INSTALL_DOCDIR@" DOCDIR)
 tarmac_full_dir(_tarmac_sysconfdir "@CMAKE_INSTALL_SYSCONFDIR@" SYSCONFDIR)
 tarmac_full_dir(_tarmac_unitdir "@TARMAC_SYSTEMD_UNIT_DIR@" UNITDIR)
 
-# tarmac-agent.service
+# The systemd units.
 set(TARMAC_BIN "${_tarmac_bindir}/tarmac")
 set(TARMAC_DOCDIR "${_tarmac_docdir}")
 set(TARMAC_CONFIG_ARGS "")
 if(NOT _tarmac_sysconfdir STREQUAL "/etc")
   set(TARMAC_CONFIG_ARGS " --config ${_tarmac_sysconfdir}/tarmac/tarmac.toml")
 endif()
-file(READ "@PROJECT_SOURCE_DIR@/packaging/systemd/tarmac-agent.service.in" _tarmac_unit)
-string(CONFIGURE "${_tarmac_unit}" _tarmac_unit @ONLY)
-set(_tarmac_unit_file "$ENV{DESTDIR}${_tarmac_unitdir}/tarmac-agent.service")
-list(APPEND CMAKE_INSTALL_MANIFEST_FILES "${_tarmac_unit_file}")
-set(_tarmac_old "")
-if(EXISTS "${_tarmac_unit_file}")
-  file(READ "${_tarmac_unit_file}" _tarmac_old)
-endif()
-if(_tarmac_old STREQUAL _tarmac_unit)
-  message(STATUS "Up-to-date: ${_tarmac_unit_file}")
-else()
-  message(STATUS "Installing: ${_tarmac_unit_file}")
-  file(MAKE_DIRECTORY "$ENV{DESTDIR}${_tarmac_unitdir}")
-  file(WRITE "${_tarmac_unit_file}" "${_tarmac_unit}")
-endif()
+foreach(_tarmac_name @TARMAC_SYSTEMD_UNITS@)
+  file(READ "@PROJECT_SOURCE_DIR@/packaging/systemd/${_tarmac_name}.in" _tarmac_unit)
+  string(CONFIGURE "${_tarmac_unit}" _tarmac_unit @ONLY)
+  set(_tarmac_unit_file "$ENV{DESTDIR}${_tarmac_unitdir}/${_tarmac_name}")
+  list(APPEND CMAKE_INSTALL_MANIFEST_FILES "${_tarmac_unit_file}")
+  set(_tarmac_old "")
+  if(EXISTS "${_tarmac_unit_file}")
+    file(READ "${_tarmac_unit_file}" _tarmac_old)
+  endif()
+  if(_tarmac_old STREQUAL _tarmac_unit)
+    message(STATUS "Up-to-date: ${_tarmac_unit_file}")
+  else()
+    message(STATUS "Installing: ${_tarmac_unit_file}")
+    file(MAKE_DIRECTORY "$ENV{DESTDIR}${_tarmac_unitdir}")
+    file(WRITE "${_tarmac_unit_file}" "${_tarmac_unit}")
+  endif()
+endforeach()
 
 # tarmac.toml: an administrator's file is never overwritten.
 if(EXISTS "$ENV{DESTDIR}${_tarmac_sysconfdir}/tarmac/tarmac.toml")

@@ -14,6 +14,7 @@ from devtools import require_tool
 from test_status import BUILD
 
 UNIT = "tarmac-agent.service"
+REAP_UNITS = ("tarmac-reap.service", "tarmac-reap.timer")
 
 
 def cmake_command():
@@ -93,6 +94,7 @@ class InstallUnderAPrefix(unittest.TestCase):
         files = {str(p.relative_to(self.prefix)) for p in self.prefix.rglob("*")
                  if p.is_file() and not p.is_relative_to(self.prefix / "share" / "doc")}
         self.assertEqual(files, {"bin/tarmac", "etc/tarmac/tarmac.toml", f"lib/systemd/system/{UNIT}",
+                                 *(f"lib/systemd/system/{u}" for u in REAP_UNITS),
                                  "lib/tmpfiles.d/tarmac.conf", "share/tarmac/grafana/tarmac.json"})
 
     def test_the_installed_binary_runs(self):
@@ -142,13 +144,35 @@ class InstallUnderAPrefix(unittest.TestCase):
         self.assertIn(f"store: {state}/", r.stdout)
         self.assertEqual(r.stderr, "")
 
-    def test_systemd_analyze_verify_accepts_the_unit(self):
+    def test_systemd_analyze_verify_accepts_the_units(self):
         analyze = require_tool("systemd-analyze", hint="Debian: the systemd package")
-        r = subprocess.run([analyze, "verify", "--man=no", str(self.unit)], capture_output=True, text=True,
+        units = [self.unit] + [self.unit.parent / u for u in REAP_UNITS]
+        r = subprocess.run([analyze, "verify", "--man=no", *map(str, units)], capture_output=True, text=True,
                            timeout=60)
-        about_unit = [line for line in (r.stdout + r.stderr).splitlines() if UNIT in line]
-        self.assertEqual(about_unit, [], r.stdout + r.stderr)
+        about_units = [line for line in (r.stdout + r.stderr).splitlines()
+                       if any(u in line for u in (UNIT, *REAP_UNITS))]
+        self.assertEqual(about_units, [], r.stdout + r.stderr)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_the_hourly_reaper_runs_the_installed_binary_confined(self):
+        unit_dir = self.unit.parent
+        service = unit_settings((unit_dir / "tarmac-reap.service").read_text())
+        self.assertEqual(service["ExecStart"], [f"{self.tarmac} --config {self.toml} reap --kill"])
+        self.assertEqual(service["Type"], ["oneshot"])
+        self.assertEqual(service["StateDirectory"], ["tarmac"])  # where it records what it did
+        self.assertEqual(service["ProtectSystem"], ["strict"])
+        self.assertEqual(service["NoNewPrivileges"], ["yes"])
+        self.assertEqual(set(service["CapabilityBoundingSet"][0].split()),
+                         {"CAP_KILL", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_DAC_OVERRIDE"})
+        self.assertEqual(service["ProtectProc"], ["default"])  # it must see every process
+        self.assertNotIn("User", service)
+        self.assertNotIn("Install", (unit_dir / "tarmac-reap.service").read_text())  # the timer starts it
+        timer = unit_settings((unit_dir / "tarmac-reap.timer").read_text())
+        self.assertEqual(timer["OnCalendar"], ["hourly"])
+        self.assertEqual(timer["Persistent"], ["true"])
+        self.assertEqual(timer["WantedBy"], ["timers.target"])
+        for u in REAP_UNITS:
+            self.assertNotRegex((unit_dir / u).read_text(), r"@[A-Z_]+@")
 
     def test_a_second_install_keeps_an_edited_configuration(self):
         dir = tempfile.TemporaryDirectory()
