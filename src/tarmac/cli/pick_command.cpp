@@ -39,7 +39,11 @@ Result<sched::PickRequest> parse_request(const RequestFlags& flags) {
 Result<sched::LeaseDir> open_lease_dir(const GlobalOptions& global) {
   auto loaded = load_config(global);
   if (!loaded.ok()) return loaded.take_error();
-  auto dir = sched::LeaseDir::open(sched::lock_dir(loaded->config.scheduler_lock_dir));
+  return open_lease_dir(loaded->config);
+}
+
+Result<sched::LeaseDir> open_lease_dir(const config::Config& config) {
+  auto dir = sched::LeaseDir::open(sched::lock_dir(config.scheduler_lock_dir), config.scheduler.max_hold_ms);
   if (!dir.ok()) print_error(dir.error());
   return dir;
 }
@@ -80,14 +84,16 @@ namespace {
 using detail::PickFlags;
 
 int run_pick(const GlobalOptions& global, const PickFlags& flags) {
-  auto plan = detail::parse_pick(flags);
+  auto loaded = load_config(global);
+  if (!loaded.ok()) return kExitUsage;
+  auto plan = detail::parse_pick(flags, loaded->config.scheduler.max_hold_ms);
   if (!plan.ok()) {
     fmt::print(stderr, "tarmac pick: {}\n", plan.error().message);
     return kExitUsage;
   }
   const sched::PickRequest& request = plan->request;
   const std::optional<long long> hold_ms = plan->hold_ms;
-  auto dir = open_lease_dir(global);
+  auto dir = open_lease_dir(loaded->config);
   if (!dir.ok()) return dir.error().code == Error::Code::Invalid ? kExitUsage : kExitCouldNotLook;
   auto backend = open_backend(global);
   if (!backend.ok()) return kExitCouldNotLook;
@@ -127,7 +133,7 @@ int run_pick(const GlobalOptions& global, const PickFlags& flags) {
 
 namespace detail {
 
-Result<PickPlan> parse_pick(const PickFlags& flags) {
+Result<PickPlan> parse_pick(const PickFlags& flags, long long max_hold_ms) {
   PickPlan plan;
   TARMAC_TRY_ASSIGN(plan.request, parse_request(flags.request));
   if (flags.format != "index" && flags.format != "uuid" && flags.format != "env") {
@@ -137,6 +143,13 @@ Result<PickPlan> parse_pick(const PickFlags& flags) {
     plan.hold_ms = util::parse_duration_ms(flags.hold);
     if (!plan.hold_ms || *plan.hold_ms <= 0) {
       return make_error(Error::Code::Invalid, fmt::format("--hold: '{}' is not a duration (like 30s, 10m)", flags.hold));
+    }
+    if (max_hold_ms > 0 && *plan.hold_ms > max_hold_ms) {
+      return make_error(Error::Code::Invalid,
+                        fmt::format("--hold {} is longer than this machine allows (scheduler.max_hold = {}): pick "
+                                    "again when it ends, or run the work with `tarmac run`, which holds the GPUs "
+                                    "as long as it runs",
+                                    flags.hold, util::format_duration_ms(max_hold_ms)));
     }
   }
   return plan;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tarmac/cli/context.hpp"
+#include "tarmac/config/config.hpp"
 #include "tarmac/sched/acquire.hpp"
 
 namespace tarmac::cli {
@@ -29,6 +30,8 @@ void add_request_flags(CLI::App& cmd, RequestFlags& flags);
 
 // The lock directory (TARMAC_LOCK_DIR, scheduler.lock_dir, /run/tarmac/locks), opened; prints errors.
 [[nodiscard]] Result<sched::LeaseDir> open_lease_dir(const GlobalOptions& global);
+// The same with the configuration already loaded (its lock_dir and max_hold).
+[[nodiscard]] Result<sched::LeaseDir> open_lease_dir(const config::Config& config);
 
 // "0,2" (indices) or "GPU-...,GPU-..." (UUIDs) of what was chosen.
 [[nodiscard]] std::string visible_devices(const sched::Acquired& acquired, bool uuids);
@@ -55,9 +58,9 @@ struct PickPlan {
   std::optional<long long> hold_ms;  // --hold
 };
 
-// The request, the --format (index, uuid or env) checked, and --hold as a duration of more than 0;
-// an Invalid error naming the flag otherwise.
-[[nodiscard]] Result<PickPlan> parse_pick(const PickFlags& flags);
+// The request, the --format (index, uuid or env) checked, and --hold as a duration of more than 0
+// and at most `max_hold_ms` (scheduler.max_hold; 0: any); an Invalid error naming the flag otherwise.
+[[nodiscard]] Result<PickPlan> parse_pick(const PickFlags& flags, long long max_hold_ms = 0);
 
 // `pick --json`: the chosen GPUs, every free one, and why each other one is not free.
 [[nodiscard]] nlohmann::json pick_json(const sched::Acquired& acquired, std::optional<long long> held_until);

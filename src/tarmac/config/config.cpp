@@ -225,6 +225,10 @@ const std::vector<Key>& table() {
       key("scheduler", "user_queued_cap", Kind::Count,
           "the most queued jobs one user (root excepted) may have; more are refused; 0 for no cap", 0, 1 << 24,
           &Config::scheduler, &SchedulerConfig::user_queued_cap),
+      key("scheduler", "max_hold", Kind::Duration,
+          "the longest a `tarmac pick --hold` lease holds GPUs: longer is refused, and every pick and the agent "
+          "count another user's such lease as gone this long after it was written, whatever it names; 0 for no bound",
+          0, kYear, &Config::scheduler, &SchedulerConfig::max_hold_ms),
       key("scheduler", "max_grace", Kind::Duration,
           "the longest --grace (SIGTERM to SIGKILL) a job may ask for; longer is refused; at least the default 10s",
           10 * 1000, 30 * kDay, &Config::scheduler, &SchedulerConfig::max_grace_ms),

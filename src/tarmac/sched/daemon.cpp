@@ -170,7 +170,7 @@ Result<void> make_state_dirs(const std::string& state_dir) {
 Result<std::unique_ptr<Daemon>> Daemon::start(DaemonOptions options) {
   TARMAC_TRY(make_state_dirs(options.state_dir));
   TARMAC_TRY_ASSIGN(auto db, JobDb::open(options.db_path));
-  TARMAC_TRY_ASSIGN(auto dir, LeaseDir::open(options.lock_dir));
+  TARMAC_TRY_ASSIGN(auto dir, LeaseDir::open(options.lock_dir, options.config.max_hold_ms));
   TARMAC_TRY_ASSIGN(auto listener, Listener::open(options.socket_path));
   util::Fd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake) return make_error(Error::Code::Io, fmt::format("cannot make an eventfd: {}", std::strerror(errno)));

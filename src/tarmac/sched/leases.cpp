@@ -232,10 +232,14 @@ std::string describe(const Lease& lease) {
   return out;
 }
 
-bool lease_is_live(const Lease& lease, long long now_unix_ms) {
+bool lease_is_live(const Lease& lease, long long now_unix_ms, long long max_hold_ms) {
   if (lease.pid == 0 && lease.expires_unix_ms == 0) return false;  // nothing would ever end it
   if (lease.pid == 1 || lease.pid < 0) return false;
   if (lease.expires_unix_ms != 0 && now_unix_ms >= lease.expires_unix_ms) return false;
+  if (lease.pid == 0 && lease.file_uid != 0 && max_hold_ms > 0 && lease.written_unix_ms > 0 &&
+      now_unix_ms - lease.written_unix_ms >= max_hold_ms) {
+    return false;
+  }
   if (lease.pid != 0) {
     const auto start = process_starttime(lease.pid);
     if (!start || *start != lease.starttime) return false;
@@ -252,7 +256,7 @@ std::string lock_dir(const std::string& configured) {
   return kDefaultLockDir;
 }
 
-Result<LeaseDir> LeaseDir::open(std::string dir) {
+Result<LeaseDir> LeaseDir::open(std::string dir, long long max_hold_ms) {
   while (dir.size() > 1 && dir.ends_with('/')) dir.pop_back();
   const uid_t me = ::geteuid();
   util::Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -267,7 +271,7 @@ Result<LeaseDir> LeaseDir::open(std::string dir) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return io_error(fmt::format("cannot look at the lock directory {}", dir));
   if (auto why = refusal(dir, st, me)) return make_error(Error::Code::Io, *why);
-  return LeaseDir(std::move(dir), std::move(fd), st.st_uid);
+  return LeaseDir(std::move(dir), std::move(fd), st.st_uid, max_hold_ms);
 }
 
 Result<LeaseDir::DirLock> LeaseDir::lock(long long wait_ms) const {
@@ -337,8 +341,11 @@ Result<std::vector<Lease>> LeaseDir::live_leases(long long now_unix_ms) const {
     }
     const auto text = read_regular(*f, kMaxLeaseBytes);
     auto lease = text ? parse_lease(uuid, *text) : std::nullopt;
-    if (lease) lease->file_uid = f->st.st_uid;
-    if (lease && lease_is_live(*lease, now_unix_ms)) {
+    if (lease) {
+      lease->file_uid = f->st.st_uid;
+      lease->written_unix_ms = f->st.st_ctim.tv_sec * 1000LL + f->st.st_ctim.tv_nsec / 1'000'000;
+    }
+    if (lease && lease_is_live(*lease, now_unix_ms, max_hold_ms_)) {
       live.push_back(std::move(*lease));
     } else if (still_the_same(fd_.get(), name, f->st)) {
       (void)::unlinkat(fd_.get(), name.c_str(), 0);  // in the sticky directory only its owner (or root) can

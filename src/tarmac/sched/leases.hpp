@@ -33,6 +33,9 @@ struct Lease {
   std::string job_id;                    // TARMAC_JOB_ID of the job, no spaces
   std::string user;                      // who leased it, no spaces
   uid_t file_uid = 0;                    // the owner of the lease file (set when read from one)
+  // When the file was last written (its ctime, which its owner cannot set back; set when read from
+  // one): what bounds a lease without an owner process (scheduler.max_hold).
+  long long written_unix_ms = 0;
 };
 
 // The lease file's line (without the UUID, which is in the file's name), and back; nullopt when
@@ -56,8 +59,11 @@ struct Lease {
 
 // Whether `lease` still holds at `now_unix_ms`: not expired, and its owner (if any) alive with the
 // recorded start time and run by the user who owns the lease file (file_uid), so that nobody can
-// hold a GPU by naming someone else's long-lived process (PID 1 and its public start time).
-[[nodiscard]] bool lease_is_live(const Lease& lease, long long now_unix_ms);
+// hold a GPU by naming someone else's long-lived process (PID 1 and its public start time). A
+// lease with no owner process (`pick --hold`) in a file that is not root's holds at most
+// `max_hold_ms` after it was written (0: no bound), whatever expiry it names: a user cannot hold
+// GPUs away from everyone for a year with one command. Root's own (the agent's) are its to bound.
+[[nodiscard]] bool lease_is_live(const Lease& lease, long long now_unix_ms, long long max_hold_ms = 0);
 
 // The lock directory: $TARMAC_LOCK_DIR when set, else `configured` (scheduler.lock_dir) when not
 // empty, else /run/tarmac/locks (kDefaultLockDir).
@@ -82,7 +88,8 @@ class LeaseDir {
   // user; by anyone else mode 0700, theirs alone. An existing one is refused, with a message naming
   // it, unless it is a directory (not a symlink) owned by root or by the caller, and sticky when
   // group or others may write it.
-  [[nodiscard]] static Result<LeaseDir> open(std::string dir);
+  // `max_hold_ms`: lease_is_live's bound on leases without an owner process (0: none).
+  [[nodiscard]] static Result<LeaseDir> open(std::string dir, long long max_hold_ms = 0);
 
   [[nodiscard]] const std::string& path() const { return dir_; }
   // The directory's owner: root's shared directory, or the caller's own.
@@ -106,10 +113,12 @@ class LeaseDir {
   void remove(const std::vector<std::string>& uuids, const std::string& job_id) const;
 
  private:
-  LeaseDir(std::string dir, util::Fd fd, uid_t owner) : dir_(std::move(dir)), fd_(std::move(fd)), owner_(owner) {}
+  LeaseDir(std::string dir, util::Fd fd, uid_t owner, long long max_hold_ms)
+      : dir_(std::move(dir)), fd_(std::move(fd)), owner_(owner), max_hold_ms_(max_hold_ms) {}
   std::string dir_;
   util::Fd fd_;
   uid_t owner_ = 0;
+  long long max_hold_ms_ = 0;
 };
 
 }  // namespace tarmac::sched

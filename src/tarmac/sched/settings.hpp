@@ -17,6 +17,7 @@ struct SchedulerConfig {
   unsigned user_connection_cap = 64;                    // connections of one user (not root) at once; 0: none
   unsigned user_queued_cap = 1000;                      // queued jobs of one user (not root); 0: none
   long long max_grace_ms = 5 * 60 * 1000;               // the longest --grace a job may ask for
+  long long max_hold_ms = 24 * 3600 * 1000LL;           // the longest `pick --hold`; 0: no bound
 };
 
 }  // namespace tarmac::sched

@@ -50,6 +50,18 @@ TEST(ParseRequest, BadFlagsNameThemselves) {
   EXPECT_EQ(parse_request({.n = 1, .min_free = "", .max_util = 101}).error().message, "--max-util must be 0 to 100");
 }
 
+TEST(ParsePick, AHoldLongerThanTheMachineAllowsIsRefused) {
+  const detail::PickFlags flags{.request = {}, .format = "index", .hold = "2d"};
+  const auto r = detail::parse_pick(flags, 24 * 3600 * 1000LL);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Error::Code::Invalid);
+  EXPECT_NE(r.error().message.find("--hold 2d is longer than this machine allows (scheduler.max_hold = "),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_EQ(*detail::parse_pick(flags, 0)->hold_ms, 2 * 24 * 3600 * 1000LL) << "0: no bound";
+  EXPECT_TRUE(detail::parse_pick({.request = {}, .format = "index", .hold = "1d"}, 24 * 3600 * 1000LL).ok());
+}
+
 TEST(ParsePick, FormatAndHold) {
   EXPECT_EQ(pick_error({}), "");
   EXPECT_EQ(pick_error({.request = {}, .format = "uuid", .hold = "10m"}), "");

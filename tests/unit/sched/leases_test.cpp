@@ -127,6 +127,41 @@ TEST_F(LeaseDirTest, OwnerlessLeaseLivesUntilItExpires) {
   EXPECT_FALSE(fs::exists(path_ + "/gpu-GPU-h.lease"));
 }
 
+TEST(LeaseLife, AnOwnerlessLeaseOfAUserHoldsAtMostMaxHoldAfterItWasWritten) {
+  constexpr long long kHour = 3600 * 1000;
+  const long long written = 1'700'000'000'000;
+  Lease held{.uuid = "GPU-h", .pid = 0, .starttime = 0, .expires_unix_ms = written + 365 * 24 * kHour,
+             .job_id = "pick", .user = "mallory"};
+  held.file_uid = 1000;
+  held.written_unix_ms = written;
+  EXPECT_TRUE(lease_is_live(held, written + kHour - 1, kHour));
+  EXPECT_FALSE(lease_is_live(held, written + kHour, kHour)) << "a year asked for, an hour given";
+  EXPECT_TRUE(lease_is_live(held, written + kHour, 0)) << "0: no bound";
+  Lease agents = held;
+  agents.file_uid = 0;  // the agent's reservations are the agent's to bound
+  EXPECT_TRUE(lease_is_live(agents, written + kHour, kHour));
+}
+
+TEST_F(LeaseDirTest, AnotherUsersLongHoldIsGoneMaxHoldAfterItWasWritten) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving the lease file to another user needs root";
+  constexpr long long kHour = 3600 * 1000;
+  auto dir = LeaseDir::open(path_, kHour);
+  ASSERT_TRUE(dir.ok()) << dir.error().message;
+  const long long now = util::wall_ms();
+  ASSERT_TRUE(dir->write({Lease{.uuid = "GPU-h", .pid = 0, .starttime = 0, .expires_unix_ms = now + 365 * 24 * kHour,
+                                .job_id = "pick", .user = "u"},
+                          Lease{.uuid = "GPU-r", .pid = 0, .starttime = 0, .expires_unix_ms = now + 365 * 24 * kHour,
+                                .job_id = "reserve", .user = "root"}})
+                  .ok());
+  ASSERT_EQ(::chown((path_ + "/gpu-GPU-h.lease").c_str(), 1000, 1000), 0);  // as `pick --hold 365d` by uid 1000
+  EXPECT_EQ(dir->live_leases(now + kHour / 2)->size(), 2u);
+  const auto later = dir->live_leases(now + kHour + 60'000);
+  ASSERT_TRUE(later.ok());
+  ASSERT_EQ(later->size(), 1u);
+  EXPECT_EQ(later->front().uuid, "GPU-r") << "root's own lease keeps the expiry it names";
+  EXPECT_FALSE(fs::exists(path_ + "/gpu-GPU-h.lease"));
+}
+
 TEST_F(LeaseDirTest, GarbageFilesAreStale) {
   auto dir = LeaseDir::open(path_);
   ASSERT_TRUE(dir.ok());
