@@ -7,12 +7,13 @@ src/ (and sim/) and fails naming each include that goes against the dependency r
 
 The rule, from docs/ARCHITECTURE.md:
 
-    apps -> cli -> {config, fields, serve, alerts, sched} -> report -> {agent, diagnose}
+    apps -> cli -> {config, fields, serve, alerts, reap, sched} -> report -> {agent, diagnose}
          -> store -> gpu -> {host, nvml} -> util
 
 narrowed by its paragraph: config knows the option structs of agent, alerts, sched, store, diagnose
 and gpu; sched sits over agent (its log sink, until it includes util/log.hpp), store and gpu and
-knows neither alerts nor serve; alerts sits over store and gpu; serve over report, store and gpu and
+knows neither alerts nor serve; alerts sits over store and gpu; reap sits over store, gpu and host
+alone (the CLI hands it the scheduler's leases); serve over report, store and gpu and
 knows neither the agent nor alerts; nothing below cli knows config; nothing outside gpu/ includes
 nvml/ (nor gpu/nvml_*, which translate NVML into the model); the simulator (sim/) sees only util/
 and nvml/, and the product never includes the simulator.
@@ -37,10 +38,11 @@ ALLOWED = {
     "report": {"agent", "diagnose", "store"} | BELOW_STORE,
     "fields": {"report", "agent", "diagnose", "store"} | BELOW_STORE,
     "alerts": {"report", "diagnose", "store"} | BELOW_STORE,
+    "reap": {"store"} | BELOW_STORE,
     "sched": {"report", "diagnose", "store"} | BELOW_STORE,
     "serve": {"report", "diagnose", "store"} | BELOW_STORE,
-    "config": {"agent", "alerts", "sched", "store", "diagnose"} | BELOW_STORE,
-    "cli": {"config", "fields", "serve", "alerts", "sched", "report", "agent", "diagnose", "store"} | BELOW_STORE,
+    "config": {"agent", "alerts", "sched", "store", "diagnose", "reap"} | BELOW_STORE,
+    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "report", "agent", "diagnose", "store"} | BELOW_STORE,
     "apps": {"cli"},
     "sim": {"util", "nvml"},
 }
@@ -144,6 +146,9 @@ class SelfTest(unittest.TestCase):
         self.assertTrue(self.check("src/tarmac/alerts/alerter.cpp", "tarmac/agent/agent.hpp"))
         self.assertTrue(self.check("src/tarmac/sched/daemon.hpp", "tarmac/agent/agent.hpp"))
         self.assertTrue(self.check("src/tarmac/sched/daemon.cpp", "tarmac/config/config.hpp"))
+        self.assertTrue(self.check("src/tarmac/reap/gather.cpp", "tarmac/sched/leases.hpp"))
+        self.assertTrue(self.check("src/tarmac/reap/kill.cpp", "tarmac/report/report.hpp"))
+        self.assertTrue(self.check("src/tarmac/store/reader.cpp", "tarmac/reap/history.hpp"))
 
     def test_nvml_is_gpus_alone(self):
         found = self.check("src/tarmac/cli/query.cpp", "tarmac/nvml/nvml_types.hpp")
@@ -161,6 +166,9 @@ class SelfTest(unittest.TestCase):
     def test_allowed_includes_pass(self):
         for rel, include in [("src/tarmac/cli/status.cpp", "tarmac/gpu/model.hpp"),
                              ("src/tarmac/config/config.cpp", "tarmac/alerts/rules.hpp"),
+                             ("src/tarmac/config/config.cpp", "tarmac/reap/rules.hpp"),
+                             ("src/tarmac/reap/gather.cpp", "tarmac/store/reader.hpp"),
+                             ("src/tarmac/cli/reap_command.cpp", "tarmac/reap/kill.hpp"),
                              ("src/tarmac/sched/daemon.hpp", "tarmac/util/log.hpp"),
                              ("src/tarmac/sched/jobdb.cpp", "tarmac/store/sqlite.hpp"),
                              ("src/tarmac/serve/api.cpp", "tarmac/report/report.hpp"),

@@ -63,6 +63,13 @@ Key text_key(std::string_view section, std::string_view name, Kind kind, std::st
   return k;
 }
 
+// A [reaper] key holding a comma-separated list.
+Key list_key(std::string_view name, std::string_view doc, std::vector<std::string> reap::ReaperConfig::*member) {
+  return text_key("reaper", name, Kind::Text, doc, {},
+                  [member](Config& c, const std::string& v) { c.reaper.*member = reap::parse_list(v); },
+                  [member](const Config& c) { return reap::list_text(c.reaper.*member); });
+}
+
 const std::vector<Key>& table() {
   using diagnose::DoctorThresholds;
   using gpu::ActivityThresholds;
@@ -73,6 +80,7 @@ const std::vector<Key>& table() {
   using store::Retention;
   using alerts::AlertConfig;
   using sched::SchedulerConfig;
+  using reap::ReaperConfig;
   constexpr long long kAlertForMax = 30 * kDay;
   static const std::vector<Key> keys = {
       key("activity", "busy_util_pct", Kind::Percent,
@@ -232,6 +240,27 @@ const std::vector<Key>& table() {
       key("scheduler", "max_grace", Kind::Duration,
           "the longest --grace (SIGTERM to SIGKILL) a job may ask for; longer is refused; at least the default 10s",
           10 * 1000, 30 * kDay, &Config::scheduler, &SchedulerConfig::max_grace_ms),
+      key("reaper", "idle_for", Kind::Duration,
+          "how long a process must hold GPU memory at 0 % before tarmac reap takes it for a candidate (--idle-for)",
+          0, 30 * kDay, &Config::reaper, &ReaperConfig::idle_for_ms),
+      key("reaper", "min_memory", Kind::Size, "the least GPU memory a candidate holds (--min-memory)", 0, kTiB,
+          &Config::reaper, &ReaperConfig::min_memory_bytes),
+      key("reaper", "grace", Kind::Duration, "time between SIGTERM and SIGKILL (--grace)", 0, 3600 * 1000,
+          &Config::reaper, &ReaperConfig::grace_ms),
+      key("reaper", "min_age", Kind::Duration, "a process younger than this is never a candidate", 0, 30 * kDay,
+          &Config::reaper, &ReaperConfig::min_age_ms),
+      key("reaper", "max_kills", Kind::Count, "the most holders one reap --kill ends; 0 ends none", 0, 1 << 20,
+          &Config::reaper, &ReaperConfig::max_kills),
+      text_key("reaper", "kill_switch", Kind::Path, "while this file exists, tarmac reap --kill ends nothing", {},
+               [](Config& c, const std::string& v) { c.reaper.kill_switch = v.empty() ? ReaperConfig{}.kill_switch : v; },
+               [](const Config& c) { return c.reaper.kill_switch; }),
+      list_key("allow_users", "users whose processes are never reaped, comma-separated", &ReaperConfig::allow_users),
+      list_key("allow_commands",
+               "globs over a process's name or program (argv[0]'s base name) that are never reaped, comma-separated",
+               &ReaperConfig::allow_commands),
+      list_key("allow_containers",
+               "containers whose processes are never reaped, comma-separated: a container id (or its prefix) or a pod uid",
+               &ReaperConfig::allow_containers),
   };
   return keys;
 }

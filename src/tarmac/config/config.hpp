@@ -15,6 +15,7 @@
 #include "tarmac/sched/settings.hpp"
 #include "tarmac/diagnose/doctor.hpp"
 #include "tarmac/gpu/activity.hpp"
+#include "tarmac/reap/rules.hpp"
 #include "tarmac/util/result.hpp"
 
 namespace tarmac::config {
@@ -38,6 +39,8 @@ struct Config {
   std::string scheduler_lock_dir;
   // The agent's scheduler: socket, backfill, fairness, caps, idle leases (docs/scheduler.md).
   sched::SchedulerConfig scheduler;
+  // `tarmac reap`'s rules and defaults (docs/reap.md).
+  reap::ReaperConfig reaper;
 };
 
 // The kinds of value a key takes, as written in the file.

@@ -1,5 +1,6 @@
 #include "tarmac/host/proc_parse.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -54,12 +55,15 @@ std::optional<StatFields> parse_stat(std::string_view stat_text) {
   const std::vector<std::string_view> rest = fields_of(stat_text.substr(close + 1));
   constexpr std::size_t kState = 0;
   constexpr std::size_t kPpid = 1;
+  constexpr std::size_t kTtyNr = 7 - 3;
   constexpr std::size_t kStarttime = 22 - 3;
   if (rest.size() <= kStarttime || rest[kState].size() != 1) return std::nullopt;
   const auto ppid = parse_unsigned<unsigned>(rest[kPpid]);
   const auto starttime = parse_unsigned<unsigned long long>(rest[kStarttime]);
-  if (!ppid || !starttime) return std::nullopt;
-  return StatFields{std::string(stat_text.substr(open + 1, close - open - 1)), rest[kState][0], *ppid, *starttime};
+  const auto tty_nr = util::parse_int(rest[kTtyNr]);
+  if (!ppid || !starttime || !tty_nr) return std::nullopt;
+  return StatFields{std::string(stat_text.substr(open + 1, close - open - 1)), rest[kState][0], *ppid, *starttime,
+                    *tty_nr};
 }
 
 std::string join_cmdline(std::string_view raw_nul_separated) {
@@ -93,6 +97,37 @@ std::optional<unsigned> parse_status_uid(std::string_view status_text) {
   if (ids.size() < 2) return std::nullopt;
   return parse_unsigned<unsigned>(ids[1]);
 }
+
+std::optional<unsigned> parse_nspid_depth(std::string_view status_text) {
+  const auto value = line_value(status_text, "NSpid");
+  if (!value) return std::nullopt;
+  const auto depth = fields_of(*value).size();
+  if (depth == 0) return std::nullopt;
+  return static_cast<unsigned>(depth);
+}
+
+std::optional<std::string> tty_name(long long tty_nr) {
+  if (tty_nr <= 0) return std::nullopt;
+  // The kernel's new_encode_dev: major in bits 8-19, minor in bits 0-7 and 20-31.
+  const long long major = (tty_nr >> 8) & 0xfff;
+  const long long minor = (tty_nr & 0xff) | ((tty_nr >> 12) & 0xfff00);
+  constexpr long long kPtsFirstMajor = 136;  // Unix98 ptys: majors 136-143
+  constexpr long long kPtsLastMajor = 143;
+  constexpr long long kTtyMajor = 4;         // virtual consoles and serial ports
+  if (major >= kPtsFirstMajor && major <= kPtsLastMajor) {
+    return "pts/" + std::to_string((major - kPtsFirstMajor) * 256 + minor);
+  }
+  if (major == kTtyMajor && minor < 64) return "tty" + std::to_string(minor);
+  return "tty(" + std::to_string(major) + ":" + std::to_string(minor) + ")";
+}
+
+std::optional<unsigned> parse_digits(std::string_view text, std::size_t max_digits) {
+  if (text.empty() || text.size() > max_digits) return std::nullopt;
+  if (!std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  return parse_unsigned<unsigned>(text);
+}
+
+std::optional<unsigned> pid_of_proc_entry(std::string_view name) { return parse_digits(name, 10); }
 
 std::optional<long long> parse_boot_time(std::string_view proc_stat_text) {
   const auto value = line_value(proc_stat_text, "btime");

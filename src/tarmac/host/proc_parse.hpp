@@ -13,6 +13,7 @@ struct StatFields {
   char state = '?';
   unsigned ppid = 0;
   unsigned long long starttime_ticks = 0;  // clock ticks after boot
+  long long tty_nr = 0;                    // the controlling terminal's device number; 0 for none
 };
 
 // Parses /proc/<pid>/stat; comm may hold spaces and ')', so fields are read after the LAST ')'.
@@ -26,6 +27,19 @@ struct StatFields {
 
 // The effective uid from the "Uid:" line of /proc/<pid>/status.
 [[nodiscard]] std::optional<unsigned> parse_status_uid(std::string_view status_text);
+
+// "NSpid:" of /proc/self/status: how many PID namespaces see this process (1: the host's alone);
+// nullopt when the line is missing (a kernel before 4.1) or unreadable.
+[[nodiscard]] std::optional<unsigned> parse_nspid_depth(std::string_view status_text);
+
+// A tty_nr of /proc/<pid>/stat as the terminal's name ("pts/3", "tty2"); nullopt for none (0).
+[[nodiscard]] std::optional<std::string> tty_name(long long tty_nr);
+
+// A /proc entry's name as a pid ("4242"); nullopt for "self", "stat" and anything not a number.
+[[nodiscard]] std::optional<unsigned> pid_of_proc_entry(std::string_view name);
+
+// A decimal number of at most `max_digits` digits and nothing else ("0042" too); nullopt otherwise.
+[[nodiscard]] std::optional<unsigned> parse_digits(std::string_view text, std::size_t max_digits);
 
 // The boot time in seconds since the epoch from the "btime" line of /proc/stat.
 [[nodiscard]] std::optional<long long> parse_boot_time(std::string_view proc_stat_text);

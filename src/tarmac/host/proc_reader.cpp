@@ -38,14 +38,6 @@ std::string user_name(unsigned uid) {
   }
 }
 
-std::optional<unsigned> pid_of_entry(const std::string& name) {
-  if (name.empty() || name.size() > 10) return std::nullopt;
-  if (!std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
-  const auto value = util::parse_int(name);
-  if (!value || *value > 0xFFFFFFFFLL) return std::nullopt;
-  return static_cast<unsigned>(*value);
-}
-
 // pid -> ppid for every process under `root`, from one scan so that descendants() sees one moment.
 std::vector<std::pair<unsigned, unsigned>> scan_parents(const std::string& root) {
   std::vector<std::pair<unsigned, unsigned>> out;
@@ -53,7 +45,7 @@ std::vector<std::pair<unsigned, unsigned>> scan_parents(const std::string& root)
   std::filesystem::directory_iterator it(root, ec);
   if (ec) return out;
   for (const auto& entry : it) {
-    const auto pid = pid_of_entry(entry.path().filename().string());
+    const auto pid = pid_of_proc_entry(entry.path().filename().string());
     if (!pid) continue;
     // A process may exit between listing and reading: skip it.
     const auto text = util::read_file(entry.path().string() + "/stat");
@@ -69,6 +61,9 @@ std::vector<std::pair<unsigned, unsigned>> scan_parents(const std::string& root)
 ProcReader::ProcReader(std::string proc_root) : root_(std::move(proc_root)) {
   if (const auto text = util::read_file(root_ + "/stat")) boot_time_unix_ = parse_boot_time(*text);
   clock_ticks_per_s_ = sysconf(_SC_CLK_TCK);
+  if (const auto text = util::read_file(root_ + "/sys/kernel/random/boot_id")) {
+    boot_id_ = std::string(util::trim(*text));
+  }
 }
 
 std::string ProcReader::pid_path(unsigned pid, const char* file) const {
@@ -145,6 +140,40 @@ std::vector<unsigned> ProcReader::descendants(unsigned pid) const {
     }
   }
   return out;
+}
+
+std::optional<ProcessIdentity> ProcReader::identity(unsigned pid) const {
+  const auto text = util::read_file(pid_path(pid, "stat"));
+  if (!text) return std::nullopt;
+  const auto stat = parse_stat(*text);
+  if (!stat) return std::nullopt;
+  return ProcessIdentity{pid, stat->starttime_ticks, boot_id_};
+}
+
+std::optional<std::string> ProcReader::environ_value(unsigned pid, std::string_view key) const {
+  const auto text = util::read_file(pid_path(pid, "environ"));
+  if (!text) return std::nullopt;
+  return find_environ_value(*text, key);
+}
+
+std::optional<std::string> ProcReader::tty(unsigned pid) const {
+  const auto text = util::read_file(pid_path(pid, "stat"));
+  if (!text) return std::nullopt;
+  const auto stat = parse_stat(*text);
+  if (!stat) return std::nullopt;
+  return tty_name(stat->tty_nr);
+}
+
+std::optional<std::string> ProcReader::cgroup_text(unsigned pid) const {
+  return util::read_file(pid_path(pid, "cgroup"));
+}
+
+std::optional<bool> ProcReader::in_host_pid_namespace() const {
+  const auto text = util::read_file(root_ + "/self/status");
+  if (!text) return std::nullopt;
+  const auto depth = parse_nspid_depth(*text);
+  if (!depth) return std::nullopt;
+  return *depth == 1;
 }
 
 }  // namespace tarmac::host

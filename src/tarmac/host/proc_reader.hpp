@@ -3,11 +3,21 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tarmac/host/process_info.hpp"
 
 namespace tarmac::host {
+
+// Who a process is, fixed when it is first seen: a pid names another process once this one ends
+// and the number is reused, but no two processes of one boot share a pid and a start time.
+struct ProcessIdentity {
+  unsigned pid = 0;
+  unsigned long long starttime_ticks = 0;  // /proc/<pid>/stat field 22: clock ticks after boot
+  std::string boot_id;                     // /proc/sys/kernel/random/boot_id; "" when unreadable
+  friend bool operator==(const ProcessIdentity&, const ProcessIdentity&) = default;
+};
 
 // Reads process facts under a /proc root; the root is injectable so tests use a fake tree.
 class ProcReader {
@@ -25,10 +35,30 @@ class ProcReader {
   // All descendants of `pid`, breadth-first (children before grandchildren), each once.
   [[nodiscard]] std::vector<unsigned> descendants(unsigned pid) const;
 
+  // `pid`'s identity now (a zombie's too); nullopt when no such process is visible.
+  [[nodiscard]] std::optional<ProcessIdentity> identity(unsigned pid) const;
+
+  // The value of `key` in the environment `pid` was started with; nullopt when it has none or
+  // the file cannot be read (only its owner and root may).
+  [[nodiscard]] std::optional<std::string> environ_value(unsigned pid, std::string_view key) const;
+
+  // The controlling terminal's name ("pts/3"); nullopt for none or an unreadable stat.
+  [[nodiscard]] std::optional<std::string> tty(unsigned pid) const;
+
+  // /proc/<pid>/cgroup as it is (compared, not parsed, to find a process's cgroup-mates).
+  [[nodiscard]] std::optional<std::string> cgroup_text(unsigned pid) const;
+
+  // Whether this process runs in the host's PID namespace (NSpid has one entry), where the pids
+  // NVML reports are the ones /proc shows; nullopt when the kernel does not say.
+  [[nodiscard]] std::optional<bool> in_host_pid_namespace() const;
+
+  [[nodiscard]] const std::string& root() const { return root_; }
+
  private:
   [[nodiscard]] std::string pid_path(unsigned pid, const char* file) const;
 
   std::string root_;
+  std::string boot_id_;
   std::optional<long long> boot_time_unix_;
   long clock_ticks_per_s_ = 0;
 };

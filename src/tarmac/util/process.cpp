@@ -364,17 +364,52 @@ Result<std::optional<int>> wait_for(const Child& child, long long timeout_ms) {
   }
 }
 
+namespace {
+
+Error signal_failure(pid_t pid, int err) {
+  const std::string who = pid > 0 ? fmt::format("process {}", pid) : std::string("the process");
+  return make_error(err == ESRCH ? Error::Code::NotFound : Error::Code::Io,
+                    fmt::format("cannot signal {}: {}", who, std::strerror(err)));
+}
+
+}  // namespace
+
+Result<Fd> open_pidfd(pid_t pid) {
+  if (pid < 2) return make_error(Error::Code::Invalid, fmt::format("refusing to open a pidfd for pid {}", pid));
+  const long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd < 0) {
+    const int err = errno;
+    return make_error(err == ESRCH ? Error::Code::NotFound : Error::Code::Io,
+                      fmt::format("cannot open a pidfd for process {}: {}", pid, std::strerror(err)));
+  }
+  return Fd(static_cast<int>(fd));
+}
+
+Result<void> signal_pidfd(const Fd& pidfd, int sig) {
+  if (!pidfd) return make_error(Error::Code::Invalid, "no pidfd to signal");
+  if (::syscall(SYS_pidfd_send_signal, pidfd.get(), sig, nullptr, 0) == 0) return {};
+  return signal_failure(-1, errno);
+}
+
+bool pidfd_ended(const Fd& pidfd, long long timeout_ms) {
+  const long long deadline = monotonic_ms() + std::max(0LL, timeout_ms);
+  for (;;) {
+    pollfd p{pidfd.get(), POLLIN, 0};  // readable once the process has ended
+    const long long left = std::max(0LL, deadline - monotonic_ms());
+    const int r = ::poll(&p, 1, static_cast<int>(std::min(left, 60'000LL)));
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return false;
+    if (monotonic_ms() >= deadline) return false;
+  }
+}
+
 Result<void> send_signal(const Child& child, int sig) {
   if (child.pidfd) {
     if (::syscall(SYS_pidfd_send_signal, child.pidfd.get(), sig, nullptr, 0) == 0) return {};
-    if (errno != ENOSYS) {
-      return make_error(Error::Code::Io, fmt::format("cannot signal process {}: {}", child.pid, std::strerror(errno)));
-    }
+    if (errno != ENOSYS) return signal_failure(child.pid, errno);
   }
   if (child.pid < 2) return make_error(Error::Code::Invalid, fmt::format("refusing to signal pid {}", child.pid));
-  if (::kill(child.pid, sig) != 0) {
-    return make_error(Error::Code::Io, fmt::format("cannot signal process {}: {}", child.pid, std::strerror(errno)));
-  }
+  if (::kill(child.pid, sig) != 0) return signal_failure(child.pid, errno);
   return {};
 }
 

@@ -91,6 +91,18 @@ struct Child {
 // Sends `sig` to `child` (through its pidfd when it has one). Not after it has been reaped.
 [[nodiscard]] Result<void> send_signal(const Child& child, int sig);
 
+// A pidfd for the process that has `pid` now (pidfd_open): from then on it refers to that process
+// alone, even once the number is reused. Whoever opens one must check afterwards, not before, that
+// the process is the one they mean (its start time): only then is the check about the pidfd's process.
+[[nodiscard]] Result<Fd> open_pidfd(pid_t pid);
+
+// Sends `sig` through `pidfd` (pidfd_send_signal): to that process or to nobody, never to a reused
+// pid. ESRCH (it has ended) is an Error of code NotFound.
+[[nodiscard]] Result<void> signal_pidfd(const Fd& pidfd, int sig);
+
+// Whether the process behind `pidfd` has ended (its pidfd readable), waiting up to `timeout_ms`.
+[[nodiscard]] bool pidfd_ended(const Fd& pidfd, long long timeout_ms);
+
 // Where execve would find `name`: itself when it holds a '/', else the first executable regular
 // file of that name in `path` (a PATH value; empty entries mean the current directory).
 [[nodiscard]] std::optional<std::string> resolve_command(const std::string& name, const std::string& path);

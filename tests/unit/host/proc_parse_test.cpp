@@ -109,3 +109,36 @@ TEST(ParseBootTime, ReadsBtime) {
 
 }  // namespace
 }  // namespace tarmac::host
+
+namespace tarmac::host {
+namespace {
+
+TEST(ProcParse, TtyNames) {
+  EXPECT_FALSE(tty_name(0));
+  EXPECT_EQ(tty_name((136 << 8) | 3), "pts/3");
+  EXPECT_EQ(tty_name((137 << 8) | 1), "pts/257");
+  EXPECT_EQ(tty_name((4 << 8) | 2), "tty2");
+  EXPECT_EQ(tty_name((4 << 8) | 64), "tty(4:64)");
+}
+
+TEST(ProcParse, StatCarriesTheTerminal) {
+  const std::string line = "42 (bash) S 1 42 42 34816 42 4194560 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0";
+  const auto stat = parse_stat(line);
+  ASSERT_TRUE(stat);
+  EXPECT_EQ(stat->tty_nr, 34816);
+  EXPECT_EQ(tty_name(stat->tty_nr), "pts/0");
+}
+
+TEST(ProcParse, NspidDepthAndDigits) {
+  EXPECT_EQ(parse_nspid_depth("NSpid:\t12\n"), 1U);
+  EXPECT_EQ(parse_nspid_depth("Pid:\t12\nNSpid:\t12\t1\n"), 2U);
+  EXPECT_FALSE(parse_nspid_depth("Pid:\t12\n"));
+  EXPECT_EQ(pid_of_proc_entry("4242"), 4242U);
+  EXPECT_FALSE(pid_of_proc_entry("self"));
+  EXPECT_FALSE(pid_of_proc_entry("99999999999"));
+  EXPECT_FALSE(parse_digits("12a", 4));
+  EXPECT_FALSE(parse_digits("", 4));
+}
+
+}  // namespace
+}  // namespace tarmac::host

@@ -344,6 +344,33 @@ TEST(StartProcess, RefusesASpecItCannotRunAsGiven) {
   EXPECT_EQ(start_process(spec).error().code, Error::Code::Invalid);
 }
 
+TEST(Pidfd, SignalsTheProcessItWasOpenedForAndSeesItEnd) {
+  ProcessSpec spec;
+  spec.path = "/bin/sleep";
+  spec.argv = {"sleep", "1000"};
+  auto child = start_process(spec);
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  auto pidfd = open_pidfd(child->pid);
+  ASSERT_TRUE(pidfd.ok()) << pidfd.error().message;
+  EXPECT_FALSE(pidfd_ended(*pidfd, 0));
+  ASSERT_TRUE(signal_pidfd(*pidfd, SIGTERM).ok());
+  EXPECT_TRUE(pidfd_ended(*pidfd, kHang));
+  const auto status = wait_for(*child, kHang);
+  ASSERT_TRUE(status.ok() && status->has_value());
+  EXPECT_TRUE(WIFSIGNALED(**status) && WTERMSIG(**status) == SIGTERM);
+  // Reaped: the pidfd still names that process, never whoever gets its pid next.
+  const auto again = signal_pidfd(*pidfd, SIGTERM);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, Error::Code::NotFound);
+}
+
+TEST(Pidfd, RefusesPidsThatAreNotOneProcess) {
+  EXPECT_EQ(open_pidfd(0).error().code, Error::Code::Invalid);
+  EXPECT_EQ(open_pidfd(1).error().code, Error::Code::Invalid);
+  EXPECT_EQ(open_pidfd(-1).error().code, Error::Code::Invalid);
+  EXPECT_EQ(signal_pidfd(Fd(), SIGTERM).error().code, Error::Code::Invalid);
+}
+
 TEST(ResolveCommand, PathLookupAndExplicitPaths) {
   EXPECT_EQ(resolve_command("sh", "/nonexistent:/bin:/usr/bin"), std::optional<std::string>("/bin/sh"));
   EXPECT_EQ(resolve_command("/bin/sh", ""), std::optional<std::string>("/bin/sh"));

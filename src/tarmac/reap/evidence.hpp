@@ -1,0 +1,60 @@
+// Everything reap knows about one GPU process when it decides: what NVML says, what /proc says,
+// what was observed of it over time, and who else holds the GPU with it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tarmac/gpu/model.hpp"
+#include "tarmac/host/proc_reader.hpp"
+#include "tarmac/reap/history.hpp"
+
+namespace tarmac::reap {
+
+// A process that holds the GPU with a listed one without being listed itself: a child that
+// inherited the device files (a DataLoader worker), or one in the same container.
+struct HiddenHolder {
+  enum class Relation { Descendant, SameContainer };
+  unsigned pid = 0;
+  Relation relation = Relation::Descendant;
+  std::optional<std::string> name;
+  std::optional<unsigned> uid;
+  std::vector<std::string> devices;  // its /dev/nvidia* files
+};
+
+// Where the evidence of idleness came from.
+enum class EvidenceSource {
+  Store,  // the agent's store recorded this machine
+  Watch,  // reap watched for --window itself
+};
+
+struct ProcessEvidence {
+  unsigned gpu = 0;
+  std::optional<std::string> gpu_uuid;
+  gpu::GpuProcess process;                       // the latest NVML listing, with host facts
+  std::optional<host::ProcessIdentity> identity; // fixed when first seen; nullopt: not visible here
+  IdleHistory history;
+  EvidenceSource source = EvidenceSource::Watch;
+  std::optional<std::string> tarmac_job;         // TARMAC_JOB_ID of its job, or the job of a lease it holds
+  std::optional<std::string> tty;                // its controlling terminal
+  std::vector<unsigned> children;                // direct children
+  std::vector<HiddenHolder> hidden;              // unlisted holders of the same GPU, tied to it
+  std::optional<long long> age_ms;               // since it started; nullopt when unknown
+};
+
+// Who runs reap, and facts about the machine the rules depend on.
+struct Caller {
+  uid_t uid = 0;
+  pid_t pid = 0;                       // reap's own pid: it and its ancestors are never candidates
+  std::vector<unsigned> ancestors;     // reap's parent, its parent, ... up to 1
+  bool slurm_manages_node = false;     // slurmd runs here: a Slurm job's processes are Slurm's to end
+  [[nodiscard]] bool is_root() const { return uid == 0; }
+};
+
+[[nodiscard]] const char* to_string(HiddenHolder::Relation relation);
+[[nodiscard]] const char* to_string(EvidenceSource source);
+
+}  // namespace tarmac::reap

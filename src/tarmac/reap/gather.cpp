@@ -1,0 +1,310 @@
+#include "tarmac/reap/gather.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <set>
+
+#include "tarmac/host/cgroup.hpp"
+#include "tarmac/host/device_files.hpp"
+#include "tarmac/host/proc_parse.hpp"
+#include "tarmac/store/reader.hpp"
+#include "tarmac/util/fs.hpp"
+#include "tarmac/util/strings.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::reap {
+namespace {
+
+constexpr unsigned kMaxAncestors = 64;
+constexpr long long kMinWatchIntervalMs = 100;
+constexpr long long kMaxWatchIntervalMs = 2000;
+constexpr long long kStoreMarginMs = 2 * 60 * 1000;
+constexpr unsigned kMaxUtilPct = 100;  // NVML's larger values are garbage (issue 15)
+
+bool selected(const GatherOptions& options, unsigned gpu, const gpu::GpuProcess& process) {
+  const auto& gpus = options.gpus;
+  if (!gpus.empty() && std::find(gpus.begin(), gpus.end(), gpu) == gpus.end()) return false;
+  return !options.user || owned_by(process.host, *options.user);
+}
+
+// The job of the lease that `pid` or one of its ancestors owns, or whose id its TARMAC_JOB_ID
+// names: a TARMAC_JOB_ID without such a lease is anybody's word and protects nothing.
+std::optional<std::string> tarmac_job_of(const host::ProcReader& proc, unsigned pid,
+                                         const std::vector<JobLease>& leases) {
+  if (leases.empty()) return std::nullopt;
+  if (const auto id = proc.environ_value(pid, "TARMAC_JOB_ID")) {
+    for (const auto& lease : leases) {
+      if (!lease.job_id.empty() && lease.job_id == *id) return lease.job_id;
+    }
+  }
+  std::vector<unsigned> chain{pid};
+  const auto up = ancestors_of(proc, pid);
+  chain.insert(chain.end(), up.begin(), up.end());
+  for (const unsigned p : chain) {
+    for (const auto& lease : leases) {
+      if (lease.pid != 0 && lease.pid == p) return lease.job_id;
+    }
+  }
+  return std::nullopt;
+}
+
+// Whether `holder` (an unlisted process with device files open) holds the GPU of minor `minor`:
+// its own /dev/nvidiaN, or only the shared files, which do not say which GPU.
+bool holds_gpu(const host::DeviceFileHolder& holder, std::optional<unsigned> minor) {
+  bool any_gpu_file = false;
+  for (const auto& device : holder.devices) {
+    const auto m = host::gpu_minor_of(device);
+    if (!m) continue;
+    any_gpu_file = true;
+    if (minor && *m == *minor) return true;
+  }
+  return !any_gpu_file || !minor;
+}
+
+std::vector<HiddenHolder> hidden_holders(const host::ProcReader& proc, unsigned pid, std::optional<unsigned> minor,
+                                         const std::vector<host::DeviceFileHolder>& unlisted) {
+  std::vector<HiddenHolder> out;
+  if (unlisted.empty()) return out;
+  const auto tree = proc.descendants(pid);
+  const auto cgroup = proc.cgroup_text(pid);
+  const bool in_container = cgroup && host::parse_cgroup(*cgroup).has_value();
+  for (const auto& holder : unlisted) {
+    if (!holds_gpu(holder, minor)) continue;
+    HiddenHolder h;
+    if (std::find(tree.begin(), tree.end(), holder.pid) != tree.end()) {
+      h.relation = HiddenHolder::Relation::Descendant;
+    } else if (in_container && proc.cgroup_text(holder.pid) == cgroup) {
+      h.relation = HiddenHolder::Relation::SameContainer;
+    } else {
+      continue;
+    }
+    const auto info = proc.read(holder.pid);
+    h.pid = holder.pid;
+    h.name = info.name;
+    h.uid = info.uid;
+    h.devices = holder.devices;
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+// The device-file holders NVML does not list on any GPU.
+std::vector<host::DeviceFileHolder> unlisted_holders(const host::ProcReader& proc, const gpu::Snapshot& snapshot) {
+  std::set<unsigned> listed;
+  for (const auto& d : snapshot.devices) {
+    for (const auto& p : d.processes) listed.insert(p.pid);
+  }
+  auto holders = host::device_file_holders(proc.root());
+  std::erase_if(holders, [&](const auto& h) { return listed.count(h.pid) != 0; });
+  return holders;
+}
+
+// The identity of `process` now, when it is still the process the snapshot saw (same start time).
+std::optional<host::ProcessIdentity> first_sight(const host::ProcReader& proc, const gpu::GpuProcess& process) {
+  if (process.host.visibility != host::PidVisibility::Visible || !process.host.start_time_unix) return std::nullopt;
+  auto identity = proc.identity(process.pid);
+  if (!identity) return std::nullopt;
+  // Read after the identity: when the start time still matches, the identity is the snapshot's process.
+  if (proc.read(process.pid).start_time_unix != process.host.start_time_unix) return std::nullopt;
+  return identity;
+}
+
+ProcessEvidence evidence_of(const host::ProcReader& proc, const GatherOptions& options, const gpu::Device& device,
+                            const gpu::GpuProcess& process, const std::vector<host::DeviceFileHolder>& unlisted,
+                            long long wall_now_ms) {
+  ProcessEvidence e;
+  e.gpu = device.id.index;
+  e.gpu_uuid = device.id.uuid;
+  e.process = process;
+  e.identity = first_sight(proc, process);
+  if (!e.identity) return e;
+  e.tarmac_job = tarmac_job_of(proc, process.pid, options.leases);
+  e.tty = proc.tty(process.pid);
+  e.children = proc.children(process.pid);
+  e.hidden = hidden_holders(proc, process.pid, device.id.minor_number, unlisted);
+  if (process.host.start_time_unix) e.age_ms = wall_now_ms - *process.host.start_time_unix * 1000;
+  return e;
+}
+
+// The store's spans and rows of the last `back_ms`, or why it does not record this machine now.
+struct StoreRecord {
+  std::vector<store::ProcessSpan> spans;
+  std::vector<store::ProcessSample> rows;
+};
+
+Result<StoreRecord> read_store(const std::string& path, const gpu::Snapshot& now, long long wall_now_ms,
+                               long long back_ms, long long fresh_ms) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return make_error(Error::Code::NotFound, "no agent store at " + path);
+  TARMAC_TRY_ASSIGN(auto reader, store::Reader::open(path));
+  TARMAC_TRY_ASSIGN(const auto gpus, reader.gpus());
+  for (const auto& d : now.devices) {
+    const bool known = d.id.uuid && std::any_of(gpus.begin(), gpus.end(), [&](const auto& g) { return g.uuid == *d.id.uuid; });
+    if (!known) return make_error(Error::Code::NotFound, "the store at " + path + " does not record this machine's GPUs");
+  }
+  TARMAC_TRY_ASSIGN(const auto recorded, reader.recorded());
+  if (!recorded || recorded->until_ms < wall_now_ms - fresh_ms) {
+    return make_error(Error::Code::NotFound, "the store at " + path + " has no record of the last " +
+                                                 util::format_duration_ms(fresh_ms) + ": no agent records this machine now");
+  }
+  const store::TimeRange range{wall_now_ms - back_ms, wall_now_ms + 1};
+  StoreRecord out;
+  TARMAC_TRY_ASSIGN(out.spans, reader.processes(range));
+  TARMAC_TRY_ASSIGN(out.rows, reader.process_samples(range, {}));
+  std::sort(out.rows.begin(), out.rows.end(), [](const auto& a, const auto& b) { return a.ts_ms < b.ts_ms; });
+  return out;
+}
+
+// The history the store gives `process` on GPU `gpu`: its span with the same start time that
+// reaches the present, its rows, and reap's reading now.
+IdleHistory history_from_store(const StoreRecord& record, unsigned gpu, const gpu::GpuProcess& process,
+                               const Observation& now, long long fresh_ms) {
+  const store::ProcessSpan* best = nullptr;
+  for (const auto& span : record.spans) {
+    if (span.gpu != gpu || span.pid != process.pid || span.start_unix != process.host.start_time_unix) continue;
+    if (span.last_ms < now.ts_ms - fresh_ms) continue;
+    if (best == nullptr || span.last_ms > best->last_ms) best = &span;
+  }
+  if (best == nullptr) return idle_history({now}, 0);
+  std::vector<store::ProcessSample> rows;
+  for (const auto& row : record.rows) {
+    if (row.gpu == gpu && row.pid == process.pid) rows.push_back(row);
+  }
+  return store_history(*best, rows, now);
+}
+
+// Watches for `window_ms`: a snapshot every interval until the last is `window_ms` after the
+// first, so that what is claimed watched is the span between two readings actually taken.
+Result<gpu::Snapshot> watch(gpu::Backend& backend, Watch& seen, long long window_ms, const util::Clock& clock,
+                            long long& watched_ms) {
+  const long long interval = std::clamp(window_ms / 8, kMinWatchIntervalMs, kMaxWatchIntervalMs);
+  const std::atomic<bool> never{false};
+  gpu::Snapshot last;
+  std::optional<long long> first;
+  for (long long next = clock.monotonic_ms();; next += interval) {
+    clock.sleep_until(next, never);
+    TARMAC_TRY_ASSIGN(last, backend.snapshot(reap_snapshot_options()));
+    const long long now = clock.monotonic_ms();
+    if (!first) first = now;
+    seen.add(last, now);
+    watched_ms = now - *first;
+    if (watched_ms >= window_ms) return last;
+  }
+}
+
+}  // namespace
+
+gpu::SnapshotOptions reap_snapshot_options() {
+  using gpu::ValueGroup;
+  gpu::SnapshotOptions options;
+  options.processes = true;
+  options.values = {ValueGroup::Uuid, ValueGroup::Board, ValueGroup::Memory, ValueGroup::Utilization,
+                    ValueGroup::ProcessUtilization, ValueGroup::ProcessHost};
+  return options;
+}
+
+Observation observe(const gpu::Device& device, const gpu::GpuProcess& process, long long ts_ms) {
+  Observation o;
+  o.ts_ms = ts_ms;
+  o.mem_used_bytes = process.used_mem_bytes;
+  if (process.sm_util_pct && *process.sm_util_pct <= kMaxUtilPct) {
+    o.sm_util_pct = process.sm_util_pct;
+    o.source = UtilSource::PerProcess;
+  } else if (!process.sm_util_pct && device.processes.size() == 1 && device.sample.util_gpu_pct &&
+             *device.sample.util_gpu_pct <= kMaxUtilPct) {
+    // The GPU's own utilization is this process's when no other process is on it.
+    o.sm_util_pct = device.sample.util_gpu_pct;
+    o.source = UtilSource::DeviceAlone;
+  }
+  return o;
+}
+
+Watch::Key Watch::key_of(unsigned gpu, const gpu::GpuProcess& process) {
+  return {gpu, process.pid, process.host.start_time_unix.value_or(-1)};
+}
+
+void Watch::add(const gpu::Snapshot& snapshot, long long ts_ms) {
+  for (const auto& device : snapshot.devices) {
+    if (device.lost) continue;
+    for (const auto& process : device.processes) seen_[key_of(device.id.index, process)].push_back(observe(device, process, ts_ms));
+  }
+}
+
+IdleHistory Watch::history(unsigned gpu, const gpu::GpuProcess& process) const {
+  const auto found = seen_.find(key_of(gpu, process));
+  if (found == seen_.end()) return {};
+  return idle_history(found->second, max_gap_ms_);
+}
+
+bool owned_by(const host::ProcessInfo& process, const std::string& user) {
+  if (process.user && *process.user == user) return true;
+  const auto uid = util::parse_int(user, 0, 0xFFFFFFFFLL);
+  return uid && process.uid && static_cast<long long>(*process.uid) == *uid;
+}
+
+bool slurmd_runs(const host::ProcReader& proc) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(proc.root(), ec)) {
+    const auto pid = host::pid_of_proc_entry(entry.path().filename().string());
+    if (!pid) continue;
+    const auto comm = util::read_file(entry.path().string() + "/comm");
+    if (comm && util::trim(*comm) == "slurmd") return true;
+  }
+  return false;
+}
+
+std::vector<unsigned> ancestors_of(const host::ProcReader& proc, unsigned pid) {
+  std::vector<unsigned> out;
+  unsigned current = pid;
+  while (out.size() < kMaxAncestors) {
+    const auto parent = proc.read(current).parent_pid;
+    if (!parent || *parent <= 1 || std::find(out.begin(), out.end(), *parent) != out.end()) break;
+    out.push_back(*parent);
+    current = *parent;
+  }
+  return out;
+}
+
+Result<Gathered> gather(gpu::Backend& backend, const host::ProcReader& proc, const GatherOptions& options,
+                        const util::Clock& clock) {
+  Gathered out;
+  std::optional<StoreRecord> record;
+  long long wall_now = clock.wall_ms();
+  if (options.store_path) {
+    TARMAC_TRY_ASSIGN(auto first, backend.snapshot(reap_snapshot_options()));
+    auto read = read_store(*options.store_path, first, wall_now, 2 * options.idle_for_ms + kStoreMarginMs,
+                           options.store_fresh_ms);
+    if (read.ok()) {
+      record = std::move(*read);
+      out.source = EvidenceSource::Store;
+      out.store_note = "the agent's store at " + *options.store_path;
+      out.last = std::move(first);
+    } else {
+      out.store_note = read.error().message;
+    }
+  }
+  Watch seen(3 * kMaxWatchIntervalMs);
+  if (!record) {
+    TARMAC_TRY_ASSIGN(out.last, watch(backend, seen, options.window_ms, clock, out.watched_ms));
+    wall_now = clock.wall_ms();
+  }
+  const auto unlisted = unlisted_holders(proc, out.last);
+  for (const auto& device : out.last.devices) {
+    if (device.lost) continue;
+    for (const auto& process : device.processes) {
+      if (!selected(options, device.id.index, process)) continue;
+      auto e = evidence_of(proc, options, device, process, unlisted, wall_now);
+      e.source = out.source;
+      e.history = record ? history_from_store(*record, device.id.index, process, observe(device, process, wall_now),
+                                              options.store_fresh_ms)
+                         : seen.history(device.id.index, process);
+      out.processes.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
+}  // namespace tarmac::reap

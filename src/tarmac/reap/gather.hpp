@@ -1,0 +1,83 @@
+// Gathering the evidence (I/O): the GPUs' processes from the backend, their facts from /proc, and
+// their utilization over time from the agent's store when it records this machine, else from
+// reap's own watch of --window. The decision (decide.hpp) is then a pure function of the result.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tarmac/gpu/backend.hpp"
+#include "tarmac/host/proc_reader.hpp"
+#include "tarmac/reap/evidence.hpp"
+#include "tarmac/reap/rules.hpp"
+#include "tarmac/util/clock.hpp"
+#include "tarmac/util/result.hpp"
+
+namespace tarmac::reap {
+
+// A live lease of tarmac's scheduler (the agent's jobs and agentless pick/run write them): its
+// owner and whatever runs under it belong to the job.
+struct JobLease {
+  std::string job_id;
+  unsigned pid = 0;  // the lease's owner; 0 for none
+};
+
+struct GatherOptions {
+  std::vector<unsigned> gpus;            // --gpu; empty: every GPU
+  std::optional<std::string> user;       // --user: only this user's processes (name or uid)
+  long long window_ms = 0;               // how long to watch without a store (already capped)
+  long long idle_for_ms = 0;             // how far back the store is read (twice this, and 2 min more)
+  std::optional<std::string> store_path; // the agent's store; nullopt: do not look for one
+  std::vector<JobLease> leases;
+  // How recent the store's last record must be for it to count as recording this machine now.
+  long long store_fresh_ms = 3 * 60 * 1000;
+};
+
+struct Gathered {
+  std::vector<ProcessEvidence> processes;
+  EvidenceSource source = EvidenceSource::Watch;
+  long long watched_ms = 0;     // how long reap actually watched (Watch), 0 with the store
+  std::string store_note;       // why the store was not used (or which was), for the output
+  gpu::Snapshot last;           // the last snapshot taken
+};
+
+// The per-device snapshot reap needs: UUIDs, minor numbers, memory, utilization and processes.
+[[nodiscard]] gpu::SnapshotOptions reap_snapshot_options();
+
+// One process's reading in one snapshot: its own SM utilization, or, when that is unknown and it
+// is the device's only process, the device's utilization (PRODUCT.md §7).
+[[nodiscard]] Observation observe(const gpu::Device& device, const gpu::GpuProcess& process, long long ts_ms);
+
+// Readings over several snapshots, per (GPU, pid, start time): a reused pid is another process.
+class Watch {
+ public:
+  explicit Watch(long long max_gap_ms) : max_gap_ms_(max_gap_ms) {}
+  // The snapshot's readings, stamped `ts_ms` (monotonic: a watch never steps with the wall clock).
+  void add(const gpu::Snapshot& snapshot, long long ts_ms);
+  [[nodiscard]] IdleHistory history(unsigned gpu, const gpu::GpuProcess& process) const;
+
+ private:
+  using Key = std::tuple<unsigned, unsigned, long long>;
+  [[nodiscard]] static Key key_of(unsigned gpu, const gpu::GpuProcess& process);
+  long long max_gap_ms_;
+  std::map<Key, std::vector<Observation>> seen_;
+};
+
+// Gathers the evidence: the store's history when it records this machine now (its GPUs, a
+// record within store_fresh_ms), else a watch of options.window_ms.
+[[nodiscard]] Result<Gathered> gather(gpu::Backend& backend, const host::ProcReader& proc, const GatherOptions& options,
+                                      const util::Clock& clock);
+
+// Whether a process of `user` (a name, or a uid as text) is `process`'s owner.
+[[nodiscard]] bool owned_by(const host::ProcessInfo& process, const std::string& user);
+
+// Whether slurmd runs on this machine (a process named slurmd under `proc`'s root).
+[[nodiscard]] bool slurmd_runs(const host::ProcReader& proc);
+
+// reap's ancestors: its parent, that one's parent, ... (1 excluded), at most 64.
+[[nodiscard]] std::vector<unsigned> ancestors_of(const host::ProcReader& proc, unsigned pid);
+
+}  // namespace tarmac::reap

@@ -1,0 +1,88 @@
+#include "tarmac/host/device_files.hpp"
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "fake_proc.hpp"
+#include "tarmac/host/proc_reader.hpp"
+
+namespace tarmac::host {
+namespace {
+
+using test_support::FakeProc;
+using test_support::stat_line;
+
+// root/<pid>/fd/<fd> as a symlink to `target`, as the kernel shows an open file.
+void open_file(const FakeProc& proc, unsigned pid, int fd, const std::string& target) {
+  const auto dir = std::filesystem::path(proc.root()) / std::to_string(pid) / "fd";
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink(target, dir / std::to_string(fd));
+}
+
+TEST(DeviceFiles, FindsEveryProcessWithANvidiaFileOpen) {
+  FakeProc proc;
+  proc.write("self/stat", stat_line(1, "self", 'S', 0, 1));
+  open_file(proc, 100, 3, "/dev/nvidiactl");
+  open_file(proc, 100, 4, "/dev/nvidia0");
+  open_file(proc, 100, 5, "/dev/nvidia0");  // the same file twice is listed once
+  open_file(proc, 100, 6, "/home/alice/data.bin");
+  open_file(proc, 101, 3, "/dev/nvidia-uvm");  // a worker with only the shared files
+  open_file(proc, 102, 1, "/dev/null");        // nothing of NVIDIA's
+  open_file(proc, 103, 9, "socket:[12345]");
+  const auto holders = device_file_holders(proc.root());
+  ASSERT_EQ(holders.size(), 2U);
+  EXPECT_EQ(holders[0].pid, 100U);
+  EXPECT_EQ(holders[0].devices, (std::vector<std::string>{"/dev/nvidia0", "/dev/nvidiactl"}));
+  EXPECT_EQ(holders[1].pid, 101U);
+  EXPECT_EQ(holders[1].devices, (std::vector<std::string>{"/dev/nvidia-uvm"}));
+}
+
+TEST(DeviceFiles, AMissingRootIsNobody) { EXPECT_TRUE(device_file_holders("/nonexistent-proc-root").empty()); }
+
+TEST(DeviceFiles, GpuMinor) {
+  EXPECT_EQ(gpu_minor_of("/dev/nvidia3"), 3U);
+  EXPECT_EQ(gpu_minor_of("/dev/nvidia12"), 12U);
+  EXPECT_FALSE(gpu_minor_of("/dev/nvidiactl"));
+  EXPECT_FALSE(gpu_minor_of("/dev/nvidia-uvm"));
+  EXPECT_FALSE(gpu_minor_of("/dev/nvidia"));
+  EXPECT_FALSE(gpu_minor_of("/dev/nvidia0x"));
+  EXPECT_FALSE(gpu_minor_of("/dev/sda"));
+}
+
+TEST(Identity, PidStartTimeAndBoot) {
+  FakeProc proc;
+  proc.write("stat", "btime 1700000000\n");
+  proc.write("sys/kernel/random/boot_id", "7ea22386-558b-41b0-a17e-40e55d81ed12\n");
+  proc.write("200/stat", stat_line(200, "python3", 'S', 1, 4242));
+  const ProcReader reader(proc.root());
+  const auto id = reader.identity(200);
+  ASSERT_TRUE(id);
+  EXPECT_EQ(*id, (ProcessIdentity{200, 4242, "7ea22386-558b-41b0-a17e-40e55d81ed12"}));
+  EXPECT_FALSE(reader.identity(201));
+  proc.write("200/stat", stat_line(200, "python3", 'S', 1, 4243));  // the pid reused
+  EXPECT_NE(*reader.identity(200), *id);
+}
+
+TEST(Identity, TheRealProcessHasOne) {
+  const ProcReader reader;
+  const auto id = reader.identity(static_cast<unsigned>(getpid()));
+  ASSERT_TRUE(id);
+  EXPECT_FALSE(id->boot_id.empty());
+  EXPECT_TRUE(reader.in_host_pid_namespace().has_value());
+}
+
+TEST(Identity, HostPidNamespace) {
+  FakeProc proc;
+  proc.write("self/status", "Name:\ttarmac\nNSpid:\t4242\n");
+  EXPECT_EQ(ProcReader(proc.root()).in_host_pid_namespace(), true);
+  proc.write("self/status", "Name:\ttarmac\nNSpid:\t4242\t7\n");  // in a container's namespace
+  EXPECT_EQ(ProcReader(proc.root()).in_host_pid_namespace(), false);
+  proc.write("self/status", "Name:\ttarmac\n");  // a kernel that does not say
+  EXPECT_FALSE(ProcReader(proc.root()).in_host_pid_namespace().has_value());
+}
+
+}  // namespace
+}  // namespace tarmac::host
