@@ -159,6 +159,7 @@ class InstallUnderAPrefix(unittest.TestCase):
         service = unit_settings((unit_dir / "tarmac-reap.service").read_text())
         self.assertEqual(service["ExecStart"], [f"{self.tarmac} --config {self.toml} reap --kill"])
         self.assertEqual(service["Type"], ["oneshot"])
+        self.assertEqual(service["SuccessExitStatus"], ["1"])  # candidates left is not a failed pass
         self.assertEqual(service["StateDirectory"], ["tarmac"])  # where it records what it did
         self.assertEqual(service["ProtectSystem"], ["strict"])
         self.assertEqual(service["NoNewPrivileges"], ["yes"])

@@ -3,11 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "tarmac/util/units.hpp"
+#include "reap_test_support.hpp"
 
 namespace tarmac::reap {
 namespace {
 
-constexpr long long kMin = 60 * 1000;
+using test_support::kMin;
 constexpr unsigned kAlice = 1000;
 constexpr unsigned kBob = 1001;
 

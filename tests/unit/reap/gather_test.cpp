@@ -12,11 +12,12 @@
 #include "tarmac/store/recorder.hpp"
 #include "tarmac/util/process.hpp"
 #include "tarmac/util/units.hpp"
+#include "reap_test_support.hpp"
 
 namespace tarmac::reap {
 namespace {
 
-constexpr long long kMin = 60 * 1000;
+using test_support::kMin;
 
 // One GPU ("GPU-a") with the processes given; every snapshot the same.
 class OneGpu final : public gpu::Backend {
