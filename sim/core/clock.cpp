@@ -25,6 +25,10 @@ long long SimClock::wall_ns_at(double sim_seconds) const {
   return spec_.epoch_ns + static_cast<long long>(std::llround(sim_seconds * 1e9));
 }
 
+long long SimClock::real_ns_at(double sim_seconds) const {
+  return spec_.start_real_ns + static_cast<long long>(std::llround(sim_seconds / spec_.speed * 1e9));
+}
+
 long long SimClock::real_ns_until(double sim_seconds) const {
   const double due_real = static_cast<double>(spec_.start_real_ns) + sim_seconds / spec_.speed * 1e9;
   return std::max(0LL, static_cast<long long>(std::ceil(due_real)) - now_());

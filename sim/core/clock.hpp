@@ -31,6 +31,9 @@ class SimClock {
   // The simulated wall clock (ns since the Unix epoch).
   [[nodiscard]] long long wall_ns() const { return wall_ns_at(seconds()); }
   [[nodiscard]] long long wall_ns_at(double sim_seconds) const;
+  // The real time (CLOCK_REALTIME, ns) at which simulated time `sim_seconds` comes: what a real
+  // driver stamps its samples with, whatever the scenario's epoch and speed.
+  [[nodiscard]] long long real_ns_at(double sim_seconds) const;
   // How many real nanoseconds until simulated time `sim_seconds` (0 if it has passed).
   [[nodiscard]] long long real_ns_until(double sim_seconds) const;
   [[nodiscard]] const ClockSpec& spec() const { return spec_; }

@@ -16,6 +16,7 @@ struct ProcessView {
   ProcessType type = ProcessType::Compute;
   unsigned sm_util = 0;
   unsigned mem_util = 0;
+  UtilSample util_sample = UtilSample::Normal;  // what its per-process utilization samples say
 };
 
 struct DeviceView {

@@ -26,6 +26,9 @@ Result<void> register_process(const fs::path& procs_dir, LiveProcess p) {
                                  p.pid, p.starttime, gpus, p.memory_mib, p.sm_util, p.mem_util,
                                  p.type == ProcessType::Graphics ? "graphics" : "compute");
   if (p.scenario_process) text += fmt::format("scenario_process={}\n", *p.scenario_process);
+  if (p.util_sample != UtilSample::Normal) {
+    text += fmt::format("util_sample={}\n", p.util_sample == UtilSample::Garbage ? "garbage" : "unreadable");
+  }
   return write_file_atomic(procs_dir / std::to_string(p.pid), text);
 }
 
@@ -49,6 +52,8 @@ std::optional<LiveProcess> parse_entry(const fs::path& file) {
     if (key == "mem_util" && n) p.mem_util = static_cast<unsigned>(*n);
     if (key == "scenario_process" && n) p.scenario_process = static_cast<unsigned>(*n);
     if (key == "type") p.type = value == "graphics" ? ProcessType::Graphics : ProcessType::Compute;
+    if (key == "util_sample" && value == "garbage") p.util_sample = UtilSample::Garbage;
+    if (key == "util_sample" && value == "unreadable") p.util_sample = UtilSample::Unreadable;
     if (key == "gpus") {
       for (const std::string& g : util::split(value, ',')) {
         if (auto i = util::parse_int(g); i && *i >= 0) p.gpus.push_back(static_cast<unsigned>(*i));

@@ -150,6 +150,27 @@ struct Segment {
 
 enum class ProcessType { Compute, Graphics };
 
+// What the driver's per-process utilization samples say of a process (docs/simulator.md):
+// its values; a garbage sample (values above 100, as some drivers have returned); or nothing
+// readable: both per-process functions fail on its GPUs while it runs (NVML cannot fail for one
+// PID alone, so every process on those GPUs is then unreadable).
+enum class UtilSample { Normal, Garbage, Unreadable };
+
+// A stretch of a process's utilization ([[process.timeline]]): while `window` contains t it
+// overrides the process's own keys, key by key; later entries override earlier ones.
+struct ProcessUtilSegment {
+  int line = 0;
+  Window window;
+  std::optional<unsigned> sm_util, mem_util;
+  std::optional<UtilSample> util_sample;
+};
+
+// A process's utilization at one time, after its timeline.
+struct ProcessUtil {
+  std::optional<unsigned> sm_util, mem_util;  // unset: a share of the GPU's utilization
+  UtilSample sample = UtilSample::Normal;
+};
+
 struct ProcessSpec {
   int line = 0;
   std::vector<unsigned> gpus;
@@ -158,11 +179,16 @@ struct ProcessSpec {
   std::string user;               // empty: whoever runs the simulation
   unsigned long long memory_mib = 0;  // on each of its GPUs
   std::optional<unsigned> sm_util, mem_util;
+  UtilSample util_sample = UtilSample::Normal;
+  std::vector<ProcessUtilSegment> util_timeline;
   ProcessType type = ProcessType::Compute;
   Window window;
   // A process of another PID namespace (another container's): the launcher starts nothing, and
   // the library lists it under this host PID, which no local process can have (> kMaxLinuxPid).
   std::optional<unsigned> host_pid;
+
+  // The utilization its samples report at simulated time t.
+  [[nodiscard]] ProcessUtil util_at(double t) const;
 };
 
 // The kernel's PID_MAX_LIMIT on 64-bit Linux: /proc/sys/kernel/pid_max can never exceed it, so a

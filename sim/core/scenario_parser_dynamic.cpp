@@ -125,6 +125,35 @@ std::optional<unsigned> parse_host_pid(Fields& f, const std::vector<ProcessSpec>
   return static_cast<unsigned>(*pid);
 }
 
+// util_sample = "normal" | "garbage" | "unreadable" (scenario.hpp's UtilSample).
+std::optional<UtilSample> util_sample(Fields& f) {
+  auto text = f.string("util_sample");
+  if (!text) return std::nullopt;
+  if (*text == "normal") return UtilSample::Normal;
+  if (*text == "garbage") return UtilSample::Garbage;
+  if (*text == "unreadable") return UtilSample::Unreadable;
+  f.fail_key("util_sample", fmt::format("'{}' is not normal, garbage or unreadable", *text));
+  return std::nullopt;
+}
+
+// [[process.timeline]]: the process's utilization over time, as [[timeline]] does for a GPU's.
+std::vector<ProcessUtilSegment> parse_util_timeline(Fields& process) {
+  std::vector<ProcessUtilSegment> out;
+  const auto tables = table_array(process, "timeline");
+  for (std::size_t i = 0; i < tables.size() && !process.diag().failed(); ++i) {
+    Fields f(*tables[i], process.diag(), fmt::format("{}.timeline[{}]", process.where(), i));
+    ProcessUtilSegment seg;
+    seg.line = f.pos().line;
+    seg.window = parse_window(f, "from", "to");
+    seg.sm_util = pct(f, "sm_util");
+    seg.mem_util = pct(f, "mem_util");
+    seg.util_sample = util_sample(f);
+    f.finish();
+    out.push_back(seg);
+  }
+  return out;
+}
+
 }  // namespace
 
 void parse_timeline(Fields& top, Scenario& s, Diag& diag) {
@@ -158,6 +187,8 @@ void parse_processes(Fields& top, Scenario& s, Diag& diag) {
     p.memory_mib = static_cast<unsigned long long>(f.integer("memory_mib", 0, 1LL << 24, Presence::Required).value_or(0));
     p.sm_util = pct(f, "sm_util");
     p.mem_util = pct(f, "mem_util");
+    p.util_sample = util_sample(f).value_or(UtilSample::Normal);
+    p.util_timeline = parse_util_timeline(f);
     if (auto type = f.string("type")) {
       if (*type == "compute") {
         p.type = ProcessType::Compute;

@@ -1,11 +1,13 @@
 // Memory, utilization and the processes on a GPU (lists and per-process utilization samples).
 #include <algorithm>
+#include <cmath>
 
 #include "context.hpp"
 
 namespace tarmac::nvml {
 
 using sim::lib::Context;
+using sim::lib::Entry;
 using sim::lib::guarded;
 
 namespace {
@@ -59,6 +61,36 @@ nvmlReturn_t running_processes(const char* function, nvmlDevice_t device, unsign
     *count = needed;
     return NVML_SUCCESS;
   });
+}
+
+// A sample's values when the scenario makes it garbage (above 100, as some drivers have returned).
+constexpr unsigned kGarbagePct = 0xFFFFFFFFu;
+
+// The per-process samples of the GPU newer than `last_seen_us`, as both utilization functions see
+// them; an answer other than SUCCESS stops the call (MIG, an unreadable process, no samples).
+// As the driver documents, only processes with some utilization in the sample period have a
+// sample (a garbage one always has). Samples carry real time, as a real driver's CPU timestamps
+// do, whatever the scenario's epoch: clients compare them with their own clock.
+nvmlReturn_t process_samples(Entry& e, unsigned long long last_seen_us, std::vector<nvmlProcessUtilizationInfo_v1_t>& out) {
+  if (e.sim->scenario().gpus[e.gpu].mig_mode.value_or(false)) return NVML_ERROR_NOT_SUPPORTED;
+  // The driver samples every period of simulated time (so a fast simulation still has a new
+  // sample at each read), stamped with the real time at which the period began.
+  const double period_s = static_cast<double>(kProcessSamplePeriodUs) / 1e6;
+  const double period_start = std::floor(e.t / period_s) * period_s;
+  const auto stamp = static_cast<unsigned long long>(e.sim->clock().real_ns_at(period_start) / 1000);
+  const sim::DeviceView view = e.sim->device(e.gpu, e.t);
+  for (const sim::ProcessView& p : view.processes) {
+    if (p.util_sample == sim::UtilSample::Unreadable) return NVML_ERROR_UNKNOWN;
+  }
+  if (stamp <= last_seen_us) return NVML_ERROR_NOT_FOUND;
+  for (const sim::ProcessView& p : view.processes) {
+    if (p.util_sample == sim::UtilSample::Garbage) {
+      out.push_back({stamp, p.pid, kGarbagePct, kGarbagePct, 0, 0, 0, 0});
+    } else if (p.sm_util != 0 || p.mem_util != 0) {
+      out.push_back({stamp, p.pid, p.sm_util, p.mem_util, 0, 0, 0, 0});
+    }
+  }
+  return out.empty() ? NVML_ERROR_NOT_FOUND : NVML_SUCCESS;
 }
 
 nvmlReturn_t codec_util(const char* function, nvmlDevice_t device, unsigned int* utilization,
@@ -148,6 +180,28 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t devi
   return codec_util(__func__, device, utilization, sampling_period_us, false);
 }
 
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
+                                                                     nvmlProcessesUtilizationInfo_v1_t* info) {
+  const char* const function = __func__;
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != nvmlProcessesUtilizationInfo_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    std::vector<nvmlProcessUtilizationInfo_v1_t> out;
+    const nvmlReturn_t rc = process_samples(e, info->lastSeenTimeStamp, out);
+    if (rc != NVML_SUCCESS) return rc;
+    const auto needed = static_cast<unsigned>(out.size());
+    if (info->procUtilArray == nullptr || info->processSamplesCount < needed) {
+      info->processSamplesCount = needed;
+      return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    std::copy(out.begin(), out.end(), info->procUtilArray);
+    info->processSamplesCount = needed;
+    return NVML_SUCCESS;
+  });
+}
+
 TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                                                nvmlProcessUtilizationSample_t* samples,
                                                                unsigned int* count, unsigned long long last_seen_us) {
@@ -156,24 +210,18 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t devi
     auto e = Context::get().enter_device(function, device);
     if (e.rc != NVML_SUCCESS) return e.rc;
     if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    const long long now_us = e.sim->clock().wall_ns_at(e.t) / 1000;
-    const auto stamp = static_cast<unsigned long long>(now_us - now_us % kProcessSamplePeriodUs);
-    // As the driver documents, only processes with some utilization in the sample period have a
-    // sample, and only samples newer than last_seen_us are returned.
-    std::vector<nvmlProcessUtilizationSample_t> out;
-    if (stamp > last_seen_us) {
-      for (const sim::ProcessView& p : e.sim->device(e.gpu, e.t).processes) {
-        if (p.sm_util == 0 && p.mem_util == 0) continue;
-        out.push_back({p.pid, stamp, p.sm_util, p.mem_util, 0, 0});
-      }
-    }
-    if (out.empty()) return NVML_ERROR_NOT_FOUND;
+    std::vector<nvmlProcessUtilizationInfo_v1_t> out;
+    const nvmlReturn_t rc = process_samples(e, last_seen_us, out);
+    if (rc != NVML_SUCCESS) return rc;
     const auto needed = static_cast<unsigned>(out.size());
     if (samples == nullptr || *count < needed) {
       *count = needed;
       return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    std::copy(out.begin(), out.end(), samples);
+    for (unsigned i = 0; i < needed; ++i) {
+      const auto& s = out[i];
+      samples[i] = {s.pid, s.timeStamp, s.smUtil, s.memUtil, s.encUtil, s.decUtil};
+    }
     *count = needed;
     return NVML_SUCCESS;
   });

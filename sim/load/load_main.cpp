@@ -40,12 +40,13 @@ struct Options {
   int exit_code = 0;
   bool ignore_sigterm = false;
   std::string name;
+  sim::UtilSample util_sample = sim::UtilSample::Normal;
 };
 
 void usage(std::FILE* out) {
   std::fputs(
       "usage: tarmac-sim-load [--mem SIZE] [--util PCT] [--seconds N] [--exit-code N] [--ignore-sigterm]\n"
-      "                       [--name NAME]\n"
+      "                       [--name NAME] [--util-sample normal|garbage|unreadable]\n"
       "Appears as a GPU compute process of the running simulation (TARMAC_SIM_STATE) on the GPUs that\n"
       "CUDA_VISIBLE_DEVICES names (CUDA_DEVICE_ORDER honoured; unset: every GPU), until it exits.\n"
       "  --mem SIZE        GPU memory on each GPU: MiB, or 512MiB, 2GiB, 1.5G (default 1024)\n"
@@ -53,7 +54,9 @@ void usage(std::FILE* out) {
       "  --seconds N       exit after N real seconds (default: run until signalled)\n"
       "  --exit-code N     exit status when --seconds ends (default 0)\n"
       "  --ignore-sigterm  ignore SIGTERM (tests of SIGKILL escalation)\n"
-      "  --name NAME       process name shown in /proc/PID/comm\n",
+      "  --name NAME       process name shown in /proc/PID/comm\n"
+      "  --util-sample S   what its per-process utilization samples say: normal (default), garbage\n"
+      "                    (values above 100), unreadable (the utilization calls fail on its GPUs)\n",
       out);
 }
 
@@ -90,6 +93,17 @@ std::optional<Options> parse(int argc, char** argv) {
       auto n = v ? util::parse_int(*v) : std::nullopt;
       if (!n || *n < 0 || *n > 255) return std::nullopt;
       o.exit_code = static_cast<int>(*n);
+    } else if (arg == "--util-sample") {
+      auto v = value();
+      if (v == "normal") {
+        o.util_sample = sim::UtilSample::Normal;
+      } else if (v == "garbage") {
+        o.util_sample = sim::UtilSample::Garbage;
+      } else if (v == "unreadable") {
+        o.util_sample = sim::UtilSample::Unreadable;
+      } else {
+        return std::nullopt;
+      }
     } else if (arg == "--name") {
       auto v = value();
       if (!v || v->empty()) return std::nullopt;
@@ -164,6 +178,7 @@ int run_load(const Options& o) {
   me.memory_mib = o.mem_mib;
   me.sm_util = o.util;
   me.mem_util = o.util / 2;
+  me.util_sample = o.util_sample;
   const auto procs = sim::StateDir(state).procs();
   if (auto r = sim::register_process(procs, me); !r) {
     std::fprintf(stderr, "tarmac-sim-load: %s\n", r.error().message.c_str());

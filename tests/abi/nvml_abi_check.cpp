@@ -161,14 +161,38 @@ TARMAC_ABI_RENAMED_CONSTANTS(TARMAC_ABI_COPY_RENAMED)
 // headers declare them (checked against pynvml 12.550.89, which binds them with these argument
 // types). check_coverage.py asserts that 11.8's nvml.h does not declare them, so this list cannot
 // hide a real declaration; if it ever did with another signature, these would not compile.
+// The one argument of nvmlDeviceGetProcessesUtilizationInfo is a struct 11.8's header lacks too
+// (below): tarmac's own type stands in for it, so only the arity and the handle are checked here.
 #define TARMAC_ABI_NEWER_THAN_HEADER(N)                                                           \
   N(nvmlDeviceGetGpuMaxPcieLinkGeneration) N(nvmlDeviceGetCurrentClocksEventReasons)              \
-  N(nvmlDeviceGetSupportedClocksEventReasons)
+  N(nvmlDeviceGetSupportedClocksEventReasons) N(nvmlDeviceGetProcessesUtilizationInfo)
 extern "C" {
 nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int* maxLinkGenDevice);
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long* clocksEventReasons);
 nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long* supportedClocksEventReasons);
+nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
+                                                   tarmac::nvml::nvmlProcessesUtilizationInfo_v1_t* procesesUtilInfo);
 }
+
+// Structs (and their version constant) newer than 11.8's header: Debian's nvml.h has no
+// nvmlProcessUtilizationInfo_v1_t or nvmlProcessesUtilizationInfo_v1_t, so their layout is pinned
+// here as NVIDIA documents it (NVML API reference, "nvmlProcessUtilizationInfo_v1_t" and
+// "nvmlProcessesUtilizationInfo_v1_t"; pynvml 12.550.89 declares the same fields in the same order
+// and ProcessesUtilizationInfo_v1 = 0x01000018). check_coverage.py asserts that the header lacks
+// them, so a header that has them moves them to the lists above. NS(struct, size, alignment);
+// NF(struct, field, offset, size); NC(constant, value).
+#define TARMAC_ABI_NEWER_STRUCTS(NS)                                                              \
+  NS(nvmlProcessUtilizationInfo_v1_t, 40, 8) NS(nvmlProcessesUtilizationInfo_v1_t, 24, 8)
+#define TARMAC_ABI_NEWER_FIELDS(NF)                                                               \
+  NF(nvmlProcessUtilizationInfo_v1_t, timeStamp, 0, 8) NF(nvmlProcessUtilizationInfo_v1_t, pid, 8, 4) \
+  NF(nvmlProcessUtilizationInfo_v1_t, smUtil, 12, 4) NF(nvmlProcessUtilizationInfo_v1_t, memUtil, 16, 4) \
+  NF(nvmlProcessUtilizationInfo_v1_t, encUtil, 20, 4) NF(nvmlProcessUtilizationInfo_v1_t, decUtil, 24, 4) \
+  NF(nvmlProcessUtilizationInfo_v1_t, jpgUtil, 28, 4) NF(nvmlProcessUtilizationInfo_v1_t, ofaUtil, 32, 4) \
+  NF(nvmlProcessesUtilizationInfo_v1_t, version, 0, 4)                                            \
+  NF(nvmlProcessesUtilizationInfo_v1_t, processSamplesCount, 4, 4)                                \
+  NF(nvmlProcessesUtilizationInfo_v1_t, lastSeenTimeStamp, 8, 8)                                  \
+  NF(nvmlProcessesUtilizationInfo_v1_t, procUtilArray, 16, 8)
+#define TARMAC_ABI_NEWER_CONSTANTS(NC) NC(nvmlProcessesUtilizationInfo_v1, 0x01000018u)
 
 namespace {
 
@@ -313,6 +337,20 @@ TARMAC_ABI_FIELDS(TARMAC_ABI_CHECK_FIELD)
 #undef X
 TARMAC_ABI_CHECK_FUNCTION(nvmlErrorString, (nvmlReturn_t result), Required)
 
+#define TARMAC_ABI_CHECK_NEWER_STRUCT(name, size, align)                                          \
+  static_assert(sizeof(tn::name) == (size), "struct " #name ": size differs from NVIDIA's layout"); \
+  static_assert(alignof(tn::name) == (align), "struct " #name ": alignment differs");             \
+  static_assert(std::is_standard_layout_v<tn::name> && std::is_trivially_copyable_v<tn::name>,    \
+                "struct " #name ": tarmac's declaration is not a plain C struct");
+#define TARMAC_ABI_CHECK_NEWER_FIELD(type, field, offset, size)                                   \
+  static_assert(offsetof(tn::type, field) == (offset), "field " #type "::" #field ": offset differs"); \
+  static_assert(sizeof(std::declval<tn::type&>().field) == (size), "field " #type "::" #field ": size differs");
+#define TARMAC_ABI_CHECK_NEWER_CONSTANT(name, value)                                              \
+  static_assert(tn::name == (value), "constant " #name ": value differs from NVIDIA's");
+TARMAC_ABI_NEWER_STRUCTS(TARMAC_ABI_CHECK_NEWER_STRUCT)
+TARMAC_ABI_NEWER_FIELDS(TARMAC_ABI_CHECK_NEWER_FIELD)
+TARMAC_ABI_NEWER_CONSTANTS(TARMAC_ABI_CHECK_NEWER_CONSTANT)
+
 // The struct-version helper computes what NVML_STRUCT_VERSION computes.
 static_assert(tn::struct_version(sizeof(tn::nvmlMemory_v2_t), 2) == NVML_STRUCT_VERSION(Memory, 2),
               "struct_version() differs from NVML_STRUCT_VERSION");
@@ -333,6 +371,8 @@ constexpr int kConstants = 0 TARMAC_ABI_CONSTANTS(TARMAC_ABI_ONE)
 constexpr int kStructs = 0 TARMAC_ABI_STRUCTS(TARMAC_ABI_ONE);
 constexpr int kFields = 0 TARMAC_ABI_FIELDS(TARMAC_ABI_ONE);
 constexpr int kNewer = 0 TARMAC_ABI_NEWER_THAN_HEADER(TARMAC_ABI_ONE);
+constexpr int kNewerLayouts = 0 TARMAC_ABI_NEWER_STRUCTS(TARMAC_ABI_ONE) TARMAC_ABI_NEWER_FIELDS(TARMAC_ABI_ONE)
+    TARMAC_ABI_NEWER_CONSTANTS(TARMAC_ABI_ONE);
 #define X TARMAC_ABI_ONE
 constexpr int kFunctions = 1 /* nvmlErrorString */
 #include "tarmac/nvml/nvml_functions.def"
@@ -349,8 +389,8 @@ constexpr std::size_t kParameters = signature<tn::PFN_nvmlErrorString>::arity
 int main() {
   std::printf(
       "nvml ABI (NVML_API_VERSION %d): %d types, %d structs, %d fields, %d constants, "
-      "%d functions with %zu parameters (%d of them newer than this nvml.h, declared by hand): "
-      "all match\n",
-      NVML_API_VERSION, kTypes, kStructs, kFields, kConstants, kFunctions, kParameters, kNewer);
+      "%d functions with %zu parameters (%d of them newer than this nvml.h, declared by hand), "
+      "%d structs, fields and constants newer than it pinned to NVIDIA's documented layout: all match\n",
+      NVML_API_VERSION, kTypes, kStructs, kFields, kConstants, kFunctions, kParameters, kNewer, kNewerLayouts);
   return 0;
 }

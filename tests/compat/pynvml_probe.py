@@ -1,6 +1,7 @@
 """Run under the simulator by test_pynvml.py: reads a few values through NVIDIA's pynvml exactly as
-its users do, plus the v1 process call and the struct-version check through pynvml's own library
-handle, and prints them as JSON. Does no checking itself."""
+its users do (per-process utilization through both of its functions included), plus the v1 process
+call and the struct-version check through pynvml's own library handle, and prints them as JSON.
+Does no checking itself."""
 import ctypes
 import json
 
@@ -33,6 +34,19 @@ def memory_v2_with_version(handle, version):
     return N._nvmlGetFunctionPointer("nvmlDeviceGetMemoryInfo_v2")(handle, ctypes.byref(mem))
 
 
+def process_utilization(handle):
+    """Per-process samples as pynvml's users read them: the older function and the versioned one
+    (lastSeen 0: every sample the driver keeps), or the error each raised."""
+    out = {}
+    for key, fn in (("legacy", N.nvmlDeviceGetProcessUtilization),
+                    ("info", N.nvmlDeviceGetProcessesUtilizationInfo)):
+        try:
+            out[key] = [{"pid": s.pid, "sm": s.smUtil, "mem": s.memUtil} for s in fn(handle, 0)]
+        except N.NVMLError as e:
+            out[key] = f"NVMLError {e.value}"
+    return out
+
+
 def main():
     N.nvmlInit()
     out = {"count": N.nvmlDeviceGetCount(), "gpus": []}
@@ -56,6 +70,7 @@ def main():
                              for p in N.nvmlDeviceGetComputeRunningProcesses_v3(h)],
             "processes_v1": processes_v1(h),
             "sizeof_v1_record": ctypes.sizeof(ProcessInfoV1),
+            "process_utilization": process_utilization(h),
         })
     N.nvmlShutdown()
     print(json.dumps(out, default=lambda b: b.decode() if isinstance(b, bytes) else str(b)))

@@ -1,7 +1,8 @@
 """NVIDIA's Python binding pynvml 12.550 (Debian's python3-pynvml) against the simulator: device
 count, names, UUIDs, memory through the versioned `_v2` struct and the plain v1 one, and the
 running processes through `_v3` (24-byte records) and the unversioned v1 function (16-byte
-records) with the count=0 / INSUFFICIENT_SIZE handshake."""
+records) with the count=0 / INSUFFICIENT_SIZE handshake, and per-process utilization through
+nvmlDeviceGetProcessUtilization and nvmlDeviceGetProcessesUtilizationInfo."""
 import json
 import pathlib
 import sys
@@ -80,6 +81,18 @@ class Pynvml(unittest.TestCase):
                 self.assertEqual(v1["needed"], 1)
                 self.assertEqual(v1["second_return"], 0)
                 self.assertEqual(v1["records"], j["processes_v3"])
+
+    def test_process_utilization_reads_the_scenarios_values(self):
+        # a100x4-balanced gives each GPU's one process the GPU's utilization (docs/simulator.md).
+        mem_util = [41, 40, 42, 39]
+        for g, j in zip(self.gpus, self.doc["gpus"]):
+            with self.subTest(gpu=g.index):
+                pid = j["processes_v3"][0]["pid"]
+                want = [{"pid": pid, "sm": g.util_pct, "mem": mem_util[g.index]}]
+                self.assertEqual(j["process_utilization"]["legacy"], want,
+                                 "nvmlDeviceGetProcessUtilization through pynvml")
+                self.assertEqual(j["process_utilization"]["info"], want,
+                                 "nvmlDeviceGetProcessesUtilizationInfo through pynvml")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,16 @@ class DoctorFindsEachCode(unittest.TestCase):
     def test_holding(self):
         self.assert_finding("holding-zombie", "holding", [3], "warning")
 
+    def test_holding_process_next_to_a_worker(self):
+        # GPU 0 is busy (92 %), so only the notebook kernel's own utilization (0 %, known: the
+        # driver kept no sample of it) shows it holding 6 GiB (issue 15).
+        f, _ = self.assert_finding("zombie-next-to-worker", "holding", [0], "warning")
+        self.assertEqual(f["evidence"][0]["idle_holders"], 1)
+        kernel = [x for x in f["facts"] if "ipykernel_launcher" in x]
+        self.assertEqual(len(kernel), 1, f["facts"])
+        self.assertIn("6.0 GiB", kernel[0])
+        self.assertNotIn("train.py", " ".join(f["facts"]).replace(kernel[0], ""), "the worker is not holding")
+
     def test_memory_imbalance(self):
         self.assert_finding("a100x4-memory-imbalance", "memory-imbalance", [0, 1, 2, 3], "warning")
 

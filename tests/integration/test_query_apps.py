@@ -76,8 +76,8 @@ class ComputeApps(unittest.TestCase):
         lines = rows(r)
         self.assertEqual([row[0] for row in lines], ["38500 MiB", "38500 MiB", "38500 MiB", "20480 MiB"])
         # The idle notebook kernel holding GPU 3: NVML keeps no utilization sample for a process
-        # that ran nothing, so its SM share is unknown rather than 0.
-        self.assertEqual([row[1] for row in lines], ["96 %", "95 %", "94 %", "[N/A]"])
+        # that ran nothing, and the read succeeded, so it is known idle: 0, not unknown (issue 15).
+        self.assertEqual([row[1] for row in lines], ["96 %", "95 %", "94 %", "0 %"])
         self.assertIn("ipykernel_launcher", lines[3][4])
         for row in lines:  # simulated processes run on this host, outside Slurm and containers
             self.assertEqual(row[2:4], ["[N/A]", "[N/A]"], base.describe(r))

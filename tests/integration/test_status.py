@@ -84,6 +84,20 @@ class StatusOnBundledScenarios(unittest.TestCase):
         self.assertIn("holding", [v["code"] for v in snap["verdicts"]])
         self.assertEqual(snap["gpus"][3]["processes"][0]["used_mem_bytes"], 20480 * MIB)
 
+    def test_zombie_next_to_worker_shows_each_process_utilization(self):
+        # Issue 15: the GPU is busy; per process, the worker reads 92 / 38 % and the notebook
+        # kernel beside it is known idle (0, not unknown), through the newest function and, on
+        # the old driver, through its fallback.
+        for extra in ([], ["--driver", "old"]):
+            with self.subTest(extra=extra):
+                snap = status_json("zombie-next-to-worker", extra=extra)
+                gpu = snap["gpus"][0]
+                self.assertEqual(gpu["activity"], "busy")
+                procs = {p["used_mem_bytes"] // MIB: p for p in gpu["processes"]}
+                self.assertEqual((procs[30720]["sm_util_pct"], procs[30720]["mem_util_pct"]), (92, 38))
+                self.assertEqual((procs[6144]["sm_util_pct"], procs[6144]["mem_util_pct"]), (0, 0))
+                self.assertEqual(gpu["errors"], [])
+
     def test_bad_duration_is_refused(self):
         r = sim("holding-zombie", TARMAC, "status", "--holding-after", "soon")
         self.assertEqual(r.returncode, 2)

@@ -149,5 +149,44 @@ TEST(DeviceModel, LoadProgramsAddMemoryAndUtilization) {
   EXPECT_EQ(v.free_bytes, (40960ULL - 2048) << 20);
 }
 
+// [[process.timeline]]: a process's own utilization over time, key by key, and what its samples say.
+TEST(DeviceModel, AProcessFollowsItsOwnUtilizationTimeline) {
+  auto s = parse_scenario(R"([[gpu]]
+name = "NVIDIA A100-SXM4-40GB"
+architecture = "ampere"
+uuid = "GPU-16aaab6a-6e43-4884-a60d-b64116853b1d"
+pci_bus_id = "00000000:07:00.0"
+memory_mib = 40960
+[[timeline]]
+util_gpu = 80
+[[process]]
+gpu = 0
+name = "python"
+host_pid = 4200001
+memory_mib = 6144
+sm_util = 90
+mem_util = 40
+[[process.timeline]]
+from = "10m"
+to = "20m"
+sm_util = 0
+[[process.timeline]]
+from = "15m"
+mem_util = 0
+util_sample = "garbage"
+)", "timeline.toml");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  auto at = [&](double t) { return evaluate_device(*s, 0, t, {}, ProcessMode::Static).processes.at(0); };
+  EXPECT_EQ(at(60).sm_util, 90U);
+  EXPECT_EQ(at(60).mem_util, 40U);
+  EXPECT_EQ(at(60).util_sample, UtilSample::Normal);
+  EXPECT_EQ(at(12 * 60).sm_util, 0U);   // the first entry
+  EXPECT_EQ(at(12 * 60).mem_util, 40U);  // ... overrides only its keys
+  EXPECT_EQ(at(16 * 60).mem_util, 0U);
+  EXPECT_EQ(at(16 * 60).util_sample, UtilSample::Garbage);
+  EXPECT_EQ(at(25 * 60).sm_util, 90U);  // the first entry ended; the second has no end
+  EXPECT_EQ(at(25 * 60).mem_util, 0U);
+}
+
 }  // namespace
 }  // namespace tarmac::sim::test

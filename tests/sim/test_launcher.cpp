@@ -62,7 +62,7 @@ TEST(Launcher, ListsTheBundledScenarios) {
                            "a100x4-near-oom", "holding-zombie", "h100x2-log", "mixed-topology-8gpu",
                            "h100x8-idle-fleet", "no-driver-container", "mixed-gpus-workstation",
                            "a100x4-memory-imbalance", "a100x4-ranks-collide", "l40s-x4-pcie", "a100x4-gpu-fault",
-                           "a100x4-stall-midway", "a100x4-thermal-spike"}) {
+                           "a100x4-stall-midway", "a100x4-thermal-spike", "zombie-next-to-worker"}) {
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
   }
 }

@@ -251,6 +251,82 @@ TEST_F(LibraryTest, PerProcessUtilizationSamples) {
   EXPECT_EQ(rates.gpu, 30U);
 }
 
+// The newer function: the struct's version, the count handshake through processSamplesCount, the
+// 40-byte records, lastSeen, and the same samples as the older function (load programs included).
+TEST_F(LibraryTest, ProcessesUtilizationInfoSpeaksNvidiasVersionedStruct) {
+  Sleeper load;
+  Sleeper idle;
+  register_load(load, 2, 1024, 30);
+  register_load(idle, 2, 2048, 0);  // a zombie: listed, holding memory, no sample
+  auto get = NVML(*lib_, nvmlDeviceGetProcessesUtilizationInfo);
+  EXPECT_EQ(get(device(2), nullptr), NVML_ERROR_INVALID_ARGUMENT);
+  nvmlProcessesUtilizationInfo_v1_t info{};
+  info.version = struct_version(sizeof(info), 2);
+  EXPECT_EQ(get(device(2), &info), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+  info.version = nvmlProcessesUtilizationInfo_v1;
+  EXPECT_EQ(get(device(2), &info), NVML_ERROR_INSUFFICIENT_SIZE);  // no array: the count needed
+  ASSERT_EQ(info.processSamplesCount, 1U);
+  nvmlProcessUtilizationInfo_v1_t records[2]{};
+  info.procUtilArray = records;
+  info.processSamplesCount = 2;
+  ASSERT_EQ(get(device(2), &info), NVML_SUCCESS);
+  ASSERT_EQ(info.processSamplesCount, 1U);
+  EXPECT_EQ(records[0].pid, static_cast<unsigned>(load.pid()));
+  EXPECT_EQ(records[0].smUtil, 30U);
+  EXPECT_EQ(records[0].memUtil, 15U);
+  EXPECT_EQ(records[0].jpgUtil, 0U);
+  // Stamped with real time (what a driver's CPU timestamps are), within a sample period of now.
+  const auto now_us = static_cast<unsigned long long>(realtime_ns() / 1000);
+  EXPECT_LE(records[0].timeStamp, now_us);
+  EXPECT_GT(records[0].timeStamp + 1'000'000ULL, now_us);
+
+  nvmlProcessUtilizationSample_t old[2]{};
+  unsigned count = 2;
+  ASSERT_EQ(NVML(*lib_, nvmlDeviceGetProcessUtilization)(device(2), old, &count, 0), NVML_SUCCESS);
+  ASSERT_EQ(count, 1U);
+  EXPECT_EQ(old[0].pid, records[0].pid);
+  EXPECT_EQ(old[0].smUtil, records[0].smUtil);
+
+  info.lastSeenTimeStamp = records[0].timeStamp + 3'600'000'000ULL;
+  info.processSamplesCount = 2;
+  EXPECT_EQ(get(device(2), &info), NVML_ERROR_NOT_FOUND);  // nothing newer than lastSeen
+}
+
+// Registers a child as a load on GPU 2 whose samples say `sample`.
+void register_sampled(const fs::path& state, const Sleeper& child, UtilSample sample) {
+  LiveProcess p;
+  p.pid = child.pid();
+  p.gpus = {2};
+  p.memory_mib = 1024;
+  p.util_sample = sample;
+  ASSERT_TRUE(register_process(StateDir(state).procs(), p).ok());
+}
+
+TEST_F(LibraryTest, AGarbageSampleIsReturnedEvenAtZeroPercent) {
+  Sleeper garbled;
+  register_sampled(dir_.path(), garbled, UtilSample::Garbage);
+  nvmlProcessUtilizationSample_t samples[2]{};
+  unsigned count = 2;
+  ASSERT_EQ(NVML(*lib_, nvmlDeviceGetProcessUtilization)(device(2), samples, &count, 0), NVML_SUCCESS);
+  ASSERT_EQ(count, 1U);
+  EXPECT_EQ(samples[0].pid, static_cast<unsigned>(garbled.pid()));
+  EXPECT_GT(samples[0].smUtil, 100U);
+  EXPECT_GT(samples[0].memUtil, 100U);
+}
+
+TEST_F(LibraryTest, AnUnreadableProcessMakesItsGpusSamplesUnreadable) {
+  Sleeper unreadable;
+  register_sampled(dir_.path(), unreadable, UtilSample::Unreadable);
+  nvmlProcessUtilizationSample_t samples[2]{};
+  unsigned count = 2;
+  EXPECT_EQ(NVML(*lib_, nvmlDeviceGetProcessUtilization)(device(2), samples, &count, 0), NVML_ERROR_UNKNOWN);
+  nvmlProcessesUtilizationInfo_v1_t info{};
+  info.version = nvmlProcessesUtilizationInfo_v1;
+  EXPECT_EQ(NVML(*lib_, nvmlDeviceGetProcessesUtilizationInfo)(device(2), &info), NVML_ERROR_UNKNOWN);
+  count = 2;  // other GPUs are not concerned
+  EXPECT_NE(NVML(*lib_, nvmlDeviceGetProcessUtilization)(device(0), samples, &count, 0), NVML_ERROR_UNKNOWN);
+}
+
 }  // namespace
 }  // namespace tarmac::sim::test
 

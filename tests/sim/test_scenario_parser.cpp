@@ -201,6 +201,20 @@ TEST(ScenarioParser, UnknownDefaultsKey) {
   expect_error(std::string("[gpu_defaults]\nfanz = 2\n") + kGpu, 2, "gpu_defaults: unknown key 'fanz'");
 }
 
+TEST(ScenarioParser, UtilSampleMustBeNamed) {
+  expect_error(std::string(kGpu) + "\n[[process]]\ngpu = 0\nname = \"p\"\nmemory_mib = 1\nutil_sample = \"weird\"\n", 12,
+               "is not normal, garbage or unreadable");
+}
+
+TEST(ScenarioParser, ProcessTimelineKeysAreChecked) {
+  expect_error(std::string(kGpu) + "\n[[process]]\ngpu = 0\nname = \"p\"\nmemory_mib = 1\n[[process.timeline]]\n"
+                                   "from = \"1m\"\nsm_util = 101\n",
+               14, "sm_util");
+  expect_error(std::string(kGpu) + "\n[[process]]\ngpu = 0\nname = \"p\"\nmemory_mib = 1\n[[process.timeline]]\n"
+                                   "from = \"1m\"\nutil_gpu = 5\n",
+               14, "util_gpu");
+}
+
 TEST(ScenarioParser, EventNeedsExactlyOneKind) {
   expect_error(std::string(kGpu) + "\n[[event]]\ngpu = 0\nat = \"1m\"\n", 8, "exactly one of");
 }

@@ -56,7 +56,8 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
   const unsigned index = d.id.index;
   std::map<unsigned, store::ProcessSpan> still;
   for (const auto& p : d.processes) {
-    store::ProcessSample ps{ts_ms, index, p.pid, mib(p.used_mem_bytes), util::widen(p.sm_util_pct)};
+    store::ProcessSample ps{ts_ms, index, p.pid, mib(p.used_mem_bytes), util::widen(p.sm_util_pct),
+                            util::widen(p.mem_util_pct)};
     auto it = state.open.find(p.pid);
     store::ProcessSpan span;
     if (it != state.open.end() && it->second.start_unix == p.host.start_time_unix) {
@@ -76,10 +77,12 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
     if (span.first_ms == ts_ms) rec.add(store::Event{ts_ms, index, "process-start", process_detail(span)});
     rec.update(span);
     // A steady process costs one row a minute, not one per read: a sample is written when its
-    // memory or utilization changes, and at least every kProcessSampleEveryMs.
+    // memory or utilization changes, and at least every kProcessSampleEveryMs. Unknown and 0 are
+    // different values (optional comparison): a process whose utilization becomes readable and
+    // idle is a change, so the store never shows it idle before it was known to be.
     auto& last = state.written[p.pid];
     if (span.first_ms == ts_ms || last.mem_used_mib != ps.mem_used_mib || last.sm_util_pct != ps.sm_util_pct ||
-        ts_ms - last.ts_ms >= kProcessSampleEveryMs) {
+        last.mem_util_pct != ps.mem_util_pct || ts_ms - last.ts_ms >= kProcessSampleEveryMs) {
       rec.add(ps);
       last = ps;
     }

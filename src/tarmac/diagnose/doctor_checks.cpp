@@ -1,4 +1,5 @@
-// doctor's checks of what each GPU does: starved, holding, thermal, near-oom, gpu-fault
+// doctor's checks of what each GPU does: starved, holding (a GPU, or a process beside a working one),
+// thermal, near-oom, gpu-fault
 // (docs/doctor.md explains each code).
 #include <algorithm>
 #include <fmt/format.h>
@@ -64,15 +65,86 @@ long long youngest_process_age(const Context& c, unsigned i) {
   return youngest;
 }
 
-Finding holding_finding(const Context& c, const std::vector<unsigned>& holding) {
+// A process holding memory at 0 % on a GPU where another process works: the GPU is busy, so only
+// the per-process utilization shows it (gpu/model.hpp: 0 is known idle, unknown never counts).
+struct IdleHolder {
+  unsigned gpu = 0;
+  unsigned pid = 0;
+};
+
+const gpu::GpuProcess* find_process(const gpu::Device& d, unsigned pid) {
+  for (const auto& p : d.processes) {
+    if (p.pid == pid) return &p;
+  }
+  return nullptr;
+}
+
+bool holds_idle(const gpu::GpuProcess& p, std::uint64_t min_bytes) {
+  return p.sm_util_pct == 0U && p.mem_util_pct == 0U && p.used_mem_bytes.value_or(0) >= min_bytes;
+}
+
+bool works(const gpu::GpuProcess& p) { return p.sm_util_pct.value_or(0) > 0 || p.mem_util_pct.value_or(0) > 0; }
+
+// The processes of GPU i that held memory at 0 % while another one worked, for the whole window.
+std::vector<IdleHolder> idle_holders(const Context& c, unsigned i) {
+  std::vector<IdleHolder> out;
+  for (const auto* candidate : c.processes(i)) {
+    const unsigned pid = candidate->pid;
+    const bool held = c.sustained(i, [&](const gpu::Device& d) {
+      const gpu::GpuProcess* p = find_process(d, pid);
+      if (d.lost || p == nullptr || !holds_idle(*p, c.in.thresholds.holding_min_bytes)) return false;
+      return std::any_of(d.processes.begin(), d.processes.end(),
+                         [&](const gpu::GpuProcess& q) { return q.pid != pid && works(q); });
+    });
+    if (held) out.push_back({i, pid});
+  }
+  return out;
+}
+
+// One fact per idle holder, naming the process (the last sample's facts) and who works beside it.
+void add_idle_holder_facts(const Context& c, const std::vector<IdleHolder>& holders, Finding& f) {
+  for (const IdleHolder& h : holders) {
+    const gpu::Device* d = c.last(h.gpu);
+    const gpu::GpuProcess* p = d == nullptr ? nullptr : find_process(*d, h.pid);
+    if (p == nullptr) continue;
+    std::string workers;
+    for (const auto& q : d->processes) {
+      if (q.pid != h.pid && works(q)) workers += fmt::format("{}PID {}", workers.empty() ? "" : ", ", q.pid);
+    }
+    f.facts.push_back(fmt::format("GPU {}: held at 0 % SM and memory utilization for the whole window while {} "
+                                  "works on the same GPU: {}",
+                                  h.gpu, workers, process_line(*p, now_s(c))));
+  }
+}
+
+Finding holding_finding(const Context& c, const std::vector<unsigned>& holding, const std::vector<IdleHolder>& holders) {
   Finding f;
   f.code = "holding";
   f.severity = Severity::Warning;
-  f.gpus = holding;
+  std::set<unsigned> gpus(holding.begin(), holding.end());
+  for (const IdleHolder& h : holders) gpus.insert(h.gpu);
+  f.gpus.assign(gpus.begin(), gpus.end());
   const long long window_s =
       std::max<long long>(1, (c.in.samples.back().timestamp_unix_ms - c.in.samples.front().timestamp_unix_ms) / 1000);
-  f.summary = fmt::format("{} hold{} memory at 0 % utilization: a forgotten or stuck process", gpus_text(holding),
-                          holding.size() == 1 ? "s" : "");
+  if (holding.empty()) {
+    f.summary = fmt::format("{} at 0 % on {} next to a working process: a forgotten or stuck process",
+                            holders.size() == 1 ? fmt::format("PID {} holds memory", holders.front().pid)
+                                                : fmt::format("{} processes hold memory", holders.size()),
+                            gpus_text(f.gpus));
+  } else {
+    f.summary = fmt::format("{} hold{} memory at 0 % utilization: a forgotten or stuck process", gpus_text(holding),
+                            holding.size() == 1 ? "s" : "");
+  }
+  for (unsigned i : f.gpus) {
+    if (std::find(holding.begin(), holding.end(), i) == holding.end()) {
+      GpuEvidence e = gpu_evidence(c, i);
+      long long held = 0;
+      for (const IdleHolder& h : holders) held += h.gpu == i ? 1 : 0;
+      e.values["idle_holders"] = held;
+      f.evidence.push_back(std::move(e));
+    }
+  }
+  add_idle_holder_facts(c, holders, f);
   for (unsigned i : holding) {
     GpuEvidence e = gpu_evidence(c, i);
     const long long youngest = youngest_process_age(c, i);
@@ -100,12 +172,14 @@ Finding holding_finding(const Context& c, const std::vector<unsigned>& holding) 
 }  // namespace
 
 // A GPU held at 0 % for the whole window is holding; otherwise one starved (gpu::is_starved) for
-// the whole window is starved.
+// the whole window is starved. On a GPU that is not held as a whole, a process that held memory at
+// 0 % for the whole window while another one worked is holding too (the per-GPU view misses it).
 void check_starved_and_holding(const Context& c, std::vector<Finding>& out) {
   const DoctorInput& in = c.in;
   const auto& t = in.thresholds;
   std::vector<unsigned> starved;
   std::vector<unsigned> holding;
+  std::vector<IdleHolder> holders;
   for (unsigned i : c.indices) {
     const bool zero = c.sustained(i, [&](const gpu::Device& d) {
       return !d.lost && !d.processes.empty() && d.sample.util_gpu_pct.value_or(1) == 0 &&
@@ -113,12 +187,13 @@ void check_starved_and_holding(const Context& c, std::vector<Finding>& out) {
     });
     if (zero) {
       holding.push_back(i);
-    } else if (c.sustained(i, [&](const gpu::Device& d) { return gpu::is_starved(d, in.activity); })) {
-      starved.push_back(i);
+      continue;
     }
+    if (c.sustained(i, [&](const gpu::Device& d) { return gpu::is_starved(d, in.activity); })) starved.push_back(i);
+    for (const IdleHolder& h : idle_holders(c, i)) holders.push_back(h);
   }
   if (!starved.empty()) out.push_back(starved_finding(c, starved));
-  if (!holding.empty()) out.push_back(holding_finding(c, holding));
+  if (!holding.empty() || !holders.empty()) out.push_back(holding_finding(c, holding, holders));
 }
 
 void check_thermal(const Context& c, std::vector<Finding>& out) {

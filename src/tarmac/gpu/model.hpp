@@ -115,12 +115,22 @@ struct DeviceSlowSample {
 enum class ProcessType { Compute, Graphics, Mps };
 
 // One process using a GPU, as NVML reports it, with what the host knows about it.
+//
+// sm_util_pct and mem_util_pct cover the time since the previous read of the device's per-process
+// samples (the backend keeps a cursor per device, so no read waits and none sees a sample twice):
+// - a value (0..100): the driver answered for that period; 0 is KNOWN IDLE: the call succeeded, or
+//   answered "no samples" (NVML_ERROR_NOT_FOUND), and this process had no sample in the period
+//   (the driver keeps samples only of processes that used the GPU);
+// - std::nullopt: UNKNOWN: the functions are missing or not supported, the GPU is in MIG mode, the
+//   call failed in any other way, the per-process group was not read, or this process's sample was
+//   garbage (a value above 100). Unknown is never idle: nothing may treat it as 0 (a reaper that
+//   did would kill a busy process whose numbers it could not read).
 struct GpuProcess {
   unsigned pid = 0;
   ProcessType type = ProcessType::Compute;
   std::optional<std::uint64_t> used_mem_bytes;
-  std::optional<unsigned> sm_util_pct;   // per-process utilization, where NVML gives it
-  std::optional<unsigned> mem_util_pct;
+  std::optional<unsigned> sm_util_pct;   // SM (3D/compute) utilization; see above
+  std::optional<unsigned> mem_util_pct;  // memory (frame buffer) utilization; see above
   host::ProcessInfo host;
 };
 

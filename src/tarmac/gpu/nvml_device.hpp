@@ -86,6 +86,9 @@ class NvmlDevice {
   DeviceIdentity identity;
   ValueGroups identity_read;  // the groups whose identity part is in `identity`
   GpmSample gpm_previous;  // the last slow read's GPM sample
+  // The newest per-process utilization sample seen (driver time, us): the next read asks only for
+  // newer ones, so no read waits for a sample period and none counts a sample twice.
+  std::optional<unsigned long long> utilization_seen_us;
 
  private:
   const nvml::Library* lib_;

@@ -1,9 +1,11 @@
 // Running processes of a device: compute, graphics and MPS lists (newest versions first, with the
-// count handshake), per-process utilization, and host attribution from /proc.
+// count handshake), per-process utilization (newest function first, a cursor per device), and
+// host attribution from /proc.
 #include <algorithm>
 #include <chrono>
 
 #include "tarmac/gpu/nvml_device.hpp"
+#include "tarmac/gpu/process_utilization.hpp"
 #include "tarmac/host/process_cache.hpp"
 
 namespace tarmac::gpu::detail {
@@ -13,17 +15,21 @@ using namespace tarmac::nvml;
 namespace {
 
 // The size handshake: ask with the current capacity; INSUFFICIENT_SIZE returns the count needed.
-// Processes can start between two calls, so a few rounds are allowed before giving up.
+// Processes can start between two calls, so a few rounds are allowed before giving up. A count
+// beyond any real machine's is refused rather than allocated; a success never claims more records
+// than the buffer held.
 template <typename Record, typename Fn>
 nvmlReturn_t list(Fn fn, nvmlDevice_t h, std::vector<Record>& out) {
+  constexpr unsigned kMaxRecords = 1U << 16;
   unsigned count = 0;
   nvmlReturn_t rc = fn(h, &count, nullptr);
   for (int round = 0; round < 4; ++round) {
     if (rc == NVML_SUCCESS) {
-      out.resize(count);
+      out.resize(std::min<std::size_t>(count, out.size()));
       return rc;
     }
     if (rc != NVML_ERROR_INSUFFICIENT_SIZE) return rc;
+    if (count > kMaxRecords) return NVML_ERROR_UNKNOWN;
     out.resize(count + 8);  // room for processes that start in between
     count = static_cast<unsigned>(out.size());
     rc = fn(h, &count, out.data());
@@ -56,36 +62,87 @@ std::vector<Found> read_family(NvmlDevice& dev, std::string_view what, PFN_nvmlD
   return out;
 }
 
-long long now_us() {
+unsigned long long now_us() {
   using namespace std::chrono;
-  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
+  return static_cast<unsigned long long>(
+      duration_cast<microseconds>(system_clock::now().time_since_epoch()).count());
 }
 
-// Per-process SM and memory utilization over the last few seconds (the latest sample per pid).
-void read_process_utilization(NvmlDevice& dev, std::vector<GpuProcess>& processes) {
-  const Functions& f = dev.fn();
-  if (processes.empty() || dev.lost() || !dev.supported("process_util")) return;
-  const auto since = static_cast<unsigned long long>(now_us() - 10'000'000);
-  std::vector<nvmlProcessUtilizationSample_t> samples;
-  auto fn = [&](nvmlDevice_t h, unsigned* count, nvmlProcessUtilizationSample_t* buffer) {
-    return call(f.nvmlDeviceGetProcessUtilization, h, buffer, count, since);
+UtilizationSample sample_of(const nvmlProcessUtilizationInfo_v1_t& r) {
+  return {r.pid, r.timeStamp, r.smUtil, r.memUtil, r.encUtil, r.decUtil, r.jpgUtil, r.ofaUtil};
+}
+
+UtilizationSample sample_of(const nvmlProcessUtilizationSample_t& r) {
+  return {r.pid, r.timeStamp, r.smUtil, r.memUtil, r.encUtil, r.decUtil, 0, 0};
+}
+
+// nvmlDeviceGetProcessesUtilizationInfo: the count handshake goes through the versioned struct.
+nvmlReturn_t read_utilization_info(NvmlDevice& dev, unsigned long long since, std::vector<UtilizationSample>& out) {
+  nvmlProcessesUtilizationInfo_v1_t info{};
+  info.version = nvmlProcessesUtilizationInfo_v1;
+  info.lastSeenTimeStamp = since;
+  auto fn = [&](nvmlDevice_t h, unsigned* count, nvmlProcessUtilizationInfo_v1_t* buffer) {
+    info.processSamplesCount = *count;
+    info.procUtilArray = buffer;
+    const nvmlReturn_t rc = call(dev.fn().nvmlDeviceGetProcessesUtilizationInfo, h, &info);
+    *count = info.processSamplesCount;
+    return rc;
   };
-  const nvmlReturn_t rc = list(fn, dev.handle(), samples);
-  if (rc == NVML_ERROR_NOT_FOUND) return;  // no samples in the window: not an error
-  if (rc != NVML_SUCCESS) {
-    dev.note_failure("process_util", rc);
-    return;
+  std::vector<nvmlProcessUtilizationInfo_v1_t> records;
+  const nvmlReturn_t rc = list(fn, dev.handle(), records);
+  for (const auto& r : records) out.push_back(sample_of(r));
+  return rc;
+}
+
+// nvmlDeviceGetProcessUtilization: the older function (no JPEG or OFA engines).
+nvmlReturn_t read_utilization_samples(NvmlDevice& dev, unsigned long long since,
+                                      std::vector<UtilizationSample>& out) {
+  auto fn = [&](nvmlDevice_t h, unsigned* count, nvmlProcessUtilizationSample_t* buffer) {
+    return call(dev.fn().nvmlDeviceGetProcessUtilization, h, buffer, count, since);
+  };
+  std::vector<nvmlProcessUtilizationSample_t> records;
+  const nvmlReturn_t rc = list(fn, dev.handle(), records);
+  for (const auto& r : records) out.push_back(sample_of(r));
+  return rc;
+}
+
+// Whether the GPU runs in MIG mode, where per-process rates are not supported (nothing is asked).
+bool in_mig_mode(NvmlDevice& dev) {
+  unsigned current = NVML_DEVICE_MIG_DISABLE;
+  unsigned pending = NVML_DEVICE_MIG_DISABLE;
+  return call(dev.fn().nvmlDeviceGetMigMode, dev.handle(), &current, &pending) == NVML_SUCCESS &&
+         current == NVML_DEVICE_MIG_ENABLE;
+}
+
+// One read of the device's samples newer than `since`, newest function first: a driver without
+// nvmlDeviceGetProcessesUtilizationInfo, or one that does not support it, is asked the older way.
+UtilizationRead read_utilization(NvmlDevice& dev, unsigned long long since, std::vector<UtilizationSample>& out) {
+  if (dev.lost() || in_mig_mode(dev)) return UtilizationRead::Unknown;
+  struct Way {
+    std::string_view what;
+    nvmlReturn_t (*read)(NvmlDevice&, unsigned long long, std::vector<UtilizationSample>&);
+  };
+  for (const Way way : {Way{"process_util_info", read_utilization_info}, Way{"process_util", read_utilization_samples}}) {
+    if (!dev.supported(way.what)) continue;
+    out.clear();
+    const nvmlReturn_t rc = way.read(dev, since, out);
+    if (rc == NVML_SUCCESS) return UtilizationRead::Samples;
+    if (rc == NVML_ERROR_NOT_FOUND) return UtilizationRead::NoSamples;  // "no samples": not an error
+    // A driver that knows the function but not this struct version does not support it as asked.
+    dev.note_failure(way.what, rc == NVML_ERROR_ARGUMENT_VERSION_MISMATCH ? NVML_ERROR_NOT_SUPPORTED : rc);
+    if (dev.supported(way.what)) return UtilizationRead::Unknown;  // a failure, not an absence: no fallback
   }
-  for (auto& p : processes) {
-    unsigned long long latest = 0;
-    for (const auto& s : samples) {
-      if (s.pid == p.pid && s.timeStamp >= latest) {
-        latest = s.timeStamp;
-        p.sm_util_pct = s.smUtil;
-        p.mem_util_pct = s.memUtil;
-      }
-    }
-  }
+  return UtilizationRead::Unknown;
+}
+
+// Per-process SM and memory utilization since the previous read of this device (model.hpp).
+void read_process_utilization(NvmlDevice& dev, std::vector<GpuProcess>& processes) {
+  if (processes.empty()) return;
+  const unsigned long long now = now_us();
+  const unsigned long long since = dev.utilization_seen_us.value_or(now - kFirstUtilizationWindowUs);
+  std::vector<UtilizationSample> samples;
+  const UtilizationRead read = read_utilization(dev, since, samples);
+  dev.utilization_seen_us = apply_utilization(read, samples, since, now, processes);
 }
 
 }  // namespace

@@ -248,6 +248,29 @@ struct nvmlProcessUtilizationSample_t {
   unsigned int decUtil;
 };
 
+// What nvmlDeviceGetProcessesUtilizationInfo fills (drivers 550 and later): one record per process
+// with a sample newer than the caller's lastSeenTimeStamp, now with JPEG and OFA engines. 40 bytes
+// (the 8-byte timestamp first, so 4 bytes of tail padding).
+struct nvmlProcessUtilizationInfo_v1_t {
+  unsigned long long timeStamp;  // CPU time of the sample, microseconds since the epoch
+  unsigned int pid;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+  unsigned int jpgUtil;
+  unsigned int ofaUtil;
+};
+
+// The versioned argument of nvmlDeviceGetProcessesUtilizationInfo: the caller sets version, the
+// array's capacity (processSamplesCount) and lastSeenTimeStamp; the driver writes the count back.
+struct nvmlProcessesUtilizationInfo_v1_t {
+  unsigned int version;
+  unsigned int processSamplesCount;
+  unsigned long long lastSeenTimeStamp;
+  nvmlProcessUtilizationInfo_v1_t* procUtilArray;
+};
+
 struct nvmlEventData_t {
   nvmlDevice_t device;
   unsigned long long eventType;
@@ -255,6 +278,10 @@ struct nvmlEventData_t {
   unsigned int gpuInstanceId;
   unsigned int computeInstanceId;
 };
+
+// NVML_STRUCT_VERSION(ProcessesUtilizationInfo, 1).
+inline constexpr unsigned int nvmlProcessesUtilizationInfo_v1 =
+    struct_version(sizeof(nvmlProcessesUtilizationInfo_v1_t), 1);
 
 struct nvmlGpmMetric_t {
   unsigned int metricId;

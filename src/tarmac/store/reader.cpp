@@ -134,17 +134,22 @@ Result<std::vector<Rollup>> Reader::rollups(Level level, const TimeRange& range,
 }
 
 Result<std::vector<ProcessSample>> Reader::process_samples(const TimeRange& range, const std::vector<unsigned>& gpus) {
-  TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("SELECT ts_ms, gpu, pid, mem_used_mib, sm_util_pct FROM "
+  // A version 1 store that no agent has upgraded yet (the reader never writes) has no
+  // mem_util_pct: its rows read as unknown.
+  TARMAC_TRY_ASSIGN(auto has_mem_util, db_.scalar("SELECT count(*) FROM pragma_table_info('process_sample') "
+                                                  "WHERE name = 'mem_util_pct'"));
+  const char* mem_util = has_mem_util.value_or(0) != 0 ? "mem_util_pct" : "NULL";
+  TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("SELECT ts_ms, gpu, pid, mem_used_mib, sm_util_pct, {} FROM "
                                                      "process_sample WHERE ts_ms >= ? AND ts_ms < ?{} "
                                                      "ORDER BY ts_ms, gpu, pid",
-                                                     gpu_filter(gpus))));
+                                                     mem_util, gpu_filter(gpus))));
   bind_range(st, range);
   std::vector<ProcessSample> out;
   for (;;) {
     TARMAC_TRY_ASSIGN(const bool row, st.step());
     if (!row) break;
     out.push_back({st.int64(0), static_cast<unsigned>(st.int64(1)), static_cast<unsigned>(st.int64(2)),
-                   st.opt_int64(3), st.opt_int64(4)});
+                   st.opt_int64(3), st.opt_int64(4), st.opt_int64(5)});
   }
   return out;
 }

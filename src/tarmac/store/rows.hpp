@@ -46,13 +46,15 @@ struct SlowSample {
   std::optional<double> dram_bw_pct;
 };
 
-// One process on one GPU at one moment (table process_sample).
+// One process on one GPU at one moment (table process_sample). The utilizations keep the model's
+// contract (gpu/model.hpp, GpuProcess): NULL is unknown, 0 is known idle.
 struct ProcessSample {
   long long ts_ms = 0;
   unsigned gpu = 0;
   unsigned pid = 0;
   std::optional<long long> mem_used_mib;
   std::optional<long long> sm_util_pct;
+  std::optional<long long> mem_util_pct;  // NULL in rows a version 1 store recorded
 };
 
 // A process's stay on one GPU, from first to last sample that saw it (table process).

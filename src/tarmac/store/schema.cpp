@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS gpu_slow_sample(
   PRIMARY KEY(ts_ms, gpu)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS process_sample(
   ts_ms INTEGER NOT NULL, gpu INTEGER NOT NULL, pid INTEGER NOT NULL,
-  mem_used_mib INTEGER, sm_util_pct INTEGER, PRIMARY KEY(ts_ms, gpu, pid)) WITHOUT ROWID;
+  mem_used_mib INTEGER, sm_util_pct INTEGER, mem_util_pct INTEGER, PRIMARY KEY(ts_ms, gpu, pid)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS process(
   gpu INTEGER NOT NULL, pid INTEGER NOT NULL, first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
   start_unix INTEGER, user TEXT, command TEXT, container TEXT, slurm_job TEXT,
@@ -60,6 +60,14 @@ CREATE VIEW IF NOT EXISTS gpu_hour_v AS
          1.0 * power_w_sum / samples AS power_w_avg, temp_c_max
   FROM gpu_hour;
 )sql";
+
+// Version 1 stores lack process_sample.mem_util_pct: their rows keep NULL (unknown), never 0.
+Result<void> upgrade_from_version_1(Database& db) {
+  TARMAC_TRY_ASSIGN(auto has, db.scalar("SELECT count(*) FROM pragma_table_info('process_sample') "
+                                        "WHERE name = 'mem_util_pct'"));
+  if (has.value_or(0) != 0) return {};
+  return db.exec("ALTER TABLE process_sample ADD COLUMN mem_util_pct INTEGER");
+}
 
 }  // namespace
 
@@ -90,6 +98,7 @@ Result<void> ensure_schema(Database& db) {
     }
     TARMAC_TRY_ASSIGN(auto version, db.scalar("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'"));
     if (version && *version > kSchemaVersion) return check_schema(db);
+    TARMAC_TRY(upgrade_from_version_1(db));
     return db.exec(fmt::format("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '{}')", kSchemaVersion));
   };
   if (auto r = body(); !r.ok()) {

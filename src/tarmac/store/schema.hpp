@@ -5,10 +5,12 @@
 
 namespace tarmac::store {
 
-inline constexpr int kSchemaVersion = 1;
+// 1: the first; 2: process_sample.mem_util_pct (per-process memory utilization, issue 15).
+inline constexpr int kSchemaVersion = 2;
 
-// Creates the tables, indexes and views that are missing and checks the schema version; sets WAL
-// mode. Fails on a database written by a newer tarmac.
+// Creates the tables, indexes and views that are missing, brings a store of an older version to
+// kSchemaVersion in place (in the same transaction), and checks the schema version; sets WAL mode.
+// Fails on a database written by a newer tarmac.
 [[nodiscard]] Result<void> ensure_schema(Database& db);
 
 // Checks that `db` is a tarmac store of a version this binary reads.

@@ -476,5 +476,29 @@ TEST_F(TrackerTest, ASteadyProcessIsSampledOnChangeAndOnceAMinute) {
   EXPECT_EQ(samples->back().mem_used_mib, 31000);
 }
 
+// Per-process utilization is recorded with the model's contract (NULL unknown, 0 idle), and a
+// process whose utilization becomes readable is a change: written at once, not a minute later, so
+// the store never leaves "unknown" standing for a time the process was known to be idle.
+TEST_F(TrackerTest, PerProcessUtilizationIsRecordedAndUnknownToIdleIsAChange) {
+  auto at = [&](long long t, std::optional<unsigned> sm, std::optional<unsigned> mem) {
+    auto p = process(100, 6144);
+    p.sm_util_pct = sm;
+    p.mem_util_pct = mem;
+    observe(snapshot({device(0, 90, {p})}), kT0 + t * kS);
+  };
+  at(0, std::nullopt, std::nullopt);
+  at(5, std::nullopt, std::nullopt);  // unchanged: not written
+  at(10, 0U, 0U);                     // unknown -> idle
+  at(15, 0U, 0U);
+  at(20, 0U, 7U);                     // memory utilization alone changes
+  at(25, 92U, 7U);
+  auto samples = read().process_samples(kAll, {});
+  ASSERT_TRUE(samples.ok());
+  std::vector<std::tuple<long long, std::optional<long long>, std::optional<long long>>> got;
+  for (const auto& s : *samples) got.emplace_back((s.ts_ms - kT0) / kS, s.sm_util_pct, s.mem_util_pct);
+  using Row = std::tuple<long long, std::optional<long long>, std::optional<long long>>;
+  EXPECT_EQ(got, (std::vector<Row>{Row{0, std::nullopt, std::nullopt}, Row{10, 0, 0}, Row{20, 0, 7}, Row{25, 92, 7}}));
+}
+
 }  // namespace
 }  // namespace tarmac::agent

@@ -180,6 +180,50 @@ TEST(Doctor, StarvedVersusHolding) {
   EXPECT_EQ(find(d, "holding")->gpus, (std::vector<unsigned>{3}));
 }
 
+// Issue 15: a process holding memory at 0 % beside a working one, on a busy GPU. Its own
+// utilization must be known idle; unknown is never flagged.
+gpu::GpuProcess with_util(gpu::GpuProcess p, std::optional<unsigned> sm, std::optional<unsigned> mem) {
+  p.sm_util_pct = sm;
+  p.mem_util_pct = mem;
+  return p;
+}
+
+TEST(Doctor, AProcessHoldingMemoryAtZeroBesideAWorkingOneIsHolding) {
+  auto frame = balanced();
+  frame[0] = device(0, 92, 37264,
+                    {with_util(process(1000, 30720), 92U, 38U),
+                     with_util(process(4242, 6144, 77, "python -m ipykernel_launcher -f k.json"), 0U, 0U)});
+  const auto d = diagnose(steady(frame));
+  const Finding* f = find(d, "holding");
+  ASSERT_NE(f, nullptr) << "the per-GPU view alone cannot see it: GPU 0 is busy";
+  EXPECT_EQ(f->gpus, (std::vector<unsigned>{0}));
+  EXPECT_NE(f->summary.find("PID 4242"), std::string::npos) << f->summary;
+  ASSERT_EQ(f->evidence.size(), 1U);
+  EXPECT_EQ(std::get<long long>(f->evidence[0].values.at("idle_holders")), 1);
+  const bool named = std::any_of(f->facts.begin(), f->facts.end(), [](const std::string& fact) {
+    return fact.find("PID 4242") != std::string::npos && fact.find("while PID 1000 works") != std::string::npos;
+  });
+  EXPECT_TRUE(named);
+}
+
+TEST(Doctor, AProcessWhoseUtilizationIsUnknownIsNeverHolding) {
+  auto frame = balanced();
+  frame[0] = device(0, 92, 37264,
+                    {with_util(process(1000, 30720), 92U, 38U), with_util(process(4242, 6144), std::nullopt, std::nullopt)});
+  EXPECT_EQ(find(diagnose(steady(frame)), "holding"), nullptr);
+  // Nor is a small holder, nor one idle only briefly.
+  frame[0].processes[1] = with_util(process(4242, 512), 0U, 0U);
+  EXPECT_EQ(find(diagnose(steady(frame)), "holding"), nullptr);
+  std::vector<std::vector<gpu::Device>> frames;
+  for (int k = 0; k < 12; ++k) {
+    auto f = balanced();
+    const unsigned sm = k == 5 || k == 6 ? 0 : 40;  // two samples of twelve
+    f[0] = device(0, 92, 37264, {with_util(process(1000, 30720), 92U, 38U), with_util(process(4242, 6144), sm, 0U)});
+    frames.push_back(f);
+  }
+  EXPECT_EQ(find(diagnose(window(frames)), "holding"), nullptr);
+}
+
 TEST(Doctor, StarvationThatStartsPartwayIsCaughtABriefDipIsNot) {
   std::vector<std::vector<gpu::Device>> frames;
   for (int k = 0; k < 12; ++k) {

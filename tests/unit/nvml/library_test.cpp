@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "tarmac/gpu/backend.hpp"
 
@@ -144,6 +146,136 @@ TEST_P(BackendTest, ReadsTheScenarioThroughTheNewestEntryPointsPresent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(CurrentAndOldDriver, BackendTest, ::testing::Values(kSimLib, kOldSimLib));
+
+// Per-process utilization through nvmlDeviceGetProcessesUtilizationInfo (current driver) and its
+// fallback nvmlDeviceGetProcessUtilization (old driver), on processes of another PID namespace
+// (listed without a launcher): the contract of gpu/model.hpp, end to end.
+constexpr const char* kUtilizationScenario = R"toml(
+name = "per-process-utilization"
+[gpu_defaults]
+name = "NVIDIA A100-SXM4-40GB"
+architecture = "ampere"
+memory_mib = 40960
+mig_mode = false
+[[gpu]]
+pci_bus_id = "00000000:07:00.0"
+uuid = "GPU-00000000-0000-4000-8000-000000000000"
+[[gpu]]
+pci_bus_id = "00000000:0F:00.0"
+uuid = "GPU-00000000-0000-4000-8000-000000000001"
+[[gpu]]
+pci_bus_id = "00000000:47:00.0"
+uuid = "GPU-00000000-0000-4000-8000-000000000002"
+[[gpu]]
+pci_bus_id = "00000000:4E:00.0"
+uuid = "GPU-00000000-0000-4000-8000-000000000003"
+mig_mode = true
+[[timeline]]
+util_gpu = 90
+[[process]]
+gpu = 0
+name = "worker"
+host_pid = 4200001
+memory_mib = 30720
+sm_util = 92
+mem_util = 38
+[[process]]
+gpu = 0
+name = "zombie"
+host_pid = 4200002
+memory_mib = 6144
+sm_util = 0
+mem_util = 0
+[[process]]
+gpu = 1
+name = "garbled"
+host_pid = 4200003
+memory_mib = 1024
+util_sample = "garbage"
+[[process]]
+gpu = 1
+name = "idle"
+host_pid = 4200004
+memory_mib = 1024
+sm_util = 0
+mem_util = 0
+[[process]]
+gpu = 2
+name = "unreadable"
+host_pid = 4200005
+memory_mib = 1024
+util_sample = "unreadable"
+[[process]]
+gpu = 2
+name = "beside"
+host_pid = 4200006
+memory_mib = 1024
+sm_util = 0
+[[process]]
+gpu = 3
+name = "mig"
+host_pid = 4200007
+memory_mib = 1024
+sm_util = 50
+)toml";
+
+class ProcessUtilizationTest : public BackendTest {
+ protected:
+  void SetUp() override {
+    BackendTest::SetUp();
+    char dir[] = "/tmp/tarmac-nvml-util-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    dir_ = dir;
+    const std::string path = dir_ + "/per-process-utilization.toml";
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(kUtilizationScenario, f);
+    std::fclose(f);
+    setenv("TARMAC_SIM_SCENARIO", path.c_str(), 1);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+const gpu::GpuProcess* process(const gpu::Snapshot& snap, unsigned gpu, unsigned pid) {
+  for (const auto& p : snap.devices.at(gpu).processes) {
+    if (p.pid == pid) return &p;
+  }
+  return nullptr;
+}
+
+TEST_P(ProcessUtilizationTest, IdleIsZeroAndWhatCannotBeReadIsUnknown) {
+  auto backend = gpu::open_nvml_backend(GetParam());
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  auto snap = (*backend)->snapshot(gpu::SnapshotOptions{.processes = true});
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  ASSERT_EQ(snap->devices.size(), 4U);
+  struct Want {
+    unsigned gpu, pid;
+    std::optional<unsigned> sm, mem;
+  };
+  const Want wants[] = {
+      {0, 4200001, 92, 38},                    // works
+      {0, 4200002, 0, 0},                      // listed, no sample: known idle (was unknown before issue 15)
+      {1, 4200003, std::nullopt, std::nullopt},  // a garbage sample: unknown
+      {1, 4200004, 0, 0},                      // idle beside it
+      {2, 4200005, std::nullopt, std::nullopt},  // the GPU's samples cannot be read: unknown, never idle
+      {2, 4200006, std::nullopt, std::nullopt},
+      {3, 4200007, std::nullopt, std::nullopt},  // MIG: no per-process rates
+  };
+  for (const Want& w : wants) {
+    SCOPED_TRACE(w.pid);
+    const gpu::GpuProcess* p = process(*snap, w.gpu, w.pid);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->sm_util_pct, w.sm);
+    EXPECT_EQ(p->mem_util_pct, w.mem);
+  }
+  // The failed read is reported next to the values that did read; MIG is not an error.
+  EXPECT_FALSE(snap->devices[2].errors.empty());
+  EXPECT_TRUE(snap->devices[3].errors.empty()) << snap->devices[3].errors.front().message;
+}
+
+INSTANTIATE_TEST_SUITE_P(CurrentAndOldDriver, ProcessUtilizationTest, ::testing::Values(kSimLib, kOldSimLib));
 
 }  // namespace
 }  // namespace tarmac::nvml

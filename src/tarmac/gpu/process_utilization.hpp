@@ -1,0 +1,43 @@
+// Per-process utilization from the driver's sample buffer, turned into GpuProcess::sm_util_pct and
+// mem_util_pct under the contract model.hpp states (a value, 0 for known idle, or unknown). Pure:
+// nvml_processes.cpp reads the samples, these rules decide what they mean (tests/unit/gpu).
+#pragma once
+
+#include <vector>
+
+#include "tarmac/gpu/model.hpp"
+
+namespace tarmac::gpu {
+
+// One sample of one process, in the driver's terms (percentages over the driver's sample period).
+struct UtilizationSample {
+  unsigned pid = 0;
+  unsigned long long timestamp_us = 0;  // CPU time, microseconds since the epoch
+  unsigned sm_pct = 0;
+  unsigned mem_pct = 0;
+  unsigned enc_pct = 0;
+  unsigned dec_pct = 0;
+  unsigned jpg_pct = 0;  // 0 where the driver's function has no JPEG engine
+  unsigned ofa_pct = 0;  // 0 where it has no OFA engine
+};
+
+// How the read of a device's samples went.
+enum class UtilizationRead {
+  Samples,    // the call succeeded: the samples it returned
+  NoSamples,  // the driver had no sample newer than the cursor (NVML_ERROR_NOT_FOUND)
+  Unknown,    // not supported, MIG, or any other failure: nothing is known
+};
+
+// The first read of a device asks for this much history (no read waits for a sample period).
+inline constexpr unsigned long long kFirstUtilizationWindowUs = 5'000'000;
+
+// Sets sm_util_pct and mem_util_pct of every process from one read of its device, whose cursor was
+// `last_seen_us` (only samples newer than it count), at `now_us`. A process with a garbage sample
+// (a value above 100, or a time more than a minute in the future) is unknown; one with valid samples
+// takes its latest; one with none is idle (0) when the read succeeded or found no samples. Returns
+// the cursor for the next read: the newest valid sample's time, or `last_seen_us`.
+[[nodiscard]] unsigned long long apply_utilization(UtilizationRead read, const std::vector<UtilizationSample>& samples,
+                                                   unsigned long long last_seen_us, unsigned long long now_us,
+                                                   std::vector<GpuProcess>& processes);
+
+}  // namespace tarmac::gpu

@@ -1,0 +1,113 @@
+// The per-process utilization contract (gpu/model.hpp) on fixed reads: what a read of the driver's
+// samples means for each listed process, and where the next read starts.
+#include "tarmac/gpu/process_utilization.hpp"
+
+#include <gtest/gtest.h>
+
+namespace tarmac::gpu {
+namespace {
+
+constexpr unsigned long long kSeen = 1'700'000'000'000'000ULL;  // the cursor, us
+constexpr unsigned long long kNow = kSeen + 2'000'000ULL;
+
+std::vector<GpuProcess> listed(std::initializer_list<unsigned> pids) {
+  std::vector<GpuProcess> out;
+  for (unsigned pid : pids) {
+    GpuProcess p;
+    p.pid = pid;
+    p.sm_util_pct = 77;  // stale values from elsewhere: every read must overwrite them
+    p.mem_util_pct = 77;
+    out.push_back(p);
+  }
+  return out;
+}
+
+UtilizationSample sample(unsigned pid, unsigned long long ts, unsigned sm, unsigned mem) {
+  UtilizationSample s;
+  s.pid = pid;
+  s.timestamp_us = ts;
+  s.sm_pct = sm;
+  s.mem_pct = mem;
+  return s;
+}
+
+// The fix of issue 15: a listed process without a sample is known idle, not unknown.
+TEST(ProcessUtilization, AListedProcessWithoutASampleIsIdleWhenTheReadSucceeded) {
+  auto procs = listed({100, 200});
+  const auto cursor = apply_utilization(UtilizationRead::Samples, {sample(100, kSeen + 10, 92, 38)}, kSeen, kNow, procs);
+  EXPECT_EQ(procs[0].sm_util_pct, 92U);
+  EXPECT_EQ(procs[0].mem_util_pct, 38U);
+  EXPECT_EQ(procs[1].sm_util_pct, 0U);
+  EXPECT_EQ(procs[1].mem_util_pct, 0U);
+  EXPECT_EQ(cursor, kSeen + 10);
+}
+
+TEST(ProcessUtilization, NoSamplesAtAllMeansEveryListedProcessIsIdle) {
+  auto procs = listed({100, 200});
+  EXPECT_EQ(apply_utilization(UtilizationRead::NoSamples, {}, kSeen, kNow, procs), kSeen);
+  for (const auto& p : procs) {
+    EXPECT_EQ(p.sm_util_pct, 0U);
+    EXPECT_EQ(p.mem_util_pct, 0U);
+  }
+}
+
+TEST(ProcessUtilization, AFailedReadLeavesEveryProcessUnknownNeverIdle) {
+  auto procs = listed({100, 200});
+  EXPECT_EQ(apply_utilization(UtilizationRead::Unknown, {sample(100, kSeen + 10, 92, 38)}, kSeen, kNow, procs), kSeen);
+  for (const auto& p : procs) {
+    EXPECT_FALSE(p.sm_util_pct.has_value());
+    EXPECT_FALSE(p.mem_util_pct.has_value());
+  }
+}
+
+TEST(ProcessUtilization, AGarbageSampleMakesThatProcessUnknownAndLeavesTheCursor) {
+  auto procs = listed({100, 200, 300});
+  UtilizationSample jpeg = sample(300, kSeen + 30, 10, 10);
+  jpeg.jpg_pct = 4000;  // any engine above 100 spoils the sample
+  const auto cursor = apply_utilization(
+      UtilizationRead::Samples, {sample(100, kSeen + 20, 4294967295U, 4294967295U), sample(200, kSeen + 10, 40, 20), jpeg},
+      kSeen, kNow, procs);
+  EXPECT_FALSE(procs[0].sm_util_pct.has_value());
+  EXPECT_FALSE(procs[0].mem_util_pct.has_value());
+  EXPECT_EQ(procs[1].sm_util_pct, 40U);
+  EXPECT_FALSE(procs[2].sm_util_pct.has_value());
+  EXPECT_EQ(cursor, kSeen + 10);  // garbage does not move it
+}
+
+TEST(ProcessUtilization, AGoodSampleBesideAGarbageOneOfTheSameProcessDoesNotRescueIt) {
+  auto procs = listed({100});
+  (void)apply_utilization(UtilizationRead::Samples, {sample(100, kSeen + 10, 50, 5), sample(100, kSeen + 20, 101, 5)},
+                          kSeen, kNow, procs);
+  EXPECT_FALSE(procs[0].sm_util_pct.has_value());
+}
+
+TEST(ProcessUtilization, ASampleFromFarInTheFutureIsGarbageAndCannotHideLaterSamples) {
+  auto procs = listed({100});
+  const auto cursor = apply_utilization(UtilizationRead::Samples, {sample(100, kNow + 3'600'000'000ULL, 50, 5)}, kSeen,
+                                        kNow, procs);
+  EXPECT_FALSE(procs[0].sm_util_pct.has_value());
+  EXPECT_EQ(cursor, kSeen);
+}
+
+TEST(ProcessUtilization, TheLatestSampleOfAProcessWinsAndTheCursorIsTheNewestSample) {
+  auto procs = listed({100});
+  const auto cursor = apply_utilization(
+      UtilizationRead::Samples,
+      {sample(100, kSeen + 300, 60, 6), sample(100, kSeen + 100, 10, 1), sample(555, kSeen + 900, 99, 9)}, kSeen, kNow,
+      procs);
+  EXPECT_EQ(procs[0].sm_util_pct, 60U);
+  EXPECT_EQ(procs[0].mem_util_pct, 6U);
+  EXPECT_EQ(cursor, kSeen + 900);  // a process not listed (it ended) still moves the cursor
+}
+
+TEST(ProcessUtilization, SamplesNotNewerThanTheCursorAreNotCountedAgain) {
+  auto procs = listed({100});
+  const auto cursor =
+      apply_utilization(UtilizationRead::Samples, {sample(100, kSeen, 60, 6), sample(100, kSeen - 5, 70, 7)}, kSeen,
+                        kNow, procs);
+  EXPECT_EQ(procs[0].sm_util_pct, 0U);  // what the driver should not have returned counts for nothing
+  EXPECT_EQ(cursor, kSeen);
+}
+
+}  // namespace
+}  // namespace tarmac::gpu

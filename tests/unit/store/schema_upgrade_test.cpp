@@ -1,0 +1,107 @@
+// A store written by the tarmac before process_sample had mem_util_pct (schema version 1, its
+// table copied below as that tarmac made it): readers read it as it is (the missing column as
+// unknown), the agent's recorder upgrades it in place in one transaction, and from then on per-process
+// utilization keeps "unknown" (NULL) and "idle" (0) apart (issue 15).
+#include <gtest/gtest.h>
+
+#include "tarmac/store/reader.hpp"
+#include "tarmac/store/recorder.hpp"
+#include "tarmac/store/schema.hpp"
+#include "tarmac/store/sqlite.hpp"
+#include "temp_dir.hpp"
+
+namespace tarmac::store {
+namespace {
+
+using test_support::TempDir;
+
+constexpr long long kT0 = 1736154000000;
+constexpr TimeRange kAll{0, 4'000'000'000'000};
+
+// meta and process_sample as version 1 created them (src/tarmac/store/schema.cpp before the
+// upgrade), with one recorded row.
+constexpr const char* kVersion1 = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS process_sample(
+  ts_ms INTEGER NOT NULL, gpu INTEGER NOT NULL, pid INTEGER NOT NULL,
+  mem_used_mib INTEGER, sm_util_pct INTEGER, PRIMARY KEY(ts_ms, gpu, pid)) WITHOUT ROWID;
+INSERT INTO meta(key, value) VALUES('schema_version', '1');
+INSERT INTO process_sample(ts_ms, gpu, pid, mem_used_mib, sm_util_pct) VALUES(1736154000000, 0, 4242, 6144, 0);
+)sql";
+
+std::string make_version_1_store(const TempDir& dir) {
+  const std::string path = database_path(dir.path());
+  auto db = Database::open(path, Database::Mode::ReadWrite);
+  EXPECT_TRUE(db.ok()) << db.error().message;
+  EXPECT_TRUE(db->exec(kVersion1).ok());
+  return path;
+}
+
+long long schema_version(const std::string& path) {
+  auto db = Database::open(path, Database::Mode::ReadOnly);
+  if (!db.ok()) return -1;
+  auto v = db->scalar("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'");
+  return v.ok() ? v->value_or(-1) : -1;
+}
+
+TEST(SchemaUpgrade, AReaderReadsAVersionOneStoreAsItIsWithMemoryUtilizationUnknown) {
+  TempDir dir;
+  const std::string path = make_version_1_store(dir);
+  auto reader = Reader::open(path);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  auto rows = reader->process_samples(kAll, {});
+  ASSERT_TRUE(rows.ok()) << rows.error().message;
+  ASSERT_EQ(rows->size(), 1U);
+  EXPECT_EQ((*rows)[0].sm_util_pct, 0);
+  EXPECT_FALSE((*rows)[0].mem_util_pct.has_value());  // never recorded: unknown, not 0
+  EXPECT_EQ(schema_version(path), 1);                  // a reader never writes
+}
+
+TEST(SchemaUpgrade, TheRecorderUpgradesAVersionOneStoreInPlaceAndKeepsUnknownApartFromIdle) {
+  TempDir dir;
+  const std::string path = make_version_1_store(dir);
+  {
+    Recorder rec({path, {}, 1000});
+    rec.add(ProcessSample{kT0 + 1000, 0, 4242, 6144, 0, 0});                       // known idle
+    rec.add(ProcessSample{kT0 + 1000, 0, 4343, 30720, std::nullopt, std::nullopt});  // unknown
+    rec.add(ProcessSample{kT0 + 1000, 0, 4444, 30720, 92, 38});
+    const FlushStatus st = rec.flush();
+    ASSERT_TRUE(st.ok) << st.message;
+  }
+  EXPECT_EQ(schema_version(path), kSchemaVersion);
+  auto reader = Reader::open(path);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  auto rows = reader->process_samples(kAll, {});
+  ASSERT_TRUE(rows.ok()) << rows.error().message;
+  ASSERT_EQ(rows->size(), 4U);
+  EXPECT_FALSE((*rows)[0].mem_util_pct.has_value());  // the old row: unknown
+  EXPECT_EQ((*rows)[0].mem_used_mib, 6144);
+  EXPECT_EQ((*rows)[1].mem_util_pct, 0);
+  EXPECT_EQ((*rows)[1].sm_util_pct, 0);
+  EXPECT_FALSE((*rows)[2].sm_util_pct.has_value());
+  EXPECT_FALSE((*rows)[2].mem_util_pct.has_value());
+  EXPECT_EQ((*rows)[3].mem_util_pct, 38);
+
+  auto again = Database::open(path, Database::Mode::ReadWrite);  // opening it again changes nothing
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(ensure_schema(*again).ok());
+  EXPECT_EQ(schema_version(path), kSchemaVersion);
+}
+
+TEST(SchemaUpgrade, AStoreOfANewerSchemaIsRefused) {
+  TempDir dir;
+  const std::string path = make_version_1_store(dir);
+  {
+    auto db = Database::open(path, Database::Mode::ReadWrite);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(db->exec("UPDATE meta SET value = '99' WHERE key = 'schema_version'").ok());
+  }
+  auto db = Database::open(path, Database::Mode::ReadWrite);
+  ASSERT_TRUE(db.ok());
+  auto r = ensure_schema(*db);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("newer than this tarmac reads"), std::string::npos) << r.error().message;
+}
+
+}  // namespace
+}  // namespace tarmac::store
