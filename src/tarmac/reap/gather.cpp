@@ -211,7 +211,12 @@ Observation observe(const gpu::Device& device, const gpu::GpuProcess& process, l
   o.ts_ms = ts_ms;
   o.mem_used_bytes = process.used_mem_bytes;
   if (process.sm_util_pct && *process.sm_util_pct <= kMaxUtilPct) {
+    // A process that only moves memory (copy engines, no kernels) is working too: the busier of
+    // its SM and memory utilization, where the memory one is known.
     o.sm_util_pct = process.sm_util_pct;
+    if (process.mem_util_pct && *process.mem_util_pct <= kMaxUtilPct) {
+      o.sm_util_pct = std::max(*process.sm_util_pct, *process.mem_util_pct);
+    }
     o.source = UtilSource::PerProcess;
   } else if (!process.sm_util_pct && device.processes.size() == 1 && device.sample.util_gpu_pct &&
              *device.sample.util_gpu_pct <= kMaxUtilPct) {

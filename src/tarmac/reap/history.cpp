@@ -52,7 +52,13 @@ IdleHistory store_history(const store::ProcessSpan& span, const std::vector<stor
     Observation o;
     o.ts_ms = row.ts_ms;
     if (row.sm_util_pct && *row.sm_util_pct >= 0 && *row.sm_util_pct <= 100) {
-      o.sm_util_pct = static_cast<unsigned>(*row.sm_util_pct);
+      // The busier of SM and memory utilization, as gather's observe() takes it (a store written
+      // before schema 2 has no memory figure: SM alone).
+      long long busiest = *row.sm_util_pct;
+      if (row.mem_util_pct && *row.mem_util_pct >= 0 && *row.mem_util_pct <= 100) {
+        busiest = std::max(busiest, *row.mem_util_pct);
+      }
+      o.sm_util_pct = static_cast<unsigned>(busiest);
       o.source = UtilSource::PerProcess;
     }
     if (row.mem_used_mib && *row.mem_used_mib >= 0) {

@@ -7,8 +7,8 @@
 namespace tarmac::gpu {
 namespace {
 
-constexpr unsigned long long kSeen = 1'700'000'000'000'000ULL;  // the cursor, us
-constexpr unsigned long long kNow = kSeen + 2'000'000ULL;
+constexpr unsigned long long kSeenUs = 1'700'000'000'000'000ULL;  // the cursor, us
+constexpr unsigned long long kNowUs = kSeenUs + 2'000'000ULL;
 
 std::vector<GpuProcess> listed(std::initializer_list<unsigned> pids) {
   std::vector<GpuProcess> out;
@@ -34,17 +34,17 @@ UtilizationSample sample(unsigned pid, unsigned long long ts, unsigned sm, unsig
 // The fix of issue 15: a listed process without a sample is known idle, not unknown.
 TEST(ProcessUtilization, AListedProcessWithoutASampleIsIdleWhenTheReadSucceeded) {
   auto procs = listed({100, 200});
-  const auto cursor = apply_utilization(UtilizationRead::Samples, {sample(100, kSeen + 10, 92, 38)}, kSeen, kNow, procs);
+  const auto cursor = apply_utilization(UtilizationRead::Samples, {sample(100, kSeenUs + 10, 92, 38)}, kSeenUs, kNowUs, procs);
   EXPECT_EQ(procs[0].sm_util_pct, 92U);
   EXPECT_EQ(procs[0].mem_util_pct, 38U);
   EXPECT_EQ(procs[1].sm_util_pct, 0U);
   EXPECT_EQ(procs[1].mem_util_pct, 0U);
-  EXPECT_EQ(cursor, kSeen + 10);
+  EXPECT_EQ(cursor, kSeenUs + 10);
 }
 
 TEST(ProcessUtilization, NoSamplesAtAllMeansEveryListedProcessIsIdle) {
   auto procs = listed({100, 200});
-  EXPECT_EQ(apply_utilization(UtilizationRead::NoSamples, {}, kSeen, kNow, procs), kSeen);
+  EXPECT_EQ(apply_utilization(UtilizationRead::NoSamples, {}, kSeenUs, kNowUs, procs), kSeenUs);
   for (const auto& p : procs) {
     EXPECT_EQ(p.sm_util_pct, 0U);
     EXPECT_EQ(p.mem_util_pct, 0U);
@@ -53,7 +53,7 @@ TEST(ProcessUtilization, NoSamplesAtAllMeansEveryListedProcessIsIdle) {
 
 TEST(ProcessUtilization, AFailedReadLeavesEveryProcessUnknownNeverIdle) {
   auto procs = listed({100, 200});
-  EXPECT_EQ(apply_utilization(UtilizationRead::Unknown, {sample(100, kSeen + 10, 92, 38)}, kSeen, kNow, procs), kSeen);
+  EXPECT_EQ(apply_utilization(UtilizationRead::Unknown, {sample(100, kSeenUs + 10, 92, 38)}, kSeenUs, kNowUs, procs), kSeenUs);
   for (const auto& p : procs) {
     EXPECT_FALSE(p.sm_util_pct.has_value());
     EXPECT_FALSE(p.mem_util_pct.has_value());
@@ -62,51 +62,51 @@ TEST(ProcessUtilization, AFailedReadLeavesEveryProcessUnknownNeverIdle) {
 
 TEST(ProcessUtilization, AGarbageSampleMakesThatProcessUnknownAndLeavesTheCursor) {
   auto procs = listed({100, 200, 300});
-  UtilizationSample jpeg = sample(300, kSeen + 30, 10, 10);
+  UtilizationSample jpeg = sample(300, kSeenUs + 30, 10, 10);
   jpeg.jpg_pct = 4000;  // any engine above 100 spoils the sample
   const auto cursor = apply_utilization(
-      UtilizationRead::Samples, {sample(100, kSeen + 20, 4294967295U, 4294967295U), sample(200, kSeen + 10, 40, 20), jpeg},
-      kSeen, kNow, procs);
+      UtilizationRead::Samples, {sample(100, kSeenUs + 20, 4294967295U, 4294967295U), sample(200, kSeenUs + 10, 40, 20), jpeg},
+      kSeenUs, kNowUs, procs);
   EXPECT_FALSE(procs[0].sm_util_pct.has_value());
   EXPECT_FALSE(procs[0].mem_util_pct.has_value());
   EXPECT_EQ(procs[1].sm_util_pct, 40U);
   EXPECT_FALSE(procs[2].sm_util_pct.has_value());
-  EXPECT_EQ(cursor, kSeen + 10);  // garbage does not move it
+  EXPECT_EQ(cursor, kSeenUs + 10);  // garbage does not move it
 }
 
 TEST(ProcessUtilization, AGoodSampleBesideAGarbageOneOfTheSameProcessDoesNotRescueIt) {
   auto procs = listed({100});
-  (void)apply_utilization(UtilizationRead::Samples, {sample(100, kSeen + 10, 50, 5), sample(100, kSeen + 20, 101, 5)},
-                          kSeen, kNow, procs);
+  (void)apply_utilization(UtilizationRead::Samples, {sample(100, kSeenUs + 10, 50, 5), sample(100, kSeenUs + 20, 101, 5)},
+                          kSeenUs, kNowUs, procs);
   EXPECT_FALSE(procs[0].sm_util_pct.has_value());
 }
 
 TEST(ProcessUtilization, ASampleFromFarInTheFutureIsGarbageAndCannotHideLaterSamples) {
   auto procs = listed({100});
-  const auto cursor = apply_utilization(UtilizationRead::Samples, {sample(100, kNow + 3'600'000'000ULL, 50, 5)}, kSeen,
-                                        kNow, procs);
+  const auto cursor = apply_utilization(UtilizationRead::Samples, {sample(100, kNowUs + 3'600'000'000ULL, 50, 5)}, kSeenUs,
+                                        kNowUs, procs);
   EXPECT_FALSE(procs[0].sm_util_pct.has_value());
-  EXPECT_EQ(cursor, kSeen);
+  EXPECT_EQ(cursor, kSeenUs);
 }
 
 TEST(ProcessUtilization, TheLatestSampleOfAProcessWinsAndTheCursorIsTheNewestSample) {
   auto procs = listed({100});
   const auto cursor = apply_utilization(
       UtilizationRead::Samples,
-      {sample(100, kSeen + 300, 60, 6), sample(100, kSeen + 100, 10, 1), sample(555, kSeen + 900, 99, 9)}, kSeen, kNow,
+      {sample(100, kSeenUs + 300, 60, 6), sample(100, kSeenUs + 100, 10, 1), sample(555, kSeenUs + 900, 99, 9)}, kSeenUs, kNowUs,
       procs);
   EXPECT_EQ(procs[0].sm_util_pct, 60U);
   EXPECT_EQ(procs[0].mem_util_pct, 6U);
-  EXPECT_EQ(cursor, kSeen + 900);  // a process not listed (it ended) still moves the cursor
+  EXPECT_EQ(cursor, kSeenUs + 900);  // a process not listed (it ended) still moves the cursor
 }
 
 TEST(ProcessUtilization, SamplesNotNewerThanTheCursorAreNotCountedAgain) {
   auto procs = listed({100});
   const auto cursor =
-      apply_utilization(UtilizationRead::Samples, {sample(100, kSeen, 60, 6), sample(100, kSeen - 5, 70, 7)}, kSeen,
-                        kNow, procs);
+      apply_utilization(UtilizationRead::Samples, {sample(100, kSeenUs, 60, 6), sample(100, kSeenUs - 5, 70, 7)}, kSeenUs,
+                        kNowUs, procs);
   EXPECT_EQ(procs[0].sm_util_pct, 0U);  // what the driver should not have returned counts for nothing
-  EXPECT_EQ(cursor, kSeen);
+  EXPECT_EQ(cursor, kSeenUs);
 }
 
 }  // namespace

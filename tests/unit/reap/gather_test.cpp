@@ -85,7 +85,7 @@ void record(const std::string& path, const Holder& holder, const std::string& uu
   span.start_unix = holder.process.host.start_time_unix;
   span.user = "root";
   recorder.update(span);
-  recorder.add(store::ProcessSample{now - 20 * kMin, 0, holder.process.pid, 4096, 0});
+  recorder.add(store::ProcessSample{now - 20 * kMin, 0, holder.process.pid, 4096, 0, 0});
   ASSERT_TRUE(recorder.flush().ok);
 }
 
@@ -146,6 +146,8 @@ TEST(Gather, TheDevicesFigureSpeaksOnlyForAProcessAlone) {
   EXPECT_FALSE(observe(device, b, 0).sm_util_pct);
   b.sm_util_pct = 0;
   EXPECT_EQ(observe(device, b, 0).source, UtilSource::PerProcess);
+  b.mem_util_pct = 30;  // no kernel, but its copies keep the memory busy
+  EXPECT_EQ(observe(device, b, 0).sm_util_pct, 30U);
 }
 
 }  // namespace

@@ -6,13 +6,14 @@
 
 #include "tarmac/store/recorder.hpp"
 #include "temp_dir.hpp"
+#include "store_test_support.hpp"
 
 namespace tarmac::store {
 namespace {
 
 using test_support::TempDir;
+using test_support::kT0;
 
-constexpr long long kT0 = 1736154000000;  // Monday 2025-01-06 09:00:00 UTC
 
 GpuSample sample(long long ts_ms, unsigned gpu) {
   GpuSample s;

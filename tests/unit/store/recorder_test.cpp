@@ -9,16 +9,17 @@
 
 #include "tarmac/store/reader.hpp"
 #include "temp_dir.hpp"
+#include "store_test_support.hpp"
 
 namespace tarmac::store {
 namespace {
 
 using test_support::TempDir;
+using test_support::kAll;
 
 constexpr long long kHour0 = 1736154000000;  // Monday 2025-01-06 09:00:00 UTC, an hour boundary
 constexpr long long kMinute = 60LL * 1000;
 constexpr long long kHour = 60 * kMinute;
-constexpr TimeRange kAll{0, 4'000'000'000'000};
 
 // The comparable fields of each row type (the structs have no operator==), copied so that a
 // failure prints values.

@@ -9,14 +9,15 @@
 #include "tarmac/store/schema.hpp"
 #include "tarmac/store/sqlite.hpp"
 #include "temp_dir.hpp"
+#include "store_test_support.hpp"
 
 namespace tarmac::store {
 namespace {
 
 using test_support::TempDir;
+using test_support::kT0;
+using test_support::kAll;
 
-constexpr long long kT0 = 1736154000000;
-constexpr TimeRange kAll{0, 4'000'000'000'000};
 
 // meta and process_sample as version 1 created them (src/tarmac/store/schema.cpp before the
 // upgrade), with one recorded row.
