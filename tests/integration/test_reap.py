@@ -67,7 +67,9 @@ class ReapTest(unittest.TestCase):
                *QUICK, *args]
         if gpus is not None:
             cmd += ["--gpu", ",".join(str(g) for g in gpus)]
-        r = subprocess.run(cmd, env=self.sim.env(), capture_output=True, text=True, timeout=120,
+        # --kill is gated until the review's defects are fixed (docs/reap.md); the tests exercise it.
+        r = subprocess.run(cmd, env=self.sim.env({"TARMAC_REAP_KILL_PREVIEW": "1"}), capture_output=True, text=True,
+                           timeout=120,
                            preexec_fn=demoted(user) if user else None)
         if not r.stdout.strip():
             raise AssertionError(f"reap printed nothing, exit {r.returncode}: {r.stderr}")
@@ -141,6 +143,16 @@ class FindsAndEnds(ReapTest):
 
 
 class LeavesAlone(ReapTest):
+    def test_kill_is_refused_until_it_is_enabled_and_nothing_is_signalled(self):
+        zombie = self.load(5, 0)
+        env = self.sim.env()
+        env.pop("TARMAC_REAP_KILL_PREVIEW", None)
+        r = subprocess.run([str(TARMAC), "--config", str(self.config), "reap", "--db", str(self.dir / "none.db"),
+                            *QUICK, "--kill", "--gpu", "5"], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("reap --kill is not enabled yet", r.stderr)
+        self.assert_alive(zombie, 5)
+
     def test_another_users_process_is_refused_for_a_non_root_caller(self):
         t2 = second_user(self)
         zombie = self.load(3, 0)  # root's

@@ -207,7 +207,10 @@ KillResult reap_process(const ProcessEvidence& e, const ReaperConfig& config, co
     return result;
   }
   const long long start = clock.monotonic_ms();
-  const bool all_ended = end_targets(tree_of(*root, caller, proc), proc, config.grace_ms, result);
+  // A defunct holder's parent is ended alone: its other children are not the holder's (they may be
+  // the rest of a user's session), and once the parent is gone init reaps the holder.
+  const auto targets = root->role == "parent" ? std::vector<Target>{*root} : tree_of(*root, caller, proc);
+  const bool all_ended = end_targets(targets, proc, config.grace_ms, result);
   result.outcome = outcome_of(result, all_ended);
   if (result.outcome == Outcome::Ended || result.outcome == Outcome::Killed || result.outcome == Outcome::Survived) {
     result.memory_freed = wait_memory_freed(backend, e.gpu, pid, config.free_wait_ms, clock);

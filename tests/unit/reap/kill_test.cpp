@@ -142,28 +142,35 @@ TEST(Kill, ReapProcessEndsTheTreeAndSeesTheMemoryFreed) {
   (void)util::wait_for(child, kHang);
 }
 
-TEST(Kill, ADefunctHolderIsEndedThroughItsParent) {
+TEST(Kill, ADefunctHolderIsEndedThroughItsParentAlone) {
   const host::ProcReader proc;
-  // sh starts `true`, then becomes `sleep`, which never reaps it: a zombie whose parent lives on.
-  auto child = start("true & exec sleep 1000");
+  // sh starts `true` and a sleeping sibling, then becomes `sleep`, which never reaps `true`: a
+  // zombie whose parent lives on, next to another child of that parent.
+  auto child = start("true & sleep 1000 & exec sleep 1000");
   const auto parent = static_cast<unsigned>(child.pid);
   std::vector<unsigned> kids;
+  unsigned zombie = 0;
+  unsigned sibling = 0;
   ASSERT_TRUE(eventually([&] {
     kids = proc.children(parent);
-    return !kids.empty() && proc.read(kids[0]).state == 'Z' && proc.read(parent).name == "sleep";
+    if (kids.size() != 2 || proc.read(parent).name != "sleep") return false;
+    for (const unsigned k : kids) (proc.read(k).state == 'Z' ? zombie : sibling) = k;
+    return zombie != 0 && sibling != 0;
   }));
-  ASSERT_EQ(kids.size(), 1U);
+  const auto sibling_identity = proc.identity(sibling);
   NoGpus gpus;
   ReaperConfig config;
   config.grace_ms = kHang;
   const util::SystemClock clock;
-  const auto result = reap_process(evidence_of(proc, kids[0]), config, me(proc), proc, gpus, clock);
+  const auto result = reap_process(evidence_of(proc, zombie), config, me(proc), proc, gpus, clock);
   EXPECT_EQ(result.outcome, Outcome::Ended) << result.message;
-  ASSERT_FALSE(result.steps.empty());
+  ASSERT_EQ(result.steps.size(), 1U) << "the parent alone: its other children are not the holder's";
   EXPECT_EQ(result.steps[0].role, "parent");
   EXPECT_EQ(result.steps[0].pid, parent);
   const auto status = util::wait_for(child, kHang);
   ASSERT_TRUE(status.ok() && status->has_value());
+  EXPECT_EQ(proc.identity(sibling), sibling_identity) << "the sibling was signalled";
+  ::kill(static_cast<pid_t>(sibling), SIGKILL);  // the test's own child's child, by the test
 }
 
 TEST(Kill, AHolderGoneBeforeTheFirstSignalGetsNone) {
