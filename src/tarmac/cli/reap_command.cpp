@@ -14,7 +14,6 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/store_access.hpp"
 #include "tarmac/sched/leases.hpp"
-#include "tarmac/store/recorder.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
@@ -28,8 +27,9 @@ using detail::ReapReport;
 using detail::ReapRow;
 using detail::ReapSettings;
 
-constexpr long long kMaxWindowMs = 60LL * 60 * 1000;  // an explicit --window: at most an hour
 constexpr long long kLeaseLockWaitMs = 2000;
+
+constexpr long long kMaxWindowMs = 60LL * 60 * 1000;  // an explicit --window: at most an hour
 
 Result<long long> duration_flag(const std::string& text, const char* flag, long long fallback) {
   if (text.empty()) return fallback;
@@ -38,68 +38,11 @@ Result<long long> duration_flag(const std::string& text, const char* flag, long 
   return *ms;
 }
 
-std::string signal_name(int sig) {
-  switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGKILL: return "SIGKILL";
-    case 0: return "";
-    default: return fmt::format("signal {}", sig);
-  }
-}
+using reap::signal_name;
 
 std::string who(const reap::ProcessEvidence& e) {
   const auto& h = e.process.host;
   return fmt::format("pid {} ({}, {})", e.process.pid, h.user.value_or("?"), h.name.value_or("?"));
-}
-
-// The live leases of the scheduler's lock directory, without creating it when it is missing (a
-// dry run changes nothing).
-Result<std::vector<reap::JobLease>> job_leases(const config::Config& config) {
-  const std::string dir = sched::lock_dir(config.scheduler_lock_dir);
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return std::vector<reap::JobLease>{};
-  TARMAC_TRY_ASSIGN(auto leases_dir, sched::LeaseDir::open(dir));
-  TARMAC_TRY_ASSIGN(auto lock, leases_dir.lock(kLeaseLockWaitMs));
-  TARMAC_TRY_ASSIGN(const auto leases, leases_dir.live_leases(util::wall_ms()));
-  std::vector<reap::JobLease> out;
-  for (const auto& lease : leases) out.push_back({lease.job_id, static_cast<unsigned>(std::max(lease.pid, 0))});
-  return out;
-}
-
-reap::Caller caller_of(const host::ProcReader& proc) {
-  reap::Caller caller;
-  caller.uid = geteuid();
-  caller.pid = getpid();
-  caller.ancestors = reap::ancestors_of(proc, static_cast<unsigned>(caller.pid));
-  caller.slurm_manages_node = reap::slurmd_runs(proc);
-  return caller;
-}
-
-bool file_exists(const std::string& path) {
-  struct stat st {};
-  return !path.empty() && ::lstat(path.c_str(), &st) == 0;
-}
-
-// Appends the event of each action to the agent's store when this user may write it; a note on
-// stderr when that fails (the action itself is done and printed either way).
-void record_events(const std::string& path, const ReapReport& report) {
-  if (::access(path.c_str(), W_OK) != 0) return;
-  store::RecorderOptions options;
-  options.path = path;
-  store::Recorder recorder(options);
-  bool any = false;
-  for (const auto& row : report.rows) {
-    if (!row.action) continue;
-    recorder.add(store::Event{report.time_unix_ms, row.evidence.gpu, "reap",
-                              util::json_text(detail::event_detail(row, geteuid()))});
-    any = true;
-  }
-  if (!any) return;
-  const auto status = recorder.flush();
-  if (!status.ok) {
-    fmt::print(stderr, "tarmac: reap: could not record the events in {}: {}\n", util::terminal_text(path),
-               util::terminal_text(status.message));
-  }
 }
 
 void log_action(const ReapRow& row) {
@@ -139,7 +82,7 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
                            "Run it on the host, or in a container started with --pid=host"));
     return kExitUsage;
   }
-  auto leases = job_leases(loaded->config);
+  auto leases = detail::job_leases(sched::lock_dir(loaded->config.scheduler_lock_dir));
   if (!leases.ok()) {
     print_error(make_error(leases.error().code, "reap: cannot read the scheduler's leases, so tarmac jobs cannot be "
                                                 "told apart: " + leases.error().message));
@@ -151,26 +94,20 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
   auto backend = open_backend(global);
   if (!backend.ok()) return kExitCouldNotLook;
   const util::SystemClock clock;
-  auto gathered = reap::gather(**backend, proc, settings->gather, clock);
-  if (!gathered.ok()) {
-    print_error(gathered.error());
+  const reap::Caller caller = reap::caller_of(proc);
+  auto surveyed = reap::survey(**backend, proc, settings->gather, settings->rules, caller, clock);
+  if (!surveyed.ok()) {
+    print_error(surveyed.error());
     return kExitCouldNotLook;
   }
-  const reap::Caller caller = caller_of(proc);
-  ReapReport report;
-  report.source = gathered->source;
-  report.watched_ms = gathered->watched_ms;
-  report.store_note = gathered->store_note;
-  report.time_unix_ms = clock.wall_ms();
+  ReapReport& report = *surveyed;
   report.kill = settings->kill;
-  report.rules = settings->rules;
-  for (auto& e : gathered->processes) {
-    auto decision = reap::decide_one(e, settings->rules, caller);
-    report.rows.push_back({std::move(e), std::move(decision), std::nullopt, {}});
-  }
   if (report.kill) {
-    detail::kill_candidates(report, caller, proc, **backend, clock);
-    record_events(*settings->gather.store_path, report);
+    reap::kill_candidates(report, caller, proc, **backend, clock, log_action);
+    if (auto recorded = reap::record_events(*settings->gather.store_path, report, caller.uid); !recorded.ok()) {
+      fmt::print(stderr, "tarmac: reap: could not record the events in {}: {}\n",
+                 util::terminal_text(*settings->gather.store_path), util::terminal_text(recorded.error().message));
+    }
   }
   if (global.json) {
     fmt::print("{}\n", util::json_text(detail::report_json(report), 2));
@@ -283,6 +220,17 @@ nlohmann::json action_json(const ReapRow& row) {
 
 namespace detail {
 
+Result<std::vector<reap::JobLease>> job_leases(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return std::vector<reap::JobLease>{};
+  TARMAC_TRY_ASSIGN(auto leases_dir, sched::LeaseDir::open(dir));
+  TARMAC_TRY_ASSIGN(auto lock, leases_dir.lock(kLeaseLockWaitMs));
+  TARMAC_TRY_ASSIGN(const auto leases, leases_dir.live_leases(util::wall_ms()));
+  std::vector<reap::JobLease> out;
+  for (const auto& lease : leases) out.push_back({lease.job_id, static_cast<unsigned>(std::max(lease.pid, 0))});
+  return out;
+}
+
 Result<ReapSettings> reap_settings(const ReapFlags& flags, const reap::ReaperConfig& configured) {
   ReapSettings s;
   s.rules = configured;
@@ -359,19 +307,15 @@ nlohmann::json report_json(const ReapReport& report) {
                 {"kill_switch", report.rules.kill_switch},
                 {"kill_switch_present", report.kill_switch_present}};
   j["processes"] = nlohmann::json::array();
-  unsigned candidates = 0;
-  unsigned reaped = 0;
   for (const auto& row : report.rows) {
     auto p = evidence_json(row.evidence, report.time_unix_ms);
     p["decision"] = reap::to_string(row.decision.reason);
     p["why"] = row.decision.detail;
     p["action"] = action_json(row);
     j["processes"].push_back(std::move(p));
-    candidates += row.decision.reason == reap::Reason::Candidate ? 1 : 0;
-    reaped += row.action && row.action->memory_freed == true ? 1 : 0;
   }
-  j["candidates"] = candidates;
-  j["reaped"] = reaped;
+  j["candidates"] = report.candidates();
+  j["reaped"] = report.reaped();
   return j;
 }
 
@@ -384,40 +328,6 @@ int reap_exit_code(const ReapReport& report) {
     if (!done) return kExitProblems;
   }
   return kExitOk;
-}
-
-void kill_candidates(ReapReport& report, const reap::Caller& caller, const host::ProcReader& proc,
-                     gpu::Backend& backend, const util::Clock& clock) {
-  report.kill_switch_present = file_exists(report.rules.kill_switch);
-  unsigned attempts = 0;
-  for (auto& row : report.rows) {
-    if (row.decision.reason != reap::Reason::Candidate) continue;
-    if (report.kill_switch_present) {
-      row.left_because = "the kill switch " + report.rules.kill_switch + " exists";
-    } else if (attempts >= report.rules.max_kills) {
-      row.left_because = fmt::format("reaper.max_kills ({}) reached", report.rules.max_kills);
-    } else {
-      row.action = reap::reap_process(row.evidence, report.rules, caller, proc, backend, clock);
-      if (!row.action->steps.empty()) ++attempts;
-      log_action(row);
-    }
-  }
-}
-
-nlohmann::json event_detail(const ReapRow& row, uid_t caller_uid) {
-  const auto& e = row.evidence;
-  const auto& a = *row.action;
-  return {{"by_uid", caller_uid},
-          {"pid", e.process.pid},
-          {"user", optional_json(e.process.host.user)},
-          {"command", optional_json(e.process.host.command_line)},
-          {"gpu_uuid", optional_json(e.gpu_uuid)},
-          {"evidence", {{"source", reap::to_string(e.source)}, {"idle_ms", e.history.idle_ms()},
-                        {"observed_ms", e.history.observed_ms()}, {"mem_used_bytes", optional_json(e.process.used_mem_bytes)}}},
-          {"signal", a.last_signal != 0 ? nlohmann::json(signal_name(a.last_signal)) : nlohmann::json(nullptr)},
-          {"outcome", reap::to_string(a.outcome)},
-          {"memory_freed", optional_json(a.memory_freed)},
-          {"freed_bytes", optional_json(a.freed_bytes)}};
 }
 
 }  // namespace detail

@@ -13,6 +13,7 @@
 #include "tarmac/reap/decide.hpp"
 #include "tarmac/reap/gather.hpp"
 #include "tarmac/reap/kill.hpp"
+#include "tarmac/reap/pass.hpp"
 
 namespace tarmac::cli {
 
@@ -43,24 +44,13 @@ struct ReapSettings {
 // window is --window, else --idle-for capped at rules.window_cap_ms (5 min).
 [[nodiscard]] Result<ReapSettings> reap_settings(const ReapFlags& flags, const reap::ReaperConfig& configured);
 
-// What happened to one process in this run.
-struct ReapRow {
-  reap::ProcessEvidence evidence;
-  reap::Decision decision;
-  std::optional<reap::KillResult> action;  // set for a candidate that --kill went for
-  std::string left_because;                // a candidate --kill did not go for: why (kill switch, max_kills)
-};
+// One process's row and the whole pass (reap/pass.hpp).
+using ReapRow = reap::Row;
+using ReapReport = reap::Pass;
 
-struct ReapReport {
-  std::vector<ReapRow> rows;
-  reap::EvidenceSource source = reap::EvidenceSource::Watch;
-  long long watched_ms = 0;
-  std::string store_note;
-  long long time_unix_ms = 0;
-  bool kill = false;
-  bool kill_switch_present = false;
-  reap::ReaperConfig rules;
-};
+// The live leases of the scheduler's lock directory `dir`, without creating it when it is missing
+// (a dry run changes nothing): reap tells a tarmac job's processes by them.
+[[nodiscard]] Result<std::vector<reap::JobLease>> job_leases(const std::string& dir);
 
 // The report as text for a terminal (every string from /proc escaped) and as JSON (docs/reap.md).
 [[nodiscard]] std::string report_text(const ReapReport& report);
@@ -69,14 +59,6 @@ struct ReapReport {
 // 0: no candidate, or every one ended and its memory freed; 1: candidates left (a dry run, the
 // kill switch, max_kills, a holder that survived or whose memory was not freed).
 [[nodiscard]] int reap_exit_code(const ReapReport& report);
-
-// --kill's pass over the candidates, in order: none while the kill switch (rules.kill_switch)
-// exists, at most rules.max_kills ended; each one logged on stderr.
-void kill_candidates(ReapReport& report, const reap::Caller& caller, const host::ProcReader& proc,
-                     gpu::Backend& backend, const util::Clock& clock);
-
-// The store event for one action (kind "reap"): who, what, the evidence, the signal, the result.
-[[nodiscard]] nlohmann::json event_detail(const ReapRow& row, uid_t caller_uid);
 
 }  // namespace detail
 

@@ -176,7 +176,7 @@ TEST(ReapKill, TheKillSwitchStopsEverything) {
   report.rules.kill_switch = kill_switch;
   NoGpus gpus;
   const util::SystemClock clock;
-  detail::kill_candidates(report, reap::Caller{geteuid(), getpid(), {}, false}, proc, gpus, clock);
+  reap::kill_candidates(report, reap::Caller{geteuid(), getpid(), {}, false}, proc, gpus, clock);
   EXPECT_TRUE(report.kill_switch_present);
   EXPECT_FALSE(report.rows[0].action);
   EXPECT_EQ(report.rows[0].left_because, "the kill switch " + kill_switch + " exists");
@@ -195,12 +195,12 @@ TEST(ReapKill, AtMostMaxKills) {
   report.rules.max_kills = 0;
   NoGpus gpus;
   const util::SystemClock clock;
-  detail::kill_candidates(report, reap::Caller{geteuid(), getpid(), {}, false}, proc, gpus, clock);
+  reap::kill_candidates(report, reap::Caller{geteuid(), getpid(), {}, false}, proc, gpus, clock);
   EXPECT_EQ(report.rows[0].left_because, "reaper.max_kills (0) reached");
   EXPECT_FALSE(util::wait_for(child, 0)->has_value());
   report.rules.max_kills = 1;
   report.rows[0].left_because.clear();
-  detail::kill_candidates(report, reap::Caller{geteuid(), getpid(), {}, false}, proc, gpus, clock);
+  reap::kill_candidates(report, reap::Caller{geteuid(), getpid(), {}, false}, proc, gpus, clock);
   ASSERT_TRUE(report.rows[0].action);
   EXPECT_EQ(report.rows[0].action->outcome, reap::Outcome::Ended);
   EXPECT_EQ(detail::reap_exit_code(report), kExitOk);
