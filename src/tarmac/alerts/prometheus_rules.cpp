@@ -76,6 +76,7 @@ PromRule rule_text(Rule rule, const AlertConfig& c, const gpu::ActivityThreshold
               gpu + " is lost, slowed by heat or power brake, or has uncorrectable memory errors; run tarmac doctor "
                     "on the host."};
     case Rule::LeaseIdle: break;  // no series to write it with: the agent's scheduler raises it
+    case Rule::Reaper: break;     // the agent's reaper announces it (docs/reap.md)
   }
   return {};
 }
@@ -92,6 +93,7 @@ const char* prometheus_alert_name(Rule rule) {
     case Rule::Imbalance: return "TarmacJobImbalance";
     case Rule::Fault: return "TarmacGpuFault";
     case Rule::LeaseIdle: return "TarmacLeaseIdle";
+    case Rule::Reaper: return "TarmacReaper";
   }
   return "Tarmac";
 }

@@ -214,6 +214,7 @@ const char* to_string(Rule rule) {
     case Rule::Imbalance: return "imbalance";
     case Rule::Fault: return "fault";
     case Rule::LeaseIdle: return "lease_idle";
+    case Rule::Reaper: return "reaper";
   }
   return "?";
 }
@@ -257,6 +258,7 @@ long long AlertConfig::for_ms(Rule rule) const {
     case Rule::Imbalance: return imbalance_for_ms;
     case Rule::Fault: return fault_for_ms;
     case Rule::LeaseIdle: return 0;  // the scheduler's own limit (scheduler.lease_idle_limit)
+    case Rule::Reaper: return 0;     // the reaper's own (reaper.warn_after, reaper.idle_for)
   }
   return 0;
 }

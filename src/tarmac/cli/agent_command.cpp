@@ -21,6 +21,7 @@
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/sched/wire.hpp"
 #include "tarmac/serve/service.hpp"
+#include "tarmac/cli/agent_reaper.hpp"
 #include "tarmac/cli/app.hpp"
 #include "tarmac/store/private_files.hpp"
 #include "tarmac/store/recorder.hpp"
@@ -178,6 +179,11 @@ void print_settings(const AgentSettings& s) {
   fmt::print("scheduler: {}\n", s.scheduler_on() ? fmt::format("socket {}, leases in {}", agent_scheduler_socket(s.cfg),
                                                                sched::lock_dir(s.cfg.scheduler_lock_dir))
                                                  : std::string("off"));
+  const auto& r = s.cfg.reaper;
+  fmt::print("reaper: a pass every {}, warns at {} idle, {}{}\n", util::format_duration_ms(r.interval_ms),
+             util::format_duration_ms(r.warn_after_ms),
+             r.enabled ? fmt::format("ends at {}", util::format_duration_ms(r.idle_for_ms)) : std::string("ends nothing"),
+             r.notify_tty ? ", writes to the holder's terminal" : "");
   const auto keep = [](long long ms) { return ms ? util::format_duration_ms(ms) : std::string("forever"); };
   fmt::print("retention: samples {}, minutes {}, hours {}, events {}\n", keep(options.retention.samples_ms),
              keep(options.retention.minutes_ms), keep(options.retention.hours_ms), keep(options.retention.events_ms));
@@ -209,7 +215,7 @@ std::vector<serve::FiringAlert> firing_alerts(const alerts::Alerter& alerter) {
 // The HTTP endpoint on http.listen, serving `live`; nullptr when it is off. Fails (a usage error:
 // the address is the user's) when it cannot listen.
 Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, serve::LiveState& live,
-                                                      const alerts::Alerter& alerter) {
+                                                      const alerts::Alerter& alerter, const AgentReaper& reaper) {
   if (s.cfg.http_listen.empty()) return std::unique_ptr<serve::Service>();
   const auto address = config::split_address(s.cfg.http_listen);
   serve::ServiceOptions sopts;
@@ -218,6 +224,7 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   sopts.db_path = store::database_path(s.options.state_dir);
   sopts.hostname = serve::host_name();
   sopts.alerts = [&alerter] { return firing_alerts(alerter); };
+  sopts.reaper = [&reaper] { return std::optional<serve::ReaperMetrics>(reaper.metrics()); };
   auto service = std::make_unique<serve::Service>(live, sopts);
   if (auto r = service->start(); !r.ok()) {
     return make_error(Error::Code::Invalid, r.error().message + " (set http.listen, or --listen off)");
@@ -271,6 +278,18 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
   return std::move(*started);
 }
 
+// The reaper's wiring: the agent's store and leases, its own backend, the alert sinks, the log.
+AgentReaperOptions reaper_options(const GlobalOptions& global, const AgentSettings& s, alerts::Alerter& alerter) {
+  AgentReaperOptions o;
+  o.rules = s.cfg.reaper;
+  o.db_path = store::database_path(s.options.state_dir);
+  o.lease_dir = sched::lock_dir(s.cfg.scheduler_lock_dir);
+  o.open_backend = [&global] { return open_backend(global); };
+  o.announce = [&alerter](alerts::Notice n) { alerter.announce(std::move(n)); };
+  o.log = log_line;
+  return o;
+}
+
 void log_stopped(const agent::AgentSummary& summary, config::AgentClock clock_kind) {
   log_line(util::LogLevel::Info,
            fmt::format("stopped: {} GPU-samples over {} of {} clock in {:.1f} s ({:.0f} GPU-samples/s, {} late)",
@@ -306,7 +325,8 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
 
   alerts::Alerter alerter(s.cfg.alerts, s.cfg.activity, log_line);
   serve::LiveState live;  // the live view for the HTTP endpoints, fed by the sampling loop
-  auto service = start_service(s, live, alerter);
+  AgentReaper reaper(reaper_options(global, s, alerter));
+  auto service = start_service(s, live, alerter, reaper);
   if (!service.ok()) {
     print_error(service.error());
     return kExitUsage;

@@ -1,7 +1,5 @@
 #include "tarmac/cli/reap_command.hpp"
 
-#include <cstdlib>
-#include <string_view>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +11,7 @@
 
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/store_access.hpp"
+#include "tarmac/reap/gate.hpp"
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
@@ -52,13 +51,6 @@ void log_action(const ReapRow& row) {
              a.message.empty() ? std::string() : " (" + util::terminal_text(a.message) + ")");
 }
 
-// `--kill` runs only with TARMAC_REAP_KILL_PREVIEW=1 until the review's defects are fixed
-// (docs/reap.md): for its tests, and for evaluation on a machine whose every user is trusted.
-bool kill_preview_enabled() {
-  const char* value = std::getenv("TARMAC_REAP_KILL_PREVIEW");
-  return value != nullptr && std::string_view(value) == "1";
-}
-
 int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
   auto loaded = load_config(global);
   if (!loaded.ok()) return kExitUsage;
@@ -67,11 +59,9 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
     print_error(settings.error());
     return kExitUsage;
   }
-  if (settings->kill && !kill_preview_enabled()) {
-    print_error(make_error(Error::Code::Invalid,
-                           "reap --kill is not enabled yet: a review of it found ways a local user could steer a "
-                           "pass into signalling a process other than the idle holder (docs/reap.md, \"Before --kill "
-                           "is enabled\"); nothing was done. The dry run shows what it would end"));
+  if (settings->kill && !reap::kill_gate_open()) {
+    print_error(make_error(Error::Code::Invalid, fmt::format("reap --kill is {}; nothing was done. The dry run shows "
+                                                             "what it would end", reap::kill_gate_reason())));
     return kExitUsage;
   }
   const host::ProcReader proc;

@@ -261,6 +261,16 @@ const std::vector<Key>& table() {
       list_key("allow_containers",
                "containers whose processes are never reaped, comma-separated: a container id (or its prefix) or a pod uid",
                &ReaperConfig::allow_containers),
+      key("reaper", "enabled", Kind::Bool,
+          "the agent ends a holder idle for reaper.idle_for (false: it only warns; docs/reap.md \"As a service\")", 0, 1,
+          &Config::reaper, &ReaperConfig::enabled),
+      key("reaper", "warn_after", Kind::Duration,
+          "how long a holder sits at 0 % before the agent warns its owner; less than reaper.idle_for", 0, 30 * kDay,
+          &Config::reaper, &ReaperConfig::warn_after_ms),
+      key("reaper", "notify_tty", Kind::Bool, "the agent's warning is also written on the holder's own terminal", 0, 1,
+          &Config::reaper, &ReaperConfig::notify_tty),
+      key("reaper", "interval", Kind::Duration, "the time between the agent's reaper passes; at least 10s", 10 * 1000,
+          kDay, &Config::reaper, &ReaperConfig::interval_ms),
   };
   return keys;
 }
@@ -295,6 +305,7 @@ const char* kind_example(Kind kind) {
     case Kind::Choice: return "one of the listed words, in quotes";
     case Kind::Address: return "\"host:port\" in quotes, like \"127.0.0.1:9478\" or \"[::1]:9478\", or \"\"";
     case Kind::Text: return "a string in quotes";
+    case Kind::Bool: return "true or false";
   }
   return "a value";
 }
@@ -307,6 +318,9 @@ Result<long long> read_value(const toml::node& node, const Key& k) {
     case Kind::Celsius:
     case Kind::Count:
       if (const auto* i = node.as_integer()) value = i->get();
+      break;
+    case Kind::Bool:
+      if (const auto* b = node.as_boolean()) value = b->get() ? 1 : 0;
       break;
     case Kind::Duration:
       if (const auto* s = node.as_string()) {
@@ -392,6 +406,16 @@ bool known_section(std::string_view section) {
   return false;
 }
 
+// Rules that tie two keys: the owner is warned before the holder is ended, never after.
+Result<void> check_reaper(const reap::ReaperConfig& reaper, const std::string& file) {
+  if (reaper.warn_after_ms < reaper.idle_for_ms) return {};
+  return make_error(Error::Code::Invalid,
+                    fmt::format("{}: reaper.warn_after ({}) must be less than reaper.idle_for ({}): the owner is warned "
+                                "before the agent ends the holder",
+                                file, util::format_duration_ms(reaper.warn_after_ms),
+                                util::format_duration_ms(reaper.idle_for_ms)));
+}
+
 }  // namespace
 
 const std::vector<KeyInfo>& keys() {
@@ -430,6 +454,7 @@ std::string value_text(const Config& config, const KeyInfo& info) {
       if (bytes % util::kMiB == 0) return fmt::format("\"{}MiB\"", bytes / util::kMiB);
       return fmt::format("\"{}KiB\"", bytes / 1024);
     }
+    case Kind::Bool: return v != 0 ? "true" : "false";
     default: return std::to_string(v);
   }
 }
@@ -484,6 +509,7 @@ Result<Config> parse(std::string_view text, const std::string& file, const Confi
   }
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [line, message] : found) warnings.push_back(std::move(message));
+  TARMAC_TRY(check_reaper(out.reaper, file));
   return out;
 }
 

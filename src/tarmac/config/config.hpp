@@ -54,6 +54,7 @@ enum class Kind {
   Choice,    // one of a few words
   Address,   // "host:port" to listen on, "" for none
   Text,      // any string (a URL, a command line)
+  Bool,      // true or false
 };
 
 // One documented key: "section.name".

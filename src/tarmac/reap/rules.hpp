@@ -24,6 +24,12 @@ struct ReaperConfig {
   std::vector<std::string> allow_users;        // never reaped: these users' processes
   std::vector<std::string> allow_commands;     // ... processes whose name or argv[0] matches a glob
   std::vector<std::string> allow_containers;   // ... processes in these containers (id prefix, or pod uid)
+  // The agent's policy (docs/reap.md "As a service"): it surveys every `interval_ms`, warns each
+  // holder at `warn_after_ms` idle (always, as a dry run) and ends it at idle_for_ms when `enabled`.
+  bool enabled = false;                        // reaper.enabled: the agent ends candidates
+  long long warn_after_ms = 5 * 60 * 1000;     // reaper.warn_after: the owner is warned (< idle_for)
+  bool notify_tty = false;                     // reaper.notify_tty: ... on their terminal too
+  long long interval_ms = 60 * 1000;           // reaper.interval: the time between the agent's passes
 };
 
 // Why a process is protected by a rule, or nullopt when no rule protects it: the built-in

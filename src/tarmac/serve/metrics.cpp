@@ -140,6 +140,10 @@ const std::vector<Family>& own_families() {
       {"tarmac_process_sm_util_percent", Type::Gauge, "The process's SM utilization (in %), where NVML gives it."},
       {"tarmac_process_holding", Type::Gauge, "Bytes held by a process on a GPU in class holding (memory at 0 %)."},
       {"tarmac_alert_firing", Type::Gauge, "1 for each alert that fires now (docs/alerts.md)."},
+      {"tarmac_holding_processes", Type::Gauge,
+       "Processes holding memory at a known 0 % for at least reaper.warn_after in the reaper's last pass."},
+      {"tarmac_reaped_processes_total", Type::Counter,
+       "Holders the agent's reaper acted on since it started, by outcome (docs/reap.md)."},
       {"tarmac_agent_start_time_seconds", Type::Gauge, "When the agent started (Unix time)."},
       {"tarmac_agent_samples_total", Type::Counter, "GPU-samples taken since the agent started."},
       {"tarmac_agent_nvml_errors_total", Type::Counter, "NVML reads that failed since the agent started."},
@@ -344,6 +348,24 @@ void write_alerts(Writer& w, const std::vector<FiringAlert>& alerts, const std::
   }
 }
 
+void write_reaper(Writer& w, const LiveView& view, const ReaperMetrics& reaper, const std::string& hostname) {
+  w.begin(own_family("tarmac_holding_processes"));
+  for (const auto& d : reaper.surveyed ? view.snapshot.devices : std::vector<gpu::Device>{}) {
+    const auto held = reaper.holding.find(d.id.index);
+    w.sample("tarmac_holding_processes",
+             label("gpu", std::to_string(d.id.index)) + "," + label("uuid", d.id.uuid.value_or("")) + "," +
+                 label("hostname", hostname),
+             held == reaper.holding.end() ? 0 : held->second);
+  }
+  w.begin(own_family("tarmac_reaped_processes_total"));
+  for (const auto& r : reaper.reaped) {
+    w.sample("tarmac_reaped_processes_total",
+             label("gpu", std::to_string(r.gpu)) + "," + label("uuid", r.uuid) + "," + label("outcome", r.outcome) +
+                 "," + label("hostname", hostname),
+             static_cast<double>(r.count));
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> metric_names() {
@@ -398,6 +420,7 @@ std::string render_agent_metrics(const LiveView& view, const MetricsExtras& extr
   w.sample("tarmac_agent_http_rejected_total", "", static_cast<double>(extras.http_rejected));
   begin("tarmac_agent_http_accept_failures_total");
   w.sample("tarmac_agent_http_accept_failures_total", "", static_cast<double>(extras.http_accept_failures));
+  if (extras.reaper) write_reaper(w, view, *extras.reaper, extras.hostname);
   return w.take();
 }
 

@@ -3,6 +3,7 @@
 // tarmac_* metrics. docs/metrics.md lists them all with their NVML sources.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,21 @@ struct FiringAlert {
   long long since_ms = 0;
 };
 
+// The agent's reaper (docs/reap.md "As a service"), through the CLI's wiring: serve knows no reap.
+struct ReaperMetrics {
+  struct Reaped {
+    unsigned gpu = 0;
+    std::string uuid;
+    std::string outcome;  // reap's words: "ended", "killed", "gone", "survived", ...
+    long long count = 0;  // since the agent started
+  };
+  bool surveyed = false;  // a pass has run: before it, no tarmac_holding_processes
+  // By GPU index: processes holding memory at a known 0 % for at least reaper.warn_after in the
+  // last pass; a GPU of the live view missing here holds none.
+  std::map<unsigned, unsigned> holding;
+  std::vector<Reaped> reaped;  // one per (GPU, outcome) seen
+};
+
 // What /metrics says beyond the live view: the host, alerts, and the agent's own cost.
 struct MetricsExtras {
   std::string hostname;
@@ -30,6 +46,7 @@ struct MetricsExtras {
   long long http_rejected = 0;
   long long http_accept_failures = 0;
   long long now_unix_ms = 0;
+  std::optional<ReaperMetrics> reaper;  // nullopt: no reaper runs (nothing written)
 };
 
 [[nodiscard]] std::string render_metrics(const LiveView& view, const MetricsExtras& extras);

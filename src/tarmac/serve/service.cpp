@@ -88,6 +88,7 @@ Response Service::metrics() {
   extras.http_rejected = server_.stats().rejected.load();
   extras.http_accept_failures = server_.stats().accept_failures.load();
   extras.now_unix_ms = unix_ms();
+  if (options_.reaper) extras.reaper = options_.reaper();
   Response r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body.reserve(rendered_.size() + 2048);

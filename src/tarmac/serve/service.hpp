@@ -24,6 +24,8 @@ struct ServiceOptions {
   // The alerts firing now; may be empty. The agent evaluates them before it publishes each sample,
   // so /metrics reads them once per sample.
   std::function<std::vector<FiringAlert>()> alerts;
+  // The reaper's numbers (docs/reap.md "As a service"), read at every scrape; unset: none written.
+  std::function<std::optional<ReaperMetrics>()> reaper;
   // A sample older than this (real time) makes /healthz answer 503.
   long long stale_after_ms = 60'000;
 };

@@ -163,6 +163,29 @@ TEST(Metrics, EveryFamilyHasHelpAndTypeOnceAndNamesAreValid) {
   EXPECT_EQ(samples(text, "tarmac_alert_firing").size(), 1u);
 }
 
+TEST(Metrics, TheReapersHoldersAndActionsByGpuAndOutcome) {
+  auto odd = a100(3, 0);
+  odd.id.uuid = "GPU-\"x\n";
+  const auto view = view_of({a100(0, 0), odd}, {{0, gpu::Activity::Holding}});
+  MetricsExtras extras{.hostname = "node1"};
+  EXPECT_EQ(render_metrics(view, extras).find("tarmac_holding_processes"), std::string::npos)
+      << "no reaper, no reaper series";
+  ReaperMetrics reaper;
+  reaper.surveyed = true;
+  reaper.holding = {{0, 2}};  // GPU 3 holds none: 0, not a missing series
+  reaper.reaped = {{0, "GPU-00000000", "ended", 4}, {0, "GPU-00000000", "survived", 1}};
+  extras.reaper = reaper;
+  const auto text = render_metrics(view, extras);
+  EXPECT_EQ(samples(text, "tarmac_holding_processes"),
+            (std::vector<std::string>{R"(tarmac_holding_processes{gpu="0",uuid="GPU-00000000",hostname="node1"} 2)",
+                                      R"(tarmac_holding_processes{gpu="3",uuid="GPU-\"x\n",hostname="node1"} 0)"}));
+  EXPECT_EQ(samples(text, "tarmac_reaped_processes_total"),
+            (std::vector<std::string>{
+                R"(tarmac_reaped_processes_total{gpu="0",uuid="GPU-00000000",outcome="ended",hostname="node1"} 4)",
+                R"(tarmac_reaped_processes_total{gpu="0",uuid="GPU-00000000",outcome="survived",hostname="node1"} 1)"}));
+  EXPECT_NE(text.find("# TYPE tarmac_reaped_processes_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE tarmac_holding_processes gauge\n"), std::string::npos);
+}
 
 TEST(LiveState, CountsSecondsInTheClassThatHeldAndIdleStreaks) {
   LiveState live;
