@@ -181,7 +181,7 @@ void AgentReaper::count_action(const reap::Row& row) {
 
 void AgentReaper::publish(const reap::Plan& plan) {
   std::lock_guard lock(metrics_mutex_);
-  metrics_.surveyed = true;
+  ++metrics_.passes;
   metrics_.holding = plan.holding;
 }
 

@@ -10,12 +10,15 @@
 namespace tarmac::reap {
 namespace {
 
-// The first three words of the command line (enough to recognise it in one line), else the name.
+// The program's base name and the next two words of the command line (enough to recognise it in
+// one line: "python3 -m ipykernel_launcher"), else the process's name.
 std::string policy_command(const host::ProcessInfo& h) {
   if (h.command_line && !h.command_line->empty()) {
     std::vector<std::string> words;
     for (auto& w : util::split(*h.command_line, ' ')) {
-      if (!w.empty()) words.push_back(std::move(w));
+      if (w.empty()) continue;
+      if (words.empty() && w.find('/') != std::string::npos) w = w.substr(w.rfind('/') + 1);
+      words.push_back(std::move(w));
       if (words.size() == 3) break;
     }
     return fmt::format("{}", fmt::join(words, " "));
@@ -91,7 +94,7 @@ std::string warning_text(const Row& row, const ReaperConfig& config, Killing kil
                                ? fmt::format("reaped at {}", util::format_duration_ms(config.idle_for_ms))
                                : std::string("the agent does not reap (reaper.enabled is false or reap --kill is gated)");
   return fmt::format("{} holds {} on GPU {} at 0 % for {}; {}", holder_label(row), held_text(row), e.gpu,
-                     util::format_duration_ms(e.history.idle_ms()), fate);
+                     util::format_duration_ms(e.history.idle_ms() / 1000 * 1000), fate);  // whole seconds
 }
 
 std::string action_summary(const Row& row) {

@@ -142,6 +142,7 @@ const std::vector<Family>& own_families() {
       {"tarmac_alert_firing", Type::Gauge, "1 for each alert that fires now (docs/alerts.md)."},
       {"tarmac_holding_processes", Type::Gauge,
        "Processes holding memory at a known 0 % for at least reaper.warn_after in the reaper's last pass."},
+      {"tarmac_reaper_passes_total", Type::Counter, "Passes (surveys) the agent's reaper has run since it started."},
       {"tarmac_reaped_processes_total", Type::Counter,
        "Holders the agent's reaper acted on since it started, by outcome (docs/reap.md)."},
       {"tarmac_agent_start_time_seconds", Type::Gauge, "When the agent started (Unix time)."},
@@ -349,8 +350,10 @@ void write_alerts(Writer& w, const std::vector<FiringAlert>& alerts, const std::
 }
 
 void write_reaper(Writer& w, const LiveView& view, const ReaperMetrics& reaper, const std::string& hostname) {
+  w.begin(own_family("tarmac_reaper_passes_total"));
+  w.sample("tarmac_reaper_passes_total", "", static_cast<double>(reaper.passes));
   w.begin(own_family("tarmac_holding_processes"));
-  for (const auto& d : reaper.surveyed ? view.snapshot.devices : std::vector<gpu::Device>{}) {
+  for (const auto& d : reaper.passes > 0 ? view.snapshot.devices : std::vector<gpu::Device>{}) {
     const auto held = reaper.holding.find(d.id.index);
     w.sample("tarmac_holding_processes",
              label("gpu", std::to_string(d.id.index)) + "," + label("uuid", d.id.uuid.value_or("")) + "," +

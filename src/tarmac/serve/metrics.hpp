@@ -29,7 +29,7 @@ struct ReaperMetrics {
     std::string outcome;  // reap's words: "ended", "killed", "gone", "survived", ...
     long long count = 0;  // since the agent started
   };
-  bool surveyed = false;  // a pass has run: before it, no tarmac_holding_processes
+  long long passes = 0;   // passes run since the agent started; 0: no tarmac_holding_processes yet
   // By GPU index: processes holding memory at a known 0 % for at least reaper.warn_after in the
   // last pass; a GPU of the live view missing here holds none.
   std::map<unsigned, unsigned> holding;

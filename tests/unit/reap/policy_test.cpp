@@ -25,7 +25,7 @@ Row holder(unsigned gpu, unsigned pid, long long idle_min, Reason reason, unsign
   r.evidence.process.pid = pid;
   r.evidence.process.used_mem_bytes = 38 * util::kGiB;
   r.evidence.process.host.user = "alice";
-  r.evidence.process.host.command_line = "python3 -m ipykernel_launcher -f /run/k.json";
+  r.evidence.process.host.command_line = "/opt/conda/bin/python3 -m ipykernel_launcher -f /run/k.json";
   r.evidence.identity = host::ProcessIdentity{pid, start, "boot"};
   r.evidence.history.observed_since_ms = 0;
   r.evidence.history.observed_until_ms = 60 * kMin;

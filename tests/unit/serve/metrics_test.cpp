@@ -171,7 +171,7 @@ TEST(Metrics, TheReapersHoldersAndActionsByGpuAndOutcome) {
   EXPECT_EQ(render_metrics(view, extras).find("tarmac_holding_processes"), std::string::npos)
       << "no reaper, no reaper series";
   ReaperMetrics reaper;
-  reaper.surveyed = true;
+  reaper.passes = 3;
   reaper.holding = {{0, 2}};  // GPU 3 holds none: 0, not a missing series
   reaper.reaped = {{0, "GPU-00000000", "ended", 4}, {0, "GPU-00000000", "survived", 1}};
   extras.reaper = reaper;
@@ -184,6 +184,7 @@ TEST(Metrics, TheReapersHoldersAndActionsByGpuAndOutcome) {
                 R"(tarmac_reaped_processes_total{gpu="0",uuid="GPU-00000000",outcome="ended",hostname="node1"} 4)",
                 R"(tarmac_reaped_processes_total{gpu="0",uuid="GPU-00000000",outcome="survived",hostname="node1"} 1)"}));
   EXPECT_NE(text.find("# TYPE tarmac_reaped_processes_total counter\n"), std::string::npos);
+  EXPECT_EQ(samples(text, "tarmac_reaper_passes_total"), std::vector<std::string>{"tarmac_reaper_passes_total 3"});
   EXPECT_NE(text.find("# TYPE tarmac_holding_processes gauge\n"), std::string::npos);
 }
 
