@@ -77,6 +77,14 @@ std::string render_json(const Report& r) {
     }
     j["holding"].push_back(item);
   }
+  const auto& z = r.zombies;
+  j["zombies"] = {{"found", z.found}, {"actions", z.actions}, {"reaped", z.reaped}, {"freed_bytes", z.freed_bytes}};
+  j["zombies"]["recent"] = nlohmann::json::array();
+  for (const auto& a : z.recent) {
+    j["zombies"]["recent"].push_back({{"gpu", a.gpu}, {"time", format_iso(a.ts_ms)}, {"pid", a.pid}, {"user", a.user},
+                                      {"command", a.command}, {"outcome", a.outcome},
+                                      {"freed_bytes", a.freed_bytes ? nlohmann::json(*a.freed_bytes) : nlohmann::json(nullptr)}});
+  }
   return util::json_text(j, 2) + "\n";
 }
 

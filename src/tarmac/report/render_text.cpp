@@ -107,6 +107,16 @@ std::string render_text(const Report& r, bool color) {
                          p.mem_used_mib_max, util::terminal_text(p.command));
     }
   }
+  const auto& z = r.zombies;
+  out += fmt::format("\nZombies (docs/reap.md): {} found, {} reaped, {} freed", z.found, z.reaped,
+                     util::format_bytes(z.freed_bytes));
+  out += z.actions > z.reaped ? fmt::format(" ({} actions did not free memory)\n", z.actions - z.reaped) : "\n";
+  for (const auto& a : z.recent) {
+    out += fmt::format("  GPU {:<3} {}  pid {} {} {}: {}\n", a.gpu, format_utc(a.ts_ms), a.pid,
+                       a.user.empty() ? "?" : util::terminal_text(a.user),
+                       a.freed_bytes ? util::format_bytes(*a.freed_bytes) + " freed" : util::terminal_text(a.outcome),
+                       util::terminal_text(a.command));
+  }
   return out;
 }
 

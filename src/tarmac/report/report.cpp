@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "tarmac/util/units.hpp"
@@ -199,6 +200,51 @@ std::vector<HoldingIncident> holding_incidents(const std::vector<store::Activity
   return out;
 }
 
+// A "reap" event's detail (written by reap::event_detail; read as hostile: any field may be
+// missing or of another type), or nullopt when it is not a JSON object.
+std::optional<ZombieAction> zombie_action(const store::Event& e) {
+  const auto j = nlohmann::json::parse(e.detail, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  const auto text = [&j](const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  ZombieAction a;
+  a.gpu = e.gpu.value_or(0);
+  a.ts_ms = e.ts_ms;
+  if (const auto it = j.find("pid"); it != j.end() && it->is_number_unsigned()) a.pid = it->get<unsigned>();
+  a.user = text("user");
+  a.command = text("command");
+  a.outcome = text("outcome");
+  const auto freed = j.find("memory_freed");
+  const auto bytes = j.find("freed_bytes");
+  if (freed != j.end() && freed->is_boolean() && freed->get<bool>()) {
+    a.freed_bytes = bytes != j.end() && bytes->is_number_unsigned() ? bytes->get<std::uint64_t>() : 0;
+  }
+  return a;
+}
+
+Zombies zombies_of(const std::vector<store::Event>& events, const std::vector<unsigned>& gpus) {
+  constexpr std::size_t kMaxRecent = 20;
+  Zombies z;
+  for (const auto& e : events) {
+    if (e.gpu && !wanted(*e.gpu, gpus)) continue;
+    if (e.kind == "hold") ++z.found;
+    if (e.kind != "reap") continue;
+    const auto action = zombie_action(e);
+    if (!action) continue;
+    ++z.actions;
+    if (action->freed_bytes) {
+      ++z.reaped;
+      z.freed_bytes += *action->freed_bytes;
+    }
+    z.recent.push_back(*action);
+  }
+  std::stable_sort(z.recent.begin(), z.recent.end(), [](const auto& a, const auto& b) { return a.ts_ms > b.ts_ms; });
+  if (z.recent.size() > kMaxRecent) z.recent.resize(kMaxRecent);
+  return z;
+}
+
 }  // namespace
 
 double ClassHours::of(gpu::Activity a) const { return hours[class_slot(a)]; }
@@ -233,6 +279,7 @@ Report compute(const ReportInput& in, const ReportOptions& options) {
     if (e.gpu && !wanted(*e.gpu, options.gpus)) continue;
     if (e.kind == "fault" || e.kind == "lost" || e.kind == "throttle-start") ++report.fault_events;
   }
+  report.zombies = zombies_of(in.events, options.gpus);
   return report;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,6 +68,28 @@ struct HoldingIncident {
   std::vector<store::ProcessSpan> processes;
 };
 
+// One holder the reaper acted on (a "reap" event: the agent's or `tarmac reap --kill`'s).
+struct ZombieAction {
+  unsigned gpu = 0;
+  long long ts_ms = 0;
+  unsigned pid = 0;
+  std::string user;
+  std::string command;
+  std::string outcome;                      // reap's words: "ended", "killed", "survived", ...
+  std::optional<std::uint64_t> freed_bytes; // the memory the driver gave back
+};
+
+// Zombies found and reaped (docs/reap.md "As a service"): found = the holders the agent's reaper
+// warned about (its "hold" events, one per process and GPU each time it sat at 0 % for
+// reaper.warn_after), reaped = the "reap" events whose memory the driver freed.
+struct Zombies {
+  std::size_t found = 0;
+  std::size_t actions = 0;          // every "reap" event, whatever its outcome
+  std::size_t reaped = 0;           // ... whose memory was freed
+  std::uint64_t freed_bytes = 0;    // summed over those
+  std::vector<ZombieAction> recent; // the actions, newest first, at most 20
+};
+
 struct Report {
   long long since_ms = 0;
   long long until_ms = 0;
@@ -84,6 +107,7 @@ struct Report {
   std::vector<IdleWindow> idle_windows;   // longest first, at most 10
   std::vector<HoldingIncident> holding;   // longest first, at most 20
   std::size_t fault_events = 0;           // fault, lost, throttle-start events in the range
+  Zombies zombies;
 };
 
 struct ReportOptions {

@@ -374,6 +374,31 @@ TEST(Compute, FaultEventsCountFaultsLossesAndThrottling) {
   EXPECT_EQ(compute(in, day()).fault_events, 3U);
 }
 
+TEST(Compute, ZombiesFoundAreHoldEventsAndReapedAreReapEventsThatFreedMemory) {
+  ReportInput in;
+  in.events = {
+      {kD + 1, 3u, "hold", R"({"pid":4242,"idle_ms":360000})"},
+      {kD + 2, 3u, "hold", R"({"pid":4243})"},
+      {kD + 3, 3u, "reap", R"({"pid":4242,"user":"alice","command":"python3 -m ipykernel","outcome":"ended",)"
+                           R"("memory_freed":true,"freed_bytes":40802189312})"},
+      {kD + 4, 3u, "reap", R"({"pid":4243,"user":"bob","command":"x","outcome":"survived","memory_freed":false})"},
+      {kD + 5, 1u, "reap", R"({"pid":7,"outcome":"killed","memory_freed":true,"freed_bytes":1073741824})"},
+      {kD + 6, 1u, "reap", R"(not json {)"},                          // a hostile row: ignored
+      {kD + 7, 1u, "reap", R"({"pid":"8","memory_freed":"yes"})"},   // wrong types: counted, nothing freed
+  };
+  const Report r = compute(in, day());
+  EXPECT_EQ(r.zombies.found, 2U);
+  EXPECT_EQ(r.zombies.actions, 4U);
+  EXPECT_EQ(r.zombies.reaped, 2U);
+  EXPECT_EQ(r.zombies.freed_bytes, 40802189312ULL + 1073741824ULL);
+  ASSERT_EQ(r.zombies.recent.size(), 4U);
+  EXPECT_EQ(r.zombies.recent[0].ts_ms, kD + 7) << "newest first";
+  EXPECT_EQ(r.zombies.recent[3].pid, 4242U);
+  EXPECT_EQ(r.zombies.recent[3].user, "alice");
+  const Report gpu3 = compute(in, {day().range, std::nullopt, {3}});
+  EXPECT_EQ(gpu3.zombies.reaped, 1U) << "the GPU filter applies to the zombies too";
+}
+
 TEST(Compute, AnEmptyRangeGivesAnEmptyReport) {
   ReportInput in;
   in.activity = {span(0, Activity::Busy, 0, 24)};

@@ -115,13 +115,34 @@ TEST(RenderHtml, IsOnePageForPhones) {
   }
 }
 
+TEST(RenderReport, ZombiesInTextJsonAndHtmlWithTheirTextEscaped) {
+  Report r = sample(std::nullopt);
+  r.zombies.found = 3;
+  r.zombies.actions = 2;
+  r.zombies.reaped = 1;
+  r.zombies.freed_bytes = 38ULL << 30;
+  r.zombies.recent = {{3, kMonday + kHourMs, 4242, "alice", kEvilCommand, "ended", 38ULL << 30},
+                      {1, kMonday, 7, "bob\x1b[2J", "x", "survived", std::nullopt}};
+  const std::string html = render_html(r);
+  EXPECT_NE(html.find("3 found), and those it ended: 1 reaped, 38.0 GiB freed"), std::string::npos);
+  EXPECT_EQ(html.find("<script>"), std::string::npos);
+  const std::string text = render_text(r, false);
+  EXPECT_NE(text.find("Zombies (docs/reap.md): 3 found, 1 reaped, 38.0 GiB freed (1 actions did not free memory)"),
+            std::string::npos) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  const std::string json = render_json(r);
+  EXPECT_NE(json.find("\"reaped\": 1"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"freed_bytes\": 40802189312"), std::string::npos);
+  EXPECT_NE(json.find("\"outcome\": \"survived\""), std::string::npos);
+}
+
 TEST(RenderHtml, SectionsComeInOrder) {
   const std::string html = render_html(sample(2.5));
   std::size_t last = 0;
   for (std::string_view mark :
        {"fleet idle", "GPU-hours recorded", "Idle cost", "<svg class=\"chart-classes\"", "<table class=\"gpus\"",
         "<svg class=\"chart-heatmap\"", "Who used the GPU-hours", "Longest idle windows", "Holding incidents",
-        "</main>"}) {
+        "Zombies found / reaped", "</main>"}) {
     const auto at = html.find(mark);
     ASSERT_NE(at, std::string::npos) << mark;
     EXPECT_GT(at, last) << mark << " is out of order";
