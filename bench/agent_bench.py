@@ -15,12 +15,16 @@ test: it prints figures and ratios and never fails on them.
      values), rollups, spans and events included: 3 simulated hours of mixed-topology-8gpu (8 GPUs,
      4 training processes) at --speed 300, the file after a checkpoint divided by the GPU-samples.
   4. `tarmac report --since 7d` over the recorded week: median wall time of 5 runs.
+  5. The reaper's added CPU (docs/reap.md "As a service"): the agent at 1 s with reaper.interval
+     at its 10 s minimum (a survey every 10 s, six times the default) against reaper.interval =
+     1d (no pass in the run: the reaper off), and what that makes at the default 1m. The per-pass
+     cost over 64 processes and their trees is bench/reap_bench's.
 
 Goals: < 1 % of a core at 1 s; < 30 MiB resident; >= 50,000 GPU-samples/s; <= 48 bytes per
 GPU-sample; the week's report < 1 s.
 
 Usage: bench/agent_bench.py   (env: TARMAC_BUILD_DIR=build, TARMAC_PEERS=~/.cache/tarmac-peers,
-                               CPU_SECONDS=30, SPEED=20000)
+                               CPU_SECONDS=30, SPEED=20000, ONLY=reaper to run part 5 alone)
 """
 import os
 import pathlib
@@ -131,6 +135,22 @@ def bench_cpu(work):
     return tarmac_1s, tarmac_100ms, logger
 
 
+def bench_reaper(work):
+    """% of one core of the agent at 1 s with the reaper every 10 s, and with it off (1d)."""
+    sim = HeldSim("mixed-topology-8gpu")
+    try:
+        def agent(interval):
+            cfg = work / f"reaper-{interval}.toml"
+            cfg.write_text(f'[reaper]\ninterval = "{interval}"\n')
+            return [TARMAC, "--config", str(cfg), "agent", "--listen", f"127.0.0.1:{free_port()}", "--state-dir",
+                    str(work / f"reaper-{interval}"), "--interval", "1s"]
+        off = cpu_percent(agent("1d"), sim.env, CPU_SECONDS)
+        on = cpu_percent(agent("10s"), sim.env, CPU_SECONDS)
+    finally:
+        sim.close()
+    return off, on
+
+
 def bench_ingest(work):
     state = work / "week"
     cmd = [TARMAC, "sim", "--scenario", "h100x8-idle-fleet", "--speed", str(SPEED), "--", TARMAC, "agent",
@@ -209,12 +229,23 @@ def bench_report(db):
     return statistics.median(times)
 
 
+def print_reaper(work):
+    off, on = bench_reaper(work)
+    added = max(0.0, on - off)
+    print(f"CPU, 1 s sampling, reaper off (interval 1d):  {off:6.2f} % of one core")
+    print(f"CPU, 1 s sampling, reaper every 10 s:         {on:6.2f} % of one core   added {added:.2f} points; "
+          f"at the default 1m about {added / 6:.2f}   (goal: the agent < 1 % in all)")
+
+
 def main():
     if not os.path.exists(TARMAC):
         sys.exit(f"missing {TARMAC}: build tarmac first")
     work = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-agent-bench-"))
     try:
         print(f"tarmac agent benchmark ({os.cpu_count()} CPUs; {CPU_SECONDS:.0f} s per CPU figure)")
+        if os.environ.get("ONLY") == "reaper":
+            print_reaper(work)
+            return
         t1, t100, logger = bench_cpu(work)
         print(f"CPU, 8 GPUs with processes, 1 s sampling:    {t1:6.2f} % of one core   (goal < 1 %)")
         print(f"CPU, 8 GPUs with processes, 100 ms sampling: {t100:6.2f} % of one core")
@@ -240,6 +271,7 @@ def main():
             print(f"    {name:<28} {bytes_ / samples:6.1f} bytes per GPU-sample")
         t = bench_report(ing["db"])
         print(f"tarmac report --since 7d over that week: {t * 1000:.0f} ms median of 5   (goal < 1 s)")
+        print_reaper(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
