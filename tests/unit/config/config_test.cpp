@@ -141,6 +141,30 @@ TEST(Config, RefusesBadAlertValues) {
   EXPECT_FALSE(parse_text("[alerts]\nwebhook = \"localhost:80\"\n", warnings).ok());
 }
 
+TEST(Config, ReadsTheAgentsReaperKeys) {
+  std::vector<std::string> warnings;
+  auto c = parse_text("[reaper]\nenabled = true\nnotify_tty = true\nwarn_after = \"2m\"\ninterval = \"30s\"\n", warnings);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(c->reaper.enabled);
+  EXPECT_TRUE(c->reaper.notify_tty);
+  EXPECT_EQ(c->reaper.warn_after_ms, 2 * 60 * 1000);
+  EXPECT_EQ(c->reaper.interval_ms, 30 * 1000);
+  EXPECT_FALSE(Config{}.reaper.enabled) << "the agent must not end processes unless told to";
+  EXPECT_FALSE(parse_text("[reaper]\nenabled = \"yes\"\n", warnings).ok()) << "a bool is true or false";
+  EXPECT_FALSE(parse_text("[reaper]\ninterval = \"5s\"\n", warnings).ok()) << "interval below 10s";
+}
+
+TEST(Config, TheReaperWarnsBeforeItEnds) {
+  std::vector<std::string> warnings;
+  auto late = parse_text("[reaper]\nwarn_after = \"10m\"\nidle_for = \"10m\"\n", warnings);
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(late.error().message.find("reaper.warn_after (10m) must be less than reaper.idle_for (10m)"),
+            std::string::npos)
+      << late.error().message;
+  EXPECT_FALSE(parse_text("[reaper]\nidle_for = \"3m\"\n", warnings).ok()) << "below the default warn_after";
+  EXPECT_TRUE(parse_text("[reaper]\nidle_for = \"3m\"\nwarn_after = \"1m\"\n", warnings).ok());
+}
+
 TEST(Config, EveryKeyIsDocumentedWithItsDefault) {
   std::ifstream doc(TARMAC_SOURCE_DIR "/docs/configuration.md");
   ASSERT_TRUE(doc.good()) << "docs/configuration.md is missing";
