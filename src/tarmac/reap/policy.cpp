@@ -78,9 +78,10 @@ Plan Policy::step(const Pass& pass, Killing killing) {
     const auto warned = warned_.find(*key);
     if (warned == warned_.end()) {
       plan.warn.push_back(i);
-      warned_.emplace(*key, pass.time_unix_ms);
-    } else if (killing == Killing::On && row.decision.reason == Reason::Candidate) {
+      warned_.emplace(*key, Warned{pass.time_unix_ms, false});
+    } else if (killing == Killing::On && row.decision.reason == Reason::Candidate && !warned->second.acted) {
       plan.reap.push_back(i);
+      warned->second.acted = true;
     }
   }
   // Gone, busy again, or newly protected: forgotten, so that idling again means a new warning.

@@ -4,6 +4,8 @@
 // reaper.warn_after; it is ended only in a later pass than its warning, once the decision makes
 // it a candidate (reaper.idle_for and every safety rule), so an owner is always told first.
 // A holder that left the GPU or got busy is forgotten: idle again later, it is warned again.
+// One it was asked to end and that is still there (uninterruptible, survived SIGKILL) is not
+// tried again while it stays: its action and notice were already given.
 #pragma once
 
 #include <cstddef>
@@ -51,8 +53,12 @@ class Policy {
   using Key = std::tuple<unsigned, unsigned, unsigned long long, std::string>;
   [[nodiscard]] static std::optional<Key> key_of(const Row& row);
 
+  struct Warned {
+    long long at_unix_ms = 0;  // the pass that warned its owner
+    bool acted = false;        // the policy asked for it to be ended once: never again
+  };
   ReaperConfig config_;
-  std::map<Key, long long> warned_;  // holder -> the pass time (unix ms) it was warned at
+  std::map<Key, Warned> warned_;
 };
 
 // The warning's one line: "pid 4242 (alice, python3 -m ipykernel) holds 38 GiB on GPU 3 at 0 % for

@@ -65,6 +65,16 @@ TEST(Policy, ACandidateNeverWarnedIsWarnedFirstAndReapedOnlyAtTheNextPass) {
   EXPECT_EQ(plan.reap, std::vector<std::size_t>{0});
 }
 
+TEST(Policy, AHolderThatOutlivesItsActionIsNotTriedEveryPass) {
+  Policy policy(policy_rules());
+  (void)policy.step(pass_of({holder(0, 7, 30, Reason::Candidate)}), Killing::On);
+  EXPECT_EQ(policy.step(pass_of({holder(0, 7, 31, Reason::Candidate)}), Killing::On).reap.size(), 1u);
+  const auto plan = policy.step(pass_of({holder(0, 7, 32, Reason::Candidate)}), Killing::On);  // in D state
+  EXPECT_TRUE(plan.reap.empty()) << "a holder the kill could not end is signalled and announced every pass";
+  EXPECT_TRUE(plan.warn.empty());
+  EXPECT_EQ(plan.holding.at(0), 1u) << "still counted as holding";
+}
+
 TEST(Policy, WithKillingOffItWarnsAndNeverReaps) {
   Policy policy(policy_rules());
   EXPECT_EQ(policy.step(pass_of({holder(0, 7, 30, Reason::Candidate)}), Killing::Off).warn.size(), 1u);
