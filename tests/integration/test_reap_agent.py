@@ -129,6 +129,15 @@ class AgentReaperTest(unittest.TestCase):
                         self.metrics()[-3000:])
         self.assertIn(f"pid {zombie.pid}", self.log())  # every action is logged
         self.assertEqual(len(self.notices(zombie.pid, "firing")), 1, "warned twice")
+        # The grounded-fleet report's "zombies found / reaped" (docs/report.md), from the same store.
+        r = subprocess.run([str(TARMAC), "--json", "report", "--db", str(self.dir / "state" / "tarmac.db"),
+                            "--since", "1h"], env=self.sim.env(), capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        zombies = json.loads(r.stdout)["zombies"]
+        self.assertGreaterEqual(zombies["found"], 1, zombies)
+        self.assertEqual(zombies["reaped"], 1, zombies)
+        self.assertEqual(zombies["freed_bytes"], 2 << 30, zombies)
+        self.assertEqual(zombies["recent"][0]["pid"], zombie.pid)
 
     def test_with_reaper_enabled_false_it_warns_counts_the_holder_and_never_kills(self):
         zombie = self.load(0, "jupyter-kernel")

@@ -86,7 +86,7 @@ Result<report::ReportOptions> report_options(const std::string& price, const std
 
 void add_report_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto* cmd = app.add_subcommand("report", "The grounded-fleet report: hours per activity class, idle cost, heat map, "
-                                           "top users, idle windows, holding incidents (default: the last 7 days "
+                                           "top users, idle windows, holding incidents, zombies found / reaped (default: the last 7 days "
                                            "recorded)");
   auto flags = std::make_shared<ReportFlags>();
   add_range_flags(*cmd, flags->range, "7d");
