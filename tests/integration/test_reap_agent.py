@@ -103,6 +103,12 @@ class AgentReaperTest(unittest.TestCase):
             return []
         return [json.loads(r[0]) for r in query(db, "SELECT detail FROM event WHERE kind = ?", kind)]
 
+    def report_zombies(self):
+        r = subprocess.run([str(TARMAC), "--json", "report", "--db", str(self.dir / "state" / "tarmac.db"),
+                            "--since", "1h"], env=self.sim.env(), capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["zombies"]
+
     def test_it_warns_then_reaps_the_zombie_records_announces_and_counts_it_and_the_worker_runs_on(self):
         zombie = self.load(0, "jupyter-kernel")
         worker = self.load(80, "trainer")
@@ -130,10 +136,9 @@ class AgentReaperTest(unittest.TestCase):
         self.assertIn(f"pid {zombie.pid}", self.log())  # every action is logged
         self.assertEqual(len(self.notices(zombie.pid, "firing")), 1, "warned twice")
         # The grounded-fleet report's "zombies found / reaped" (docs/report.md), from the same store.
-        r = subprocess.run([str(TARMAC), "--json", "report", "--db", str(self.dir / "state" / "tarmac.db"),
-                            "--since", "1h"], env=self.sim.env(), capture_output=True, text=True, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        zombies = json.loads(r.stdout)["zombies"]
+        # Its range ends where the recording does (the last activity span written): waited for.
+        self.assertTrue(wait_for(lambda: self.report_zombies()["reaped"] >= 1, step=0.5), self.report_zombies())
+        zombies = self.report_zombies()
         self.assertGreaterEqual(zombies["found"], 1, zombies)
         self.assertEqual(zombies["reaped"], 1, zombies)
         self.assertEqual(zombies["freed_bytes"], 2 << 30, zombies)
