@@ -77,7 +77,7 @@ class ReapTest(unittest.TestCase):
                *QUICK, *args]
         if gpus is not None:
             cmd += ["--gpu", ",".join(str(g) for g in gpus)]
-        # --kill is gated until the review's defects are fixed (docs/reap.md); the tests exercise it.
+        # --kill is gated until a second review of its fixes (docs/reap.md); the tests exercise it.
         env = self.sim.env({"TARMAC_REAP_KILL_PREVIEW": "1", "TARMAC_REAP_TEST_DEVICE_FILE": DEVICE_FILE})
         r = subprocess.run(cmd, env=env, capture_output=True, text=True,
                            timeout=120,

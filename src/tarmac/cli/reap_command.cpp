@@ -53,8 +53,9 @@ void log_action(const ReapRow& row) {
              a.message.empty() ? std::string() : " (" + util::terminal_text(a.message) + ")");
 }
 
-// `--kill` runs only with TARMAC_REAP_KILL_PREVIEW=1 until the review's defects are fixed
-// (docs/reap.md): for its tests, and for evaluation on a machine whose every user is trusted.
+// `--kill` runs only with TARMAC_REAP_KILL_PREVIEW=1 until a second review of the fixes of the
+// first one's findings (docs/reap.md, "Safety checks"): for its tests, and for evaluation on a
+// machine whose every user is trusted.
 bool kill_preview_enabled() {
   const char* value = std::getenv("TARMAC_REAP_KILL_PREVIEW");
   return value != nullptr && std::string_view(value) == "1";
@@ -80,9 +81,9 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
   }
   if (settings->kill && !kill_preview_enabled()) {
     print_error(make_error(Error::Code::Invalid,
-                           "reap --kill is not enabled yet: a review of it found ways a local user could steer a "
-                           "pass into signalling a process other than the idle holder (docs/reap.md, \"Before --kill "
-                           "is enabled\"); nothing was done. The dry run shows what it would end"));
+                           "reap --kill is not enabled yet: the fixes for a security review of it (docs/reap.md, "
+                           "\"Safety checks\") await a second review; nothing was done. The dry run shows what it "
+                           "would end"));
     return kExitUsage;
   }
   const host::ProcReader proc;
