@@ -23,6 +23,7 @@ constexpr long long kFreePollMs = 200;
 constexpr std::size_t kMaxTree = 4096;  // a holder with more descendants is refused, not half-ended
 constexpr const char* kAlreadyEnded = "it had already ended";
 constexpr const char* kOtherProcess = "its pid names another process now";
+constexpr const char* kChangedHands = "its pid changed hands while its facts were read";
 
 // A process held through a pidfd, with the facts read while its identity held still.
 struct Held {
@@ -53,7 +54,7 @@ std::optional<Held> hold(unsigned pid, const std::optional<host::ProcessIdentity
   }
   auto facts = proc.read(pid);
   if (proc.identity(pid) != before) {
-    why = "its pid changed hands while its facts were read";
+    why = kChangedHands;
     return std::nullopt;
   }
   return Held{Target{*before, std::move(role)}, std::move(*pidfd), std::move(facts), false};
@@ -255,9 +256,13 @@ std::optional<Held> hold_holder(const ProcessEvidence& e, const host::ProcReader
   std::string why;
   auto root = e.identity ? hold(pid, e.identity, "holder", proc, why) : std::nullopt;
   if (!root) {
-    stopped = why == kAlreadyEnded || !e.identity
-                  ? stop_with(Outcome::Gone, "it had ended before the first signal")
-                  : stop_with(Outcome::IdentityChanged, fmt::format("pid {} names another process now ({}): nothing sent", pid, why));
+    if (why == kOtherProcess || why == kChangedHands) {
+      stopped = stop_with(Outcome::IdentityChanged, fmt::format("pid {} names another process now: nothing sent", pid));
+    } else if (why == kAlreadyEnded || !e.identity) {
+      stopped = stop_with(Outcome::Gone, "it had ended before the first signal");
+    } else {
+      stopped = stop_with(Outcome::Failed, "its pidfd could not be opened: " + why);  // nothing was sent
+    }
     return std::nullopt;
   }
   if (root->facts.state == 'D') {
