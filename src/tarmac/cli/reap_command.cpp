@@ -14,6 +14,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/store_access.hpp"
 #include "tarmac/sched/leases.hpp"
+#include "tarmac/store/recorder.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
@@ -52,11 +53,22 @@ void log_action(const ReapRow& row) {
              a.message.empty() ? std::string() : " (" + util::terminal_text(a.message) + ")");
 }
 
-// `--kill` runs only with TARMAC_REAP_KILL_PREVIEW=1 until the review's defects are fixed
-// (docs/reap.md): for its tests, and for evaluation on a machine whose every user is trusted.
+// `--kill` runs only with TARMAC_REAP_KILL_PREVIEW=1 until a second review of the fixes of the
+// first one's findings (docs/reap.md, "Safety checks"): for its tests, and for evaluation on a
+// machine whose every user is trusted.
 bool kill_preview_enabled() {
   const char* value = std::getenv("TARMAC_REAP_KILL_PREVIEW");
   return value != nullptr && std::string_view(value) == "1";
+}
+
+// Tests only, and only while the preview gate is open: the character device taken for every GPU's
+// own file (the tests cannot create a GPU's device node; docs/reap.md "Safety checks").
+Result<std::optional<host::DeviceNumber>> test_device_file() {
+  const char* path = std::getenv("TARMAC_REAP_TEST_DEVICE_FILE");
+  if (path == nullptr || *path == '\0' || !kill_preview_enabled()) return std::optional<host::DeviceNumber>{};
+  const auto device = host::char_device_of(path);
+  if (!device) return make_error(Error::Code::Invalid, fmt::format("TARMAC_REAP_TEST_DEVICE_FILE {}: not a character device", path));
+  return std::optional<host::DeviceNumber>(*device);
 }
 
 int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
@@ -69,9 +81,9 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
   }
   if (settings->kill && !kill_preview_enabled()) {
     print_error(make_error(Error::Code::Invalid,
-                           "reap --kill is not enabled yet: a review of it found ways a local user could steer a "
-                           "pass into signalling a process other than the idle holder (docs/reap.md, \"Before --kill "
-                           "is enabled\"); nothing was done. The dry run shows what it would end"));
+                           "reap --kill is not enabled yet: the fixes for a security review of it (docs/reap.md, "
+                           "\"Safety checks\") await a second review; nothing was done. The dry run shows what it "
+                           "would end"));
     return kExitUsage;
   }
   const host::ProcReader proc;
@@ -82,7 +94,18 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
                            "Run it on the host, or in a container started with --pid=host"));
     return kExitUsage;
   }
-  auto leases = detail::job_leases(sched::lock_dir(loaded->config.scheduler_lock_dir));
+  auto device_file = test_device_file();
+  if (!device_file.ok()) {
+    print_error(device_file.error());
+    return kExitUsage;
+  }
+  settings->gather.device_file_override = *device_file;
+  const std::string lock_dir = sched::lock_dir(loaded->config.scheduler_lock_dir);
+  if (auto missing = detail::missing_lock_dir_refusal(lock_dir, settings->kill)) {
+    print_error(make_error(Error::Code::NotFound, *missing));
+    return kExitCouldNotLook;
+  }
+  auto leases = detail::job_leases(lock_dir);
   if (!leases.ok()) {
     print_error(make_error(leases.error().code, "reap: cannot read the scheduler's leases, so tarmac jobs cannot be "
                                                 "told apart: " + leases.error().message));
@@ -90,7 +113,7 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
   } else {
     settings->gather.leases = std::move(*leases);
   }
-  settings->gather.store_path = store_path(loaded->config, flags.db);
+  settings->gather.store_path = detail::reap_store_path(loaded->config, flags.db);
   auto backend = open_backend(global);
   if (!backend.ok()) return kExitCouldNotLook;
   const util::SystemClock clock;
@@ -219,6 +242,21 @@ nlohmann::json action_json(const ReapRow& row) {
 }  // namespace
 
 namespace detail {
+
+std::string reap_store_path(const config::Config& config, const std::string& db_flag) {
+  if (!db_flag.empty() || ::geteuid() != 0) return store_path(config, db_flag);
+  return store::database_path(config.agent.state_dir.empty() ? std::string("/var/lib/tarmac") : config.agent.state_dir);
+}
+
+std::optional<std::string> missing_lock_dir_refusal(const std::string& dir, bool kill) {
+  std::error_code ec;
+  if (!kill || std::filesystem::is_directory(dir, ec)) return std::nullopt;
+  const bool under_tmp = dir == "/tmp" || dir.starts_with("/tmp/") || dir == "/var/tmp" || dir.starts_with("/var/tmp/");
+  if (!under_tmp) return std::nullopt;
+  return "reap --kill: the scheduler's lock directory " + dir + " does not exist, and under /tmp that can mean a "
+         "private /tmp hides it, not that there are no tarmac jobs; nothing was done. Set scheduler.lock_dir outside "
+         "/tmp (the default is /run/tarmac/locks)";
+}
 
 Result<std::vector<reap::JobLease>> job_leases(const std::string& dir) {
   std::error_code ec;
