@@ -62,12 +62,12 @@ DeviceView evaluate_device(const Scenario& scenario, unsigned gpu, double t, con
     const unsigned pid = p.host_pid ? *p.host_pid : static_cast<unsigned>(lp->pid);
     const ProcessUtil u = p.util_at(t);
     view.processes.push_back({pid, p.memory_mib * kMiB, p.type, u.sm_util.value_or(share), u.mem_util.value_or(mem_share),
-                              u.sample});
+                              u.sample, 0});
   }
   for (const LiveProcess* lp : loads) {
     used += lp->memory_mib * kMiB;
     view.processes.push_back({static_cast<unsigned>(lp->pid), lp->memory_mib * kMiB, lp->type, lp->sm_util, lp->mem_util,
-                              lp->util_sample});
+                              lp->util_sample, lp->enc_util});
   }
   // A GPU cannot hand out more than it has (clients such as nvtop assert on it).
   const unsigned long long usable = view.total_bytes - view.reserved_bytes;

@@ -17,6 +17,7 @@ struct ProcessView {
   unsigned sm_util = 0;
   unsigned mem_util = 0;
   UtilSample util_sample = UtilSample::Normal;  // what its per-process utilization samples say
+  unsigned enc_util = 0;
 };
 
 struct DeviceView {

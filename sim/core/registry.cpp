@@ -25,6 +25,7 @@ Result<void> register_process(const fs::path& procs_dir, LiveProcess p) {
   std::string text = fmt::format("pid={}\nstarttime={}\ngpus={}\nmemory_mib={}\nsm_util={}\nmem_util={}\ntype={}\n",
                                  p.pid, p.starttime, gpus, p.memory_mib, p.sm_util, p.mem_util,
                                  p.type == ProcessType::Graphics ? "graphics" : "compute");
+  if (p.enc_util != 0) text += fmt::format("enc_util={}\n", p.enc_util);
   if (p.scenario_process) text += fmt::format("scenario_process={}\n", *p.scenario_process);
   if (p.util_sample != UtilSample::Normal) {
     text += fmt::format("util_sample={}\n", p.util_sample == UtilSample::Garbage ? "garbage" : "unreadable");
@@ -50,6 +51,7 @@ std::optional<LiveProcess> parse_entry(const fs::path& file) {
     if (key == "memory_mib" && n) p.memory_mib = static_cast<unsigned long long>(*n);
     if (key == "sm_util" && n) p.sm_util = static_cast<unsigned>(*n);
     if (key == "mem_util" && n) p.mem_util = static_cast<unsigned>(*n);
+    if (key == "enc_util" && n && *n >= 0 && *n <= 100) p.enc_util = static_cast<unsigned>(*n);
     if (key == "scenario_process" && n) p.scenario_process = static_cast<unsigned>(*n);
     if (key == "type") p.type = value == "graphics" ? ProcessType::Graphics : ProcessType::Compute;
     if (key == "util_sample" && value == "garbage") p.util_sample = UtilSample::Garbage;

@@ -22,6 +22,7 @@ struct LiveProcess {
   unsigned long long memory_mib = 0;  // on each GPU
   unsigned sm_util = 0;
   unsigned mem_util = 0;
+  unsigned enc_util = 0;  // a load's video encoder utilization (a transcoder at SM 0 %)
   UtilSample util_sample = UtilSample::Normal;  // a load's: what its utilization samples say
   std::optional<unsigned> scenario_process;  // index into Scenario::processes; none for loads
   ProcessType type = ProcessType::Compute;

@@ -86,8 +86,8 @@ nvmlReturn_t process_samples(Entry& e, unsigned long long last_seen_us, std::vec
   for (const sim::ProcessView& p : view.processes) {
     if (p.util_sample == sim::UtilSample::Garbage) {
       out.push_back({stamp, p.pid, kGarbagePct, kGarbagePct, 0, 0, 0, 0});
-    } else if (p.sm_util != 0 || p.mem_util != 0) {
-      out.push_back({stamp, p.pid, p.sm_util, p.mem_util, 0, 0, 0, 0});
+    } else if (p.sm_util != 0 || p.mem_util != 0 || p.enc_util != 0) {
+      out.push_back({stamp, p.pid, p.sm_util, p.mem_util, p.enc_util, 0, 0, 0});
     }
   }
   return out.empty() ? NVML_ERROR_NOT_FOUND : NVML_SUCCESS;

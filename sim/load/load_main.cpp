@@ -36,6 +36,7 @@ constexpr int kExitCudaError = 3;  // what a CUDA program dying on a CUDA error 
 struct Options {
   unsigned long long mem_mib = 1024;
   unsigned util = 50;
+  unsigned enc_util = 0;
   double seconds = -1;  // < 0: until signalled
   int exit_code = 0;
   bool ignore_sigterm = false;
@@ -45,12 +46,13 @@ struct Options {
 
 void usage(std::FILE* out) {
   std::fputs(
-      "usage: tarmac-sim-load [--mem SIZE] [--util PCT] [--seconds N] [--exit-code N] [--ignore-sigterm]\n"
+      "usage: tarmac-sim-load [--mem SIZE] [--util PCT] [--enc-util PCT] [--seconds N] [--exit-code N] [--ignore-sigterm]\n"
       "                       [--name NAME] [--util-sample normal|garbage|unreadable]\n"
       "Appears as a GPU compute process of the running simulation (TARMAC_SIM_STATE) on the GPUs that\n"
       "CUDA_VISIBLE_DEVICES names (CUDA_DEVICE_ORDER honoured; unset: every GPU), until it exits.\n"
       "  --mem SIZE        GPU memory on each GPU: MiB, or 512MiB, 2GiB, 1.5G (default 1024)\n"
       "  --util PCT        SM utilization it adds to each GPU, 0-100 (default 50)\n"
+      "  --enc-util PCT    its per-process video encoder utilization, 0-100 (default 0)\n"
       "  --seconds N       exit after N real seconds (default: run until signalled)\n"
       "  --exit-code N     exit status when --seconds ends (default 0)\n"
       "  --ignore-sigterm  ignore SIGTERM (tests of SIGKILL escalation)\n"
@@ -83,6 +85,11 @@ std::optional<Options> parse(int argc, char** argv) {
       auto pct = v ? util::parse_int(*v) : std::nullopt;
       if (!pct || *pct < 0 || *pct > 100) return std::nullopt;
       o.util = static_cast<unsigned>(*pct);
+    } else if (arg == "--enc-util") {
+      auto v = value();
+      auto pct = v ? util::parse_int(*v) : std::nullopt;
+      if (!pct || *pct < 0 || *pct > 100) return std::nullopt;
+      o.enc_util = static_cast<unsigned>(*pct);
     } else if (arg == "--seconds") {
       auto v = value();
       auto s = v ? util::parse_double(*v) : std::nullopt;
@@ -178,6 +185,7 @@ int run_load(const Options& o) {
   me.memory_mib = o.mem_mib;
   me.sm_util = o.util;
   me.mem_util = o.util / 2;
+  me.enc_util = o.enc_util;
   me.util_sample = o.util_sample;
   const auto procs = sim::StateDir(state).procs();
   if (auto r = sim::register_process(procs, me); !r) {

@@ -173,6 +173,10 @@ class InstallUnderAPrefix(unittest.TestCase):
         self.assertEqual(set(service["CapabilityBoundingSet"][0].split()),
                          {"CAP_KILL", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_DAC_OVERRIDE"})
         self.assertEqual(service["ProtectProc"], ["default"])  # it must see every process
+        # It must see the scheduler's real lock directory (a tarmac job's processes are protected by
+        # its leases): no private /tmp, and the default directory writable for its .lock.
+        self.assertEqual(service["PrivateTmp"], ["no"])
+        self.assertEqual(service["ReadWritePaths"], ["-/run/tarmac/locks"])
         self.assertNotIn("User", service)
         self.assertNotIn("Install", (unit_dir / "tarmac-reap.service").read_text())  # the timer starts it
         timer = unit_settings((unit_dir / "tarmac-reap.timer").read_text())

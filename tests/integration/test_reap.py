@@ -3,7 +3,12 @@ processes and the simulator's process registry (procs/PID, one file per live GPU
 judge: what reap says it ended has left the GPU, and what it must leave alone is still there.
 
 The GPUs of h100x8-idle-fleet are idle at simulated Monday 00:00, so every utilization seen is the
-test's own processes'. reap watches (no agent store: --db names none) for a short --window."""
+test's own processes'. reap watches (no agent store: --db names none) for a short --window.
+
+A holder must have its GPU's device file open (docs/reap.md, "Safety checks"). No test can create
+a GPU's device node (major 195) without the driver, so reap takes /dev/zero as every GPU's file
+(TARMAC_REAP_TEST_DEVICE_FILE, read only with the preview gate open) and a load "holds" its GPU
+when the test passes it an open /dev/zero."""
 import json
 import os
 import pathlib
@@ -19,6 +24,7 @@ from test_status import BUILD, TARMAC
 LOAD = BUILD / "sim" / "tarmac-sim-load"
 SCENARIO = "h100x8-idle-fleet"
 QUICK = ("--idle-for", "1s", "--window", "1500ms", "--grace", "1s")
+DEVICE_FILE = "/dev/zero"  # every GPU's device file, for these tests
 
 
 class ReapTest(unittest.TestCase):
@@ -35,6 +41,8 @@ class ReapTest(unittest.TestCase):
 
     def setUp(self):
         self.loads = []
+        self.device = os.open(DEVICE_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        self.addCleanup(os.close, self.device)
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-reap-"))
         os.chmod(self.dir, 0o755)
         self.kill_switch = self.dir / "reap.disabled"
@@ -51,11 +59,13 @@ class ReapTest(unittest.TestCase):
         self.config.write_text(f'[reaper]\nmin_age = "{min_age}"\nkill_switch = "{self.kill_switch}"\n{extra}')
         os.chmod(self.config, 0o644)
 
-    def load(self, gpu, util, *args, user=None):
-        """A tarmac-sim-load on GPU `gpu` at `util` % holding 2 GiB; waits until the registry lists it."""
+    def load(self, gpu, util, *args, user=None, holds_device=True):
+        """A tarmac-sim-load on GPU `gpu` at `util` % holding 2 GiB (and, unless `holds_device` is
+        false, the GPU's device file); waits until the registry lists it."""
         env = self.sim.env({"CUDA_VISIBLE_DEVICES": str(gpu), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
         p = subprocess.Popen([str(LOAD), "--mem", "2GiB", "--util", str(util), *args], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             pass_fds=(self.device,) if holds_device else (),
                              preexec_fn=demoted(user) if user else None)
         self.loads.append(p)
         self.assertTrue(wait_for(lambda: p.pid in gpu_pids(self.sim.state, gpu)), f"load on GPU {gpu} never registered")
@@ -67,8 +77,9 @@ class ReapTest(unittest.TestCase):
                *QUICK, *args]
         if gpus is not None:
             cmd += ["--gpu", ",".join(str(g) for g in gpus)]
-        # --kill is gated until the review's defects are fixed (docs/reap.md); the tests exercise it.
-        r = subprocess.run(cmd, env=self.sim.env({"TARMAC_REAP_KILL_PREVIEW": "1"}), capture_output=True, text=True,
+        # --kill is gated until a second review of its fixes (docs/reap.md); the tests exercise it.
+        env = self.sim.env({"TARMAC_REAP_KILL_PREVIEW": "1", "TARMAC_REAP_TEST_DEVICE_FILE": DEVICE_FILE})
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True,
                            timeout=120,
                            preexec_fn=demoted(user) if user else None)
         if not r.stdout.strip():
@@ -186,6 +197,28 @@ class LeavesAlone(ReapTest):
             self.assert_alive(p, 6)
         self.assert_alive(young, 7)
 
+    def test_a_listed_pid_without_the_gpus_device_file_is_never_signalled(self):
+        # The review's C1: NVML lists a pid, but the process that has it now does not hold the GPU
+        # (the listed one ended, its context kept by a child): the old reap ended it.
+        stranger = self.load(5, 0, holds_device=False)
+        rc, report, _ = self.reap("--kill", gpus=[5])
+        s = self.entry(report, stranger.pid)
+        self.assertEqual(s["decision"], "not-holding", s)
+        self.assertIn("does not have the GPU's device file", s["why"])
+        self.assertIsNone(s["action"])
+        self.assertEqual(rc, 0)
+        self.assert_alive(stranger, 5)
+
+    def test_an_encoder_only_process_at_sm_0_is_busy(self):
+        # The review's H4: NVENC at 40 % with SM and memory at 0 % is working, by its own sample.
+        transcoder = self.load(3, 0, "--enc-util", "40")
+        rc, report, _ = self.reap("--kill", gpus=[3])
+        t = self.entry(report, transcoder.pid)
+        self.assertEqual(t["decision"], "busy", t)
+        self.assertEqual(t["sm_util_pct"], 40)
+        self.assertEqual(rc, 0)
+        self.assert_alive(transcoder, 3)
+
     def test_the_kill_switch_stops_everything(self):
         zombie = self.load(5, 0)
         self.kill_switch.write_text("maintenance until Monday\n")
@@ -194,6 +227,8 @@ class LeavesAlone(ReapTest):
         self.assertEqual(z["decision"], "candidate")
         self.assertEqual(z["action"]["outcome"], "left")
         self.assertIn("kill switch", z["action"]["message"])
+        self.assertTrue(report["rules"]["kill_switch_present"])
+        rc, report, _ = self.reap(gpus=[5])  # a dry run says so too
         self.assertTrue(report["rules"]["kill_switch_present"])
         self.assertEqual(rc, 1)
         self.assert_alive(zombie, 5)

@@ -6,8 +6,12 @@ webhook's firing `reaper` notice, a "hold" event), reaps in a later pass (the si
 no longer lists the zombie, the worker runs on), records the "reap" event, announces it (resolved)
 and counts it on /metrics. With reaper.enabled = false it warns and never signals.
 
+A holder must have its GPU's device file open (docs/reap.md, "Safety checks"): as in test_reap.py,
+/dev/zero stands for every GPU's (TARMAC_REAP_TEST_DEVICE_FILE) and each load holds it open.
+
 No fixed sleeps: every wait is for an event (a notice, a metrics line, a row), bounded by a hang."""
 import json
+import os
 import pathlib
 import re
 import signal
@@ -23,6 +27,7 @@ from test_status import BUILD, TARMAC
 LOAD = BUILD / "sim" / "tarmac-sim-load"
 SCENARIO = "h100x8-idle-fleet"
 GPU = 1
+DEVICE_FILE = "/dev/zero"  # every GPU's device file, for these tests
 
 
 def config(hook, enabled, kill_switch):
@@ -42,6 +47,8 @@ class AgentReaperTest(unittest.TestCase):
         self.hook = Receiver()
         self.procs = []
         self.err = None
+        self.device = os.open(DEVICE_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        self.addCleanup(os.close, self.device)
         self.port = free_port()
 
     def tearDown(self):
@@ -58,7 +65,7 @@ class AgentReaperTest(unittest.TestCase):
     def load(self, util, name):
         env = self.sim.env({"CUDA_VISIBLE_DEVICES": str(GPU), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
         p = subprocess.Popen([str(LOAD), "--mem", "2GiB", "--util", str(util), "--name", name], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(self.device,))
         self.procs.append(p)
         self.assertTrue(wait_for(lambda: p.pid in gpu_pids(self.sim.state, GPU)), f"{name} never registered")
         return p
@@ -70,7 +77,9 @@ class AgentReaperTest(unittest.TestCase):
         agent = subprocess.Popen([str(TARMAC), "--config", str(cfg), "agent", "--state-dir", str(self.dir / "state"),
                                   "--listen", f"127.0.0.1:{self.port}", "--socket", "off", "--interval", "250ms",
                                   "--process-interval", "500ms", "--flush", "250ms"],
-                                 env=self.sim.env({"TARMAC_REAP_KILL_PREVIEW": "1"}), stdout=subprocess.DEVNULL,
+                                 env=self.sim.env({"TARMAC_REAP_KILL_PREVIEW": "1",
+                                                   "TARMAC_REAP_TEST_DEVICE_FILE": DEVICE_FILE}),
+                                 stdout=subprocess.DEVNULL,
                                  stderr=self.err, text=True)
         self.procs.append(agent)
         return agent

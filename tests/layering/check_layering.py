@@ -12,7 +12,8 @@ The rule, from docs/ARCHITECTURE.md:
 
 narrowed by its paragraph: config knows the option structs of agent, alerts, sched, store, diagnose
 and gpu; sched sits over agent (its log sink, until it includes util/log.hpp), store and gpu and
-knows neither alerts nor serve; alerts sits over store and gpu; reap sits over store, gpu and host
+knows neither alerts nor serve; alerts sits over store, gpu and net (the HTTP client, which sits
+over util alone); reap sits over store, gpu and host
 alone (the CLI hands it the scheduler's leases); serve over report, store and gpu and
 knows neither the agent nor alerts; nothing below cli knows config; nothing outside gpu/ includes
 nvml/ (nor gpu/nvml_*, which translate NVML into the model); the simulator (sim/) sees only util/
@@ -30,6 +31,7 @@ BELOW_STORE = {"gpu", "host", "util"}
 ALLOWED = {
     "util": set(),
     "nvml": {"util"},
+    "net": {"util"},
     "host": {"util"},
     "gpu": {"host", "nvml", "util"},
     "store": BELOW_STORE,
@@ -37,12 +39,13 @@ ALLOWED = {
     "diagnose": {"store"} | BELOW_STORE,
     "report": {"agent", "diagnose", "store"} | BELOW_STORE,
     "fields": {"report", "agent", "diagnose", "store"} | BELOW_STORE,
-    "alerts": {"report", "diagnose", "store"} | BELOW_STORE,
+    "alerts": {"net", "report", "diagnose", "store"} | BELOW_STORE,
     "reap": {"store"} | BELOW_STORE,
     "sched": {"report", "diagnose", "store"} | BELOW_STORE,
     "serve": {"report", "diagnose", "store"} | BELOW_STORE,
     "config": {"agent", "alerts", "sched", "store", "diagnose", "reap"} | BELOW_STORE,
-    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "report", "agent", "diagnose", "store"} | BELOW_STORE,
+    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "report", "agent", "diagnose", "store", "net"}
+    | BELOW_STORE,
     "apps": {"cli"},
     "sim": {"util", "nvml"},
 }

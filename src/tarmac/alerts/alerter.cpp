@@ -18,11 +18,12 @@ constexpr int kCommandTimeoutMs = 10000;
 Alerter::Alerter(AlertConfig config, gpu::ActivityThresholds activity, util::LogSink log)
     : log_(std::move(log)), evaluator_(config, activity) {
   if (!config.webhook.empty()) {
-    auto url = parse_webhook_url(config.webhook);
-    if (url.ok()) {
-      webhook_ = *url;
+    auto checked = check_webhook_url(config.webhook);
+    if (checked.ok()) {
+      webhook_ = config.webhook;
+      webhook_ca_ = config.webhook_ca;
     } else if (log_) {
-      log_(util::LogLevel::Error, fmt::format("alerts.webhook: {} (no webhook)", url.error().message));
+      log_(util::LogLevel::Error, fmt::format("alerts.webhook: {} (no webhook)", checked.error().message));
     }
   }
   command_ = command_argv(config.command);
@@ -114,11 +115,11 @@ int Alerter::budget_ms(int wanted) const {
 
 void Alerter::deliver(const Notice& notice) {
   if (webhook_) {
-    auto sent = post_json(*webhook_, notice_body(notice), budget_ms(kSendTimeoutMs));
+    auto sent = post_json(*webhook_, notice_body(notice), budget_ms(kSendTimeoutMs), webhook_ca_);
     if (!sent.ok() && !webhook_failing_ && log_) {
       log_(util::LogLevel::Warning,
-           fmt::format("alert webhook http://{}:{}{}: {} (logged once until it works again)", webhook_->host,
-                       webhook_->port, webhook_->path, sent.error().message));
+           fmt::format("alert webhook {}: {} (logged once until it works again)", webhook_origin(*webhook_),
+                       sent.error().message));
     } else if (sent.ok() && webhook_failing_ && log_) {
       log_(util::LogLevel::Info, "alert webhook works again");
     }

@@ -44,7 +44,8 @@ class Alerter {
   void deliver(const Notice& notice);
 
   util::LogSink log_;
-  std::optional<WebhookUrl> webhook_;
+  std::optional<std::string> webhook_;  // its URL
+  std::string webhook_ca_;              // alerts.webhook_ca
   std::vector<std::string> command_;
 
   std::mutex evaluate_mutex_;  // observe is called by one thread, but keep it safe anyway

@@ -56,8 +56,9 @@ struct AlertConfig {
   long long fault_for_ms = 0;
   // Rules turned off (alerts.disabled = "idle,thermal").
   std::vector<Rule> disabled;
-  // Sinks besides the log: "http://host[:port]/path" ("" for none) and a command line ("" for none).
+  // Sinks besides the log: "http[s]://host[:port]/path" ("" for none) and a command line ("" for none).
   std::string webhook;
+  std::string webhook_ca;  // a PEM file of the CAs the webhook's certificate is checked against; "": the system's
   std::string command;
 
   [[nodiscard]] bool enabled(Rule rule) const;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "tarmac/net/http_client.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/process.hpp"
 #include "tarmac/util/strings.hpp"
@@ -56,81 +57,15 @@ bool wait_fd(int fd, short events, std::chrono::steady_clock::time_point deadlin
   }
 }
 
-Result<int> connect_to(const WebhookUrl& url, std::chrono::steady_clock::time_point deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(url.port);
-  if (int rc = ::getaddrinfo(url.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return make_error(Error::Code::NotFound, fmt::format("cannot resolve {}: {}", url.host, ::gai_strerror(rc)));
-  }
-  std::string why = "no address";
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
-    if (fd.get() < 0) continue;
-    int rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      if (!wait_fd(fd.get(), POLLOUT, deadline)) {
-        why = "timed out connecting";
-        continue;
-      }
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      rc = err == 0 ? 0 : -1;
-      errno = err;
-    }
-    if (rc != 0) {
-      why = std::strerror(errno);
-      continue;
-    }
-    const int out = fd.release();
-    ::freeaddrinfo(found);
-    return out;
-  }
-  ::freeaddrinfo(found);
-  return make_error(Error::Code::Io, fmt::format("cannot connect to {}:{}: {}", url.host, url.port, why));
-}
-
 }  // namespace
 
-Result<WebhookUrl> parse_webhook_url(std::string_view text) {
-  if (text.starts_with("https://")) {
-    return make_error(Error::Code::Invalid,
-                      fmt::format("'{}': tarmac posts plain http:// only; for https, point it at a local relay "
-                                  "(for example a reverse proxy on 127.0.0.1) that forwards over TLS",
-                                  text));
-  }
-  const auto bad = [&] {
-    return make_error(Error::Code::Invalid, fmt::format("'{}' is not http://host[:port]/path", text));
-  };
-  if (!text.starts_with("http://")) return bad();
-  std::string_view rest = text.substr(7);
-  WebhookUrl url;
-  const auto slash = rest.find('/');
-  std::string_view authority = rest.substr(0, slash);
-  url.path = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
-  if (authority.empty() || authority.find('@') != std::string_view::npos) return bad();
-  if (authority.front() == '[') {
-    const auto close = authority.find(']');
-    if (close == std::string_view::npos) return bad();
-    url.host = std::string(authority.substr(1, close - 1));
-    authority = authority.substr(close + 1);
-    if (!authority.empty() && authority.front() != ':') return bad();
-  } else {
-    const auto colon = authority.find(':');
-    url.host = std::string(authority.substr(0, colon));
-    authority = colon == std::string_view::npos ? std::string_view() : authority.substr(colon);
-  }
-  if (url.host.empty() || url.host.find_first_of(" \t/?#") != std::string::npos) return bad();
-  if (!authority.empty()) {
-    const auto port = util::parse_int(authority.substr(1));
-    if (!port || *port < 1 || *port > 65535) return bad();
-    url.port = static_cast<unsigned>(*port);
-  }
-  if (url.path.find_first_of(" \t\r\n") != std::string::npos) return bad();
-  return url;
+Result<void> check_webhook_url(std::string_view text) { return net::check_url(text); }
+
+std::string webhook_origin(std::string_view url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string_view::npos) return "(not a URL)";
+  const auto end = url.find_first_of("/?#", scheme + 3);
+  return std::string(url.substr(0, end)) + (end == std::string_view::npos ? "" : "/…");
 }
 
 nlohmann::json alert_json(const Alert& alert) {
@@ -159,49 +94,26 @@ std::string notice_body(const Notice& notice) {
   return util::json_text(j);
 }
 
-Result<void> post_json(const WebhookUrl& url, const std::string& body, int timeout_ms) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);  // for all of it
-  auto connected = connect_to(url, deadline);
-  if (!connected.ok()) return connected.take_error();
-  Fd fd(*connected);
-  const bool v6 = url.host.find(':') != std::string::npos;
-  std::string request = fmt::format(
-      "POST {} HTTP/1.1\r\nHost: {}{}{}:{}\r\nUser-Agent: tarmac\r\nContent-Type: application/json\r\n"
-      "Content-Length: {}\r\nConnection: close\r\n\r\n",
-      url.path, v6 ? "[" : "", url.host, v6 ? "]" : "", url.port, body.size());
-  request += body;
-  std::size_t sent = 0;
-  while (sent < request.size()) {
-    if (!wait_fd(fd.get(), POLLOUT, deadline)) return make_error(Error::Code::Io, "timed out sending");
-    const ssize_t n = ::send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return make_error(Error::Code::Io, fmt::format("cannot send: {}", std::strerror(errno)));
-    }
-    sent += static_cast<std::size_t>(n);
-  }
-  // The status line is all we need.
-  std::string answer;
-  char buffer[1024];
-  while (answer.find("\r\n") == std::string::npos && answer.size() < 8192) {
-    if (!wait_fd(fd.get(), POLLIN, deadline)) return make_error(Error::Code::Io, "timed out waiting for the answer");
-    const ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, 0);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return make_error(Error::Code::Io, fmt::format("cannot read the answer: {}", std::strerror(errno)));
-    }
-    if (n == 0) break;
-    answer.append(buffer, static_cast<std::size_t>(n));
-  }
-  const auto line = answer.substr(0, answer.find("\r\n"));
-  const auto words = util::split(line, ' ');
-  if (words.size() < 2 || !words[0].starts_with("HTTP/")) {
-    return make_error(Error::Code::Io, "no HTTP answer");
-  }
-  const auto status = util::parse_int(words[1]);
-  if (!status || *status < 200 || *status > 299) {
-    return make_error(Error::Code::Io, fmt::format("answered {}", line.substr(words[0].size() + 1)));
+std::string test_body(std::string_view host, long long ts_ms) {
+  nlohmann::json j;
+  j["text"] = util::slack_text(fmt::format("TEST from tarmac on {}: alerts reach this webhook", host));
+  j["status"] = "test";
+  j["ts_ms"] = ts_ms;
+  j["alert"] = nullptr;
+  return util::json_text(j);
+}
+
+Result<void> post_json(const std::string& url, const std::string& body, int timeout_ms, const std::string& ca_file) {
+  net::Request request;
+  request.url = url;
+  request.headers = {"Content-Type: application/json"};
+  request.body = body;
+  request.timeout_ms = timeout_ms;
+  request.ca_file = ca_file;
+  request.max_body_bytes = 64 * 1024;  // the answer is read only for its status
+  TARMAC_TRY_ASSIGN(const auto response, net::perform(request));
+  if (response.status < 200 || response.status > 299) {
+    return make_error(Error::Code::Io, fmt::format("answered HTTP {}", response.status));
   }
   return {};
 }
@@ -259,7 +171,8 @@ std::vector<std::string> command_environment(const std::vector<std::pair<std::st
 }  // namespace
 
 Result<void> run_command(const std::vector<std::string>& argv, const std::string& input,
-                         const std::vector<std::pair<std::string, std::string>>& env, int timeout_ms) {
+                         const std::vector<std::pair<std::string, std::string>>& env, int timeout_ms,
+                         int stdout_fd) {
   if (argv.empty()) return make_error(Error::Code::Invalid, "empty command");
   // Found on the agent's PATH, as execvp would, but before the child exists.
   const char* path_env = std::getenv("PATH");
@@ -283,7 +196,7 @@ Result<void> run_command(const std::vector<std::string>& argv, const std::string
   spec.argv = argv;
   spec.env = command_environment(env);
   // Its output goes where the agent's goes (the journal); no other descriptor of the agent's.
-  spec.fds = {{STDIN_FILENO, read_end.get()}, {STDOUT_FILENO, STDOUT_FILENO}, {STDERR_FILENO, STDERR_FILENO}};
+  spec.fds = {{STDIN_FILENO, read_end.get()}, {STDOUT_FILENO, stdout_fd}, {STDERR_FILENO, STDERR_FILENO}};
   auto child = util::start_process(spec);
   if (!child.ok()) return child.take_error();
   read_end.reset();

@@ -30,6 +30,7 @@
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
+#include "tarmac/util/process.hpp"
 
 namespace tarmac::cli {
 
@@ -222,7 +223,7 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   sopts.host = address->first;
   sopts.port = address->second;
   sopts.db_path = store::database_path(s.options.state_dir);
-  sopts.hostname = serve::host_name();
+  sopts.hostname = util::host_name();
   sopts.alerts = [&alerter] { return firing_alerts(alerter); };
   sopts.reaper = [&reaper] { return std::optional<serve::ReaperMetrics>(reaper.metrics()); };
   auto service = std::make_unique<serve::Service>(live, sopts);

@@ -84,7 +84,7 @@ void AgentReaper::loop() {
   }
 }
 
-reap::Killing AgentReaper::killing() {
+reap::Killing AgentReaper::killing(const std::optional<std::string>& blocked) {
   std::string why;
   if (!options_.rules.enabled) {
     why = "reaper.enabled is false";
@@ -92,6 +92,8 @@ reap::Killing AgentReaper::killing() {
     why = std::string("ending holders is ") + reap::kill_gate_reason();
   } else if (host::ProcReader().in_host_pid_namespace() != true) {
     why = "the agent runs outside the host's PID namespace, where the driver's pids are not the processes it sees";
+  } else if (blocked) {
+    why = *blocked;
   }
   // Logged once per reason: the agent warns, and says why it will not end anything.
   if (!why.empty() && why != killing_off_logged_ && options_.rules.enabled) {
@@ -108,6 +110,12 @@ void AgentReaper::run_pass(gpu::Backend& backend) {
   gather.store_path = options_.db_path;
   gather.idle_for_ms = options_.rules.idle_for_ms;
   gather.window_ms = 0;  // one snapshot when the store does not say: the thread never watches
+  auto device_file = reap::test_device_file();
+  if (!device_file.ok()) {
+    options_.log(util::LogLevel::Warning, "reaper: pass skipped: " + device_file.error().message);
+    return;
+  }
+  gather.device_file_override = *device_file;
   auto leases = detail::job_leases(options_.lease_dir);
   if (leases.ok()) {
     gather.leases = std::move(*leases);
@@ -121,7 +129,10 @@ void AgentReaper::run_pass(gpu::Backend& backend) {
     options_.log(util::LogLevel::Warning, "reaper: pass skipped: " + pass.error().message);
     return;
   }
-  const auto kills = leases.ok() ? killing() : reap::Killing::Off;
+  // As `reap --kill`: without the leases a tarmac job's processes cannot be told apart.
+  auto blocked = detail::missing_lock_dir_refusal(options_.lease_dir, true);
+  if (!leases.ok()) blocked = "the scheduler's leases cannot be read";
+  const auto kills = killing(blocked);
   const reap::Plan plan = policy_.step(*pass, kills);
   for (const auto i : plan.warn) warn(*pass, pass->rows[i], kills);
   if (auto recorded = record_holds(options_.db_path, *pass, plan.warn); !recorded.ok()) {

@@ -50,7 +50,8 @@ class AgentReaper {
  private:
   void loop();
   void run_pass(gpu::Backend& backend);
-  [[nodiscard]] reap::Killing killing();
+  // Whether this pass may end holders; `blocked`: why not, found by the pass (the leases).
+  [[nodiscard]] reap::Killing killing(const std::optional<std::string>& blocked);
   void warn(const reap::Pass& pass, const reap::Row& row, reap::Killing killing);
   void reap_rows(const reap::Pass& pass, const std::vector<std::size_t>& rows, gpu::Backend& backend);
   void publish(const reap::Plan& plan);

@@ -1,5 +1,7 @@
 #include "tarmac/cli/alerts_command.hpp"
 
+#include <unistd.h>
+
 #include <ctime>
 #include <fmt/format.h>
 #include <memory>
@@ -10,14 +12,18 @@
 #include "tarmac/alerts/sinks.hpp"
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/store_access.hpp"
+#include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/fs.hpp"
+#include "tarmac/util/process.hpp"
 
 namespace tarmac::cli {
 
 namespace {
 
 using detail::AlertsFlags;
+
+constexpr int kSendTestTimeoutMs = 10'000;
 
 std::string utc_time(long long ms) {
   const std::time_t t = static_cast<std::time_t>(ms / 1000);
@@ -68,11 +74,49 @@ int run_prometheus_rules(const GlobalOptions& global, const AlertsFlags& flags) 
   return kExitOk;
 }
 
+// Sends a test notice through each configured sink now, and says what each did: a webhook or a
+// command is best tried before the alert that needs it.
+int run_send_test(const GlobalOptions& global) {
+  auto loaded = load_config(global);
+  if (!loaded.ok()) return kExitUsage;
+  const auto& config = loaded->config.alerts;
+  if (config.webhook.empty() && config.command.empty()) {
+    print_error(make_error(Error::Code::Invalid, "alerts --send-test: neither alerts.webhook nor alerts.command is "
+                                                 "configured (docs/alerts.md)"));
+    return kExitUsage;
+  }
+  const std::string body = alerts::test_body(util::host_name(), util::wall_ms());
+  nlohmann::json report = nlohmann::json::object();
+  bool all_ok = true;
+  const auto note = [&](const char* sink, const std::string& target, const Result<void>& sent) {
+    all_ok = all_ok && sent.ok();
+    report[sink] = {{"target", target}, {"ok", sent.ok()}, {"error", sent.ok() ? nlohmann::json(nullptr) : nlohmann::json(sent.error().message)}};
+    if (!global.json) {
+      fmt::print("{} {}: {}\n", sink, util::terminal_text(target),
+                 sent.ok() ? std::string("delivered") : "FAILED: " + util::terminal_text(sent.error().message));
+    }
+  };
+  if (!config.webhook.empty()) {
+    Result<void> sent = alerts::check_webhook_url(config.webhook);
+    if (sent.ok()) sent = alerts::post_json(config.webhook, body, kSendTestTimeoutMs, config.webhook_ca);
+    note("webhook", alerts::webhook_origin(config.webhook), sent);
+  }
+  if (!config.command.empty()) {
+    const auto argv = alerts::command_argv(config.command);
+    note("command", config.command,
+         // Its output goes to stderr: stdout is this command's report (JSON with --json).
+         alerts::run_command(argv, body + "\n", {{"TARMAC_ALERT_STATUS", "test"}}, kSendTestTimeoutMs, STDERR_FILENO));
+  }
+  if (global.json) fmt::print("{}\n", util::json_text(report, 2));
+  return all_ok ? kExitOk : kExitProblems;
+}
+
 int run_alerts(const GlobalOptions& global, const AlertsFlags& flags) {
   if (auto checked = detail::check_alerts_flags(flags); !checked.ok()) {
     print_error(checked.error());
     return kExitUsage;
   }
+  if (flags.send_test) return run_send_test(global);
   return flags.check ? run_check(global, flags) : run_prometheus_rules(global, flags);
 }
 
@@ -81,11 +125,16 @@ int run_alerts(const GlobalOptions& global, const AlertsFlags& flags) {
 namespace detail {
 
 Result<void> check_alerts_flags(const AlertsFlags& flags) {
-  if (flags.check == flags.prometheus_rules) {
+  const int modes = (flags.check ? 1 : 0) + (flags.prometheus_rules ? 1 : 0) + (flags.send_test ? 1 : 0);
+  if (modes != 1) {
     return make_error(Error::Code::Invalid,
-                      flags.check ? "alerts: give either --check or --prometheus-rules, not both"
-                                  : "alerts: give --check (evaluate the rules from the store) or "
-                                    "--prometheus-rules (write them for Prometheus); see tarmac alerts --help");
+                      modes > 1 ? "alerts: give one of --check, --prometheus-rules and --send-test"
+                                : "alerts: give --check (evaluate the rules from the store), --prometheus-rules "
+                                  "(write them for Prometheus) or --send-test (try the webhook and command); see "
+                                  "tarmac alerts --help");
+  }
+  if (flags.send_test && (!flags.output.empty() || !flags.db.empty() || !flags.state_dir.empty())) {
+    return make_error(Error::Code::Invalid, "alerts: --send-test takes no other flag");
   }
   if (flags.check && !flags.output.empty()) {
     return make_error(Error::Code::Invalid, "alerts: -o goes with --prometheus-rules");
@@ -126,13 +175,16 @@ std::string check_text(const alerts::CheckResult& result, const std::string& pat
 void add_alerts_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto* cmd = app.add_subcommand("alerts", "Alert rules ([alerts] in the configuration, docs/alerts.md): --check "
                                            "evaluates them once from the store (exit 1 while any fires), "
-                                           "--prometheus-rules writes them for Prometheus");
+                                           "--prometheus-rules writes them for Prometheus, --send-test tries the sinks");
   auto flags = std::make_shared<AlertsFlags>();
   cmd->add_flag("--check", flags->check,
                 "Replay the store's recent samples through the rules and list what fires at the end "
                 "(exit 0: none, 1: some fire, 3: the store cannot be read); for cron");
   cmd->add_flag("--prometheus-rules", flags->prometheus_rules,
                 "Write the rules as a Prometheus alerting-rules file over the agent's /metrics");
+  cmd->add_flag("--send-test", flags->send_test,
+                "Send a test notice (status \"test\") through alerts.webhook and alerts.command now and say what each "
+                "did (exit 0: delivered, 1: a sink failed)");
   auto* db = cmd->add_option("--db", flags->db, "With --check: the store to read (default: the agent's, docs/recorder.md)");
   cmd->add_option("--state-dir", flags->state_dir, "With --check: the agent's state directory holding tarmac.db")
       ->excludes(db);

@@ -19,12 +19,13 @@ namespace detail {
 struct AlertsFlags {
   bool check = false;
   bool prometheus_rules = false;
+  bool send_test = false;
   std::string db;
   std::string state_dir;
   std::string output;
 };
 
-// Exactly one of --check and --prometheus-rules, with only the flags that go with it; an Invalid
+// Exactly one of --check, --prometheus-rules and --send-test, with only the flags that go with it; an Invalid
 // error saying which flag does not belong otherwise.
 [[nodiscard]] Result<void> check_alerts_flags(const AlertsFlags& flags);
 

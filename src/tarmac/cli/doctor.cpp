@@ -18,6 +18,7 @@
 #include "tarmac/host/proc_reader.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
+#include "tarmac/util/process.hpp"
 
 extern char** environ;  // NOLINT: POSIX
 
@@ -369,9 +370,7 @@ int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
   if (global.json) {
     fmt::print("{}\n", util::json_text(detail::doctor_json(report), 2));
   } else {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    fmt::print("{}", detail::doctor_text(report, host, use_color(global, stdout)));
+    fmt::print("{}", detail::doctor_text(report, util::host_name(), use_color(global, stdout)));
   }
   return report.exit_code;
 }

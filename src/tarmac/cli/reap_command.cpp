@@ -13,6 +13,7 @@
 #include "tarmac/cli/store_access.hpp"
 #include "tarmac/reap/gate.hpp"
 #include "tarmac/sched/leases.hpp"
+#include "tarmac/store/recorder.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
@@ -72,7 +73,18 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
                            "Run it on the host, or in a container started with --pid=host"));
     return kExitUsage;
   }
-  auto leases = detail::job_leases(sched::lock_dir(loaded->config.scheduler_lock_dir));
+  auto device_file = reap::test_device_file();
+  if (!device_file.ok()) {
+    print_error(device_file.error());
+    return kExitUsage;
+  }
+  settings->gather.device_file_override = *device_file;
+  const std::string lock_dir = sched::lock_dir(loaded->config.scheduler_lock_dir);
+  if (auto missing = detail::missing_lock_dir_refusal(lock_dir, settings->kill)) {
+    print_error(make_error(Error::Code::NotFound, *missing));
+    return kExitCouldNotLook;
+  }
+  auto leases = detail::job_leases(lock_dir);
   if (!leases.ok()) {
     print_error(make_error(leases.error().code, "reap: cannot read the scheduler's leases, so tarmac jobs cannot be "
                                                 "told apart: " + leases.error().message));
@@ -80,7 +92,7 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
   } else {
     settings->gather.leases = std::move(*leases);
   }
-  settings->gather.store_path = store_path(loaded->config, flags.db);
+  settings->gather.store_path = detail::reap_store_path(loaded->config, flags.db);
   auto backend = open_backend(global);
   if (!backend.ok()) return kExitCouldNotLook;
   const util::SystemClock clock;
@@ -209,6 +221,21 @@ nlohmann::json action_json(const ReapRow& row) {
 }  // namespace
 
 namespace detail {
+
+std::string reap_store_path(const config::Config& config, const std::string& db_flag) {
+  if (!db_flag.empty() || ::geteuid() != 0) return store_path(config, db_flag);
+  return store::database_path(config.agent.state_dir.empty() ? std::string("/var/lib/tarmac") : config.agent.state_dir);
+}
+
+std::optional<std::string> missing_lock_dir_refusal(const std::string& dir, bool kill) {
+  std::error_code ec;
+  if (!kill || std::filesystem::is_directory(dir, ec)) return std::nullopt;
+  const bool under_tmp = dir == "/tmp" || dir.starts_with("/tmp/") || dir == "/var/tmp" || dir.starts_with("/var/tmp/");
+  if (!under_tmp) return std::nullopt;
+  return "reap --kill: the scheduler's lock directory " + dir + " does not exist, and under /tmp that can mean a "
+         "private /tmp hides it, not that there are no tarmac jobs; nothing was done. Set scheduler.lock_dir outside "
+         "/tmp (the default is /run/tarmac/locks)";
+}
 
 Result<std::vector<reap::JobLease>> job_leases(const std::string& dir) {
   std::error_code ec;

@@ -48,6 +48,16 @@ struct ReapSettings {
 using ReapRow = reap::Row;
 using ReapReport = reap::Pass;
 
+// The store reap reads: --db, else as root the configured agent.state_dir or the system's
+// /var/lib/tarmac, never $STATE_DIRECTORY or another variable of the environment (a root pass must
+// not take its evidence from wherever the environment points); a user's as `history` finds it.
+[[nodiscard]] std::string reap_store_path(const config::Config& config, const std::string& db_flag);
+
+// Why --kill must stop when the lock directory `dir` does not exist: a missing one means "no
+// tarmac jobs" only outside /tmp (a private /tmp, systemd's PrivateTmp=, hides a real one there).
+// nullopt when the pass may go on (a dry run always may: it says it could not read them).
+[[nodiscard]] std::optional<std::string> missing_lock_dir_refusal(const std::string& dir, bool kill);
+
 // The live leases of the scheduler's lock directory `dir`, without creating it when it is missing
 // (a dry run changes nothing): reap tells a tarmac job's processes by them.
 [[nodiscard]] Result<std::vector<reap::JobLease>> job_leases(const std::string& dir);

@@ -55,9 +55,7 @@ using sched::monotonic_ms;
 using sched::wait_signal;
 
 std::string make_job_id() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "localhost");
-  return fmt::format("{}-{}-{}", host, ::getpid(), now_unix_ms());
+  return fmt::format("{}-{}-{}", util::host_name(), ::getpid(), now_unix_ms());
 }
 
 // The agentless run: lease N GPUs in the lock directory, run CMD here, supervise it.

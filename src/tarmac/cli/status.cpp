@@ -16,6 +16,7 @@
 #include "tarmac/gpu/cuda_visible.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
+#include "tarmac/util/process.hpp"
 
 #include <memory>
 
@@ -114,8 +115,7 @@ using detail::short_bus_id;
 
 // "host  driver 550.54  CUDA 12.4  4 GPUs  2024-05-01 12:00:00".
 void print_header(std::FILE* out, const gpu::Snapshot& snap) {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
+  const std::string host = util::host_name();
   const std::time_t now = snap.timestamp_unix_ms / 1000;
   std::tm tm_now{};
   localtime_r(&now, &tm_now);

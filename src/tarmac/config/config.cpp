@@ -184,16 +184,21 @@ const std::vector<Key>& table() {
                                     bad);
                }),
       text_key("alerts", "webhook", Kind::Text,
-               "http://host[:port]/path that gets each firing and resolved alert as JSON with a Slack-compatible text; "
-               "\"\" for none",
+               "http[s]://host[:port]/path that gets each firing and resolved alert as JSON with a Slack-compatible "
+               "text (a Slack, Teams or Discord webhook); \"\" for none",
                {}, [](Config& c, const std::string& v) { c.alerts.webhook = v; },
                [](const Config& c) { return c.alerts.webhook; },
                [](const std::string& v) -> std::optional<std::string> {
                  if (v.empty()) return std::nullopt;
-                 auto url = alerts::parse_webhook_url(v);
+                 auto url = alerts::check_webhook_url(v);
                  if (url.ok()) return std::nullopt;
                  return url.error().message;
                }),
+      text_key("alerts", "webhook_ca", Kind::Path,
+               "a PEM file of the certificate authorities an https webhook's certificate is checked against; \"\" "
+               "for the system's",
+               {}, [](Config& c, const std::string& v) { c.alerts.webhook_ca = v; },
+               [](const Config& c) { return c.alerts.webhook_ca; }),
       text_key("alerts", "command", Kind::Text,
                "a command run for each firing and resolved alert, split on spaces and run without a shell, with the "
                "alert's JSON on stdin and TARMAC_ALERT_* in its environment; \"\" for none",

@@ -116,7 +116,7 @@ enum class ProcessType { Compute, Graphics, Mps };
 
 // One process using a GPU, as NVML reports it, with what the host knows about it.
 //
-// sm_util_pct and mem_util_pct cover the time since the previous read of the device's per-process
+// The *_util_pct values (SM, memory, encoder, decoder, JPEG, OFA) cover the time since the previous read of the device's per-process
 // samples (the backend keeps a cursor per device, so no read waits and none sees a sample twice):
 // - a value (0..100): the driver answered for that period; 0 is KNOWN IDLE: the call succeeded, or
 //   answered "no samples" (NVML_ERROR_NOT_FOUND), and this process had no sample in the period
@@ -131,6 +131,10 @@ struct GpuProcess {
   std::optional<std::uint64_t> used_mem_bytes;
   std::optional<unsigned> sm_util_pct;   // SM (3D/compute) utilization; see above
   std::optional<unsigned> mem_util_pct;  // memory (frame buffer) utilization; see above
+  std::optional<unsigned> enc_util_pct;  // video encoder (NVENC)
+  std::optional<unsigned> dec_util_pct;  // video decoder (NVDEC)
+  std::optional<unsigned> jpg_util_pct;  // JPEG decoder: nullopt also where only the older function answers
+  std::optional<unsigned> ofa_util_pct;  // optical flow accelerator: likewise
   host::ProcessInfo host;
 };
 

@@ -73,7 +73,7 @@ UtilizationSample sample_of(const nvmlProcessUtilizationInfo_v1_t& r) {
 }
 
 UtilizationSample sample_of(const nvmlProcessUtilizationSample_t& r) {
-  return {r.pid, r.timeStamp, r.smUtil, r.memUtil, r.encUtil, r.decUtil, 0, 0};
+  return {r.pid, r.timeStamp, r.smUtil, r.memUtil, r.encUtil, r.decUtil, std::nullopt, std::nullopt};
 }
 
 // nvmlDeviceGetProcessesUtilizationInfo: the count handshake goes through the versioned struct.
@@ -135,7 +135,7 @@ UtilizationRead read_utilization(NvmlDevice& dev, unsigned long long since, std:
   return UtilizationRead::Unknown;
 }
 
-// Per-process SM and memory utilization since the previous read of this device (model.hpp).
+// Per-process utilization of every engine since the previous read of this device (model.hpp).
 void read_process_utilization(NvmlDevice& dev, std::vector<GpuProcess>& processes) {
   if (processes.empty()) return;
   const unsigned long long now = now_us();

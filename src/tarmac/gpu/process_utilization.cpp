@@ -11,31 +11,48 @@ namespace {
 constexpr unsigned long long kFutureSlackUs = 60'000'000;
 
 bool garbage(const UtilizationSample& s, unsigned long long now_us) {
-  const unsigned worst = std::max({s.sm_pct, s.mem_pct, s.enc_pct, s.dec_pct, s.jpg_pct, s.ofa_pct});
+  const unsigned worst = std::max({s.sm_pct, s.mem_pct, s.enc_pct, s.dec_pct, s.jpg_pct.value_or(0), s.ofa_pct.value_or(0)});
   return worst > 100 || s.timestamp_us > now_us + kFutureSlackUs;
 }
 
-void set(GpuProcess& p, std::optional<unsigned> sm, std::optional<unsigned> mem) {
-  p.sm_util_pct = sm;
-  p.mem_util_pct = mem;
+// Every engine unknown.
+void set_unknown(GpuProcess& p) {
+  p.sm_util_pct = p.mem_util_pct = p.enc_util_pct = p.dec_util_pct = p.jpg_util_pct = p.ofa_util_pct = std::nullopt;
+}
+
+// Every engine a known 0; JPEG and OFA only where the function that answered has them.
+void set_idle(GpuProcess& p, bool has_jpg_ofa) {
+  p.sm_util_pct = p.mem_util_pct = p.enc_util_pct = p.dec_util_pct = 0U;
+  p.jpg_util_pct = p.ofa_util_pct = has_jpg_ofa ? std::optional<unsigned>(0U) : std::nullopt;
+}
+
+void raise(std::optional<unsigned>& to, std::optional<unsigned> value) {
+  if (value) to = std::max(to.value_or(0), *value);
+}
+
+// The busiest of `s` and what `p` already holds, engine by engine.
+void take_busiest(GpuProcess& p, const UtilizationSample& s) {
+  raise(p.sm_util_pct, s.sm_pct);
+  raise(p.mem_util_pct, s.mem_pct);
+  raise(p.enc_util_pct, s.enc_pct);
+  raise(p.dec_util_pct, s.dec_pct);
+  raise(p.jpg_util_pct, s.jpg_pct);
+  raise(p.ofa_util_pct, s.ofa_pct);
 }
 
 // One process's values from the samples of a successful read.
 void apply_one(GpuProcess& p, const std::vector<UtilizationSample>& samples, unsigned long long last_seen_us,
                unsigned long long now_us) {
-  const UtilizationSample* latest = nullptr;
+  // Listed, and no sample in the period: it did not use the GPU (0 on every engine the function has).
+  const bool has_jpg_ofa = std::any_of(samples.begin(), samples.end(), [](const auto& s) { return s.jpg_pct.has_value(); });
+  set_idle(p, has_jpg_ofa);
   for (const auto& s : samples) {
     if (s.pid != p.pid || s.timestamp_us <= last_seen_us) continue;  // not asked for: the driver's slip
     if (garbage(s, now_us)) {
-      set(p, std::nullopt, std::nullopt);
+      set_unknown(p);
       return;
     }
-    if (latest == nullptr || s.timestamp_us >= latest->timestamp_us) latest = &s;
-  }
-  if (latest == nullptr) {
-    set(p, 0U, 0U);  // listed, and no sample in the period: it did not use the GPU
-  } else {
-    set(p, latest->sm_pct, latest->mem_pct);
+    take_busiest(p, s);
   }
 }
 
@@ -46,10 +63,11 @@ unsigned long long apply_utilization(UtilizationRead read, const std::vector<Uti
                                      std::vector<GpuProcess>& processes) {
   switch (read) {
     case UtilizationRead::Unknown:
-      for (auto& p : processes) set(p, std::nullopt, std::nullopt);
+      for (auto& p : processes) set_unknown(p);
       return last_seen_us;
     case UtilizationRead::NoSamples:
-      for (auto& p : processes) set(p, 0U, 0U);
+      // Which function answered is not known here: JPEG and OFA stay unknown.
+      for (auto& p : processes) set_idle(p, false);
       return last_seen_us;
     case UtilizationRead::Samples: break;
   }

@@ -3,6 +3,7 @@
 // nvml_processes.cpp reads the samples, these rules decide what they mean (tests/unit/gpu).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "tarmac/gpu/model.hpp"
@@ -17,8 +18,8 @@ struct UtilizationSample {
   unsigned mem_pct = 0;
   unsigned enc_pct = 0;
   unsigned dec_pct = 0;
-  unsigned jpg_pct = 0;  // 0 where the driver's function has no JPEG engine
-  unsigned ofa_pct = 0;  // 0 where it has no OFA engine
+  std::optional<unsigned> jpg_pct;  // nullopt where the driver's function has no JPEG engine
+  std::optional<unsigned> ofa_pct;  // nullopt where it has no OFA engine
 };
 
 // How the read of a device's samples went.
@@ -31,10 +32,12 @@ enum class UtilizationRead {
 // The first read of a device asks for this much history (no read waits for a sample period).
 inline constexpr unsigned long long kFirstUtilizationWindowUs = 5'000'000;
 
-// Sets sm_util_pct and mem_util_pct of every process from one read of its device, whose cursor was
+// Sets the per-process utilizations (SM, memory, encoder, decoder, JPEG, OFA) of every process from one read of its device, whose cursor was
 // `last_seen_us` (only samples newer than it count), at `now_us`. A process with a garbage sample
 // (a value above 100, or a time more than a minute in the future) is unknown; one with valid samples
-// takes its latest; one with none is idle (0) when the read succeeded or found no samples. Returns
+// takes the busiest of them, engine by engine (several samples can fall in one period between two
+// reads: the latest alone would hide a burst); one with none is idle (0) when the read succeeded or
+// found no samples. Returns
 // the cursor for the next read: the newest valid sample's time, or `last_seen_us`.
 [[nodiscard]] unsigned long long apply_utilization(UtilizationRead read, const std::vector<UtilizationSample>& samples,
                                                    unsigned long long last_seen_us, unsigned long long now_us,

@@ -2,18 +2,22 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <string_view>
 
 #include "tarmac/host/proc_parse.hpp"
+#include "tarmac/util/clock.hpp"
 #include "tarmac/util/fd.hpp"
 
 namespace tarmac::host {
 namespace {
 
 constexpr std::string_view kDevicePrefix = "/dev/nvidia";
+constexpr std::string_view kDevDir = "/dev/";
 
 // A directory stream that closes itself.
 struct Dir {
@@ -28,6 +32,13 @@ struct Dir {
   Dir& operator=(const Dir&) = delete;
 };
 
+// The path the descriptor `name` of the fd directory `dir` names ("" when unreadable).
+std::string link_text(int dir, const char* name) {
+  char target[256];
+  const ssize_t n = ::readlinkat(dir, name, target, sizeof target - 1);
+  return n > 0 ? std::string(target, static_cast<std::size_t>(n)) : std::string();
+}
+
 // The /dev/nvidia* targets among the descriptors of the fd directory `fd_dir` (read through
 // readlinkat on the directory's descriptor, so a process exiting meanwhile only ends the list).
 std::vector<std::string> nvidia_targets(int proc_dir_fd, const std::string& pid_name) {
@@ -38,12 +49,8 @@ std::vector<std::string> nvidia_targets(int proc_dir_fd, const std::string& pid_
   while (const dirent* entry = readdir(fds.d)) {
     if (entry->d_name[0] == '.') continue;
     if (++seen > kMaxFdsPerProcess) break;
-    char target[256];
-    const ssize_t n = ::readlinkat(dirfd(fds.d), entry->d_name, target, sizeof target - 1);
-    if (n <= 0) continue;
-    const std::string_view path(target, static_cast<std::size_t>(n));
-    if (!path.starts_with(kDevicePrefix)) continue;
-    std::string text(path);
+    std::string text = link_text(dirfd(fds.d), entry->d_name);
+    if (!std::string_view(text).starts_with(kDevicePrefix)) continue;
     if (std::find(out.begin(), out.end(), text) == out.end()) out.push_back(std::move(text));
   }
   std::sort(out.begin(), out.end());
@@ -58,14 +65,45 @@ std::vector<DeviceFileHolder> device_file_holders(const std::string& proc_root) 
   if (!root) return out;
   Dir procs(::dup(root.get()));
   if (procs.d == nullptr) return out;
+  const long long deadline = util::monotonic_ms() + kMaxScanMs;
+  unsigned scanned = 0;
   while (const dirent* entry = readdir(procs.d)) {
     const auto pid = pid_of_proc_entry(entry->d_name);
     if (!pid) continue;
+    if (++scanned > kMaxScannedProcesses || util::monotonic_ms() > deadline) break;
     auto devices = nvidia_targets(root.get(), entry->d_name);
     if (!devices.empty()) out.push_back({*pid, std::move(devices)});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.pid < b.pid; });
   return out;
+}
+
+Holding holds_device(const std::string& proc_root, unsigned pid, DeviceNumber device, FdScanBounds bounds) {
+  return holds_device_in(proc_root + "/" + std::to_string(pid) + "/fd", device, bounds);
+}
+
+Holding holds_device_in(const std::string& fd_dir, DeviceNumber device, FdScanBounds bounds) {
+  Dir fds(::open(fd_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fds.d == nullptr) return Holding::Unknown;
+  const long long deadline = util::monotonic_ms() + bounds.max_ms;
+  unsigned seen = 0;
+  while (const dirent* entry = readdir(fds.d)) {
+    if (entry->d_name[0] == '.') continue;
+    if (++seen > bounds.max_fds || util::monotonic_ms() > deadline) return Holding::Unknown;
+    if (!std::string_view(link_text(dirfd(fds.d), entry->d_name)).starts_with(kDevDir)) continue;
+    struct stat st {};
+    // Follows the descriptor's magic link to the open file itself: its st_rdev is the device's,
+    // whatever path it was opened by.
+    if (::fstatat(dirfd(fds.d), entry->d_name, &st, 0) != 0 || !S_ISCHR(st.st_mode)) continue;
+    if (::major(st.st_rdev) == device.major && ::minor(st.st_rdev) == device.minor) return Holding::Holds;
+  }
+  return Holding::NotHeld;
+}
+
+std::optional<DeviceNumber> char_device_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) return std::nullopt;
+  return DeviceNumber{::major(st.st_rdev), ::minor(st.st_rdev)};
 }
 
 std::optional<unsigned> gpu_minor_of(const std::string& device_path) {

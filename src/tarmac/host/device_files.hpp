@@ -17,9 +17,46 @@ struct DeviceFileHolder {
 
 // Every process under `proc_root` with a /dev/nvidia* file open, by ascending pid. A process whose
 // fd directory cannot be read (another user's, when not root) or that exits meanwhile is left out:
-// the list is a lower bound, never a guess. At most kMaxFdsPerProcess descriptors are read a process.
+// the list is a lower bound, never a guess. At most kMaxFdsPerProcess descriptors are read a
+// process, at most kMaxScannedProcesses processes, and the scan stops after kMaxScanMs (a lower
+// bound still: what it shows is never what decides a kill).
 inline constexpr unsigned kMaxFdsPerProcess = 1U << 16;
+inline constexpr unsigned kMaxScannedProcesses = 1U << 22;  // the kernel's largest pid_max
+inline constexpr long long kMaxScanMs = 5000;
 [[nodiscard]] std::vector<DeviceFileHolder> device_file_holders(const std::string& proc_root = "/proc");
+
+// A character device's numbers (st_rdev): an NVIDIA GPU's own file is (kNvidiaMajor, its minor).
+struct DeviceNumber {
+  unsigned major = 0;
+  unsigned minor = 0;
+  friend bool operator==(const DeviceNumber&, const DeviceNumber&) = default;
+};
+inline constexpr unsigned kNvidiaMajor = 195;
+
+// Whether a process has a device open, as fstat of its descriptors proves it.
+enum class Holding {
+  Holds,    // a descriptor is that character device
+  NotHeld,  // every descriptor was looked at: none is
+  Unknown,  // not proven either way: the fd directory unreadable, or a bound reached first
+};
+
+// The bounds of one process's descriptor scan: a process with a million descriptors must not
+// stall a pass, and "a bound reached without finding it" is Unknown, never NotHeld.
+struct FdScanBounds {
+  unsigned max_fds = kMaxFdsPerProcess;
+  long long max_ms = 1000;
+};
+
+// Whether `pid` (under `proc_root`) has the character device `device` open: fstat of
+// /proc/PID/fd/N, for the descriptors whose link names a file under /dev/ (a file elsewhere, a
+// user's FUSE mount among them, is never stat'ed: its daemon could stall the call).
+[[nodiscard]] Holding holds_device(const std::string& proc_root, unsigned pid, DeviceNumber device,
+                                   FdScanBounds bounds = {});
+// The same over the fd directory `fd_dir` (/proc/PID/task/TID/fd for one thread).
+[[nodiscard]] Holding holds_device_in(const std::string& fd_dir, DeviceNumber device, FdScanBounds bounds = {});
+
+// The device numbers of the character device at `path` (stat), nullopt when it is none.
+[[nodiscard]] std::optional<DeviceNumber> char_device_of(const std::string& path);
 
 // The minor number in "/dev/nvidia<N>" (a GPU's own file; DeviceIdentity::minor_number), nullopt
 // for nvidiactl, nvidia-uvm and the others that every CUDA process opens.

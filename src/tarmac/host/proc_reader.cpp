@@ -150,6 +150,36 @@ std::optional<ProcessIdentity> ProcReader::identity(unsigned pid) const {
   return ProcessIdentity{pid, stat->starttime_ticks, boot_id_};
 }
 
+std::optional<std::vector<std::string>> ProcReader::live_thread_dirs(unsigned pid, unsigned at_most) const {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(root_ + "/" + std::to_string(pid) + "/task", ec);
+  if (ec) return std::nullopt;
+  std::vector<std::string> out;
+  unsigned read = 0;
+  for (const auto& entry : it) {
+    if (out.size() >= at_most || ++read > kMaxThreadsRead) break;
+    const auto text = util::read_file(entry.path().string() + "/stat");
+    const auto stat = text ? parse_stat(*text) : std::nullopt;
+    if (stat && stat->state != 'Z' && stat->state != 'X') out.push_back(entry.path().string());
+  }
+  return out;
+}
+
+std::optional<unsigned> ProcReader::live_threads(unsigned pid) const {
+  const auto dirs = live_thread_dirs(pid, kMaxThreadsRead);
+  if (!dirs) return std::nullopt;
+  return static_cast<unsigned>(dirs->size());
+}
+
+Holding ProcReader::holds_device(unsigned pid, DeviceNumber device) const {
+  const Holding own = host::holds_device(root_, pid, device);
+  if (own == Holding::Holds || read(pid).state != 'Z') return own;
+  // The threads of a process share one descriptor table: the first live one's is the process's.
+  const auto first = live_thread_dirs(pid, 1);
+  if (!first || first->empty()) return own;
+  return host::holds_device_in(first->front() + "/fd", device);
+}
+
 std::optional<std::string> ProcReader::environ_value(unsigned pid, std::string_view key) const {
   const auto text = util::read_file(pid_path(pid, "environ"));
   if (!text) return std::nullopt;

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tarmac/host/device_files.hpp"
 #include "tarmac/host/process_info.hpp"
 
 namespace tarmac::host {
@@ -38,6 +39,16 @@ class ProcReader {
   // `pid`'s identity now (a zombie's too); nullopt when no such process is visible.
   [[nodiscard]] std::optional<ProcessIdentity> identity(unsigned pid) const;
 
+  // How many of `pid`'s threads (/proc/PID/task/*) are not defunct: a thread-group leader that has
+  // exited shows Z while its other threads still run (and hold what the process holds). nullopt
+  // when the task directory cannot be read; at most kMaxThreadsRead threads are read.
+  [[nodiscard]] std::optional<unsigned> live_threads(unsigned pid) const;
+  static constexpr unsigned kMaxThreadsRead = 1U << 16;
+
+  // Whether `pid` has the character device `device` open (host::holds_device under this root). A
+  // defunct leader's own fd directory is empty: then its first live thread's descriptors are read.
+  [[nodiscard]] Holding holds_device(unsigned pid, DeviceNumber device) const;
+
   // The value of `key` in the environment `pid` was started with; nullopt when it has none or
   // the file cannot be read (only its owner and root may).
   [[nodiscard]] std::optional<std::string> environ_value(unsigned pid, std::string_view key) const;
@@ -56,6 +67,10 @@ class ProcReader {
 
  private:
   [[nodiscard]] std::string pid_path(unsigned pid, const char* file) const;
+
+  // /proc/PID/task/TID of `pid`'s threads that are not defunct, at most `at_most`; nullopt when
+  // the task directory cannot be read.
+  [[nodiscard]] std::optional<std::vector<std::string>> live_thread_dirs(unsigned pid, unsigned at_most) const;
 
   std::string root_;
   std::string boot_id_;

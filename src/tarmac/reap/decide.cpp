@@ -52,6 +52,24 @@ std::optional<Decision> in_slurm_job(const ProcessEvidence& e, const ReaperConfi
   return because(Reason::InSlurmJob, "Slurm job " + *e.process.host.slurm_job_id);
 }
 
+std::optional<Decision> not_holding(const ProcessEvidence& e, const ReaperConfig&, const Caller&) {
+  if (!e.device_file) {
+    return because(Reason::NotHolding, "the GPU's device file cannot be told (MIG mode, or no minor number)");
+  }
+  const auto& d = *e.device_file;
+  switch (e.holding) {
+    case host::Holding::Holds: return std::nullopt;
+    case host::Holding::NotHeld:
+      return because(Reason::NotHolding, fmt::format("pid {} does not have the GPU's device file ({}:{}) open: NVML lists "
+                                                     "a process that is not this one",
+                                                     e.process.pid, d.major, d.minor));
+    case host::Holding::Unknown: break;
+  }
+  return because(Reason::NotHolding, fmt::format("could not prove that pid {} has the GPU's device file ({}:{}) open "
+                                                 "(its descriptors unreadable, or too many to read)",
+                                                 e.process.pid, d.major, d.minor));
+}
+
 std::optional<Decision> below_min_memory(const ProcessEvidence& e, const ReaperConfig& config, const Caller&) {
   const auto used = e.process.used_mem_bytes;
   // A process that holds nothing reap can measure frees nothing when it is ended.
@@ -95,9 +113,10 @@ std::optional<Decision> recently_busy(const ProcessEvidence& e, const ReaperConf
 }
 
 // In order: the first that answers decides.
-constexpr std::array<Rule, 12> kRules = {not_visible, is_reaper,     is_protected,        other_user,
-                                         in_tarmac_job, in_slurm_job, below_min_memory,   too_young,
-                                         unknown_utilization, busy,   observed_too_short, recently_busy};
+constexpr std::array<Rule, 13> kRules = {not_visible,      is_reaper,    is_protected,        other_user,
+                                         in_tarmac_job,    in_slurm_job, not_holding,         below_min_memory,
+                                         too_young,        unknown_utilization, busy,         observed_too_short,
+                                         recently_busy};
 
 }  // namespace
 
@@ -114,6 +133,17 @@ std::vector<Decision> decide(const std::vector<ProcessEvidence>& evidence, const
   std::vector<Decision> out;
   out.reserve(evidence.size());
   for (const auto& e : evidence) out.push_back(decide_one(e, config, caller));
+  // One decision per process: ending it ends it on every GPU, so a listing that is not a
+  // candidate keeps it on all of them.
+  const std::vector<Decision> own = out;
+  for (std::size_t i = 0; i < evidence.size(); ++i) {
+    if (own[i].reason != Reason::Candidate) continue;
+    for (std::size_t j = 0; j < evidence.size(); ++j) {
+      if (j == i || evidence[j].process.pid != evidence[i].process.pid || own[j].reason == Reason::Candidate) continue;
+      out[i] = because(own[j].reason, fmt::format("on GPU {}: {}", evidence[j].gpu, own[j].detail));
+      break;
+    }
+  }
   return out;
 }
 
@@ -126,6 +156,7 @@ const char* to_string(Reason reason) {
     case Reason::OtherUser: return "other-user";
     case Reason::InTarmacJob: return "tarmac-job";
     case Reason::InSlurmJob: return "slurm-job";
+    case Reason::NotHolding: return "not-holding";
     case Reason::BelowMinMemory: return "below-min-memory";
     case Reason::TooYoung: return "too-young";
     case Reason::UnknownUtilization: return "unknown-utilization";
@@ -145,6 +176,7 @@ const char* describe(Reason reason) {
     case Reason::OtherUser: return "another user's, and you are not root";
     case Reason::InTarmacJob: return "inside a tarmac job (its own limits end it)";
     case Reason::InSlurmJob: return "inside a Slurm job, and Slurm manages this node";
+    case Reason::NotHolding: return "not proven to hold this GPU's device file";
     case Reason::BelowMinMemory: return "holds less than --min-memory";
     case Reason::TooYoung: return "too young (reaper.min_age)";
     case Reason::UnknownUtilization: return "utilization unknown";

@@ -19,6 +19,7 @@ enum class Reason {
   OtherUser,          // another user's, and the caller is not root
   InTarmacJob,        // a tarmac job's: the job's own limits end it
   InSlurmJob,         // a Slurm job's on a node slurmd manages
+  NotHolding,         // not proven to have this GPU's device file open: the pid may not be the holder
   BelowMinMemory,     // holds less than --min-memory
   TooYoung,           // started less than reaper.min_age ago
   UnknownUtilization, // its utilization cannot be read: never idle, never killed
@@ -32,7 +33,9 @@ struct Decision {
   std::string detail;  // the rule, the numbers: "reaper.allow_users (alice)", "idle 3m of 10m"
 };
 
-// The decision for each of `evidence` (same order).
+// The decision for each of `evidence` (same order), one per process: a process listed on several
+// GPUs is a candidate on none unless it is one on all (a rank busy on one GPU and idle on another
+// is busy; the detail names the other GPU).
 [[nodiscard]] std::vector<Decision> decide(const std::vector<ProcessEvidence>& evidence, const ReaperConfig& config,
                                            const Caller& caller);
 
@@ -40,7 +43,7 @@ struct Decision {
 [[nodiscard]] Decision decide_one(const ProcessEvidence& evidence, const ReaperConfig& config, const Caller& caller);
 
 // "candidate", "not-visible", "reaper", "protected", "other-user", "tarmac-job", "slurm-job",
-// "below-min-memory", "too-young", "unknown-utilization", "busy", "observed-too-short",
+// "not-holding", "below-min-memory", "too-young", "unknown-utilization", "busy", "observed-too-short",
 // "recently-busy": the JSON's words (docs/reap.md).
 [[nodiscard]] const char* to_string(Reason reason);
 // The sentence for people: "another user's, and you are not root".

@@ -43,6 +43,13 @@ struct ProcessEvidence {
   std::vector<unsigned> children;                // direct children
   std::vector<HiddenHolder> hidden;              // unlisted holders of the same GPU, tied to it
   std::optional<long long> age_ms;               // since it started; nullopt when unknown
+  // The GPU's own device file (/dev/nvidiaN: major 195, the GPU's minor); nullopt where it cannot
+  // be told (no minor number, MIG mode): then no process of the GPU is ever a candidate.
+  std::optional<host::DeviceNumber> device_file;
+  // Whether the process has that file open (fstat of its descriptors): a pid NVML lists without it
+  // is not tied to the process that has the pid now (the listed one ended, its context kept alive
+  // by a child that inherited the file), and is never a candidate.
+  host::Holding holding = host::Holding::Unknown;
 };
 
 // Who runs reap, and facts about the machine the rules depend on.

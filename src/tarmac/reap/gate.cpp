@@ -1,6 +1,7 @@
 #include "tarmac/reap/gate.hpp"
 
 #include <cstdlib>
+#include <fmt/format.h>
 #include <string_view>
 
 namespace tarmac::reap {
@@ -11,8 +12,18 @@ bool kill_gate_open() {
 }
 
 const char* kill_gate_reason() {
-  return "not enabled yet: a review of reap --kill found ways a local user could steer a pass "
-         "into signalling a process other than the idle holder (docs/reap.md, \"Before --kill is enabled\")";
+  return "not enabled yet: the fixes for a security review of it (docs/reap.md, \"Safety checks\") await a second "
+         "review";
+}
+
+Result<std::optional<host::DeviceNumber>> test_device_file() {
+  const char* path = std::getenv("TARMAC_REAP_TEST_DEVICE_FILE");
+  if (path == nullptr || *path == '\0' || !kill_gate_open()) return std::optional<host::DeviceNumber>{};
+  const auto device = host::char_device_of(path);
+  if (!device) {
+    return make_error(Error::Code::Invalid, fmt::format("TARMAC_REAP_TEST_DEVICE_FILE {}: not a character device", path));
+  }
+  return std::optional<host::DeviceNumber>(*device);
 }
 
 }  // namespace tarmac::reap

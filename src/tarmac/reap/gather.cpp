@@ -24,33 +24,6 @@ constexpr long long kMaxWatchIntervalMs = 2000;
 constexpr long long kStoreMarginMs = 2 * 60 * 1000;
 constexpr unsigned kMaxUtilPct = 100;  // NVML's larger values are garbage (issue 15)
 
-bool selected(const GatherOptions& options, unsigned gpu, const gpu::GpuProcess& process) {
-  const auto& gpus = options.gpus;
-  if (!gpus.empty() && std::find(gpus.begin(), gpus.end(), gpu) == gpus.end()) return false;
-  return !options.user || owned_by(process.host, *options.user);
-}
-
-// The job of the lease that `pid` or one of its ancestors owns, or whose id its TARMAC_JOB_ID
-// names: a TARMAC_JOB_ID without such a lease is anybody's word and protects nothing.
-std::optional<std::string> tarmac_job_of(const host::ProcReader& proc, unsigned pid,
-                                         const std::vector<JobLease>& leases) {
-  if (leases.empty()) return std::nullopt;
-  if (const auto id = proc.environ_value(pid, "TARMAC_JOB_ID")) {
-    for (const auto& lease : leases) {
-      if (!lease.job_id.empty() && lease.job_id == *id) return lease.job_id;
-    }
-  }
-  std::vector<unsigned> chain{pid};
-  const auto up = ancestors_of(proc, pid);
-  chain.insert(chain.end(), up.begin(), up.end());
-  for (const unsigned p : chain) {
-    for (const auto& lease : leases) {
-      if (lease.pid != 0 && lease.pid == p) return lease.job_id;
-    }
-  }
-  return std::nullopt;
-}
-
 // Whether `holder` (an unlisted process with device files open) holds the GPU of minor `minor`:
 // its own /dev/nvidiaN, or only the shared files, which do not say which GPU.
 bool holds_gpu(const host::DeviceFileHolder& holder, std::optional<unsigned> minor) {
@@ -119,8 +92,10 @@ ProcessEvidence evidence_of(const host::ProcReader& proc, const GatherOptions& o
   e.gpu = device.id.index;
   e.gpu_uuid = device.id.uuid;
   e.process = process;
+  e.device_file = device_file_of(device, options.device_file_override);
   e.identity = first_sight(proc, process);
   if (!e.identity) return e;
+  if (e.device_file) e.holding = proc.holds_device(process.pid, *e.device_file);
   e.tarmac_job = tarmac_job_of(proc, process.pid, options.leases);
   e.tty = proc.tty(process.pid);
   e.children = proc.children(process.pid);
@@ -133,6 +108,7 @@ ProcessEvidence evidence_of(const host::ProcReader& proc, const GatherOptions& o
 struct StoreRecord {
   std::vector<store::ProcessSpan> spans;
   std::vector<store::ProcessSample> rows;
+  std::map<std::string, unsigned> index_of_uuid;  // the store's GPU index of each UUID
 };
 
 Result<StoreRecord> read_store(const std::string& path, const gpu::Snapshot& now, long long wall_now_ms,
@@ -152,16 +128,21 @@ Result<StoreRecord> read_store(const std::string& path, const gpu::Snapshot& now
   }
   const store::TimeRange range{wall_now_ms - back_ms, wall_now_ms + 1};
   StoreRecord out;
+  for (const auto& g : gpus) out.index_of_uuid[g.uuid] = g.gpu;
   TARMAC_TRY_ASSIGN(out.spans, reader.processes(range));
   TARMAC_TRY_ASSIGN(out.rows, reader.process_samples(range, {}));
   std::sort(out.rows.begin(), out.rows.end(), [](const auto& a, const auto& b) { return a.ts_ms < b.ts_ms; });
   return out;
 }
 
-// The history the store gives `process` on GPU `gpu`: its span with the same start time that
-// reaches the present, its rows, and reap's reading now.
-IdleHistory history_from_store(const StoreRecord& record, unsigned gpu, const gpu::GpuProcess& process,
-                               const Observation& now, long long fresh_ms) {
+// The history the store gives `process` on the GPU of UUID `uuid`: its span with the same start
+// time that reaches the present, its rows, and reap's reading now. Rows are matched by the GPU's
+// UUID (through the store's own index of it): an index names another GPU once one is removed.
+IdleHistory history_from_store(const StoreRecord& record, const std::optional<std::string>& uuid,
+                               const gpu::GpuProcess& process, const Observation& now, long long fresh_ms) {
+  const auto found = uuid ? record.index_of_uuid.find(*uuid) : record.index_of_uuid.end();
+  if (found == record.index_of_uuid.end()) return idle_history({now}, 0);
+  const unsigned gpu = found->second;
   const store::ProcessSpan* best = nullptr;
   for (const auto& span : record.spans) {
     if (span.gpu != gpu || span.pid != process.pid || span.start_unix != process.host.start_time_unix) continue;
@@ -195,14 +176,28 @@ Result<gpu::Snapshot> watch(gpu::Backend& backend, Watch& seen, long long window
   }
 }
 
+// The busiest of `first` (which must be known) and the known ones of `others`; nullopt when any
+// known value is garbage (above 100): one engine's nonsense makes the whole reading unknown.
+std::optional<unsigned> busiest(std::optional<unsigned> first, std::initializer_list<std::optional<unsigned>> others) {
+  if (!first || *first > kMaxUtilPct) return std::nullopt;
+  unsigned out = *first;
+  for (const auto& v : others) {
+    if (!v) continue;
+    if (*v > kMaxUtilPct) return std::nullopt;
+    out = std::max(out, *v);
+  }
+  return out;
+}
+
 }  // namespace
 
 gpu::SnapshotOptions reap_snapshot_options() {
   using gpu::ValueGroup;
   gpu::SnapshotOptions options;
   options.processes = true;
-  options.values = {ValueGroup::Uuid, ValueGroup::Board, ValueGroup::Memory, ValueGroup::Utilization,
-                    ValueGroup::ProcessUtilization, ValueGroup::ProcessHost};
+  options.values = {ValueGroup::Uuid,        ValueGroup::Board,              ValueGroup::Memory,
+                    ValueGroup::MigMode,     ValueGroup::Utilization,        ValueGroup::CodecUtilization,
+                    ValueGroup::ProcessHost, ValueGroup::ProcessUtilization};
   return options;
 }
 
@@ -210,19 +205,17 @@ Observation observe(const gpu::Device& device, const gpu::GpuProcess& process, l
   Observation o;
   o.ts_ms = ts_ms;
   o.mem_used_bytes = process.used_mem_bytes;
-  if (process.sm_util_pct && *process.sm_util_pct <= kMaxUtilPct) {
-    // A process that only moves memory (copy engines, no kernels) is working too: the busier of
-    // its SM and memory utilization, where the memory one is known.
-    o.sm_util_pct = process.sm_util_pct;
-    if (process.mem_util_pct && *process.mem_util_pct <= kMaxUtilPct) {
-      o.sm_util_pct = std::max(*process.sm_util_pct, *process.mem_util_pct);
-    }
+  // A process that runs no kernel but copies memory, encodes or decodes video, or decodes JPEG is
+  // working: the busiest engine is its reading.
+  if (const auto own = busiest(process.sm_util_pct, {process.mem_util_pct, process.enc_util_pct, process.dec_util_pct,
+                                                     process.jpg_util_pct, process.ofa_util_pct})) {
+    o.sm_util_pct = own;
     o.source = UtilSource::PerProcess;
-  } else if (!process.sm_util_pct && device.processes.size() == 1 && device.sample.util_gpu_pct &&
-             *device.sample.util_gpu_pct <= kMaxUtilPct) {
+  } else if (!process.sm_util_pct && device.processes.size() == 1) {
     // The GPU's own utilization is this process's when no other process is on it.
-    o.sm_util_pct = device.sample.util_gpu_pct;
-    o.source = UtilSource::DeviceAlone;
+    const auto& s = device.sample;
+    o.sm_util_pct = busiest(s.util_gpu_pct, {s.util_mem_pct, s.util_encoder_pct, s.util_decoder_pct});
+    if (o.sm_util_pct) o.source = UtilSource::DeviceAlone;
   }
   return o;
 }
@@ -242,6 +235,38 @@ IdleHistory Watch::history(unsigned gpu, const gpu::GpuProcess& process) const {
   const auto found = seen_.find(key_of(gpu, process));
   if (found == seen_.end()) return {};
   return idle_history(found->second, max_gap_ms_);
+}
+
+std::optional<host::DeviceNumber> device_file_of(const gpu::Device& device,
+                                                 const std::optional<host::DeviceNumber>& override) {
+  // A MIG GPU's instances all sit behind the one file: holding it does not say which is held.
+  if (device.modes.mig_mode_current == true || !device.id.minor_number) return std::nullopt;
+  if (override) return override;
+  return host::DeviceNumber{host::kNvidiaMajor, *device.id.minor_number};
+}
+
+bool shown(const GatherOptions& options, const ProcessEvidence& e) {
+  const auto& gpus = options.gpus;
+  if (!gpus.empty() && std::find(gpus.begin(), gpus.end(), e.gpu) == gpus.end()) return false;
+  return !options.user || owned_by(e.process.host, *options.user);
+}
+
+std::optional<std::string> tarmac_job_of(const host::ProcReader& proc, unsigned pid, const std::vector<JobLease>& leases) {
+  if (leases.empty()) return std::nullopt;
+  if (const auto id = proc.environ_value(pid, "TARMAC_JOB_ID")) {
+    for (const auto& lease : leases) {
+      if (!lease.job_id.empty() && lease.job_id == *id) return lease.job_id;
+    }
+  }
+  std::vector<unsigned> chain{pid};
+  const auto up = ancestors_of(proc, pid);
+  chain.insert(chain.end(), up.begin(), up.end());
+  for (const unsigned p : chain) {
+    for (const auto& lease : leases) {
+      if (lease.pid != 0 && lease.pid == p) return lease.job_id;
+    }
+  }
+  return std::nullopt;
 }
 
 bool owned_by(const host::ProcessInfo& process, const std::string& user) {
@@ -300,10 +325,9 @@ Result<Gathered> gather(gpu::Backend& backend, const host::ProcReader& proc, con
   for (const auto& device : out.last.devices) {
     if (device.lost) continue;
     for (const auto& process : device.processes) {
-      if (!selected(options, device.id.index, process)) continue;
       auto e = evidence_of(proc, options, device, process, unlisted, wall_now);
       e.source = out.source;
-      e.history = record ? history_from_store(*record, device.id.index, process, observe(device, process, wall_now),
+      e.history = record ? history_from_store(*record, device.id.uuid, process, observe(device, process, wall_now),
                                               options.store_fresh_ms)
                          : seen.history(device.id.index, process);
       out.processes.push_back(std::move(e));

@@ -34,6 +34,9 @@ struct GatherOptions {
   std::vector<JobLease> leases;
   // How recent the store's last record must be for it to count as recording this machine now.
   long long store_fresh_ms = 3 * 60 * 1000;
+  // Tests only: the character device taken for every GPU's own file instead of 195:minor (the
+  // tests cannot create a GPU's device node; docs/reap.md "Safety checks").
+  std::optional<host::DeviceNumber> device_file_override;
 };
 
 struct Gathered {
@@ -47,8 +50,10 @@ struct Gathered {
 // The per-device snapshot reap needs: UUIDs, minor numbers, memory, utilization and processes.
 [[nodiscard]] gpu::SnapshotOptions reap_snapshot_options();
 
-// One process's reading in one snapshot: its own SM utilization, or, when that is unknown and it
-// is the device's only process, the device's utilization (PRODUCT.md §7).
+// One process's reading in one snapshot: the busiest of every engine NVML samples of it (SM,
+// memory, encoder, decoder, JPEG, OFA; SM unknown is unknown), or, when that is unknown and it is
+// the device's only process, the busiest of the device's GPU, memory, encoder and decoder
+// utilization (PRODUCT.md §7).
 [[nodiscard]] Observation observe(const gpu::Device& device, const gpu::GpuProcess& process, long long ts_ms);
 
 // Readings over several snapshots, per (GPU, pid, start time): a reused pid is another process.
@@ -66,7 +71,21 @@ class Watch {
   std::map<Key, std::vector<Observation>> seen_;
 };
 
-// Gathers the evidence: the store's history when it records this machine now (its GPUs, a
+// The device file of `device`'s GPU: (195, its minor), or `override` when given; nullopt when the
+// minor is unknown or the GPU runs in MIG mode (its instances share the file: it proves nothing).
+[[nodiscard]] std::optional<host::DeviceNumber> device_file_of(const gpu::Device& device,
+                                                               const std::optional<host::DeviceNumber>& override);
+
+// Whether `e` is shown under --gpu and --user (they filter what is shown, never the evidence a
+// decision uses: a pid's listings on every GPU decide it).
+[[nodiscard]] bool shown(const GatherOptions& options, const ProcessEvidence& e);
+
+// The job of the live lease that `pid` or one of its ancestors owns, or whose id its TARMAC_JOB_ID
+// names (a TARMAC_JOB_ID without such a lease is anybody's word and protects nothing).
+[[nodiscard]] std::optional<std::string> tarmac_job_of(const host::ProcReader& proc, unsigned pid,
+                                                       const std::vector<JobLease>& leases);
+
+// Gathers the evidence of every GPU process (whatever --gpu and --user say): the store's history when it records this machine now (its GPUs, a
 // record within store_fresh_ms), else a watch of options.window_ms.
 [[nodiscard]] Result<Gathered> gather(gpu::Backend& backend, const host::ProcReader& proc, const GatherOptions& options,
                                       const util::Clock& clock);

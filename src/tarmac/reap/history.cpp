@@ -67,7 +67,10 @@ IdleHistory store_history(const store::ProcessSpan& span, const std::vector<stor
     observations.push_back(o);
   }
   const bool recorded = !observations.empty();
-  if (now.ts_ms >= span.last_ms) observations.push_back(now);
+  // reap's own reading counts even when the agent sampled after it (its span is newer): it is in
+  // its place in time, and a busy one breaks the idle run wherever it falls.
+  observations.push_back(now);
+  std::stable_sort(observations.begin(), observations.end(), [](const auto& a, const auto& b) { return a.ts_ms < b.ts_ms; });
   // The span is the watch: no gap inside it breaks the run (the agent ends a span at a gap), and
   // the caller took `now` within the agent's cadence of the span's end.
   IdleHistory h = idle_history(observations, std::numeric_limits<long long>::max());

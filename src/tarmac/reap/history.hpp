@@ -53,7 +53,8 @@ inline constexpr std::size_t kRecentObservations = 12;
 // The history the agent's store recorded of one process: `span` is its stay on the GPU (ended by
 // the agent at any gap in sampling, so it was watched without a break from first_ms to last_ms),
 // `rows` its process_sample rows in that span, sorted by time (written when a value changed, so
-// a value holds until the next row), and `now` reap's own reading at the end. Without a row in
+// a value holds until the next row), and `now` reap's own reading (kept, in its place in time,
+// also when the agent's span reaches past it). Without a row in
 // the span the store says nothing of it: the history is `now` alone.
 [[nodiscard]] IdleHistory store_history(const store::ProcessSpan& span, const std::vector<store::ProcessSample>& rows,
                                         const Observation& now);

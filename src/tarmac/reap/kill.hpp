@@ -1,8 +1,12 @@
-// Ending a candidate (`reap --kill`): every process is reached through a pidfd opened after its
-// identity (pid, start time, boot) was fixed and checked again before every signal, so a pid that
-// now names another process is never signalled. SIGTERM to the holder and its tree, --grace for
-// them to end, SIGKILL to what is left; a defunct holder through its parent, an uninterruptible
-// one reported and left; then the driver is asked until the memory is free.
+// Ending a candidate (`reap --kill`): every process is reached through a pidfd, and its identity
+// (pid, start time, boot) is read after the pidfd was opened, before and after its facts (owner,
+// parent, state) are read, and again before every signal, so a pid that now names another process
+// is never signalled and no fact is another process's. The holder must still have the GPU's device
+// file open; every descendant passes the rules the holder passed and must not be busy on any GPU,
+// or nothing is sent. SIGTERM to the holder and its tree, --grace for them to end, SIGKILL to what
+// is left unless the kill switch appeared meanwhile; a defunct leader only while it has live
+// threads, an uninterruptible holder reported and left; then the driver is asked until the memory
+// is free.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +16,10 @@
 
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/host/proc_reader.hpp"
+#include <functional>
+
 #include "tarmac/reap/evidence.hpp"
+#include "tarmac/reap/gather.hpp"
 #include "tarmac/reap/rules.hpp"
 #include "tarmac/util/clock.hpp"
 
@@ -24,15 +31,17 @@ enum class Outcome {
   Gone,             // it had ended before the first signal: nothing was sent
   IdentityChanged,  // its pid names another process now: nothing was sent
   Uninterruptible,  // in D state: reported and left alone
-  Refused,          // a rule forbids it (its defunct parent is protected, not yours, init...)
+  Refused,          // a check forbids it (a true zombie, not holding the device file now, a
+                    // protected, job's or busy descendant...): nothing was sent
   Survived,         // still running after SIGKILL (stuck in the kernel)
   Failed,           // a signal could not be sent
+  Stopped,          // the kill switch appeared: nothing more was sent (no SIGKILL after the grace)
 };
 
 // One signal sent (or not) to one process.
 struct Step {
   unsigned pid = 0;
-  std::string role;  // "holder", "descendant", "hidden", "parent"
+  std::string role;  // "holder", "descendant"
   int signal = 0;
   bool sent = false;
   std::string note;  // why not sent, or the error
@@ -56,15 +65,26 @@ struct Target {
 
 // Signals `targets` (SIGTERM, then SIGKILL after `grace_ms` to those left), each through a pidfd
 // opened and checked against its identity before every signal. Steps are appended to `result`.
-// Returns whether every target has ended.
+// When `stop_before_kill` is given and answers true after the grace, no SIGKILL goes out. Returns
+// whether every target has ended.
 [[nodiscard]] bool end_targets(const std::vector<Target>& targets, const host::ProcReader& proc, long long grace_ms,
-                               KillResult& result);
+                               KillResult& result, const std::function<bool()>& stop_before_kill = {});
 
-// Ends the candidate `evidence` (decided with decide.hpp) and waits for its memory.
+// Ends the candidate `evidence` (decided with decide.hpp) and waits for its memory. `leases` are
+// the scheduler's live leases: a descendant in a tarmac job refuses the whole candidate.
 [[nodiscard]] KillResult reap_process(const ProcessEvidence& evidence, const ReaperConfig& config, const Caller& caller,
-                                      const host::ProcReader& proc, gpu::Backend& backend, const util::Clock& clock);
+                                      const host::ProcReader& proc, gpu::Backend& backend, const util::Clock& clock,
+                                      const std::vector<JobLease>& leases = {});
 
-// "ended", "killed", "gone", "identity-changed", "uninterruptible", "refused", "survived", "failed".
+// Whether the kill switch file `path` exists (lstat: a dangling link counts); false for "".
+[[nodiscard]] bool kill_switch_on(const std::string& path);
+
+// Asks the driver until `pid` no longer holds GPU `gpu`, for at most `wait_ms`: whether it let go.
+[[nodiscard]] bool wait_memory_freed(gpu::Backend& backend, unsigned gpu, unsigned pid, long long wait_ms,
+                                     const util::Clock& clock);
+
+// "ended", "killed", "gone", "identity-changed", "uninterruptible", "refused", "survived", "failed",
+// "stopped".
 [[nodiscard]] const char* to_string(Outcome outcome);
 
 }  // namespace tarmac::reap

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <map>
 
 #include "tarmac/store/recorder.hpp"
 #include "tarmac/util/clock.hpp"
@@ -14,9 +15,29 @@
 namespace tarmac::reap {
 namespace {
 
-bool file_exists(const std::string& path) {
-  struct stat st {};
-  return !path.empty() && ::lstat(path.c_str(), &st) == 0;
+// The listing of `e`'s pid on its own GPU (by UUID where known) in `snapshot`, or nullptr.
+const gpu::GpuProcess* own_listing(const gpu::Snapshot& snapshot, const ProcessEvidence& e) {
+  for (const auto& device : snapshot.devices) {
+    if (device.lost || (e.gpu_uuid ? device.id.uuid != e.gpu_uuid : device.id.index != e.gpu)) continue;
+    for (const auto& p : device.processes) {
+      if (p.pid == e.process.pid) return &p;
+    }
+  }
+  return nullptr;
+}
+
+// A reading of `pid` above 0 % or unknown on any GPU of `snapshot`: the decision it makes.
+std::optional<Decision> busy_anywhere(const gpu::Snapshot& snapshot, unsigned pid, long long ts_ms) {
+  for (const auto& device : snapshot.devices) {
+    if (device.lost) continue;
+    for (const auto& p : device.processes) {
+      if (p.pid != pid) continue;
+      const auto reading = observe(device, p, ts_ms).sm_util_pct;
+      if (!reading) return Decision{Reason::UnknownUtilization, fmt::format("on GPU {} now: unknown", device.id.index)};
+      if (*reading > 0) return Decision{Reason::Busy, fmt::format("on GPU {} now: {} %", device.id.index, *reading)};
+    }
+  }
+  return std::nullopt;
 }
 
 nlohmann::json optional_json(const auto& value) {
@@ -54,26 +75,65 @@ Result<Pass> survey(gpu::Backend& backend, const host::ProcReader& proc, const G
   pass.store_note = gathered.store_note;
   pass.time_unix_ms = clock.wall_ms();
   pass.rules = rules;
-  for (auto& e : gathered.processes) {
-    auto decision = decide_one(e, rules, caller);
-    pass.rows.push_back({std::move(e), std::move(decision), std::nullopt, {}});
+  pass.leases = options.leases;
+  pass.kill_switch_present = kill_switch_on(rules.kill_switch);
+  // Decided over every listing, then filtered: --gpu and --user choose what is shown, never what
+  // the decision of a process listed on several GPUs rests on.
+  auto decisions = decide(gathered.processes, rules, caller);
+  for (std::size_t i = 0; i < gathered.processes.size(); ++i) {
+    if (!shown(options, gathered.processes[i])) continue;
+    pass.rows.push_back({std::move(gathered.processes[i]), std::move(decisions[i]), std::nullopt, {}});
   }
   return pass;
 }
 
+Decision redecide(const ProcessEvidence& e, const ReaperConfig& rules, const Caller& caller,
+                  const std::vector<JobLease>& leases, const host::ProcReader& proc, gpu::Backend& backend,
+                  const util::Clock& clock) {
+  auto snapshot = backend.snapshot(reap_snapshot_options());
+  if (!snapshot.ok()) {
+    return Decision{Reason::UnknownUtilization, "the driver could not be asked again: " + snapshot.error().message};
+  }
+  const unsigned pid = e.process.pid;
+  const auto* listed = own_listing(*snapshot, e);
+  if (listed == nullptr) return Decision{Reason::NotVisible, fmt::format("no longer listed on GPU {}", e.gpu)};
+  if (auto busy = busy_anywhere(*snapshot, pid, clock.wall_ms())) return *busy;
+  ProcessEvidence now = e;
+  now.process.used_mem_bytes = listed->used_mem_bytes;
+  now.process.host = proc.read(pid);
+  if (now.process.host.start_time_unix != e.process.host.start_time_unix) now.identity.reset();  // another process now
+  now.tarmac_job = tarmac_job_of(proc, pid, leases);
+  now.holding = now.device_file ? proc.holds_device(pid, *now.device_file) : host::Holding::Unknown;
+  return decide_one(now, rules, caller);
+}
+
 void kill_candidates(Pass& pass, const Caller& caller, const host::ProcReader& proc, gpu::Backend& backend,
                      const util::Clock& clock, const std::function<void(const Row&)>& on_action) {
-  pass.kill_switch_present = file_exists(pass.rules.kill_switch);
   unsigned attempts = 0;
+  std::map<unsigned, const Row*> acted;  // a process listed on several GPUs is ended once
   for (auto& row : pass.rows) {
     if (row.decision.reason != Reason::Candidate) continue;
+    // Looked at before each candidate: a switch created during a pass stops the rest of it.
+    pass.kill_switch_present = pass.kill_switch_present || kill_switch_on(pass.rules.kill_switch);
+    const unsigned pid = row.evidence.process.pid;
     if (pass.kill_switch_present) {
       row.left_because = "the kill switch " + pass.rules.kill_switch + " exists";
+    } else if (const auto first = acted.find(pid); first != acted.end()) {
+      row.action = first->second->action;
+      // Its memory on this GPU: the driver asked again, for this listing.
+      if (row.action->memory_freed) {
+        row.action->memory_freed = wait_memory_freed(backend, row.evidence.gpu, pid, pass.rules.free_wait_ms, clock);
+        row.action->freed_bytes = *row.action->memory_freed ? row.evidence.process.used_mem_bytes : std::nullopt;
+      }
     } else if (attempts >= pass.rules.max_kills) {
       row.left_because = fmt::format("reaper.max_kills ({}) reached", pass.rules.max_kills);
+    } else if (const auto now = redecide(row.evidence, pass.rules, caller, pass.leases, proc, backend, clock);
+               now.reason != Reason::Candidate) {
+      row.left_because = fmt::format("decided again before the signal: {} ({})", to_string(now.reason), now.detail);
     } else {
-      row.action = reap_process(row.evidence, pass.rules, caller, proc, backend, clock);
+      row.action = reap_process(row.evidence, pass.rules, caller, proc, backend, clock, pass.leases);
       if (!row.action->steps.empty()) ++attempts;
+      acted[pid] = &row;
       if (on_action) on_action(row);
     }
   }

@@ -37,8 +37,9 @@ struct Pass {
   std::string store_note;
   long long time_unix_ms = 0;
   bool kill = false;
-  bool kill_switch_present = false;
+  bool kill_switch_present = false;  // as last looked: at the survey, and before each candidate with --kill
   ReaperConfig rules;
+  std::vector<JobLease> leases;      // the scheduler's live leases the survey saw (a tarmac job's processes)
 
   [[nodiscard]] unsigned candidates() const;
   [[nodiscard]] unsigned reaped() const;  // actions whose memory the driver freed
@@ -47,14 +48,24 @@ struct Pass {
 // Who runs this pass: the effective uid, the pid and its ancestors, whether slurmd runs here.
 [[nodiscard]] Caller caller_of(const host::ProcReader& proc);
 
-// Gathers the evidence (gather.hpp) and decides every process; nothing is signalled.
+// Gathers the evidence (gather.hpp) and decides every process, one decision per process over every
+// GPU it is listed on; the rows are those --gpu and --user show. Nothing is signalled.
 [[nodiscard]] Result<Pass> survey(gpu::Backend& backend, const host::ProcReader& proc, const GatherOptions& options,
                                   const ReaperConfig& rules, const Caller& caller, const util::Clock& clock);
 
 // --kill's pass over the candidates, in order: none while the kill switch (rules.kill_switch)
-// exists, at most rules.max_kills ended; `on_action` is called after each action.
+// exists (looked at before each one, and again before SIGKILL), at most rules.max_kills ended,
+// each decided again right before (redecide) and left when it is no longer a candidate;
+// `on_action` is called after each action.
 void kill_candidates(Pass& pass, const Caller& caller, const host::ProcReader& proc, gpu::Backend& backend,
                      const util::Clock& clock, const std::function<void(const Row&)>& on_action = {});
+
+// `e` decided again with what is true now: one fresh snapshot (it must still be listed on its GPU,
+// at a known 0 % there and on every other GPU it is listed on) and its facts read again (owner,
+// name, jobs, whether it has the device file open), through decide_one.
+[[nodiscard]] Decision redecide(const ProcessEvidence& e, const ReaperConfig& rules, const Caller& caller,
+                                const std::vector<JobLease>& leases, const host::ProcReader& proc, gpu::Backend& backend,
+                                const util::Clock& clock);
 
 // The store event for one action (kind "reap"): who, what, the evidence, the signal, the result.
 [[nodiscard]] nlohmann::json event_detail(const Row& row, uid_t caller_uid);

@@ -50,12 +50,6 @@ Response not_ready() {
 
 }  // namespace
 
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
-}
-
 Service::Service(const LiveState& live, ServiceOptions options)
     : live_(live), options_(std::move(options)), server_([this](const Request& r) { return handle(r); }) {}
 

@@ -60,7 +60,4 @@ class Service {
 // The dashboard page, embedded from src/tarmac/serve/dashboard.html at build time.
 [[nodiscard]] std::string_view dashboard_html();
 
-// The host's name, for the Hostname label.
-[[nodiscard]] std::string host_name();
-
 }  // namespace tarmac::serve

@@ -438,4 +438,10 @@ std::vector<std::string> own_environment() {
   return env;
 }
 
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
 }  // namespace tarmac::util

@@ -110,4 +110,7 @@ struct Child {
 // This process's environment as KEY=VALUE strings.
 [[nodiscard]] std::vector<std::string> own_environment();
 
+// This machine's name (gethostname); "localhost" when it has none.
+[[nodiscard]] std::string host_name();
+
 }  // namespace tarmac::util

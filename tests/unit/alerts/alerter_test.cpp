@@ -10,7 +10,7 @@
 namespace tarmac::alerts {
 namespace {
 
-using namespace testing;  // NOLINT
+using tarmac::testing::HttpServer;
 
 struct Log {
   std::mutex mutex;

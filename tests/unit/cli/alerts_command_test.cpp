@@ -32,9 +32,13 @@ TEST(AlertsFlags, ExactlyOneModeWithItsOwnFlags) {
   EXPECT_EQ(flags_error({.check = true}), "");
   EXPECT_EQ(flags_error({.check = true, .db = "x.db"}), "");
   EXPECT_EQ(flags_error({.prometheus_rules = true, .output = "rules.yml"}), "");
-  EXPECT_TRUE(flags_error({}).starts_with("alerts: give --check (evaluate the rules from the store) or")) << flags_error({});
+  EXPECT_EQ(flags_error({.send_test = true}), "");
+  EXPECT_TRUE(flags_error({}).starts_with("alerts: give --check (evaluate the rules from the store),")) << flags_error({});
   EXPECT_EQ(flags_error({.check = true, .prometheus_rules = true}),
-            "alerts: give either --check or --prometheus-rules, not both");
+            "alerts: give one of --check, --prometheus-rules and --send-test");
+  EXPECT_EQ(flags_error({.check = true, .send_test = true}),
+            "alerts: give one of --check, --prometheus-rules and --send-test");
+  EXPECT_EQ(flags_error({.send_test = true, .db = "x.db"}), "alerts: --send-test takes no other flag");
   EXPECT_EQ(flags_error({.check = true, .output = "x"}), "alerts: -o goes with --prometheus-rules");
   EXPECT_EQ(flags_error({.prometheus_rules = true, .db = "x.db"}), "alerts: --db and --state-dir go with --check");
   EXPECT_EQ(flags_error({.prometheus_rules = true, .state_dir = "/var/lib/tarmac"}),

@@ -9,7 +9,9 @@
 #include <fstream>
 #include <string>
 
+#include "../reap/reap_test_support.hpp"
 #include "cli_test_support.hpp"
+#include "tarmac/store/recorder.hpp"
 #include "tarmac/util/process.hpp"
 #include "tarmac/util/units.hpp"
 
@@ -150,6 +152,7 @@ util::Child sleeper() {
   util::ProcessSpec spec;
   spec.path = "/bin/sleep";
   spec.argv = {"sleep", "1000"};
+  spec.fds = {{0, util::kDevNull}};  // the tests' stand-in for the GPU's device file
   auto child = util::start_process(spec);
   EXPECT_TRUE(child.ok());
   return std::move(*child);
@@ -161,6 +164,11 @@ ReapReport kill_report_for(const util::Child& child, const host::ProcReader& pro
   ReapRow row = candidate_row(static_cast<unsigned>(child.pid));
   row.evidence.process.host = proc.read(static_cast<unsigned>(child.pid));
   row.evidence.identity = proc.identity(static_cast<unsigned>(child.pid));
+  row.evidence.gpu = 0;
+  row.evidence.gpu_uuid = "GPU-0";
+  row.evidence.age_ms = 60 * kMin;
+  row.evidence.device_file = reap::test_support::test_device_file();
+  row.evidence.holding = host::Holding::Holds;
   report.rows = {row};
   report.rules.grace_ms = 30'000;
   return report;
@@ -187,13 +195,36 @@ TEST(ReapKill, TheKillSwitchStopsEverything) {
   (void)util::wait_for(child, 30'000);
 }
 
+// Medium finding (c): for --kill, a missing lock directory means "no tarmac jobs" only outside
+// /tmp, where a private /tmp (systemd's PrivateTmp=) can hide the real one.
+TEST(ReapKill, AMissingLockDirectoryUnderTmpStopsKill) {
+  EXPECT_TRUE(detail::missing_lock_dir_refusal("/tmp/tarmac-reap-test-no-such-locks", true));
+  EXPECT_TRUE(detail::missing_lock_dir_refusal("/var/tmp/tarmac-reap-test-no-such-locks", true));
+  EXPECT_FALSE(detail::missing_lock_dir_refusal("/tmp/tarmac-reap-test-no-such-locks", false)) << "a dry run goes on";
+  EXPECT_FALSE(detail::missing_lock_dir_refusal("/run/tarmac-reap-test-no-such/locks", true));
+  TempDir dir;
+  EXPECT_FALSE(detail::missing_lock_dir_refusal(dir.path(), true)) << "one that exists is read";
+}
+
+// Low finding: as root, $STATE_DIRECTORY does not decide which store reap takes its evidence from.
+TEST(ReapKill, AsRootTheEnvironmentDoesNotChooseTheStore) {
+  if (geteuid() != 0) GTEST_SKIP() << "a root-only rule";
+  ::setenv("STATE_DIRECTORY", "/tmp/tarmac-reap-test-somebodys", 1);
+  config::Config config;
+  EXPECT_EQ(detail::reap_store_path(config, ""), store::database_path("/var/lib/tarmac"));
+  config.agent.state_dir = "/srv/tarmac";
+  EXPECT_EQ(detail::reap_store_path(config, ""), store::database_path("/srv/tarmac"));
+  EXPECT_EQ(detail::reap_store_path(config, "/x/t.db"), "/x/t.db");
+  ::unsetenv("STATE_DIRECTORY");
+}
+
 TEST(ReapKill, AtMostMaxKills) {
   const host::ProcReader proc;
   auto child = sleeper();
   ReapReport report = kill_report_for(child, proc);
   report.rules.kill_switch = "/nonexistent/reap.disabled";
   report.rules.max_kills = 0;
-  NoGpus gpus;
+  reap::test_support::LiveGpus gpus({{0, static_cast<unsigned>(child.pid), 0U}});
   const util::SystemClock clock;
   reap::kill_candidates(report, reap::Caller{geteuid(), getpid(), {}, false}, proc, gpus, clock);
   EXPECT_EQ(report.rows[0].left_because, "reaper.max_kills (0) reached");

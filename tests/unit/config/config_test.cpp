@@ -132,9 +132,12 @@ command = "/usr/local/bin/page-oncall --quiet"
 TEST(Config, RefusesBadAlertValues) {
   std::vector<std::string> warnings;
   auto https = parse_text("[alerts]\nwebhook = \"https://hooks.slack.com/services/X\"\n", warnings);
-  ASSERT_FALSE(https.ok());
-  EXPECT_NE(https.error().message.find("t.toml:2:"), std::string::npos) << https.error().message;
-  EXPECT_NE(https.error().message.find("local relay"), std::string::npos) << https.error().message;
+  ASSERT_TRUE(https.ok()) << https.error().message;
+  EXPECT_EQ(https->alerts.webhook, "https://hooks.slack.com/services/X");
+  auto ftp = parse_text("[alerts]\nwebhook = \"ftp://hooks.example.com/X\"\n", warnings);
+  ASSERT_FALSE(ftp.ok());
+  EXPECT_NE(ftp.error().message.find("t.toml:2:"), std::string::npos) << ftp.error().message;
+  EXPECT_NE(ftp.error().message.find("expected http://"), std::string::npos) << ftp.error().message;
   auto rule = parse_text("[alerts]\ndisabled = \"idle,zombie\"\n", warnings);
   ASSERT_FALSE(rule.ok());
   EXPECT_NE(rule.error().message.find("'zombie' is not a rule"), std::string::npos) << rule.error().message;

@@ -89,7 +89,39 @@ TEST(ProcessUtilization, ASampleFromFarInTheFutureIsGarbageAndCannotHideLaterSam
   EXPECT_EQ(cursor, kSeenUs);
 }
 
-TEST(ProcessUtilization, TheLatestSampleOfAProcessWinsAndTheCursorIsTheNewestSample) {
+// Medium finding of issue 15's review: several samples in one period between two reads, the busy
+// one first and an idle one last: the latest alone read idle.
+TEST(ProcessUtilization, TheBusiestSampleOfAPeriodCountsNotTheLatest) {
+  auto procs = listed({100});
+  (void)apply_utilization(UtilizationRead::Samples, {sample(100, kSeenUs + 100, 80, 3), sample(100, kSeenUs + 200, 0, 9)},
+                          kSeenUs, kNowUs, procs);
+  EXPECT_EQ(procs[0].sm_util_pct, 80U);
+  EXPECT_EQ(procs[0].mem_util_pct, 9U);
+}
+
+// High finding: an NVENC/NVDEC pipeline at SM 0 % is working; every engine the driver samples is kept.
+TEST(ProcessUtilization, EveryEngineIsKept) {
+  auto procs = listed({100, 200});
+  UtilizationSample encoder = sample(100, kSeenUs + 10, 0, 0);
+  encoder.enc_pct = 45;
+  encoder.dec_pct = 12;
+  encoder.jpg_pct = 3;
+  encoder.ofa_pct = 4;
+  (void)apply_utilization(UtilizationRead::Samples, {encoder}, kSeenUs, kNowUs, procs);
+  EXPECT_EQ(procs[0].enc_util_pct, 45U);
+  EXPECT_EQ(procs[0].dec_util_pct, 12U);
+  EXPECT_EQ(procs[0].jpg_util_pct, 3U);
+  EXPECT_EQ(procs[0].ofa_util_pct, 4U);
+  EXPECT_EQ(procs[1].enc_util_pct, 0U);  // no sample: idle on every engine the function has
+  EXPECT_EQ(procs[1].jpg_util_pct, 0U);
+  // The older function has no JPEG or OFA engine: those stay unknown, never a made-up 0.
+  auto old = listed({100});
+  (void)apply_utilization(UtilizationRead::Samples, {sample(100, kSeenUs + 10, 0, 0)}, kSeenUs, kNowUs, old);
+  EXPECT_EQ(old[0].enc_util_pct, 0U);
+  EXPECT_FALSE(old[0].jpg_util_pct.has_value());
+}
+
+TEST(ProcessUtilization, TheBusiestSampleOfAProcessWinsAndTheCursorIsTheNewestSample) {
   auto procs = listed({100});
   const auto cursor = apply_utilization(
       UtilizationRead::Samples,

@@ -1,5 +1,6 @@
 #include "tarmac/host/device_files.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -82,6 +83,46 @@ TEST(Identity, HostPidNamespace) {
   EXPECT_EQ(ProcReader(proc.root()).in_host_pid_namespace(), false);
   proc.write("self/status", "Name:\ttarmac\n");  // a kernel that does not say
   EXPECT_FALSE(ProcReader(proc.root()).in_host_pid_namespace().has_value());
+}
+
+}  // namespace
+}  // namespace tarmac::host
+
+namespace tarmac::host {
+namespace {
+
+// C1 of issue 15's review: whether a process has a device open is fstat of its descriptors, by
+// device number (a GPU's file is 195:minor; the tests use /dev/null and /dev/zero, which exist).
+TEST(HoldsDevice, ByTheDeviceNumberOfAnOpenDescriptor) {
+  test_support::FakeProc proc;
+  open_file(proc, 100, 0, "/dev/null");
+  open_file(proc, 100, 1, "/tmp");  // not under /dev/: never stat'ed (a user's FUSE file could stall it)
+  const auto null_device = *char_device_of("/dev/null");
+  const auto zero_device = *char_device_of("/dev/zero");
+  EXPECT_EQ(holds_device(proc.root(), 100, null_device), Holding::Holds);
+  EXPECT_EQ(holds_device(proc.root(), 100, zero_device), Holding::NotHeld);
+  EXPECT_EQ(holds_device(proc.root(), 101, null_device), Holding::Unknown) << "no fd directory: not proven";
+  EXPECT_FALSE(char_device_of("/tmp"));
+}
+
+TEST(HoldsDevice, ABoundReachedFirstIsUnknownNeverNotHeld) {
+  test_support::FakeProc proc;
+  for (int fd = 0; fd < 10; ++fd) open_file(proc, 100, fd, "/dev/zero");
+  const auto null_device = *char_device_of("/dev/null");
+  EXPECT_EQ(holds_device(proc.root(), 100, null_device), Holding::NotHeld);
+  EXPECT_EQ(holds_device(proc.root(), 100, null_device, FdScanBounds{5, 1000}), Holding::Unknown);
+  EXPECT_EQ(holds_device(proc.root(), 100, null_device, FdScanBounds{100, -1}), Holding::Unknown) << "out of time";
+}
+
+TEST(HoldsDevice, AReadersOwnDescriptors) {
+  const ProcReader proc;
+  const auto self = static_cast<unsigned>(getpid());
+  const auto null_device = *char_device_of("/dev/null");
+  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(proc.holds_device(self, null_device), Holding::Holds);
+  ::close(fd);
+  EXPECT_EQ(proc.live_threads(self).value_or(0) >= 1, true);
 }
 
 }  // namespace

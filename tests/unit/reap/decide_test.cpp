@@ -37,6 +37,8 @@ ProcessEvidence idle_kernel() {
   e.identity = host::ProcessIdentity{4242, 123456, "boot"};
   e.age_ms = 60 * kMin;
   e.history = readings(std::vector<std::optional<unsigned>>(21, 0U));
+  e.device_file = host::DeviceNumber{host::kNvidiaMajor, 3};
+  e.holding = host::Holding::Holds;
   return e;
 }
 
@@ -118,6 +120,43 @@ TEST(Decide, JobsAreLeftToTheirOwnLimits) {
   e.process.host.slurm_job_id = "12345";
   EXPECT_EQ(reason(e), Reason::Candidate);  // no slurmd here: the cgroup name alone does not protect it
   EXPECT_EQ(reason(e, rules(), Caller{0, 99, {}, true}), Reason::InSlurmJob);
+}
+
+// Critical finding C1: a listed pid not proven to have the GPU's device file open is not the
+// holder (the old code made it a candidate).
+TEST(Decide, APidWithoutTheGpusDeviceFileIsNeverACandidate) {
+  auto e = idle_kernel();
+  e.holding = host::Holding::NotHeld;
+  const auto d = decide_one(e, rules(), root());
+  EXPECT_EQ(d.reason, Reason::NotHolding);
+  EXPECT_NE(d.detail.find("does not have the GPU's device file (195:3) open"), std::string::npos) << d.detail;
+  e.holding = host::Holding::Unknown;  // unreadable, or a bound reached first: not proven
+  EXPECT_EQ(reason(e), Reason::NotHolding);
+  e = idle_kernel();
+  e.device_file.reset();  // MIG, or no minor number: fail closed
+  EXPECT_EQ(reason(e), Reason::NotHolding);
+}
+
+// High finding H1: one decision per process over every GPU it is listed on. A rank idle on GPU 3
+// and busy on GPU 5 is busy (the old code made it a candidate on GPU 3).
+TEST(Decide, AProcessBusyOnAnotherGpuIsBusy) {
+  auto idle = idle_kernel();
+  auto busy_elsewhere = idle_kernel();
+  busy_elsewhere.gpu = 5;
+  std::vector<std::optional<unsigned>> utils(21, 0U);
+  utils.back() = 60U;
+  busy_elsewhere.history = readings(utils);
+  auto other = idle_kernel();  // another process, idle: still a candidate
+  other.process.pid = 5151;
+  const auto d = decide({idle, busy_elsewhere, other}, rules(), root());
+  EXPECT_EQ(d[0].reason, Reason::Busy);
+  EXPECT_EQ(d[0].detail, "on GPU 5: SM 60 %");
+  EXPECT_EQ(d[1].reason, Reason::Busy);
+  EXPECT_EQ(d[2].reason, Reason::Candidate);
+  // Idle on both: a candidate on both.
+  const auto both = decide({idle, idle_kernel()}, rules(), root());
+  EXPECT_EQ(both[0].reason, Reason::Candidate);
+  EXPECT_EQ(both[1].reason, Reason::Candidate);
 }
 
 TEST(Decide, BelowMinimumMemory) {

@@ -9,6 +9,7 @@
 
 #include "../store/temp_dir.hpp"
 #include "tarmac/reap/decide.hpp"
+#include "tarmac/reap/pass.hpp"
 #include "tarmac/store/recorder.hpp"
 #include "tarmac/util/process.hpp"
 #include "tarmac/util/units.hpp"
@@ -18,6 +19,8 @@ namespace tarmac::reap {
 namespace {
 
 using test_support::kMin;
+using test_support::LiveGpus;
+using test_support::test_device_file;
 
 // One GPU ("GPU-a") with the processes given; every snapshot the same.
 class OneGpu final : public gpu::Backend {
@@ -58,6 +61,7 @@ struct Holder {
     util::ProcessSpec spec;
     spec.path = "/bin/sleep";
     spec.argv = {"sleep", "1000"};
+    spec.fds = {{0, util::kDevNull}};  // the test's stand-in for the GPU's device file
     child = util::start_process(spec).value();
     process.pid = static_cast<unsigned>(child.pid);
     process.used_mem_bytes = 4 * util::kGiB;
@@ -70,22 +74,22 @@ struct Holder {
 };
 
 // A store that recorded `holder` on GPU-a at 0 % for the last 20 minutes.
-void record(const std::string& path, const Holder& holder, const std::string& uuid = "GPU-a") {
+void record(const std::string& path, const Holder& holder, const std::string& uuid = "GPU-a", unsigned index = 0) {
   const long long now = util::wall_ms();
   store::RecorderOptions options;
   options.path = path;
   store::Recorder recorder(options);
-  recorder.add(store::GpuInfo{0, uuid, "H100", "00000000:07:00.0", 81559}, now);
-  recorder.update(store::ActivitySpan{0, gpu::Activity::Holding, now - 20 * kMin, now - 10'000});
+  recorder.add(store::GpuInfo{index, uuid, "H100", "00000000:07:00.0", 81559}, now);
+  recorder.update(store::ActivitySpan{index, gpu::Activity::Holding, now - 20 * kMin, now - 10'000});
   store::ProcessSpan span;
-  span.gpu = 0;
+  span.gpu = index;
   span.pid = holder.process.pid;
   span.first_ms = now - 20 * kMin;
   span.last_ms = now - 10'000;
   span.start_unix = holder.process.host.start_time_unix;
   span.user = "root";
   recorder.update(span);
-  recorder.add(store::ProcessSample{now - 20 * kMin, 0, holder.process.pid, 4096, 0, 0});
+  recorder.add(store::ProcessSample{now - 20 * kMin, index, holder.process.pid, 4096, 0, 0});
   ASSERT_TRUE(recorder.flush().ok);
 }
 
@@ -99,15 +103,121 @@ TEST(Gather, TheStoreIsTheEvidenceWhenItRecordsThisMachine) {
   GatherOptions options;
   options.store_path = db;
   options.idle_for_ms = 10 * kMin;
+  options.device_file_override = test_device_file();
   const auto gathered = gather(gpus, host::ProcReader(), options, clock);
   ASSERT_TRUE(gathered.ok()) << gathered.error().message;
   EXPECT_EQ(gathered->source, EvidenceSource::Store);
   ASSERT_EQ(gathered->processes.size(), 1U);
   const auto& e = gathered->processes[0];
   EXPECT_GE(e.history.idle_ms(), 20 * kMin - 1000);
+  EXPECT_EQ(e.holding, host::Holding::Holds);
   ReaperConfig rules;
   rules.min_age_ms = 0;
   EXPECT_EQ(decide_one(e, rules, Caller{0, getpid(), {}, false}).reason, Reason::Candidate);
+}
+
+// Low finding: the store's rows are matched by the GPU's UUID, not its index (the agent recorded
+// this GPU as index 5; it is index 0 now). The old code found no history and no candidate.
+TEST(Gather, StoreRowsAreMatchedByUuidNotIndex) {
+  store::test_support::TempDir dir;
+  Holder holder;
+  const std::string db = dir.path() + "/tarmac.db";
+  record(db, holder, "GPU-a", 5);
+  OneGpu gpus({holder.process});
+  InstantClock clock;
+  GatherOptions options;
+  options.store_path = db;
+  options.idle_for_ms = 10 * kMin;
+  const auto gathered = gather(gpus, host::ProcReader(), options, clock);
+  ASSERT_TRUE(gathered.ok()) << gathered.error().message;
+  ASSERT_EQ(gathered->source, EvidenceSource::Store) << gathered->store_note;
+  EXPECT_GE(gathered->processes.at(0).history.idle_ms(), 20 * kMin - 1000);
+}
+
+// C1 at gather time: a listed pid whose process does not have the GPU's file open is decided
+// not-holding, whatever its utilization says.
+TEST(Gather, AListedPidWithoutTheDeviceFileIsNotHolding) {
+  Holder holder;
+  OneGpu gpus({holder.process});
+  InstantClock clock;
+  GatherOptions options;
+  options.window_ms = 2000;
+  options.device_file_override = test_support::unheld_device_file();
+  const auto gathered = gather(gpus, host::ProcReader(), options, clock);
+  ASSERT_TRUE(gathered.ok());
+  const auto& e = gathered->processes.at(0);
+  EXPECT_EQ(e.holding, host::Holding::NotHeld);
+  ReaperConfig rules;
+  rules.min_age_ms = 0;
+  rules.idle_for_ms = 1000;
+  EXPECT_EQ(decide_one(e, rules, Caller{0, getpid(), {}, false}).reason, Reason::NotHolding);
+  // Without an override the GPU's own file (195:0) is looked for: a sleep does not hold it either.
+  options.device_file_override.reset();
+  const auto real = gather(gpus, host::ProcReader(), options, clock);
+  ASSERT_TRUE(real.ok());
+  EXPECT_EQ(real->processes.at(0).device_file, (host::DeviceNumber{195, 0}));
+  EXPECT_EQ(real->processes.at(0).holding, host::Holding::NotHeld);
+}
+
+// H1: --gpu filters what is shown, not the evidence: the holder idle on GPU 0 and busy on GPU 1
+// is busy in the row --gpu 0 shows (the old code saw GPU 0 alone and made it a candidate).
+TEST(Gather, TheGpuFilterDoesNotHideABusyListingElsewhere) {
+  Holder holder;
+  LiveGpus gpus({{0, holder.process.pid, 0U}, {1, holder.process.pid, 70U}}, 2);
+  InstantClock clock;
+  GatherOptions options;
+  options.window_ms = 2000;
+  options.gpus = {0};
+  options.device_file_override = test_device_file();
+  ReaperConfig rules;
+  rules.min_age_ms = 0;
+  rules.idle_for_ms = 1000;
+  const auto pass = survey(gpus, host::ProcReader(), options, rules, Caller{0, getpid(), {}, false}, clock);
+  ASSERT_TRUE(pass.ok()) << pass.error().message;
+  ASSERT_EQ(pass->rows.size(), 1U);
+  EXPECT_EQ(pass->rows[0].evidence.gpu, 0U);
+  EXPECT_EQ(pass->rows[0].decision.reason, Reason::Busy) << pass->rows[0].decision.detail;
+  EXPECT_EQ(pass->rows[0].decision.detail, "on GPU 1: SM 70 %");
+}
+
+// Low finding: kill_switch_present is reported by a dry run too (the old code said false).
+TEST(Gather, ADryRunReportsTheKillSwitch) {
+  store::test_support::TempDir dir;
+  LiveGpus gpus({});
+  InstantClock clock;
+  GatherOptions options;
+  options.window_ms = 200;
+  ReaperConfig rules;
+  rules.kill_switch = dir.path();  // any file that exists
+  const auto pass = survey(gpus, host::ProcReader(), options, rules, Caller{0, getpid(), {}, false}, clock);
+  ASSERT_TRUE(pass.ok());
+  EXPECT_TRUE(pass->kill_switch_present);
+}
+
+// H4: an NVENC pipeline at SM 0 % is working; so is a GPU whose only process it is, by the
+// device's encoder figure (the old code read both as idle).
+TEST(Gather, EveryEngineCountsNotOnlySm) {
+  gpu::Device device;
+  gpu::GpuProcess transcoder;
+  transcoder.pid = 10;
+  transcoder.sm_util_pct = 0;
+  transcoder.mem_util_pct = 0;
+  transcoder.enc_util_pct = 45;
+  device.processes = {transcoder};
+  EXPECT_EQ(observe(device, transcoder, 0).sm_util_pct, 45U);
+  transcoder.enc_util_pct = 0;
+  transcoder.dec_util_pct = 0;
+  transcoder.ofa_util_pct = 12;
+  EXPECT_EQ(observe(device, transcoder, 0).sm_util_pct, 12U);
+  gpu::GpuProcess alone;  // no per-process reading: the device's figures, the busiest of them
+  alone.pid = 11;
+  device.processes = {alone};
+  device.sample.util_gpu_pct = 0;
+  device.sample.util_mem_pct = 0;
+  device.sample.util_decoder_pct = 30;
+  const auto o = observe(device, alone, 0);
+  EXPECT_EQ(o.sm_util_pct, 30U);
+  EXPECT_EQ(o.source, UtilSource::DeviceAlone);
 }
 
 TEST(Gather, AnotherMachinesStoreIsNotEvidence) {
@@ -120,6 +230,7 @@ TEST(Gather, AnotherMachinesStoreIsNotEvidence) {
   GatherOptions options;
   options.store_path = db;
   options.window_ms = 2000;
+  options.device_file_override = test_device_file();
   const auto gathered = gather(gpus, host::ProcReader(), options, clock);
   ASSERT_TRUE(gathered.ok());
   EXPECT_EQ(gathered->source, EvidenceSource::Watch);

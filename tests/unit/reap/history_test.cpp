@@ -76,6 +76,19 @@ TEST(StoreHistory, AProcessThatOnlyMovesMemoryIsNotIdle) {
   EXPECT_EQ(store_history(span, old_store, at(610'000, 0)).idle_since_ms, 0);
 }
 
+// Low finding: reap's own reading counts when the agent's span reaches past it (the old code
+// dropped a busy reading taken just before the agent's last sample).
+TEST(StoreHistory, ReapsOwnReadingCountsWhenTheSpanIsNewer) {
+  store::ProcessSpan span;
+  span.first_ms = 0;
+  span.last_ms = 600'000;
+  const std::vector<store::ProcessSample> idle = {{0, 1, 7, 2048, 0, 0}};
+  const auto h = store_history(span, idle, at(590'000, 50));
+  EXPECT_FALSE(h.idle_since_ms.has_value());
+  EXPECT_EQ(h.observed_until_ms, 590'000);
+  EXPECT_EQ(h.last_util_pct, 50U);
+}
+
 TEST(StoreHistory, WithoutRowsOnlyTheReadingNow) {
   store::ProcessSpan span;
   span.first_ms = 0;

@@ -8,8 +8,15 @@
 
 #include <thread>
 
+#include <filesystem>
+#include <fstream>
+
+#include "../store/temp_dir.hpp"
+#include "reap_test_support.hpp"
 #include "tarmac/reap/gather.hpp"
+#include "tarmac/reap/pass.hpp"
 #include "tarmac/util/process.hpp"
+#include "tarmac/util/units.hpp"
 
 namespace tarmac::reap {
 namespace {
@@ -51,12 +58,39 @@ Caller me(const host::ProcReader& proc) {
   return Caller{geteuid(), getpid(), ancestors_of(proc, static_cast<unsigned>(getpid())), false};
 }
 
+using test_support::kMin;
+using test_support::LiveGpus;
+using test_support::test_device_file;
+
+// What gather gives a holder on GPU 0 whose device file (test_device_file) its descriptor 0 is.
 ProcessEvidence evidence_of(const host::ProcReader& proc, unsigned pid) {
   ProcessEvidence e;
+  e.gpu = 0;
+  e.gpu_uuid = "GPU-0";
   e.process.pid = pid;
   e.process.host = proc.read(pid);
+  e.process.used_mem_bytes = 4 * util::kGiB;
   e.identity = proc.identity(pid);
+  e.device_file = test_device_file();
+  e.holding = proc.holds_device(pid, *e.device_file);
   return e;
+}
+
+// The same holder as a candidate of a pass: idle 20 minutes, old enough.
+Row candidate_row(const host::ProcReader& proc, unsigned pid) {
+  Row row;
+  row.evidence = evidence_of(proc, pid);
+  row.evidence.age_ms = 60 * kMin;
+  std::vector<Observation> obs;
+  for (long long t = 0; t <= 20; ++t) obs.push_back({t * kMin, 0U, 4 * util::kGiB, UtilSource::PerProcess});
+  row.evidence.history = idle_history(obs, 2 * kMin);
+  row.decision = {Reason::Candidate, "idle 20m"};
+  return row;
+}
+
+bool alive(const util::Child& child) {
+  const auto status = util::wait_for(child, 0);
+  return status.ok() && !status->has_value();
 }
 
 void end(util::Child& child) {
@@ -142,35 +176,180 @@ TEST(Kill, ReapProcessEndsTheTreeAndSeesTheMemoryFreed) {
   (void)util::wait_for(child, kHang);
 }
 
-TEST(Kill, ADefunctHolderIsEndedThroughItsParentAlone) {
+// Critical finding C1 of the review: a listed pid whose process does not have the GPU's device file
+// open is not the holder (the listed one ended, its context kept by a child that inherited the
+// file, and the pid now names someone else): nothing is sent. The old code signalled it.
+TEST(Kill, AHolderWithoutTheGpusDeviceFileOpenGetsNoSignal) {
   const host::ProcReader proc;
-  // sh starts `true` and a sleeping sibling, then becomes `sleep`, which never reaps `true`: a
-  // zombie whose parent lives on, next to another child of that parent.
-  auto child = start("true & sleep 1000 & exec sleep 1000");
-  const auto parent = static_cast<unsigned>(child.pid);
+  auto child = start("exec sleep 1000");
+  ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
+  auto e = evidence_of(proc, static_cast<unsigned>(child.pid));
+  e.device_file = test_support::unheld_device_file();
+  NoGpus gpus;
+  const util::SystemClock clock;
+  auto result = reap_process(e, ReaperConfig{}, me(proc), proc, gpus, clock);
+  EXPECT_EQ(result.outcome, Outcome::Refused);
+  EXPECT_NE(result.message.find("does not have the GPU's device file"), std::string::npos) << result.message;
+  EXPECT_TRUE(result.steps.empty());
+  // A GPU whose file cannot be told (MIG, no minor number): fail closed.
+  e.device_file.reset();
+  result = reap_process(e, ReaperConfig{}, me(proc), proc, gpus, clock);
+  EXPECT_EQ(result.outcome, Outcome::Refused);
+  EXPECT_TRUE(alive(child)) << "a process that does not hold the GPU was signalled";
+  end(child);
+}
+
+// High finding H2: a descendant passes the rules the holder passed; one that is protected refuses
+// the whole candidate (never half a tree). The old code ended both.
+TEST(Kill, AProtectedDescendantRefusesTheWholeTree) {
+  const host::ProcReader proc;
+  auto child = start("sleep 1000 & wait");
+  ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
   std::vector<unsigned> kids;
-  unsigned zombie = 0;
-  unsigned sibling = 0;
   ASSERT_TRUE(eventually([&] {
-    kids = proc.children(parent);
-    if (kids.size() != 2 || proc.read(parent).name != "sleep") return false;
-    for (const unsigned k : kids) (proc.read(k).state == 'Z' ? zombie : sibling) = k;
-    return zombie != 0 && sibling != 0;
+    kids = proc.children(static_cast<unsigned>(child.pid));
+    return kids.size() == 1 && proc.read(kids[0]).name == "sleep";
   }));
-  const auto sibling_identity = proc.identity(sibling);
+  NoGpus gpus;
+  ReaperConfig config;
+  config.allow_commands = {"sleep"};
+  const util::SystemClock clock;
+  const auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), config, me(proc), proc, gpus, clock);
+  EXPECT_EQ(result.outcome, Outcome::Refused);
+  EXPECT_NE(result.message.find("is protected: reaper.allow_commands (sleep)"), std::string::npos) << result.message;
+  EXPECT_EQ(result.last_signal, 0);
+  EXPECT_TRUE(alive(child));
+  EXPECT_EQ(proc.read(kids[0]).state, 'S');
+  ::kill(static_cast<pid_t>(kids[0]), SIGKILL);  // the test's own child's child, by the test
+  end(child);
+}
+
+// H2: a descendant the driver lists as busy on any GPU refuses the whole candidate.
+TEST(Kill, ABusyDescendantRefusesTheWholeTree) {
+  const host::ProcReader proc;
+  auto child = start("sleep 1000 & wait");
+  ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
+  std::vector<unsigned> kids;
+  ASSERT_TRUE(eventually([&] { return (kids = proc.children(static_cast<unsigned>(child.pid))).size() == 1; }));
+  LiveGpus gpus({{0, static_cast<unsigned>(child.pid), 0U}, {1, kids[0], 50U}}, 2);
+  const util::SystemClock clock;
+  auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), ReaperConfig{}, me(proc), proc, gpus, clock);
+  EXPECT_EQ(result.outcome, Outcome::Refused);
+  EXPECT_NE(result.message.find("is busy on GPU 1 (50 %)"), std::string::npos) << result.message;
+  gpus.set(1, kids[0], std::nullopt);  // unknown is never idle
+  result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), ReaperConfig{}, me(proc), proc, gpus, clock);
+  EXPECT_EQ(result.outcome, Outcome::Refused);
+  EXPECT_NE(result.message.find("unknown utilization"), std::string::npos) << result.message;
+  EXPECT_TRUE(alive(child));
+  ::kill(static_cast<pid_t>(kids[0]), SIGKILL);
+  end(child);
+}
+
+// High finding H3: a true zombie holds no GPU memory; it is refused, and its parent (which may be
+// a session's server) is never signalled. The old code ended the parent.
+TEST(Kill, ATrueZombieIsRefusedAndItsParentLeftAlone) {
+  const host::ProcReader proc;
+  // sh starts `true`, then becomes `sleep`, which never reaps it: a zombie whose parent lives on.
+  auto child = start("true & exec sleep 1000");
+  const auto parent = static_cast<unsigned>(child.pid);
+  unsigned zombie = 0;
+  ASSERT_TRUE(eventually([&] {
+    const auto kids = proc.children(parent);
+    if (kids.size() != 1 || proc.read(parent).name != "sleep" || proc.read(kids[0]).state != 'Z') return false;
+    zombie = kids[0];
+    return true;
+  }));
+  NoGpus gpus;
+  const util::SystemClock clock;
+  const auto result = reap_process(evidence_of(proc, zombie), ReaperConfig{}, me(proc), proc, gpus, clock);
+  EXPECT_EQ(result.outcome, Outcome::Refused);
+  EXPECT_NE(result.message.find("look for the real holder by its device files"), std::string::npos) << result.message;
+  EXPECT_TRUE(result.steps.empty());
+  EXPECT_TRUE(alive(child)) << "the zombie's parent was signalled";
+  end(child);
+}
+
+// H3: a thread-group leader that exited while its other threads run shows Z but holds what the
+// process holds: it is signalled through its own pidfd.
+TEST(Kill, ADefunctLeaderWithLiveThreadsIsEndedThroughItsOwnPidfd) {
+  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "needs /usr/bin/python3 to exit a main thread alone";
+  const host::ProcReader proc;
+  util::ProcessSpec spec;
+  spec.path = "/usr/bin/python3";
+  spec.argv = {"python3", "-c",
+               "import ctypes, threading, time\n"
+               "threading.Thread(target=time.sleep, args=(1000,)).start()\n"
+               "ctypes.CDLL(None).pthread_exit(None)\n"};
+  spec.fds = {{0, util::kDevNull}, {1, util::kDevNull}, {2, util::kDevNull}};
+  auto started = util::start_process(spec);
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  auto child = std::move(*started);
+  const auto pid = static_cast<unsigned>(child.pid);
+  ASSERT_TRUE(eventually([&] { return proc.read(pid).state == 'Z' && proc.live_threads(pid).value_or(0) >= 1; }));
   NoGpus gpus;
   ReaperConfig config;
   config.grace_ms = kHang;
   const util::SystemClock clock;
-  const auto result = reap_process(evidence_of(proc, zombie), config, me(proc), proc, gpus, clock);
+  const auto result = reap_process(evidence_of(proc, pid), config, me(proc), proc, gpus, clock);
   EXPECT_EQ(result.outcome, Outcome::Ended) << result.message;
-  ASSERT_EQ(result.steps.size(), 1U) << "the parent alone: its other children are not the holder's";
-  EXPECT_EQ(result.steps[0].role, "parent");
-  EXPECT_EQ(result.steps[0].pid, parent);
+  ASSERT_FALSE(result.steps.empty());
+  EXPECT_EQ(result.steps[0].role, "holder");
+  EXPECT_EQ(result.steps[0].pid, pid);
   const auto status = util::wait_for(child, kHang);
   ASSERT_TRUE(status.ok() && status->has_value());
-  EXPECT_EQ(proc.identity(sibling), sibling_identity) << "the sibling was signalled";
-  ::kill(static_cast<pid_t>(sibling), SIGKILL);  // the test's own child's child, by the test
+  EXPECT_TRUE(WIFSIGNALED(**status) && WTERMSIG(**status) == SIGTERM);
+}
+
+// Medium finding (d): a kill switch created during the grace stops the SIGKILL. The holder
+// ignores SIGTERM and creates the switch when it gets it. The old code read the switch once.
+TEST(Kill, AKillSwitchCreatedDuringTheGraceStopsTheSigkill) {
+  store::test_support::TempDir dir;
+  const std::string kill_switch = dir.path() + "/reap.disabled";
+  const host::ProcReader proc;
+  auto child = start("trap 'echo > " + kill_switch + "' TERM; while :; do sleep 0.05; done");
+  ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
+  NoGpus gpus;
+  ReaperConfig config;
+  config.grace_ms = 1000;
+  config.kill_switch = kill_switch;
+  const util::SystemClock clock;
+  const auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), config, me(proc), proc, gpus, clock);
+  EXPECT_EQ(result.outcome, Outcome::Stopped) << result.message;
+  EXPECT_EQ(result.last_signal, SIGTERM);
+  EXPECT_TRUE(std::filesystem::exists(kill_switch));
+  EXPECT_TRUE(alive(child)) << "SIGKILL went out after the kill switch appeared";
+  end(child);
+}
+
+// Medium finding (a): a candidate is decided again right before its signal, by one fresh reading.
+// Busy now: left, nothing sent (the old code acted on the survey's evidence).
+TEST(Kill, ACandidateIsDecidedAgainBeforeItsSignal) {
+  const host::ProcReader proc;
+  auto child = start("exec sleep 1000");
+  ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
+  const auto pid = static_cast<unsigned>(child.pid);
+  LiveGpus gpus({{0, pid, 40U}});
+  Pass pass;
+  pass.kill = true;
+  pass.rules.min_age_ms = 0;
+  pass.rules.kill_switch = "/nonexistent/reap.disabled";
+  pass.rules.grace_ms = kHang;
+  pass.rows = {candidate_row(proc, pid)};
+  const util::SystemClock clock;
+  const Caller caller = me(proc);
+  kill_candidates(pass, caller, proc, gpus, clock);
+  EXPECT_FALSE(pass.rows[0].action);
+  EXPECT_NE(pass.rows[0].left_because.find("decided again before the signal: busy"), std::string::npos)
+      << pass.rows[0].left_because;
+  EXPECT_TRUE(alive(child));
+  // Idle now too: ended, and its memory freed.
+  gpus.set(0, pid, 0U);
+  pass.rows = {candidate_row(proc, pid)};
+  kill_candidates(pass, caller, proc, gpus, clock);
+  ASSERT_TRUE(pass.rows[0].action) << pass.rows[0].left_because;
+  EXPECT_EQ(pass.rows[0].action->outcome, Outcome::Ended) << pass.rows[0].action->message;
+  EXPECT_EQ(pass.rows[0].action->memory_freed, true);
+  EXPECT_TRUE(util::wait_for(child, kHang)->has_value());
 }
 
 TEST(Kill, AHolderGoneBeforeTheFirstSignalGetsNone) {

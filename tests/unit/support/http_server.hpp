@@ -1,5 +1,5 @@
-// A one-thread HTTP server on 127.0.0.1:0 for the webhook tests: answers each request with a
-// fixed status and keeps the bodies it got.
+// A one-thread HTTP server on 127.0.0.1:0 for the HTTP client's and the webhook's tests: answers
+// each request with a fixed status (or a whole raw answer) and keeps the requests it got.
 #pragma once
 
 #include <arpa/inet.h>
@@ -10,28 +10,25 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-namespace tarmac::alerts::testing {
+namespace tarmac::testing {
 
 class HttpServer {
  public:
   // status: the answer's status line after "HTTP/1.1 "; silent: accept and never answer.
-  explicit HttpServer(std::string status = "200 OK", bool silent = false) : status_(std::move(status)), silent_(silent) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    ::listen(fd_, 8);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { serve(); });
+  explicit HttpServer(std::string status = "200 OK", bool silent = false)
+      : HttpServer(silent, "HTTP/1.1 " + status + "\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok") {}
+  // Answers every request with `answer` as it is (status line, headers and body).
+  static std::unique_ptr<HttpServer> answering(std::string answer) {
+    return std::unique_ptr<HttpServer>(new HttpServer(false, std::move(answer)));
   }
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
   ~HttpServer() {
     stop_ = true;
     thread_.join();
@@ -47,6 +44,19 @@ class HttpServer {
   }
 
  private:
+  HttpServer(bool silent, std::string answer) : answer_(std::move(answer)), silent_(silent) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(fd_, 8);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+
   void serve() {
     while (!stop_) {
       pollfd p{fd_, POLLIN, 0};
@@ -75,14 +85,13 @@ class HttpServer {
       if (silent_) {
         while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       } else {
-        const std::string answer = "HTTP/1.1 " + status_ + "\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
-        (void)::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+        (void)::send(c, answer_.data(), answer_.size(), MSG_NOSIGNAL);
       }
       ::close(c);
     }
   }
 
-  std::string status_;
+  std::string answer_;
   bool silent_;
   int fd_ = -1;
   unsigned port_ = 0;
@@ -98,4 +107,4 @@ inline std::string body_of(const std::string& request) {
   return at == std::string::npos ? "" : request.substr(at + 4);
 }
 
-}  // namespace tarmac::alerts::testing
+}  // namespace tarmac::testing

@@ -1,0 +1,215 @@
+#include "tarmac/net/http_client.hpp"
+
+#include <curl/curl.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <memory>
+#include <mutex>
+
+namespace tarmac::net {
+namespace {
+
+constexpr const char* kLibrary = "libcurl.so.4";
+
+// The entry points tarmac calls, resolved from the library loaded at run time. The declarations
+// come from libcurl's headers; nothing links against the library.
+struct Curl {
+  decltype(&curl_global_init) global_init = nullptr;
+  decltype(&curl_easy_init) easy_init = nullptr;
+  decltype(&curl_easy_setopt) easy_setopt = nullptr;
+  decltype(&curl_easy_perform) easy_perform = nullptr;
+  decltype(&curl_easy_getinfo) easy_getinfo = nullptr;
+  decltype(&curl_easy_cleanup) easy_cleanup = nullptr;
+  decltype(&curl_easy_strerror) easy_strerror = nullptr;
+  decltype(&curl_slist_append) slist_append = nullptr;
+  decltype(&curl_slist_free_all) slist_free_all = nullptr;
+};
+
+// Loads libcurl once per process (curl_global_init is not to be raced) and keeps it loaded.
+const Result<Curl>& curl() {
+  static const Result<Curl> loaded = []() -> Result<Curl> {
+    const char* path = std::getenv("TARMAC_CURL_LIB");
+    const std::string name = path != nullptr && *path != '\0' ? path : kLibrary;
+    dlerror();
+    void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      return make_error(Error::Code::NotFound,
+                        fmt::format("cannot load {} ({}): install libcurl (Debian: apt install libcurl4) for "
+                                    "webhooks and backfill",
+                                    name, why != nullptr ? why : "unknown error"));
+    }
+    Curl c;
+    std::string missing;
+    const auto resolve = [&](auto& fn, const char* symbol) {
+      // dlsym's void* to a function pointer: what POSIX guarantees to work.
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, symbol));
+      if (fn == nullptr) missing += (missing.empty() ? "" : ", ") + std::string(symbol);
+    };
+    resolve(c.global_init, "curl_global_init");
+    resolve(c.easy_init, "curl_easy_init");
+    resolve(c.easy_setopt, "curl_easy_setopt");
+    resolve(c.easy_perform, "curl_easy_perform");
+    resolve(c.easy_getinfo, "curl_easy_getinfo");
+    resolve(c.easy_cleanup, "curl_easy_cleanup");
+    resolve(c.easy_strerror, "curl_easy_strerror");
+    resolve(c.slist_append, "curl_slist_append");
+    resolve(c.slist_free_all, "curl_slist_free_all");
+    if (!missing.empty()) {
+      return make_error(Error::Code::Unsupported, fmt::format("{} is not a usable libcurl: it lacks {}", name, missing));
+    }
+    if (const CURLcode rc = c.global_init(CURL_GLOBAL_DEFAULT); rc != CURLE_OK) {
+      return make_error(Error::Code::External, fmt::format("{}: curl_global_init failed ({})", name, c.easy_strerror(rc)));
+    }
+    return c;
+  }();
+  return loaded;
+}
+
+bool has_control(std::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c < 0x20 || c == 0x7f;
+  });
+}
+
+// What one transfer keeps while libcurl calls back.
+struct Transfer {
+  const Request* request = nullptr;
+  std::string body;
+  bool too_large = false;
+  bool stopped = false;  // on_data said stop
+};
+
+std::size_t on_write(char* data, std::size_t size, std::size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::size_t n = size * count;
+  const std::string_view piece(data, n);
+  if (t->request->on_data) {
+    if (!t->request->on_data(piece)) {
+      t->stopped = true;
+      return 0;  // anything but n makes libcurl end the transfer
+    }
+    return n;
+  }
+  if (t->body.size() + n > t->request->max_body_bytes) {
+    t->too_large = true;
+    return 0;
+  }
+  t->body.append(piece);
+  return n;
+}
+
+// Called often during a transfer: a non-zero answer aborts it (the cancel flag).
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* t = static_cast<Transfer*>(user);
+  return t->request->cancel != nullptr && t->request->cancel->load() ? 1 : 0;
+}
+
+struct EasyDeleter {
+  void operator()(CURL* easy) const { curl()->easy_cleanup(easy); }
+};
+struct ListDeleter {
+  void operator()(curl_slist* list) const { curl()->slist_free_all(list); }
+};
+
+}  // namespace
+
+Result<void> check_url(std::string_view url) {
+  const auto bad = [&](std::string_view why) {
+    return make_error(Error::Code::Invalid, fmt::format("'{}': {}", url, why));
+  };
+  std::string_view rest;
+  if (url.starts_with("http://")) {
+    rest = url.substr(7);
+  } else if (url.starts_with("https://")) {
+    rest = url.substr(8);
+  } else {
+    return bad("expected http://host[:port]/path or https://host[:port]/path");
+  }
+  if (has_control(url) || url.find(' ') != std::string_view::npos) return bad("it holds spaces or control characters");
+  const std::string_view authority = rest.substr(0, rest.find_first_of("/?#"));
+  if (authority.empty() || authority.front() == ':') return bad("no host");
+  // Credentials in a URL end up in logs and process listings: give them as headers instead.
+  if (authority.find('@') != std::string_view::npos) return bad("credentials (user@) in the URL are not accepted");
+  return {};
+}
+
+Result<void> available() {
+  const auto& c = curl();
+  if (!c.ok()) return c.error();
+  return {};
+}
+
+Result<Response> perform(const Request& request) {
+  TARMAC_TRY(check_url(request.url));
+  if (request.method != "GET" && request.method != "POST") {
+    return make_error(Error::Code::Invalid, fmt::format("HTTP method {}: only GET and POST", request.method));
+  }
+  const auto& loaded = curl();
+  if (!loaded.ok()) return loaded.error();
+  const Curl& c = *loaded;
+  std::unique_ptr<CURL, EasyDeleter> easy(c.easy_init());
+  if (!easy) return make_error(Error::Code::Internal, "curl_easy_init failed");
+  std::unique_ptr<curl_slist, ListDeleter> headers;
+  std::vector<std::string> all = request.headers;
+  // libcurl waits up to a second for "100 Continue" before a body over 1 KiB; no server here sends it.
+  if (request.method == "POST") all.emplace_back("Expect:");
+  for (const auto& header : all) {
+    if (has_control(header) || header.find(':') == std::string::npos) {
+      return make_error(Error::Code::Invalid, "an HTTP header must be 'Name: value' on one line");
+    }
+    curl_slist* grown = c.slist_append(headers.get(), header.c_str());
+    if (grown == nullptr) return make_error(Error::Code::Internal, "curl_slist_append failed");
+    (void)headers.release();
+    headers.reset(grown);
+  }
+  Transfer transfer;
+  transfer.request = &request;
+  CURL* e = easy.get();
+  const long timeout = static_cast<long>(std::max(1LL, request.timeout_ms));
+  const long connect_timeout = request.connect_timeout_ms > 0 ? static_cast<long>(request.connect_timeout_ms) : timeout;
+  // Options whose setting cannot fail on a libcurl that has them; their codes are not checked.
+  c.easy_setopt(e, CURLOPT_URL, request.url.c_str());
+  c.easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  c.easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  c.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for DNS timeouts
+  c.easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout);
+  c.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout);
+  c.easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+  c.easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+  c.easy_setopt(e, CURLOPT_USERAGENT, "tarmac");
+  if (!request.ca_file.empty()) c.easy_setopt(e, CURLOPT_CAINFO, request.ca_file.c_str());
+  if (headers) c.easy_setopt(e, CURLOPT_HTTPHEADER, headers.get());
+  if (request.method == "POST") {
+    c.easy_setopt(e, CURLOPT_POST, 1L);
+    c.easy_setopt(e, CURLOPT_POSTFIELDS, request.body.data());
+    c.easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+  }
+  c.easy_setopt(e, CURLOPT_WRITEFUNCTION, &on_write);
+  c.easy_setopt(e, CURLOPT_WRITEDATA, &transfer);
+  c.easy_setopt(e, CURLOPT_XFERINFOFUNCTION, &on_progress);
+  c.easy_setopt(e, CURLOPT_XFERINFODATA, &transfer);
+  c.easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+  char detail[CURL_ERROR_SIZE] = {};  // libcurl's own account: "SSL certificate problem: ..."
+  c.easy_setopt(e, CURLOPT_ERRORBUFFER, detail);
+  const CURLcode rc = c.easy_perform(e);
+  if (rc != CURLE_OK) {
+    if (transfer.too_large) {
+      return make_error(Error::Code::Io, fmt::format("the answer is larger than {} bytes", request.max_body_bytes));
+    }
+    if (transfer.stopped) return make_error(Error::Code::Io, "stopped while reading the answer");
+    if (rc == CURLE_ABORTED_BY_CALLBACK) return make_error(Error::Code::Io, "cancelled");
+    if (rc == CURLE_OPERATION_TIMEDOUT) return make_error(Error::Code::Io, fmt::format("timed out after {} ms", timeout));
+    return make_error(Error::Code::Io, detail[0] != '\0' ? std::string(detail) : std::string(c.easy_strerror(rc)));
+  }
+  Response response;
+  c.easy_getinfo(e, CURLINFO_RESPONSE_CODE, &response.status);
+  response.body = std::move(transfer.body);
+  return response;
+}
+
+}  // namespace tarmac::net

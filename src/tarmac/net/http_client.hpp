@@ -1,0 +1,52 @@
+// tarmac's one HTTP client (issue 16): libcurl, loaded at run time like the NVIDIA driver library,
+// so the release binary stays static and a machine without libcurl loses only what needs it (the
+// alert webhook, backfill), with a message naming the library. Every request has a deadline, can
+// be cancelled from another thread, reads its answer in pieces (streaming), and bounds what it
+// keeps of it. Only http:// and https:// are spoken, redirects are not followed, and the peer's
+// certificate is always verified (against `ca_file` when given, else the system's store).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tarmac/util/result.hpp"
+
+namespace tarmac::net {
+
+struct Request {
+  std::string method = "POST";           // GET or POST
+  std::string url;                       // http:// or https:// only
+  std::vector<std::string> headers;      // "Name: value", each without CR or LF
+  std::string body;                      // sent as is (POST)
+  long long timeout_ms = 5000;           // the whole request, connecting included
+  long long connect_timeout_ms = 0;      // 0: the whole timeout
+  std::string ca_file;                   // a PEM bundle to trust instead of the system's
+  const std::atomic<bool>* cancel = nullptr;  // set from another thread: the request ends at once
+  // Called with each piece of the answer's body as it arrives; returning false ends the request
+  // (an Error of code Io saying it was stopped). Without it, the body is kept in Response::body.
+  std::function<bool(std::string_view)> on_data;
+  std::size_t max_body_bytes = 1 << 20;  // kept in Response::body; more is an error
+};
+
+struct Response {
+  long status = 0;   // the HTTP status code
+  std::string body;  // empty when on_data took it
+};
+
+// Whether `url` is one this client will send to: http:// or https://, a host, no credentials in
+// it, no whitespace or control characters. The error names what is wrong.
+[[nodiscard]] Result<void> check_url(std::string_view url);
+
+// Sends `request` and waits for the whole answer (or the deadline, or the cancel flag). Any HTTP
+// status is a Response: the caller decides what a 4xx or 5xx means. Errors: Invalid (a bad url or
+// header), NotFound (libcurl is not installed), Io (resolving, connecting, TLS, a timeout, a
+// cancel, an answer over max_body_bytes).
+[[nodiscard]] Result<Response> perform(const Request& request);
+
+// Whether libcurl could be loaded, or why not (the message names libcurl.so.4).
+[[nodiscard]] Result<void> available();
+
+}  // namespace tarmac::net

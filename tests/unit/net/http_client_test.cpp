@@ -1,0 +1,148 @@
+#include "tarmac/net/http_client.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "http_server.hpp"
+
+namespace tarmac::net {
+namespace {
+
+using tarmac::testing::HttpServer;
+
+std::string answer(const std::string& body, const std::string& status = "200 OK") {
+  return "HTTP/1.1 " + status + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         body;
+}
+
+TEST(CheckUrl, HttpAndHttpsOnlyWithAHostAndNoCredentials) {
+  EXPECT_TRUE(check_url("http://127.0.0.1:8080/v1/chat/completions").ok());
+  EXPECT_TRUE(check_url("https://hooks.slack.com/services/T/B/X").ok());
+  EXPECT_TRUE(check_url("http://[::1]:11434").ok());
+  const auto credentials = check_url("https://user:pass@example.com/");
+  ASSERT_FALSE(credentials.ok());
+  EXPECT_NE(credentials.error().message.find("credentials"), std::string::npos) << credentials.error().message;
+  for (const char* bad : {"", "file:///etc/passwd", "gopher://h/", "dict://h/", "ftp://h/", "http://", "https:///x",
+                          "http://h/a b", "http://h/\r\nHost: evil", "http://h/\x7f", "HTTP//h"}) {
+    EXPECT_FALSE(check_url(bad).ok()) << bad;
+  }
+}
+
+TEST(Perform, PostsTheBodyAndHeadersAndReadsTheAnswer) {
+  const auto server = HttpServer::answering(answer(R"({"ok":true})", "201 Created"));
+  Request request;
+  request.url = server->url("/v1/x?y=1");
+  request.headers = {"Content-Type: application/json", "Authorization: Bearer t"};
+  request.body = std::string(4000, 'a');  // over 1 KiB: no "Expect: 100-continue" wait
+  const auto response = perform(request);
+  ASSERT_TRUE(response.ok()) << response.error().message;
+  EXPECT_EQ(response->status, 201);
+  EXPECT_EQ(response->body, R"({"ok":true})");
+  const auto got = server->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].starts_with("POST /v1/x?y=1 HTTP/1.1\r\n")) << got[0];
+  EXPECT_NE(got[0].find("Authorization: Bearer t\r\n"), std::string::npos);
+  EXPECT_EQ(got[0].find("Expect:"), std::string::npos) << got[0];
+  EXPECT_TRUE(got[0].ends_with(std::string(4000, 'a')));
+}
+
+TEST(Perform, AnErrorStatusIsAnAnswerNotAnError) {
+  const auto server = HttpServer::answering(answer("no", "503 Service Unavailable"));
+  Request request;
+  request.method = "GET";
+  request.url = server->url("/health");
+  const auto response = perform(request);
+  ASSERT_TRUE(response.ok()) << response.error().message;
+  EXPECT_EQ(response->status, 503);
+}
+
+TEST(Perform, StreamsTheBodyInPiecesAndStopsWhenAsked) {
+  std::string body;
+  for (int i = 0; i < 2000; ++i) body += "data: {\"n\":" + std::to_string(i) + "}\n\n";
+  const auto server = HttpServer::answering(answer(body));
+  Request request;
+  request.method = "GET";
+  request.url = server->url("/stream");
+  std::string seen;
+  request.on_data = [&](std::string_view piece) {
+    seen.append(piece);
+    return true;
+  };
+  auto response = perform(request);
+  ASSERT_TRUE(response.ok()) << response.error().message;
+  EXPECT_EQ(seen, body);
+  EXPECT_TRUE(response->body.empty()) << "on_data took it";
+
+  std::size_t pieces = 0;
+  request.on_data = [&](std::string_view) { return ++pieces < 1; };
+  response = perform(request);
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.error().message, "stopped while reading the answer");
+  EXPECT_EQ(pieces, 1u);
+}
+
+TEST(Perform, AnAnswerOverTheBoundIsAnError) {
+  const auto server = HttpServer::answering(answer(std::string(100'000, 'x')));
+  Request request;
+  request.url = server->url();
+  request.max_body_bytes = 10'000;
+  const auto response = perform(request);
+  ASSERT_FALSE(response.ok());
+  EXPECT_NE(response.error().message.find("larger than 10000 bytes"), std::string::npos) << response.error().message;
+}
+
+TEST(Perform, ASilentServerTimesOutAndACancelEndsItAtOnce) {
+  HttpServer silent("200 OK", true);
+  Request request;
+  request.url = silent.url();
+  request.timeout_ms = 300;
+  auto response = perform(request);
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.error().message, "timed out after 300 ms");
+
+  HttpServer hanging("200 OK", true);
+  std::atomic<bool> cancel{false};
+  request.url = hanging.url();
+  request.timeout_ms = 60'000;
+  request.cancel = &cancel;
+  std::thread canceller([&] {
+    // Waits for the request to reach the server, then cancels: an event, not a clock.
+    while (hanging.requests().empty()) std::this_thread::yield();
+    cancel = true;
+  });
+  response = perform(request);
+  canceller.join();
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.error().message, "cancelled");
+}
+
+TEST(Perform, RefusesBadInputBeforeSendingAnything) {
+  Request request;
+  request.url = "http://127.0.0.1:1/";
+  request.method = "DELETE";
+  EXPECT_EQ(perform(request).error().code, Error::Code::Invalid);
+  request.method = "POST";
+  request.headers = {"X-Evil: a\r\nHost: b"};
+  EXPECT_EQ(perform(request).error().code, Error::Code::Invalid);
+  request.headers = {"no colon"};
+  EXPECT_EQ(perform(request).error().code, Error::Code::Invalid);
+}
+
+TEST(Perform, RefusedConnectionIsAnIoError) {
+  unsigned port = 0;
+  {
+    HttpServer gone;
+    port = gone.port();
+  }
+  Request request;
+  request.url = "http://127.0.0.1:" + std::to_string(port) + "/";
+  const auto response = perform(request);
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.error().code, Error::Code::Io);
+}
+
+}  // namespace
+}  // namespace tarmac::net
