@@ -71,6 +71,9 @@ class FakeProc {
     if (minor) {
       std::filesystem::create_symlink("/dev/nvidia" + std::to_string(*minor), dir / "fd" / "3");
       std::filesystem::create_symlink("/dev/nvidiactl", dir / "fd" / "4");
+      // The device file reap checks a holder has open (no GPU node here: /dev/zero stands for it,
+      // as in the tests; GatherOptions::device_file_override).
+      std::filesystem::create_symlink("/dev/zero", dir / "fd" / "5");
     }
     std::filesystem::create_symlink("/dev/null", dir / "fd" / "0");
   }
@@ -162,6 +165,7 @@ struct World {
     gpus = std::make_unique<EightGpus>(*proc);
     gather.store_path = (dir / "tarmac.db").string();
     gather.idle_for_ms = rules.idle_for_ms;
+    gather.device_file_override = host::char_device_of("/dev/zero");
     record_store(*gather.store_path, *proc);
     caller.uid = 0;
     caller.pid = 1;
