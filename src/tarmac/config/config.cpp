@@ -411,9 +411,14 @@ bool known_section(std::string_view section) {
   return false;
 }
 
-// Rules that tie two keys: the owner is warned before the holder is ended, never after.
-Result<void> check_reaper(const reap::ReaperConfig& reaper, const std::string& file) {
+// Rules that tie two keys: the owner is warned before the holder is ended, never after. A
+// warn_after nobody set follows a short idle_for (half of it) instead of refusing the file.
+Result<void> check_reaper(reap::ReaperConfig& reaper, bool warn_after_set, const std::string& file) {
   if (reaper.warn_after_ms < reaper.idle_for_ms) return {};
+  if (!warn_after_set) {
+    reaper.warn_after_ms = reaper.idle_for_ms / 2;
+    return {};
+  }
   return make_error(Error::Code::Invalid,
                     fmt::format("{}: reaper.warn_after ({}) must be less than reaper.idle_for ({}): the owner is warned "
                                 "before the agent ends the holder",
@@ -473,6 +478,7 @@ Result<Config> parse(std::string_view text, const std::string& file, const Confi
                                                         err.source().begin.column, err.description()));
   }
   Config out = base;
+  bool warn_after_set = base.reaper.warn_after_ms != reap::ReaperConfig{}.warn_after_ms;
   std::vector<std::pair<std::size_t, std::string>> found;  // by line: toml++ keeps keys sorted, not in file order
   for (const auto& [section, node] : parsed.table()) {
     const auto line = section.source().begin.line;
@@ -496,6 +502,7 @@ Result<Config> parse(std::string_view text, const std::string& file, const Confi
                                                 name.str()));
         continue;
       }
+      warn_after_set = warn_after_set || (section.str() == "reaper" && name.str() == "warn_after");
       const auto vat = value.source().begin;
       const auto bad = [&](const Error& e) {
         return make_error(Error::Code::Invalid, fmt::format("{}:{}:{}: {}.{}: {}", file, vat.line, vat.column,
@@ -514,7 +521,7 @@ Result<Config> parse(std::string_view text, const std::string& file, const Confi
   }
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [line, message] : found) warnings.push_back(std::move(message));
-  TARMAC_TRY(check_reaper(out.reaper, file));
+  TARMAC_TRY(check_reaper(out.reaper, warn_after_set, file));
   return out;
 }
 
