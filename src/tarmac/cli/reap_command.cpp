@@ -28,8 +28,6 @@ using detail::ReapReport;
 using detail::ReapRow;
 using detail::ReapSettings;
 
-constexpr long long kLeaseLockWaitMs = 2000;
-
 constexpr long long kMaxWindowMs = 60LL * 60 * 1000;  // an explicit --window: at most an hour
 
 Result<long long> duration_flag(const std::string& text, const char* flag, long long fallback) {
@@ -53,19 +51,18 @@ void log_action(const ReapRow& row) {
              a.message.empty() ? std::string() : " (" + util::terminal_text(a.message) + ")");
 }
 
-// `--kill` runs only with TARMAC_REAP_KILL_PREVIEW=1 until a second review of the fixes of the
-// first one's findings (docs/reap.md, "Safety checks"): for its tests, and for evaluation on a
-// machine whose every user is trusted.
-bool kill_preview_enabled() {
-  const char* value = std::getenv("TARMAC_REAP_KILL_PREVIEW");
-  return value != nullptr && std::string_view(value) == "1";
+// Tests only, and only while the preview gate is open: the path of the character device taken for
+// every GPU's own file (the tests cannot create a GPU's device node; docs/reap.md "Safety checks"),
+// and the one path besides NVIDIA's whose descriptors are stat'ed. "" otherwise. It goes when the
+// gate goes.
+std::string test_device_path() {
+  const char* path = std::getenv("TARMAC_REAP_TEST_DEVICE_FILE");
+  if (path == nullptr || !reap::kill_gate_open()) return {};
+  return path;
 }
 
-// Tests only, and only while the preview gate is open: the character device taken for every GPU's
-// own file (the tests cannot create a GPU's device node; docs/reap.md "Safety checks").
-Result<std::optional<host::DeviceNumber>> test_device_file() {
-  const char* path = std::getenv("TARMAC_REAP_TEST_DEVICE_FILE");
-  if (path == nullptr || *path == '\0' || !kill_preview_enabled()) return std::optional<host::DeviceNumber>{};
+Result<std::optional<host::DeviceNumber>> test_device_file(const std::string& path) {
+  if (path.empty()) return std::optional<host::DeviceNumber>{};
   const auto device = host::char_device_of(path);
   if (!device) return make_error(Error::Code::Invalid, fmt::format("TARMAC_REAP_TEST_DEVICE_FILE {}: not a character device", path));
   return std::optional<host::DeviceNumber>(*device);
@@ -79,14 +76,14 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
     print_error(settings.error());
     return kExitUsage;
   }
-  if (settings->kill && !kill_preview_enabled()) {
-    print_error(make_error(Error::Code::Invalid,
-                           "reap --kill is not enabled yet: the fixes for a security review of it (docs/reap.md, "
-                           "\"Safety checks\") await a second review; nothing was done. The dry run shows what it "
-                           "would end"));
+  // Refused here too, before anything is read: reap::kill_candidates is gated itself.
+  if (settings->kill && !reap::kill_gate_open()) {
+    print_error(make_error(Error::Code::Invalid, std::string(reap::kKillGateClosed) +
+                                                     "; nothing was done. The dry run shows what it would end"));
     return kExitUsage;
   }
-  const host::ProcReader proc;
+  const std::string test_path = test_device_path();
+  const host::ProcReader proc("/proc", test_path);
   if (settings->kill && proc.in_host_pid_namespace() != true) {
     print_error(make_error(Error::Code::Invalid,
                            "reap --kill: tarmac runs outside the host's PID namespace (a container without --pid=host), "
@@ -94,7 +91,7 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
                            "Run it on the host, or in a container started with --pid=host"));
     return kExitUsage;
   }
-  auto device_file = test_device_file();
+  auto device_file = test_device_file(test_path);
   if (!device_file.ok()) {
     print_error(device_file.error());
     return kExitUsage;
@@ -105,7 +102,7 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
     print_error(make_error(Error::Code::NotFound, *missing));
     return kExitCouldNotLook;
   }
-  auto leases = detail::job_leases(lock_dir);
+  auto leases = detail::job_leases(lock_dir, loaded->config.scheduler.max_hold_ms);
   if (!leases.ok()) {
     print_error(make_error(leases.error().code, "reap: cannot read the scheduler's leases, so tarmac jobs cannot be "
                                                 "told apart: " + leases.error().message));
@@ -258,12 +255,11 @@ std::optional<std::string> missing_lock_dir_refusal(const std::string& dir, bool
          "/tmp (the default is /run/tarmac/locks)";
 }
 
-Result<std::vector<reap::JobLease>> job_leases(const std::string& dir) {
+Result<std::vector<reap::JobLease>> job_leases(const std::string& dir, long long max_hold_ms) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return std::vector<reap::JobLease>{};
-  TARMAC_TRY_ASSIGN(auto leases_dir, sched::LeaseDir::open(dir));
-  TARMAC_TRY_ASSIGN(auto lock, leases_dir.lock(kLeaseLockWaitMs));
-  TARMAC_TRY_ASSIGN(const auto leases, leases_dir.live_leases(util::wall_ms()));
+  TARMAC_TRY_ASSIGN(auto leases_dir, sched::LeaseDir::open(dir, max_hold_ms));
+  TARMAC_TRY_ASSIGN(const auto leases, leases_dir.live_leases(util::wall_ms(), sched::LeaseDir::StaleFiles::Keep));
   std::vector<reap::JobLease> out;
   for (const auto& lease : leases) out.push_back({lease.job_id, static_cast<unsigned>(std::max(lease.pid, 0))});
   return out;
