@@ -285,6 +285,7 @@ AgentReaperOptions reaper_options(const GlobalOptions& global, const AgentSettin
   o.rules = s.cfg.reaper;
   o.db_path = store::database_path(s.options.state_dir);
   o.lease_dir = sched::lock_dir(s.cfg.scheduler_lock_dir);
+  o.max_hold_ms = s.cfg.scheduler.max_hold_ms;
   o.open_backend = [&global] { return open_backend(global); };
   o.announce = [&alerter](alerts::Notice n) { alerter.announce(std::move(n)); };
   o.log = log_line;

@@ -104,7 +104,7 @@ reap::Killing AgentReaper::killing(const std::optional<std::string>& blocked) {
 }
 
 void AgentReaper::run_pass(gpu::Backend& backend) {
-  const host::ProcReader proc;
+  const host::ProcReader proc("/proc", reap::test_device_path());
   const util::SystemClock clock;
   reap::GatherOptions gather;
   gather.store_path = options_.db_path;
@@ -116,7 +116,7 @@ void AgentReaper::run_pass(gpu::Backend& backend) {
     return;
   }
   gather.device_file_override = *device_file;
-  auto leases = detail::job_leases(options_.lease_dir);
+  auto leases = detail::job_leases(options_.lease_dir, options_.max_hold_ms);
   if (leases.ok()) {
     gather.leases = std::move(*leases);
   } else {
@@ -147,7 +147,7 @@ void AgentReaper::warn(const reap::Pass& pass, const reap::Row& row, reap::Killi
   options_.announce(reaper_notice(row, alerts::Notice::Kind::Firing, pass.time_unix_ms, text));
   const auto& e = row.evidence;
   if (!options_.rules.notify_tty || !e.identity || !e.process.host.uid) return;
-  const auto sent = reap::notify_terminal(host::ProcReader(), *e.identity, *e.process.host.uid, text);
+  const auto sent = reap::notify_terminal(host::ProcReader("/proc", reap::test_device_path()), *e.identity, *e.process.host.uid, text);
   if (sent.outcome == reap::TtyOutcome::Skipped || sent.outcome == reap::TtyOutcome::Failed) {
     options_.log(util::LogLevel::Warning, fmt::format("reaper: pid {}'s terminal not written ({}): {}", e.process.pid,
                                                       reap::to_string(sent.outcome), sent.why));
@@ -160,7 +160,7 @@ void AgentReaper::reap_rows(const reap::Pass& pass, const std::vector<std::size_
   chosen.rows.clear();
   for (const auto i : rows) chosen.rows.push_back(pass.rows[i]);
   chosen.kill = true;
-  const host::ProcReader proc;
+  const host::ProcReader proc("/proc", reap::test_device_path());
   const util::SystemClock clock;
   const reap::Caller caller = reap::caller_of(proc);
   reap::kill_candidates(chosen, caller, proc, backend, clock, [this](const reap::Row& row) {

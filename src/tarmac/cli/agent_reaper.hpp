@@ -29,6 +29,7 @@ struct AgentReaperOptions {
   reap::ReaperConfig rules;   // [reaper]
   std::string db_path;        // the agent's store: the evidence, and where events go
   std::string lease_dir;      // the scheduler's leases: a tarmac job's processes are its own
+  long long max_hold_ms = 0;  // scheduler.max_hold: what bounds a lease without an owner process
   // Opens the reaper's own backend: the sampler's is not shared across threads.
   std::function<Result<std::unique_ptr<gpu::Backend>>()> open_backend;
   std::function<void(alerts::Notice)> announce;  // to the alert sinks (from the reaper's thread)

@@ -27,8 +27,6 @@ using detail::ReapReport;
 using detail::ReapRow;
 using detail::ReapSettings;
 
-constexpr long long kLeaseLockWaitMs = 2000;
-
 constexpr long long kMaxWindowMs = 60LL * 60 * 1000;  // an explicit --window: at most an hour
 
 Result<long long> duration_flag(const std::string& text, const char* flag, long long fallback) {
@@ -65,7 +63,7 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
                                                              "what it would end", reap::kill_gate_reason())));
     return kExitUsage;
   }
-  const host::ProcReader proc;
+  const host::ProcReader proc("/proc", reap::test_device_path());
   if (settings->kill && proc.in_host_pid_namespace() != true) {
     print_error(make_error(Error::Code::Invalid,
                            "reap --kill: tarmac runs outside the host's PID namespace (a container without --pid=host), "
@@ -84,7 +82,7 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
     print_error(make_error(Error::Code::NotFound, *missing));
     return kExitCouldNotLook;
   }
-  auto leases = detail::job_leases(lock_dir);
+  auto leases = detail::job_leases(lock_dir, loaded->config.scheduler.max_hold_ms);
   if (!leases.ok()) {
     print_error(make_error(leases.error().code, "reap: cannot read the scheduler's leases, so tarmac jobs cannot be "
                                                 "told apart: " + leases.error().message));
@@ -237,12 +235,11 @@ std::optional<std::string> missing_lock_dir_refusal(const std::string& dir, bool
          "/tmp (the default is /run/tarmac/locks)";
 }
 
-Result<std::vector<reap::JobLease>> job_leases(const std::string& dir) {
+Result<std::vector<reap::JobLease>> job_leases(const std::string& dir, long long max_hold_ms) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return std::vector<reap::JobLease>{};
-  TARMAC_TRY_ASSIGN(auto leases_dir, sched::LeaseDir::open(dir));
-  TARMAC_TRY_ASSIGN(auto lock, leases_dir.lock(kLeaseLockWaitMs));
-  TARMAC_TRY_ASSIGN(const auto leases, leases_dir.live_leases(util::wall_ms()));
+  TARMAC_TRY_ASSIGN(auto leases_dir, sched::LeaseDir::open(dir, max_hold_ms));
+  TARMAC_TRY_ASSIGN(const auto leases, leases_dir.live_leases(util::wall_ms(), sched::LeaseDir::StaleFiles::Keep));
   std::vector<reap::JobLease> out;
   for (const auto& lease : leases) out.push_back({lease.job_id, static_cast<unsigned>(std::max(lease.pid, 0))});
   return out;

@@ -58,9 +58,11 @@ using ReapReport = reap::Pass;
 // nullopt when the pass may go on (a dry run always may: it says it could not read them).
 [[nodiscard]] std::optional<std::string> missing_lock_dir_refusal(const std::string& dir, bool kill);
 
-// The live leases of the scheduler's lock directory `dir`, without creating it when it is missing
-// (a dry run changes nothing): reap tells a tarmac job's processes by them.
-[[nodiscard]] Result<std::vector<reap::JobLease>> job_leases(const std::string& dir);
+// The live leases of the scheduler's lock directory `dir`, without creating it when it is missing,
+// taking its lock or removing a stale lease file (a user holding `.lock` cannot stop reap, and
+// reap as root deletes nothing: N4 and N5 of its second review); `max_hold_ms` is the scheduler's
+// bound on a lease without an owner process. reap tells a tarmac job's processes by them.
+[[nodiscard]] Result<std::vector<reap::JobLease>> job_leases(const std::string& dir, long long max_hold_ms);
 
 // The report as text for a terminal (every string from /proc escaped) and as JSON (docs/reap.md).
 [[nodiscard]] std::string report_text(const ReapReport& report);

@@ -116,8 +116,10 @@ enum class ProcessType { Compute, Graphics, Mps };
 
 // One process using a GPU, as NVML reports it, with what the host knows about it.
 //
-// The *_util_pct values (SM, memory, encoder, decoder, JPEG, OFA) cover the time since the previous read of the device's per-process
-// samples (the backend keeps a cursor per device, so no read waits and none sees a sample twice):
+// The *_util_pct values (SM, memory, encoder, decoder, JPEG, OFA) are the busiest sample since the
+// previous read of the device's per-process samples, and over at least the last 5 s
+// (kMinUtilizationWindowUs: a read right after another must not find "no samples" and call a busy
+// process idle), so no read waits:
 // - a value (0..100): the driver answered for that period; 0 is KNOWN IDLE: the call succeeded, or
 //   answered "no samples" (NVML_ERROR_NOT_FOUND), and this process had no sample in the period
 //   (the driver keeps samples only of processes that used the GPU);

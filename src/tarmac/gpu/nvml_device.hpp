@@ -86,8 +86,9 @@ class NvmlDevice {
   DeviceIdentity identity;
   ValueGroups identity_read;  // the groups whose identity part is in `identity`
   GpmSample gpm_previous;  // the last slow read's GPM sample
-  // The newest per-process utilization sample seen (driver time, us): the next read asks only for
-  // newer ones, so no read waits for a sample period and none counts a sample twice.
+  // The newest per-process utilization sample seen (driver time, us): the next read asks for the
+  // samples newer than it or than its minimum window, whichever reaches further back
+  // (gpu::utilization_since), so no read waits for a sample period.
   std::optional<unsigned long long> utilization_seen_us;
 
  private:

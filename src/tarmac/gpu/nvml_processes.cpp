@@ -1,5 +1,5 @@
 // Running processes of a device: compute, graphics and MPS lists (newest versions first, with the
-// count handshake), per-process utilization (newest function first, a cursor per device), and
+// count handshake), per-process utilization (newest function first, a cursor per device, a minimum window), and
 // host attribution from /proc.
 #include <algorithm>
 #include <chrono>
@@ -135,11 +135,12 @@ UtilizationRead read_utilization(NvmlDevice& dev, unsigned long long since, std:
   return UtilizationRead::Unknown;
 }
 
-// Per-process utilization of every engine since the previous read of this device (model.hpp).
+// Per-process utilization of every engine since the previous read of this device, and over at
+// least kMinUtilizationWindowUs (model.hpp).
 void read_process_utilization(NvmlDevice& dev, std::vector<GpuProcess>& processes) {
   if (processes.empty()) return;
   const unsigned long long now = now_us();
-  const unsigned long long since = dev.utilization_seen_us.value_or(now - kFirstUtilizationWindowUs);
+  const unsigned long long since = utilization_since(dev.utilization_seen_us, now);
   std::vector<UtilizationSample> samples;
   const UtilizationRead read = read_utilization(dev, since, samples);
   dev.utilization_seen_us = apply_utilization(read, samples, since, now, processes);

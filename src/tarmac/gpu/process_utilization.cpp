@@ -58,6 +58,11 @@ void apply_one(GpuProcess& p, const std::vector<UtilizationSample>& samples, uns
 
 }  // namespace
 
+unsigned long long utilization_since(std::optional<unsigned long long> cursor, unsigned long long now_us) {
+  const unsigned long long window_start = now_us > kMinUtilizationWindowUs ? now_us - kMinUtilizationWindowUs : 0;
+  return std::min(cursor.value_or(window_start), window_start);
+}
+
 unsigned long long apply_utilization(UtilizationRead read, const std::vector<UtilizationSample>& samples,
                                      unsigned long long last_seen_us, unsigned long long now_us,
                                      std::vector<GpuProcess>& processes) {

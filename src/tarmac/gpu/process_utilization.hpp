@@ -29,11 +29,20 @@ enum class UtilizationRead {
   Unknown,    // not supported, MIG, or any other failure: nothing is known
 };
 
-// The first read of a device asks for this much history (no read waits for a sample period).
-inline constexpr unsigned long long kFirstUtilizationWindowUs = 5'000'000;
+// Every read of a device asks for at least this much history: a read within one driver sample
+// period of the previous one would otherwise find no newer sample (NVML_ERROR_NOT_FOUND) and call
+// every process, a busy one too, "known idle" (N2 of reap's second review). With the window, "no
+// samples" means none in at least this long, and no read waits for a sample period.
+inline constexpr unsigned long long kMinUtilizationWindowUs = 5'000'000;
 
-// Sets the per-process utilizations (SM, memory, encoder, decoder, JPEG, OFA) of every process from one read of its device, whose cursor was
-// `last_seen_us` (only samples newer than it count), at `now_us`. A process with a garbage sample
+// The cursor a read at `now_us` passes to the driver: the previous read's (`cursor`, nullopt for
+// none) when it is older than kMinUtilizationWindowUs (a slow watch covers the whole gap), else
+// now_us - kMinUtilizationWindowUs.
+[[nodiscard]] unsigned long long utilization_since(std::optional<unsigned long long> cursor, unsigned long long now_us);
+
+// Sets the per-process utilizations (SM, memory, encoder, decoder, JPEG, OFA) of every process from
+// one read of its device, whose cursor was `last_seen_us` (utilization_since: only samples newer
+// than it count), at `now_us`. A process with a garbage sample
 // (a value above 100, or a time more than a minute in the future) is unknown; one with valid samples
 // takes the busiest of them, engine by engine (several samples can fall in one period between two
 // reads: the latest alone would hide a burst); one with none is idle (0) when the read succeeded or

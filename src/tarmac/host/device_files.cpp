@@ -17,7 +17,8 @@ namespace tarmac::host {
 namespace {
 
 constexpr std::string_view kDevicePrefix = "/dev/nvidia";
-constexpr std::string_view kDevDir = "/dev/";
+constexpr std::string_view kControlFile = "/dev/nvidiactl";
+constexpr std::string_view kUvmPrefix = "/dev/nvidia-uvm";
 
 // A directory stream that closes itself.
 struct Dir {
@@ -78,11 +79,20 @@ std::vector<DeviceFileHolder> device_file_holders(const std::string& proc_root) 
   return out;
 }
 
-Holding holds_device(const std::string& proc_root, unsigned pid, DeviceNumber device, FdScanBounds bounds) {
-  return holds_device_in(proc_root + "/" + std::to_string(pid) + "/fd", device, bounds);
+bool statable_device_link(std::string_view link, std::string_view test_device_path) {
+  if (!test_device_path.empty() && link == test_device_path) return true;
+  if (link == kControlFile) return true;
+  if (link.starts_with(kUvmPrefix)) return link.find('/', kUvmPrefix.size()) == std::string_view::npos;
+  return gpu_minor_of(std::string(link)).has_value();
 }
 
-Holding holds_device_in(const std::string& fd_dir, DeviceNumber device, FdScanBounds bounds) {
+Holding holds_device(const std::string& proc_root, unsigned pid, DeviceNumber device, FdScanBounds bounds,
+                     std::string_view test_device_path) {
+  return holds_device_in(proc_root + "/" + std::to_string(pid) + "/fd", device, bounds, test_device_path);
+}
+
+Holding holds_device_in(const std::string& fd_dir, DeviceNumber device, FdScanBounds bounds,
+                        std::string_view test_device_path) {
   Dir fds(::open(fd_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fds.d == nullptr) return Holding::Unknown;
   const long long deadline = util::monotonic_ms() + bounds.max_ms;
@@ -90,12 +100,13 @@ Holding holds_device_in(const std::string& fd_dir, DeviceNumber device, FdScanBo
   while (const dirent* entry = readdir(fds.d)) {
     if (entry->d_name[0] == '.') continue;
     if (++seen > bounds.max_fds || util::monotonic_ms() > deadline) return Holding::Unknown;
-    if (!std::string_view(link_text(dirfd(fds.d), entry->d_name)).starts_with(kDevDir)) continue;
-    struct stat st {};
-    // Follows the descriptor's magic link to the open file itself: its st_rdev is the device's,
-    // whatever path it was opened by.
-    if (::fstatat(dirfd(fds.d), entry->d_name, &st, 0) != 0 || !S_ISCHR(st.st_mode)) continue;
-    if (::major(st.st_rdev) == device.major && ::minor(st.st_rdev) == device.minor) return Holding::Holds;
+    if (!statable_device_link(link_text(dirfd(fds.d), entry->d_name), test_device_path)) continue;
+    struct statx st {};
+    // Follows the descriptor's magic link to the open file itself: its rdev is the device's,
+    // whatever path it was opened by. DONT_SYNC: a network or FUSE file system is not asked to
+    // bring its attributes up to date.
+    if (::statx(dirfd(fds.d), entry->d_name, AT_STATX_DONT_SYNC, STATX_TYPE, &st) != 0 || !S_ISCHR(st.stx_mode)) continue;
+    if (st.stx_rdev_major == device.major && st.stx_rdev_minor == device.minor) return Holding::Holds;
   }
   return Holding::NotHeld;
 }

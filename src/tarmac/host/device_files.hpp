@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tarmac::host {
@@ -47,13 +48,22 @@ struct FdScanBounds {
   long long max_ms = 1000;
 };
 
-// Whether `pid` (under `proc_root`) has the character device `device` open: fstat of
-// /proc/PID/fd/N, for the descriptors whose link names a file under /dev/ (a file elsewhere, a
-// user's FUSE mount among them, is never stat'ed: its daemon could stall the call).
+// Whether a descriptor whose link reads `link` is one holds_device may stat: exactly
+// /dev/nvidia<N>, /dev/nvidiactl or /dev/nvidia-uvm*, or `test_device_path` when it is not empty
+// (TARMAC_REAP_TEST_DEVICE_FILE, honoured only while reap's preview gate is open). Any other
+// path, /dev/shm and the rest of /dev among them, is never stat'ed: a user's FUSE file there whose
+// daemon never answers GETATTR would stall root's pass (N3 of the second review).
+[[nodiscard]] bool statable_device_link(std::string_view link, std::string_view test_device_path = {});
+
+// Whether `pid` (under `proc_root`) has the character device `device` open: statx of
+// /proc/PID/fd/N (AT_STATX_DONT_SYNC), only for descriptors statable_device_link accepts. A user
+// can still mount FUSE on a file named /dev/nvidia0 in their own mount namespace; the magic link
+// then reads that name, and the bounds below cap what such a stall costs.
 [[nodiscard]] Holding holds_device(const std::string& proc_root, unsigned pid, DeviceNumber device,
-                                   FdScanBounds bounds = {});
+                                   FdScanBounds bounds = {}, std::string_view test_device_path = {});
 // The same over the fd directory `fd_dir` (/proc/PID/task/TID/fd for one thread).
-[[nodiscard]] Holding holds_device_in(const std::string& fd_dir, DeviceNumber device, FdScanBounds bounds = {});
+[[nodiscard]] Holding holds_device_in(const std::string& fd_dir, DeviceNumber device, FdScanBounds bounds = {},
+                                      std::string_view test_device_path = {});
 
 // The device numbers of the character device at `path` (stat), nullopt when it is none.
 [[nodiscard]] std::optional<DeviceNumber> char_device_of(const std::string& path);

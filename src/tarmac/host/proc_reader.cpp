@@ -58,7 +58,8 @@ std::vector<std::pair<unsigned, unsigned>> scan_parents(const std::string& root)
 
 }  // namespace
 
-ProcReader::ProcReader(std::string proc_root) : root_(std::move(proc_root)) {
+ProcReader::ProcReader(std::string proc_root, std::string test_device_path)
+    : root_(std::move(proc_root)), test_device_path_(std::move(test_device_path)) {
   if (const auto text = util::read_file(root_ + "/stat")) boot_time_unix_ = parse_boot_time(*text);
   clock_ticks_per_s_ = sysconf(_SC_CLK_TCK);
   if (const auto text = util::read_file(root_ + "/sys/kernel/random/boot_id")) {
@@ -172,12 +173,12 @@ std::optional<unsigned> ProcReader::live_threads(unsigned pid) const {
 }
 
 Holding ProcReader::holds_device(unsigned pid, DeviceNumber device) const {
-  const Holding own = host::holds_device(root_, pid, device);
+  const Holding own = host::holds_device(root_, pid, device, {}, test_device_path_);
   if (own == Holding::Holds || read(pid).state != 'Z') return own;
   // The threads of a process share one descriptor table: the first live one's is the process's.
   const auto first = live_thread_dirs(pid, 1);
   if (!first || first->empty()) return own;
-  return host::holds_device_in(first->front() + "/fd", device);
+  return host::holds_device_in(first->front() + "/fd", device, {}, test_device_path_);
 }
 
 std::optional<std::string> ProcReader::environ_value(unsigned pid, std::string_view key) const {

@@ -24,7 +24,9 @@ struct ProcessIdentity {
 class ProcReader {
  public:
   // Reads the boot time and clock tick rate once: neither changes while tarmac runs.
-  explicit ProcReader(std::string proc_root = "/proc");
+  // `test_device_path`: the one path besides NVIDIA's device files whose descriptors holds_device
+  // may stat (TARMAC_REAP_TEST_DEVICE_FILE, only while reap's preview gate is open; "" otherwise).
+  explicit ProcReader(std::string proc_root = "/proc", std::string test_device_path = {});
 
   // Everything readable about `pid`; never fails: missing pieces stay nullopt, and a PID absent
   // from the root is NotInNamespace.
@@ -45,7 +47,8 @@ class ProcReader {
   [[nodiscard]] std::optional<unsigned> live_threads(unsigned pid) const;
   static constexpr unsigned kMaxThreadsRead = 1U << 16;
 
-  // Whether `pid` has the character device `device` open (host::holds_device under this root). A
+  // Whether `pid` has the character device `device` open (host::holds_device under this root,
+  // statting only NVIDIA's device files and the test device path). A
   // defunct leader's own fd directory is empty: then its first live thread's descriptors are read.
   [[nodiscard]] Holding holds_device(unsigned pid, DeviceNumber device) const;
 
@@ -73,6 +76,7 @@ class ProcReader {
   [[nodiscard]] std::optional<std::vector<std::string>> live_thread_dirs(unsigned pid, unsigned at_most) const;
 
   std::string root_;
+  std::string test_device_path_;
   std::string boot_id_;
   std::optional<long long> boot_time_unix_;
   long clock_ticks_per_s_ = 0;

@@ -16,9 +16,15 @@ const char* kill_gate_reason() {
          "review";
 }
 
-Result<std::optional<host::DeviceNumber>> test_device_file() {
+std::string test_device_path() {
   const char* path = std::getenv("TARMAC_REAP_TEST_DEVICE_FILE");
-  if (path == nullptr || *path == '\0' || !kill_gate_open()) return std::optional<host::DeviceNumber>{};
+  if (path == nullptr || !kill_gate_open()) return {};
+  return path;
+}
+
+Result<std::optional<host::DeviceNumber>> test_device_file() {
+  const std::string path = test_device_path();
+  if (path.empty()) return std::optional<host::DeviceNumber>{};
   const auto device = host::char_device_of(path);
   if (!device) {
     return make_error(Error::Code::Invalid, fmt::format("TARMAC_REAP_TEST_DEVICE_FILE {}: not a character device", path));

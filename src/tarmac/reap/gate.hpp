@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "tarmac/host/device_files.hpp"
 #include "tarmac/util/result.hpp"
@@ -15,11 +16,21 @@ namespace tarmac::reap {
 // every user is trusted.
 [[nodiscard]] bool kill_gate_open();
 
-// Why it is shut, to follow "is" ("reap --kill is not enabled yet: ...").
+// Why it is shut, to follow "is" ("reap --kill is not enabled yet: ..."). Every way to a signal
+// checks the gate (kill_candidates, reap_process), so no caller can go around it.
 [[nodiscard]] const char* kill_gate_reason();
+// What a candidate left while the gate is shut says.
+inline constexpr const char* kKillGateClosed =
+    "reap --kill is not enabled yet: the fixes for a security review of it (docs/reap.md, \"Safety checks\") await a "
+    "second review";
+
+// Tests only, and only while the gate is open: TARMAC_REAP_TEST_DEVICE_FILE, the one path besides
+// NVIDIA's device files whose descriptors are stat'ed (host::ProcReader's test_device_path); "" when
+// unset or the gate is shut. It goes when the gate goes.
+[[nodiscard]] std::string test_device_path();
 
 // Tests only, and only while the gate is open: the character device TARMAC_REAP_TEST_DEVICE_FILE
-// names, taken for every GPU's own file (the tests cannot create a GPU's device node;
+// names (test_device_path), taken for every GPU's own file (the tests cannot create a GPU's device node;
 // GatherOptions::device_file_override). nullopt when unset or the gate is shut; an error when it
 // names no character device.
 [[nodiscard]] Result<std::optional<host::DeviceNumber>> test_device_file();

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
+#include <string_view>
 #include <fmt/format.h>
+#include <functional>
 #include <set>
 
 #include "tarmac/reap/gather.hpp"
@@ -24,6 +27,12 @@ constexpr std::size_t kMaxTree = 4096;  // a holder with more descendants is ref
 constexpr const char* kAlreadyEnded = "it had already ended";
 constexpr const char* kOtherProcess = "its pid names another process now";
 constexpr const char* kChangedHands = "its pid changed hands while its facts were read";
+
+// A process of the tree that is to be signalled, fixed when it was chosen.
+struct Target {
+  host::ProcessIdentity identity;
+  std::string role;
+};
 
 // A process held through a pidfd, with the facts read while its identity held still.
 struct Held {
@@ -190,9 +199,31 @@ std::vector<Held> tree_of(Held root, const ReaperConfig& config, const Caller& c
   return out;
 }
 
+// "the holder 123", "its descendant 456".
+std::string who_is(const Held& member) {
+  return fmt::format("{} {}", member.target.role == "holder" ? "the holder" : "its descendant", member.target.identity.pid);
+}
+
+// Why `member` (listed by the driver) refuses its tree by the survey's decision: N2 of
+// the second review, a member the survey found busy, unknown, protected... is not ended because
+// a fresh reading happens to say 0 %.
+std::optional<std::string> surveyed_refusal(const Held& member, const SurveyDecisions& surveyed) {
+  const std::string who = who_is(member);
+  const auto decision = surveyed.find(member.target.identity.pid);
+  if (decision == surveyed.end()) return who + " is listed by the driver but was not in the survey";
+  if (decision->second != Reason::Candidate) return fmt::format("{} was {} in the survey", who, to_string(decision->second));
+  return std::nullopt;
+}
+
 // Why the tree must not be ended because one of its processes is busy on a GPU, by one fresh
-// snapshot: listed anywhere with a reading above 0 % or an unknown one refuses the whole candidate.
-std::optional<std::string> busy_member(const std::vector<Held>& tree, gpu::Backend& backend) {
+// snapshot: listed anywhere with a reading above 0 % or an unknown one, or with a survey decision
+// other than "candidate" (or none), refuses the whole candidate. A member the survey decided
+// otherwise refuses it too, listed now or not.
+std::optional<std::string> busy_member(const std::vector<Held>& tree, gpu::Backend& backend, const SurveyDecisions& surveyed) {
+  for (const auto& member : tree) {
+    const auto decision = surveyed.find(member.target.identity.pid);
+    if (decision != surveyed.end() && decision->second != Reason::Candidate) return surveyed_refusal(member, surveyed);
+  }
   auto snapshot = backend.snapshot(reap_snapshot_options());
   if (!snapshot.ok()) return "the driver could not say whether its tree is busy: " + snapshot.error().message;
   for (const auto& device : snapshot->devices) {
@@ -200,9 +231,10 @@ std::optional<std::string> busy_member(const std::vector<Held>& tree, gpu::Backe
     for (const auto& p : device.processes) {
       const auto member = std::find_if(tree.begin(), tree.end(), [&](const Held& h) { return h.target.identity.pid == p.pid; });
       if (member == tree.end()) continue;
+      if (auto refusal = surveyed_refusal(*member, surveyed)) return refusal;
       const auto reading = observe(device, p, 0).sm_util_pct;
       if (reading == 0U) continue;
-      const std::string who = fmt::format("{} {}", member->target.role == "holder" ? "the holder" : "its descendant", p.pid);
+      const std::string who = who_is(*member);
       return reading ? fmt::format("{} is busy on GPU {} ({} %)", who, device.id.index, *reading)
                      : fmt::format("{} is listed on GPU {} with an unknown utilization", who, device.id.index);
     }
@@ -285,8 +317,9 @@ std::optional<Held> hold_holder(const ProcessEvidence& e, const host::ProcReader
 
 // The checks after the tree is held and right before the first signal; why nothing may be sent.
 std::optional<std::string> last_checks(const ProcessEvidence& e, const std::vector<Held>& tree, const ReaperConfig& config,
-                                       const host::ProcReader& proc, gpu::Backend& backend) {
-  if (auto busy = busy_member(tree, backend)) return busy;
+                                       const host::ProcReader& proc, gpu::Backend& backend,
+                                       const SurveyDecisions& surveyed) {
+  if (auto busy = busy_member(tree, backend, surveyed)) return busy;
   if (auto not_holding = not_holding_now(e, proc)) return not_holding;
   if (!still_same(tree.front(), proc)) return std::string("the holder ended or changed while its tree was read");
   if (kill_switch_on(config.kill_switch)) return "the kill switch " + config.kill_switch + " appeared";
@@ -310,32 +343,17 @@ bool wait_memory_freed(gpu::Backend& backend, unsigned gpu, unsigned pid, long l
   }
 }
 
-bool end_targets(const std::vector<Target>& targets, const host::ProcReader& proc, long long grace_ms,
-                 KillResult& result, const std::function<bool()>& stop_before_kill) {
-  std::vector<Held> held;
-  for (const auto& target : targets) {
-    std::string why;
-    auto h = hold(target.identity.pid, target.identity, target.role, proc, why);
-    if (!h) {
-      result.steps.push_back({target.identity.pid, target.role, SIGTERM, false, why});
-      continue;
-    }
-    held.push_back(std::move(*h));
-  }
-  bool ok = true;
-  return signal_all(held, proc, grace_ms, result, stop_before_kill, ok) == Ending::AllEnded && ok;
-}
-
 KillResult reap_process(const ProcessEvidence& e, const ReaperConfig& config, const Caller& caller,
                         const host::ProcReader& proc, gpu::Backend& backend, const util::Clock& clock,
-                        const std::vector<JobLease>& leases) {
+                        const SurveyDecisions& surveyed, const std::vector<JobLease>& leases) {
+  if (!kill_gate_open()) return stop_with(Outcome::Refused, std::string(kKillGateClosed) + ": nothing sent");
   KillResult result;
   auto root = hold_holder(e, proc, result);
   if (!root) return result;
   std::string refused;
   auto tree = tree_of(std::move(*root), config, caller, leases, proc, result, refused);
   if (refused.empty() && tree.empty()) refused = "the holder could not be held";
-  if (refused.empty()) refused = last_checks(e, tree, config, proc, backend).value_or("");
+  if (refused.empty()) refused = last_checks(e, tree, config, proc, backend, surveyed).value_or("");
   if (!refused.empty()) {
     result.outcome = Outcome::Refused;
     result.message = refused + ": nothing sent";

@@ -6,19 +6,20 @@
 // or nothing is sent. SIGTERM to the holder and its tree, --grace for them to end, SIGKILL to what
 // is left unless the kill switch appeared meanwhile; a defunct leader only while it has live
 // threads, an uninterruptible holder reported and left; then the driver is asked until the memory
-// is free.
+// is free. Nothing is sent while the preview gate (kill_gate_open) is closed.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/host/proc_reader.hpp"
-#include <functional>
-
+#include "tarmac/reap/decide.hpp"
 #include "tarmac/reap/evidence.hpp"
+#include "tarmac/reap/gate.hpp"
 #include "tarmac/reap/gather.hpp"
 #include "tarmac/reap/rules.hpp"
 #include "tarmac/util/clock.hpp"
@@ -57,24 +58,17 @@ struct KillResult {
   std::string message;
 };
 
-// A process of the tree that is to be signalled, fixed when it was chosen.
-struct Target {
-  host::ProcessIdentity identity;
-  std::string role;
-};
+// Every pid the survey saw listed, with its decision there (--gpu and --user aside): a tree member
+// the driver lists is ended only if the survey itself found it a candidate.
+using SurveyDecisions = std::map<unsigned, Reason>;
 
-// Signals `targets` (SIGTERM, then SIGKILL after `grace_ms` to those left), each through a pidfd
-// opened and checked against its identity before every signal. Steps are appended to `result`.
-// When `stop_before_kill` is given and answers true after the grace, no SIGKILL goes out. Returns
-// whether every target has ended.
-[[nodiscard]] bool end_targets(const std::vector<Target>& targets, const host::ProcReader& proc, long long grace_ms,
-                               KillResult& result, const std::function<bool()>& stop_before_kill = {});
-
-// Ends the candidate `evidence` (decided with decide.hpp) and waits for its memory. `leases` are
-// the scheduler's live leases: a descendant in a tarmac job refuses the whole candidate.
+// Ends the candidate `evidence` (decided with decide.hpp) and waits for its memory: Refused, with
+// nothing sent, while the gate is closed. `leases` are the scheduler's live leases: a descendant in
+// a tarmac job refuses the whole candidate, as does a member the driver lists whose decision in
+// `surveyed` is not "candidate" (or that the survey did not see).
 [[nodiscard]] KillResult reap_process(const ProcessEvidence& evidence, const ReaperConfig& config, const Caller& caller,
                                       const host::ProcReader& proc, gpu::Backend& backend, const util::Clock& clock,
-                                      const std::vector<JobLease>& leases = {});
+                                      const SurveyDecisions& surveyed, const std::vector<JobLease>& leases = {});
 
 // Whether the kill switch file `path` exists (lstat: a dangling link counts); false for "".
 [[nodiscard]] bool kill_switch_on(const std::string& path);

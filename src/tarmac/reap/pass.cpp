@@ -81,6 +81,11 @@ Result<Pass> survey(gpu::Backend& backend, const host::ProcReader& proc, const G
   // the decision of a process listed on several GPUs rests on.
   auto decisions = decide(gathered.processes, rules, caller);
   for (std::size_t i = 0; i < gathered.processes.size(); ++i) {
+    // One decision per process already; a listing that is not a candidate wins all the same.
+    const auto [it, first] = pass.surveyed.emplace(gathered.processes[i].process.pid, decisions[i].reason);
+    if (!first && decisions[i].reason != Reason::Candidate) it->second = decisions[i].reason;
+  }
+  for (std::size_t i = 0; i < gathered.processes.size(); ++i) {
     if (!shown(options, gathered.processes[i])) continue;
     pass.rows.push_back({std::move(gathered.processes[i]), std::move(decisions[i]), std::nullopt, {}});
   }
@@ -116,7 +121,9 @@ void kill_candidates(Pass& pass, const Caller& caller, const host::ProcReader& p
     // Looked at before each candidate: a switch created during a pass stops the rest of it.
     pass.kill_switch_present = pass.kill_switch_present || kill_switch_on(pass.rules.kill_switch);
     const unsigned pid = row.evidence.process.pid;
-    if (pass.kill_switch_present) {
+    if (!kill_gate_open()) {
+      row.left_because = kKillGateClosed;
+    } else if (pass.kill_switch_present) {
       row.left_because = "the kill switch " + pass.rules.kill_switch + " exists";
     } else if (const auto first = acted.find(pid); first != acted.end()) {
       row.action = first->second->action;
@@ -131,7 +138,7 @@ void kill_candidates(Pass& pass, const Caller& caller, const host::ProcReader& p
                now.reason != Reason::Candidate) {
       row.left_because = fmt::format("decided again before the signal: {} ({})", to_string(now.reason), now.detail);
     } else {
-      row.action = reap_process(row.evidence, pass.rules, caller, proc, backend, clock, pass.leases);
+      row.action = reap_process(row.evidence, pass.rules, caller, proc, backend, clock, pass.surveyed, pass.leases);
       if (!row.action->steps.empty()) ++attempts;
       acted[pid] = &row;
       if (on_action) on_action(row);

@@ -318,7 +318,7 @@ Result<LeaseDir::DirLock> LeaseDir::lock(long long wait_ms) const {
   }
 }
 
-Result<std::vector<Lease>> LeaseDir::live_leases(long long now_unix_ms) const {
+Result<std::vector<Lease>> LeaseDir::live_leases(long long now_unix_ms, StaleFiles stale) const {
   const int list_fd = ::openat(fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (list_fd < 0) return io_error(fmt::format("cannot read the lock directory {}", dir_));
   const std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(list_fd), ::closedir);
@@ -336,7 +336,7 @@ Result<std::vector<Lease>> LeaseDir::live_leases(long long now_unix_ms) const {
     const auto f = open_in(fd_.get(), name, O_RDONLY);
     if (!f) {
       // A symlink or a socket is no lease; unreadable (another user's 0600 file) is not ours to judge.
-      if (errno == ELOOP || errno == ENXIO) (void)::unlinkat(fd_.get(), name.c_str(), 0);
+      if ((errno == ELOOP || errno == ENXIO) && stale == StaleFiles::Remove) (void)::unlinkat(fd_.get(), name.c_str(), 0);
       continue;
     }
     const auto text = read_regular(*f, kMaxLeaseBytes);
@@ -347,7 +347,7 @@ Result<std::vector<Lease>> LeaseDir::live_leases(long long now_unix_ms) const {
     }
     if (lease && lease_is_live(*lease, now_unix_ms, max_hold_ms_)) {
       live.push_back(std::move(*lease));
-    } else if (still_the_same(fd_.get(), name, f->st)) {
+    } else if (stale == StaleFiles::Remove && still_the_same(fd_.get(), name, f->st)) {
       (void)::unlinkat(fd_.get(), name.c_str(), 0);  // in the sticky directory only its owner (or root) can
     }
   }

@@ -100,10 +100,19 @@ class LeaseDir {
   // regular file owned by the directory's owner, so no user can swap it for one of their own.
   [[nodiscard]] Result<DirLock> lock(long long wait_ms = -1) const;
 
-  // The live leases (call with the lock held). Stale lease files (owner gone, PID reused, expired,
-  // unreadable, not a regular file, a pid its file's owner does not run) are removed where
-  // permissions allow, and ignored either way.
-  [[nodiscard]] Result<std::vector<Lease>> live_leases(long long now_unix_ms) const;
+  // What a listing does with the stale lease files it finds.
+  enum class StaleFiles {
+    Remove,  // the scheduler's own listing, under the lock
+    Keep,    // a reader's (reap): no lock taken, nothing removed
+  };
+
+  // The live leases. Stale lease files (owner gone, PID reused, expired, unreadable, not a regular
+  // file, a pid its file's owner does not run) are ignored, and with StaleFiles::Remove (call with
+  // the lock held) removed where permissions allow. StaleFiles::Keep needs no lock: writers
+  // replace a lease file by rename, so a lockless read sees a whole file, old or new; and it
+  // removes nothing, so a root reader never deletes what it judged (N5 of reap's second review).
+  [[nodiscard]] Result<std::vector<Lease>> live_leases(long long now_unix_ms,
+                                                       StaleFiles stale = StaleFiles::Remove) const;
 
   // Writes each lease's file, mode 0644, atomically: a new temporary file of a random name made
   // with O_EXCL, then renamed over the lease (call with the lock held).

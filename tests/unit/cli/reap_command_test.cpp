@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "../reap/reap_test_support.hpp"
 #include "cli_test_support.hpp"
+#include "tarmac/sched/leases.hpp"
 #include "tarmac/store/recorder.hpp"
 #include "tarmac/util/process.hpp"
 #include "tarmac/util/units.hpp"
@@ -170,7 +172,9 @@ ReapReport kill_report_for(const util::Child& child, const host::ProcReader& pro
   row.evidence.device_file = reap::test_support::test_device_file();
   row.evidence.holding = host::Holding::Holds;
   report.rows = {row};
+  report.surveyed = {{row.evidence.process.pid, reap::Reason::Candidate}};
   report.rules.grace_ms = 30'000;
+  reap::test_support::open_kill_gate();
   return report;
 }
 
@@ -178,7 +182,7 @@ TEST(ReapKill, TheKillSwitchStopsEverything) {
   TempDir dir;
   const std::string kill_switch = dir.path() + "/reap.disabled";
   std::ofstream(kill_switch) << "maintenance\n";
-  const host::ProcReader proc;
+  const host::ProcReader proc = reap::test_support::test_proc_reader();
   auto child = sleeper();
   ReapReport report = kill_report_for(child, proc);
   report.rules.kill_switch = kill_switch;
@@ -206,6 +210,37 @@ TEST(ReapKill, AMissingLockDirectoryUnderTmpStopsKill) {
   EXPECT_FALSE(detail::missing_lock_dir_refusal(dir.path(), true)) << "one that exists is read";
 }
 
+// N5 of reap's second review: reap (a dry run too) reads the scheduler's leases without removing
+// a stale lease file: as root it could otherwise delete any user's.
+TEST(ReapLeases, AStaleLeaseFileIsLeftInPlace) {
+  TempDir tmp;
+  const std::string dir = tmp / "locks";
+  auto leases = sched::LeaseDir::open(dir);
+  ASSERT_TRUE(leases.ok()) << leases.error().message;
+  const sched::Lease expired{.uuid = "GPU-old", .pid = 0, .starttime = 0, .expires_unix_ms = 1, .job_id = "old", .user = "bob"};
+  const sched::Lease mine{.uuid = "GPU-mine", .pid = ::getpid(), .starttime = *sched::process_starttime(::getpid()),
+                          .expires_unix_ms = 0, .job_id = "mine", .user = "me"};
+  ASSERT_TRUE(leases->write({expired, mine}).ok());
+  const auto listed = detail::job_leases(dir, 0);
+  ASSERT_TRUE(listed.ok()) << listed.error().message;
+  ASSERT_EQ(listed->size(), 1U);
+  EXPECT_EQ(listed->front().job_id, "mine");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/gpu-GPU-old.lease")) << "the stale lease file was removed";
+}
+
+// N4: a user holding the directory's `.lock` (0644: flock works on a read-only descriptor) does not
+// stop the listing, so cannot switch --kill off.
+TEST(ReapLeases, AHeldLockDoesNotStopTheListing) {
+  TempDir tmp;
+  const std::string dir = tmp / "locks";
+  auto leases = sched::LeaseDir::open(dir);
+  ASSERT_TRUE(leases.ok()) << leases.error().message;
+  auto held = leases->lock();
+  ASSERT_TRUE(held.ok()) << held.error().message;
+  const auto listed = detail::job_leases(dir, 0);
+  EXPECT_TRUE(listed.ok()) << listed.error().message;
+}
+
 // Low finding: as root, $STATE_DIRECTORY does not decide which store reap takes its evidence from.
 TEST(ReapKill, AsRootTheEnvironmentDoesNotChooseTheStore) {
   if (geteuid() != 0) GTEST_SKIP() << "a root-only rule";
@@ -219,7 +254,7 @@ TEST(ReapKill, AsRootTheEnvironmentDoesNotChooseTheStore) {
 }
 
 TEST(ReapKill, AtMostMaxKills) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = reap::test_support::test_proc_reader();
   auto child = sleeper();
   ReapReport report = kill_report_for(child, proc);
   report.rules.kill_switch = "/nonexistent/reap.disabled";

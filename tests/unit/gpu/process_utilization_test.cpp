@@ -31,6 +31,17 @@ UtilizationSample sample(unsigned pid, unsigned long long ts, unsigned sm, unsig
   return s;
 }
 
+// N2 of reap's second review: a read right after another still looks back the whole window (a
+// cursor of 0.1 s ago would find "no samples" and call a busy process idle); a cursor older than
+// the window is kept (a slow watch covers its whole gap); the first read asks for the window.
+TEST(ProcessUtilization, EveryReadLooksBackAtLeastTheWindow) {
+  EXPECT_EQ(utilization_since(kNowUs - 100'000, kNowUs), kNowUs - kMinUtilizationWindowUs);
+  EXPECT_EQ(utilization_since(kNowUs, kNowUs), kNowUs - kMinUtilizationWindowUs);
+  EXPECT_EQ(utilization_since(kNowUs - 60'000'000, kNowUs), kNowUs - 60'000'000);
+  EXPECT_EQ(utilization_since(std::nullopt, kNowUs), kNowUs - kMinUtilizationWindowUs);
+  EXPECT_EQ(utilization_since(std::nullopt, 1000), 0U) << "a clock near its epoch does not wrap";
+}
+
 // The fix of issue 15: a listed process without a sample is known idle, not unknown.
 TEST(ProcessUtilization, AListedProcessWithoutASampleIsIdleWhenTheReadSucceeded) {
   auto procs = listed({100, 200});

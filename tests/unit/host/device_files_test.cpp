@@ -96,32 +96,67 @@ namespace {
 TEST(HoldsDevice, ByTheDeviceNumberOfAnOpenDescriptor) {
   test_support::FakeProc proc;
   open_file(proc, 100, 0, "/dev/null");
-  open_file(proc, 100, 1, "/tmp");  // not under /dev/: never stat'ed (a user's FUSE file could stall it)
   const auto null_device = *char_device_of("/dev/null");
   const auto zero_device = *char_device_of("/dev/zero");
-  EXPECT_EQ(holds_device(proc.root(), 100, null_device), Holding::Holds);
-  EXPECT_EQ(holds_device(proc.root(), 100, zero_device), Holding::NotHeld);
-  EXPECT_EQ(holds_device(proc.root(), 101, null_device), Holding::Unknown) << "no fd directory: not proven";
+  EXPECT_EQ(holds_device(proc.root(), 100, null_device, {}, "/dev/null"), Holding::Holds);
+  EXPECT_EQ(holds_device(proc.root(), 100, zero_device, {}, "/dev/null"), Holding::NotHeld);
+  EXPECT_EQ(holds_device(proc.root(), 101, null_device, {}, "/dev/null"), Holding::Unknown) << "no fd directory: not proven";
+  EXPECT_EQ(holds_device(proc.root(), 100, null_device), Holding::NotHeld) << "/dev/null is no NVIDIA file: not stat'ed";
   EXPECT_FALSE(char_device_of("/tmp"));
+}
+
+// N3 of the second review: a descriptor under /dev/shm (where any user can mount FUSE and never
+// answer) is never stat'ed. The file there is a link to the very device asked about, so a stat
+// would be seen: it would answer Holds.
+TEST(HoldsDevice, ADescriptorUnderDevShmIsNeverStated) {
+  char name[] = "/dev/shm/tarmac-holds-XXXXXX";
+  const int made = ::mkstemp(name);
+  if (made < 0) GTEST_SKIP() << "/dev/shm is not writable here";
+  ::close(made);
+  ::unlink(name);
+  ASSERT_EQ(::symlink("/dev/null", name), 0);
+  test_support::FakeProc proc;
+  open_file(proc, 100, 0, name);
+  const auto null_device = *char_device_of("/dev/null");
+  const Holding seen = holds_device(proc.root(), 100, null_device, {}, "/dev/null");
+  ::unlink(name);
+  EXPECT_EQ(seen, Holding::NotHeld);
+}
+
+TEST(HoldsDevice, OnlyNvidiasOwnNamesAreStatable) {
+  for (const char* yes : {"/dev/nvidia0", "/dev/nvidia15", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}) {
+    EXPECT_TRUE(statable_device_link(yes)) << yes;
+  }
+  for (const char* no : {"/dev/shm/x", "/dev/nvidia0/../shm/x", "/dev/nvidia-uvm/../shm/x", "/dev/nvidia-caps/nvidia-cap1",
+                         "/dev/null", "/tmp/dev/nvidia0", "/dev/nvidiactl2", "socket:[1]", ""}) {
+    EXPECT_FALSE(statable_device_link(no)) << no;
+  }
+  EXPECT_TRUE(statable_device_link("/dev/null", "/dev/null"));
+  EXPECT_FALSE(statable_device_link("/dev/zero", "/dev/null"));
 }
 
 TEST(HoldsDevice, ABoundReachedFirstIsUnknownNeverNotHeld) {
   test_support::FakeProc proc;
   for (int fd = 0; fd < 10; ++fd) open_file(proc, 100, fd, "/dev/zero");
   const auto null_device = *char_device_of("/dev/null");
-  EXPECT_EQ(holds_device(proc.root(), 100, null_device), Holding::NotHeld);
-  EXPECT_EQ(holds_device(proc.root(), 100, null_device, FdScanBounds{5, 1000}), Holding::Unknown);
-  EXPECT_EQ(holds_device(proc.root(), 100, null_device, FdScanBounds{100, -1}), Holding::Unknown) << "out of time";
+  EXPECT_EQ(holds_device(proc.root(), 100, null_device, {}, "/dev/zero"), Holding::NotHeld);
+  EXPECT_EQ(holds_device(proc.root(), 100, null_device, FdScanBounds{5, 1000}, "/dev/zero"), Holding::Unknown);
+  EXPECT_EQ(holds_device(proc.root(), 100, null_device, FdScanBounds{100, -1}, "/dev/zero"), Holding::Unknown) << "out of time";
 }
 
+// The reader's own descriptors, before, while and after one is open: /dev/full, which nothing
+// else in this test has open (checked first, so the test cannot pass on a descriptor it did not open).
 TEST(HoldsDevice, AReadersOwnDescriptors) {
-  const ProcReader proc;
+  const ProcReader proc("/proc", "/dev/full");
   const auto self = static_cast<unsigned>(getpid());
-  const auto null_device = *char_device_of("/dev/null");
-  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const auto full_device = *char_device_of("/dev/full");
+  ASSERT_EQ(proc.holds_device(self, full_device), Holding::NotHeld);
+  const int fd = ::open("/dev/full", O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
-  EXPECT_EQ(proc.holds_device(self, null_device), Holding::Holds);
+  EXPECT_EQ(proc.holds_device(self, full_device), Holding::Holds);
+  EXPECT_EQ(ProcReader().holds_device(self, full_device), Holding::NotHeld) << "without the test path: never stat'ed";
   ::close(fd);
+  EXPECT_EQ(proc.holds_device(self, full_device), Holding::NotHeld);
   EXPECT_EQ(proc.live_threads(self).value_or(0) >= 1, true);
 }
 

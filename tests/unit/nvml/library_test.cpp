@@ -275,6 +275,22 @@ TEST_P(ProcessUtilizationTest, IdleIsZeroAndWhatCannotBeReadIsUnknown) {
   EXPECT_TRUE(snap->devices[3].errors.empty()) << snap->devices[3].errors.front().message;
 }
 
+// N2 of reap's second review: two snapshots closer together than the driver's sample period
+// (1/6 s in the simulator, which answers NVML_ERROR_NOT_FOUND for "nothing newer than the cursor"):
+// the second must still read the busy process as busy, never as a known-idle 0.
+TEST_P(ProcessUtilizationTest, ASnapshotRightAfterAnotherStillSeesTheBusyProcess) {
+  auto backend = gpu::open_nvml_backend(GetParam());
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    auto snap = (*backend)->snapshot(gpu::SnapshotOptions{.processes = true});
+    ASSERT_TRUE(snap.ok()) << snap.error().message;
+    const gpu::GpuProcess* worker = process(*snap, 0, 4200001);
+    ASSERT_NE(worker, nullptr);
+    EXPECT_EQ(worker->sm_util_pct, 92U);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(CurrentAndOldDriver, ProcessUtilizationTest, ::testing::Values(kSimLib, kOldSimLib));
 
 }  // namespace

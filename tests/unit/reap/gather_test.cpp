@@ -104,7 +104,7 @@ TEST(Gather, TheStoreIsTheEvidenceWhenItRecordsThisMachine) {
   options.store_path = db;
   options.idle_for_ms = 10 * kMin;
   options.device_file_override = test_device_file();
-  const auto gathered = gather(gpus, host::ProcReader(), options, clock);
+  const auto gathered = gather(gpus, test_support::test_proc_reader(), options, clock);
   ASSERT_TRUE(gathered.ok()) << gathered.error().message;
   EXPECT_EQ(gathered->source, EvidenceSource::Store);
   ASSERT_EQ(gathered->processes.size(), 1U);
@@ -128,7 +128,7 @@ TEST(Gather, StoreRowsAreMatchedByUuidNotIndex) {
   GatherOptions options;
   options.store_path = db;
   options.idle_for_ms = 10 * kMin;
-  const auto gathered = gather(gpus, host::ProcReader(), options, clock);
+  const auto gathered = gather(gpus, test_support::test_proc_reader(), options, clock);
   ASSERT_TRUE(gathered.ok()) << gathered.error().message;
   ASSERT_EQ(gathered->source, EvidenceSource::Store) << gathered->store_note;
   EXPECT_GE(gathered->processes.at(0).history.idle_ms(), 20 * kMin - 1000);
@@ -143,7 +143,7 @@ TEST(Gather, AListedPidWithoutTheDeviceFileIsNotHolding) {
   GatherOptions options;
   options.window_ms = 2000;
   options.device_file_override = test_support::unheld_device_file();
-  const auto gathered = gather(gpus, host::ProcReader(), options, clock);
+  const auto gathered = gather(gpus, test_support::test_proc_reader(), options, clock);
   ASSERT_TRUE(gathered.ok());
   const auto& e = gathered->processes.at(0);
   EXPECT_EQ(e.holding, host::Holding::NotHeld);
@@ -153,7 +153,7 @@ TEST(Gather, AListedPidWithoutTheDeviceFileIsNotHolding) {
   EXPECT_EQ(decide_one(e, rules, Caller{0, getpid(), {}, false}).reason, Reason::NotHolding);
   // Without an override the GPU's own file (195:0) is looked for: a sleep does not hold it either.
   options.device_file_override.reset();
-  const auto real = gather(gpus, host::ProcReader(), options, clock);
+  const auto real = gather(gpus, test_support::test_proc_reader(), options, clock);
   ASSERT_TRUE(real.ok());
   EXPECT_EQ(real->processes.at(0).device_file, (host::DeviceNumber{195, 0}));
   EXPECT_EQ(real->processes.at(0).holding, host::Holding::NotHeld);
@@ -172,7 +172,7 @@ TEST(Gather, TheGpuFilterDoesNotHideABusyListingElsewhere) {
   ReaperConfig rules;
   rules.min_age_ms = 0;
   rules.idle_for_ms = 1000;
-  const auto pass = survey(gpus, host::ProcReader(), options, rules, Caller{0, getpid(), {}, false}, clock);
+  const auto pass = survey(gpus, test_support::test_proc_reader(), options, rules, Caller{0, getpid(), {}, false}, clock);
   ASSERT_TRUE(pass.ok()) << pass.error().message;
   ASSERT_EQ(pass->rows.size(), 1U);
   EXPECT_EQ(pass->rows[0].evidence.gpu, 0U);
@@ -189,7 +189,7 @@ TEST(Gather, ADryRunReportsTheKillSwitch) {
   options.window_ms = 200;
   ReaperConfig rules;
   rules.kill_switch = dir.path();  // any file that exists
-  const auto pass = survey(gpus, host::ProcReader(), options, rules, Caller{0, getpid(), {}, false}, clock);
+  const auto pass = survey(gpus, test_support::test_proc_reader(), options, rules, Caller{0, getpid(), {}, false}, clock);
   ASSERT_TRUE(pass.ok());
   EXPECT_TRUE(pass->kill_switch_present);
 }
@@ -231,7 +231,7 @@ TEST(Gather, AnotherMachinesStoreIsNotEvidence) {
   options.store_path = db;
   options.window_ms = 2000;
   options.device_file_override = test_device_file();
-  const auto gathered = gather(gpus, host::ProcReader(), options, clock);
+  const auto gathered = gather(gpus, test_support::test_proc_reader(), options, clock);
   ASSERT_TRUE(gathered.ok());
   EXPECT_EQ(gathered->source, EvidenceSource::Watch);
   EXPECT_NE(gathered->store_note.find("does not record this machine's GPUs"), std::string::npos);

@@ -88,6 +88,32 @@ Row candidate_row(const host::ProcReader& proc, unsigned pid) {
   return row;
 }
 
+// The survey's decisions for the tree of `pid`: every one of its processes a candidate.
+SurveyDecisions candidates(const host::ProcReader& proc, unsigned pid) {
+  SurveyDecisions out{{pid, Reason::Candidate}};
+  for (const unsigned d : proc.descendants(pid)) out[d] = Reason::Candidate;
+  return out;
+}
+
+// A --kill pass whose one candidate is `pid`, surveyed a candidate with its whole tree.
+Pass kill_pass(const host::ProcReader& proc, unsigned pid) {
+  Pass pass;
+  pass.kill = true;
+  pass.rules.min_age_ms = 0;
+  pass.rules.kill_switch = "/nonexistent/reap.disabled";
+  pass.rules.grace_ms = kHang;
+  pass.rows = {candidate_row(proc, pid)};
+  pass.surveyed = candidates(proc, pid);
+  return pass;
+}
+
+// Every test here but the gate's own ends processes: the preview gate is open for them.
+class OpenKillGate final : public ::testing::Environment {
+ public:
+  void SetUp() override { test_support::open_kill_gate(); }
+};
+::testing::Environment* const kOpenKillGate = ::testing::AddGlobalTestEnvironment(new OpenKillGate);
+
 bool alive(const util::Child& child) {
   const auto status = util::wait_for(child, 0);
   return status.ok() && !status->has_value();
@@ -99,13 +125,16 @@ void end(util::Child& child) {
 }
 
 TEST(Kill, SigtermEndsAHolderThroughItsPidfd) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   auto child = start("exec sleep 1000");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
-  const auto identity = proc.identity(static_cast<unsigned>(child.pid));
-  ASSERT_TRUE(identity);
-  KillResult result;
-  EXPECT_TRUE(end_targets({{*identity, "holder"}}, proc, kHang, result));
+  NoGpus gpus;
+  ReaperConfig config;
+  config.grace_ms = kHang;
+  const util::SystemClock clock;
+  const auto pid = static_cast<unsigned>(child.pid);
+  const auto result = reap_process(evidence_of(proc, pid), config, me(proc), proc, gpus, clock, candidates(proc, pid));
+  EXPECT_EQ(result.outcome, Outcome::Ended) << result.message;
   ASSERT_EQ(result.steps.size(), 1U);
   EXPECT_TRUE(result.steps[0].sent);
   EXPECT_EQ(result.last_signal, SIGTERM);
@@ -115,40 +144,44 @@ TEST(Kill, SigtermEndsAHolderThroughItsPidfd) {
 }
 
 TEST(Kill, APidWhoseStartTimeChangedIsNeverSignalled) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   auto child = start("exec sleep 1000");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
-  auto identity = *proc.identity(static_cast<unsigned>(child.pid));
+  const auto pid = static_cast<unsigned>(child.pid);
+  auto e = evidence_of(proc, pid);
   // What was recorded at first sight belonged to an earlier process with the same pid.
-  identity.starttime_ticks -= 1;
-  KillResult result;
-  EXPECT_TRUE(end_targets({{identity, "holder"}}, proc, 100, result));
-  ASSERT_EQ(result.steps.size(), 1U);
-  EXPECT_FALSE(result.steps[0].sent);
-  EXPECT_EQ(result.steps[0].note, "its pid names another process now");
+  e.identity->starttime_ticks -= 1;
+  NoGpus gpus;
+  const util::SystemClock clock;
+  const auto result = reap_process(e, ReaperConfig{}, me(proc), proc, gpus, clock, candidates(proc, pid));
+  EXPECT_EQ(result.outcome, Outcome::IdentityChanged) << result.message;
+  EXPECT_TRUE(result.steps.empty());
   EXPECT_EQ(result.last_signal, 0);
   const auto status = util::wait_for(child, 0);
   ASSERT_TRUE(status.ok());
   EXPECT_FALSE(status->has_value()) << "the process whose identity did not match was signalled";
   // Another boot's record is another process too.
-  identity = *proc.identity(static_cast<unsigned>(child.pid));
-  identity.boot_id = "another boot";
-  KillResult again;
-  EXPECT_TRUE(end_targets({{identity, "holder"}}, proc, 100, again));
-  EXPECT_FALSE(again.steps[0].sent);
+  e = evidence_of(proc, pid);
+  e.identity->boot_id = "another boot";
+  const auto again = reap_process(e, ReaperConfig{}, me(proc), proc, gpus, clock, candidates(proc, pid));
+  EXPECT_EQ(again.outcome, Outcome::IdentityChanged) << again.message;
   EXPECT_FALSE(util::wait_for(child, 0)->has_value());
   end(child);
 }
 
 TEST(Kill, AHolderThatIgnoresSigtermGetsSigkillAfterTheGrace) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   auto child = start("trap '' TERM; exec sleep 1000");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
   // exec'd sleep keeps SIGTERM ignored: wait until the exec happened.
   ASSERT_TRUE(eventually([&] { return proc.read(static_cast<unsigned>(child.pid)).name == "sleep"; }));
-  const auto identity = *proc.identity(static_cast<unsigned>(child.pid));
-  KillResult result;
-  EXPECT_TRUE(end_targets({{identity, "holder"}}, proc, 200, result));
+  NoGpus gpus;
+  ReaperConfig config;
+  config.grace_ms = 200;
+  const util::SystemClock clock;
+  const auto pid = static_cast<unsigned>(child.pid);
+  const auto result = reap_process(evidence_of(proc, pid), config, me(proc), proc, gpus, clock, candidates(proc, pid));
+  EXPECT_EQ(result.outcome, Outcome::Killed) << result.message;
   EXPECT_EQ(result.last_signal, SIGKILL);
   const auto status = util::wait_for(child, kHang);
   ASSERT_TRUE(status.ok() && status->has_value());
@@ -156,7 +189,7 @@ TEST(Kill, AHolderThatIgnoresSigtermGetsSigkillAfterTheGrace) {
 }
 
 TEST(Kill, ReapProcessEndsTheTreeAndSeesTheMemoryFreed) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   // A holder with a worker child (a DataLoader's shape).
   auto child = start("sleep 1000 & wait");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
@@ -167,7 +200,7 @@ TEST(Kill, ReapProcessEndsTheTreeAndSeesTheMemoryFreed) {
   ReaperConfig config;
   config.grace_ms = kHang;
   const util::SystemClock clock;
-  const auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), config, me(proc), proc, gpus, clock);
+  const auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), config, me(proc), proc, gpus, clock, candidates(proc, static_cast<unsigned>(child.pid)));
   EXPECT_EQ(result.outcome, Outcome::Ended) << result.message;
   ASSERT_EQ(result.steps.size(), 2U);
   EXPECT_EQ(result.steps[1].role, "descendant");
@@ -180,20 +213,20 @@ TEST(Kill, ReapProcessEndsTheTreeAndSeesTheMemoryFreed) {
 // open is not the holder (the listed one ended, its context kept by a child that inherited the
 // file, and the pid now names someone else): nothing is sent. The old code signalled it.
 TEST(Kill, AHolderWithoutTheGpusDeviceFileOpenGetsNoSignal) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   auto child = start("exec sleep 1000");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
   auto e = evidence_of(proc, static_cast<unsigned>(child.pid));
   e.device_file = test_support::unheld_device_file();
   NoGpus gpus;
   const util::SystemClock clock;
-  auto result = reap_process(e, ReaperConfig{}, me(proc), proc, gpus, clock);
+  auto result = reap_process(e, ReaperConfig{}, me(proc), proc, gpus, clock, candidates(proc, e.process.pid));
   EXPECT_EQ(result.outcome, Outcome::Refused);
   EXPECT_NE(result.message.find("does not have the GPU's device file"), std::string::npos) << result.message;
   EXPECT_TRUE(result.steps.empty());
   // A GPU whose file cannot be told (MIG, no minor number): fail closed.
   e.device_file.reset();
-  result = reap_process(e, ReaperConfig{}, me(proc), proc, gpus, clock);
+  result = reap_process(e, ReaperConfig{}, me(proc), proc, gpus, clock, candidates(proc, e.process.pid));
   EXPECT_EQ(result.outcome, Outcome::Refused);
   EXPECT_TRUE(alive(child)) << "a process that does not hold the GPU was signalled";
   end(child);
@@ -202,7 +235,7 @@ TEST(Kill, AHolderWithoutTheGpusDeviceFileOpenGetsNoSignal) {
 // High finding H2: a descendant passes the rules the holder passed; one that is protected refuses
 // the whole candidate (never half a tree). The old code ended both.
 TEST(Kill, AProtectedDescendantRefusesTheWholeTree) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   auto child = start("sleep 1000 & wait");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
   std::vector<unsigned> kids;
@@ -214,7 +247,7 @@ TEST(Kill, AProtectedDescendantRefusesTheWholeTree) {
   ReaperConfig config;
   config.allow_commands = {"sleep"};
   const util::SystemClock clock;
-  const auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), config, me(proc), proc, gpus, clock);
+  const auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), config, me(proc), proc, gpus, clock, candidates(proc, static_cast<unsigned>(child.pid)));
   EXPECT_EQ(result.outcome, Outcome::Refused);
   EXPECT_NE(result.message.find("is protected: reaper.allow_commands (sleep)"), std::string::npos) << result.message;
   EXPECT_EQ(result.last_signal, 0);
@@ -226,18 +259,18 @@ TEST(Kill, AProtectedDescendantRefusesTheWholeTree) {
 
 // H2: a descendant the driver lists as busy on any GPU refuses the whole candidate.
 TEST(Kill, ABusyDescendantRefusesTheWholeTree) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   auto child = start("sleep 1000 & wait");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
   std::vector<unsigned> kids;
   ASSERT_TRUE(eventually([&] { return (kids = proc.children(static_cast<unsigned>(child.pid))).size() == 1; }));
   LiveGpus gpus({{0, static_cast<unsigned>(child.pid), 0U}, {1, kids[0], 50U}}, 2);
   const util::SystemClock clock;
-  auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), ReaperConfig{}, me(proc), proc, gpus, clock);
+  auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), ReaperConfig{}, me(proc), proc, gpus, clock, candidates(proc, static_cast<unsigned>(child.pid)));
   EXPECT_EQ(result.outcome, Outcome::Refused);
   EXPECT_NE(result.message.find("is busy on GPU 1 (50 %)"), std::string::npos) << result.message;
   gpus.set(1, kids[0], std::nullopt);  // unknown is never idle
-  result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), ReaperConfig{}, me(proc), proc, gpus, clock);
+  result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), ReaperConfig{}, me(proc), proc, gpus, clock, candidates(proc, static_cast<unsigned>(child.pid)));
   EXPECT_EQ(result.outcome, Outcome::Refused);
   EXPECT_NE(result.message.find("unknown utilization"), std::string::npos) << result.message;
   EXPECT_TRUE(alive(child));
@@ -248,7 +281,7 @@ TEST(Kill, ABusyDescendantRefusesTheWholeTree) {
 // High finding H3: a true zombie holds no GPU memory; it is refused, and its parent (which may be
 // a session's server) is never signalled. The old code ended the parent.
 TEST(Kill, ATrueZombieIsRefusedAndItsParentLeftAlone) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   // sh starts `true`, then becomes `sleep`, which never reaps it: a zombie whose parent lives on.
   auto child = start("true & exec sleep 1000");
   const auto parent = static_cast<unsigned>(child.pid);
@@ -261,7 +294,7 @@ TEST(Kill, ATrueZombieIsRefusedAndItsParentLeftAlone) {
   }));
   NoGpus gpus;
   const util::SystemClock clock;
-  const auto result = reap_process(evidence_of(proc, zombie), ReaperConfig{}, me(proc), proc, gpus, clock);
+  const auto result = reap_process(evidence_of(proc, zombie), ReaperConfig{}, me(proc), proc, gpus, clock, candidates(proc, zombie));
   EXPECT_EQ(result.outcome, Outcome::Refused);
   EXPECT_NE(result.message.find("look for the real holder by its device files"), std::string::npos) << result.message;
   EXPECT_TRUE(result.steps.empty());
@@ -273,7 +306,7 @@ TEST(Kill, ATrueZombieIsRefusedAndItsParentLeftAlone) {
 // process holds: it is signalled through its own pidfd.
 TEST(Kill, ADefunctLeaderWithLiveThreadsIsEndedThroughItsOwnPidfd) {
   if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "needs /usr/bin/python3 to exit a main thread alone";
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   util::ProcessSpec spec;
   spec.path = "/usr/bin/python3";
   spec.argv = {"python3", "-c",
@@ -290,7 +323,7 @@ TEST(Kill, ADefunctLeaderWithLiveThreadsIsEndedThroughItsOwnPidfd) {
   ReaperConfig config;
   config.grace_ms = kHang;
   const util::SystemClock clock;
-  const auto result = reap_process(evidence_of(proc, pid), config, me(proc), proc, gpus, clock);
+  const auto result = reap_process(evidence_of(proc, pid), config, me(proc), proc, gpus, clock, candidates(proc, pid));
   EXPECT_EQ(result.outcome, Outcome::Ended) << result.message;
   ASSERT_FALSE(result.steps.empty());
   EXPECT_EQ(result.steps[0].role, "holder");
@@ -305,7 +338,7 @@ TEST(Kill, ADefunctLeaderWithLiveThreadsIsEndedThroughItsOwnPidfd) {
 TEST(Kill, AKillSwitchCreatedDuringTheGraceStopsTheSigkill) {
   store::test_support::TempDir dir;
   const std::string kill_switch = dir.path() + "/reap.disabled";
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   auto child = start("trap 'echo > " + kill_switch + "' TERM; while :; do sleep 0.05; done");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
   NoGpus gpus;
@@ -313,7 +346,7 @@ TEST(Kill, AKillSwitchCreatedDuringTheGraceStopsTheSigkill) {
   config.grace_ms = 1000;
   config.kill_switch = kill_switch;
   const util::SystemClock clock;
-  const auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), config, me(proc), proc, gpus, clock);
+  const auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), config, me(proc), proc, gpus, clock, candidates(proc, static_cast<unsigned>(child.pid)));
   EXPECT_EQ(result.outcome, Outcome::Stopped) << result.message;
   EXPECT_EQ(result.last_signal, SIGTERM);
   EXPECT_TRUE(std::filesystem::exists(kill_switch));
@@ -324,17 +357,12 @@ TEST(Kill, AKillSwitchCreatedDuringTheGraceStopsTheSigkill) {
 // Medium finding (a): a candidate is decided again right before its signal, by one fresh reading.
 // Busy now: left, nothing sent (the old code acted on the survey's evidence).
 TEST(Kill, ACandidateIsDecidedAgainBeforeItsSignal) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   auto child = start("exec sleep 1000");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
   const auto pid = static_cast<unsigned>(child.pid);
   LiveGpus gpus({{0, pid, 40U}});
-  Pass pass;
-  pass.kill = true;
-  pass.rules.min_age_ms = 0;
-  pass.rules.kill_switch = "/nonexistent/reap.disabled";
-  pass.rules.grace_ms = kHang;
-  pass.rows = {candidate_row(proc, pid)};
+  Pass pass = kill_pass(proc, pid);
   const util::SystemClock clock;
   const Caller caller = me(proc);
   kill_candidates(pass, caller, proc, gpus, clock);
@@ -353,16 +381,68 @@ TEST(Kill, ACandidateIsDecidedAgainBeforeItsSignal) {
 }
 
 TEST(Kill, AHolderGoneBeforeTheFirstSignalGetsNone) {
-  const host::ProcReader proc;
+  const host::ProcReader proc = test_support::test_proc_reader();
   auto child = start("exec sleep 1000");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
   const auto e = evidence_of(proc, static_cast<unsigned>(child.pid));
   end(child);  // reaped: the pid names nobody (or, later, somebody else)
   NoGpus gpus;
   const util::SystemClock clock;
-  const auto result = reap_process(e, ReaperConfig{}, me(proc), proc, gpus, clock);
+  const auto result = reap_process(e, ReaperConfig{}, me(proc), proc, gpus, clock, candidates(proc, e.process.pid));
   EXPECT_TRUE(result.outcome == Outcome::Gone || result.outcome == Outcome::IdentityChanged) << to_string(result.outcome);
   EXPECT_TRUE(result.steps.empty());
+}
+
+// N2 of the second review: the survey's decision of every listed tree member stands. A
+// descendant the survey found busy is not ended because a fresh reading says 0 %, nor is one the
+// driver lists now that the survey never saw. The old code ended the tree.
+TEST(Kill, ADescendantTheSurveyDidNotFindACandidateRefusesTheTree) {
+  const host::ProcReader proc = test_support::test_proc_reader();
+  auto child = start("sleep 1000 & wait");
+  const auto pid = static_cast<unsigned>(child.pid);
+  ASSERT_TRUE(wait_state(proc, pid, 'S'));
+  std::vector<unsigned> kids;
+  ASSERT_TRUE(eventually([&] { return (kids = proc.children(pid)).size() == 1; }));
+  LiveGpus gpus({{0, pid, 0U}, {1, kids[0], 0U}}, 2);
+  ReaperConfig config;
+  config.grace_ms = kHang;
+  const util::SystemClock clock;
+  auto surveyed = candidates(proc, pid);
+  surveyed[kids[0]] = Reason::Busy;
+  auto result = reap_process(evidence_of(proc, pid), config, me(proc), proc, gpus, clock, surveyed);
+  EXPECT_EQ(result.outcome, Outcome::Refused);
+  EXPECT_NE(result.message.find("was busy in the survey"), std::string::npos) << result.message;
+  surveyed.erase(kids[0]);
+  result = reap_process(evidence_of(proc, pid), config, me(proc), proc, gpus, clock, surveyed);
+  EXPECT_EQ(result.outcome, Outcome::Refused);
+  EXPECT_NE(result.message.find("was not in the survey"), std::string::npos) << result.message;
+  EXPECT_TRUE(result.steps.empty());
+  EXPECT_TRUE(alive(child));
+  ::kill(static_cast<pid_t>(kids[0]), SIGKILL);
+  end(child);
+}
+
+// N6 of the second review: the preview gate is kill_candidates' and reap_process's own, not only
+// the CLI's: with it closed, a caller of the library (the agent's policy) ends nothing. The old
+// code ended the candidate.
+TEST(Kill, TheClosedGateStopsEveryCallerOfTheLibrary) {
+  ::unsetenv("TARMAC_REAP_KILL_PREVIEW");
+  const host::ProcReader proc = test_support::test_proc_reader();
+  auto child = start("exec sleep 1000");
+  const auto pid = static_cast<unsigned>(child.pid);
+  ASSERT_TRUE(wait_state(proc, pid, 'S'));
+  LiveGpus gpus({{0, pid, 0U}});
+  Pass pass = kill_pass(proc, pid);
+  const util::SystemClock clock;
+  kill_candidates(pass, me(proc), proc, gpus, clock);
+  EXPECT_FALSE(pass.rows[0].action);
+  EXPECT_EQ(pass.rows[0].left_because, kKillGateClosed);
+  const auto result = reap_process(evidence_of(proc, pid), pass.rules, me(proc), proc, gpus, clock, pass.surveyed);
+  EXPECT_EQ(result.outcome, Outcome::Refused);
+  EXPECT_TRUE(result.steps.empty());
+  EXPECT_TRUE(alive(child)) << "a closed gate let a signal through";
+  test_support::open_kill_gate();
+  end(child);
 }
 
 }  // namespace
