@@ -190,23 +190,11 @@ TEST(Gather, TheStoreIsTheEvidenceWhenItRecordsThisMachine) {
   Holder holder;
   const std::string db = dir.path() + "/tarmac.db";
   record(db, holder);
-  OneGpu gpus({holder.process});
-  InstantClock clock;
-  GatherOptions options;
-  options.store_path = db;
-  options.idle_for_ms = 10 * kMin;
-  options.device_file_override = test_device_file();
-  const auto gathered = gather(gpus, host::ProcReader(), options, clock);
-  ASSERT_TRUE(gathered.ok()) << gathered.error().message;
-  EXPECT_EQ(gathered->source, EvidenceSource::Store);
-  ASSERT_EQ(gathered->processes.size(), 1U);
-  const auto& e = gathered->processes[0];
-  EXPECT_GE(e.history.idle_ms(), 20 * kMin - 1000);
-  EXPECT_EQ(e.holding, host::Holding::Holds);
-  EXPECT_FALSE(e.listed_before.has_value());  // no earlier listing of its pid: its own
-  ReaperConfig rules;
-  rules.min_age_ms = 0;
-  EXPECT_EQ(decide_one(e, rules, Caller{0, getpid(), {}, false}).reason, Reason::Candidate);
+  const auto got = decide_from_store(db, holder);
+  EXPECT_GE(got.evidence.history.idle_ms(), 20 * kMin - 1000);
+  EXPECT_EQ(got.evidence.holding, host::Holding::Holds);
+  EXPECT_FALSE(got.evidence.listed_before.has_value());  // no earlier listing of its pid: its own
+  EXPECT_EQ(got.decision.reason, Reason::Candidate) << got.decision.detail;
 }
 
 // Low finding: the store's rows are matched by the GPU's UUID, not its index (the agent recorded
