@@ -35,6 +35,17 @@ std::string process_detail(const store::ProcessSpan& p) {
                      p.command.empty() ? "?" : p.command, p.mem_used_mib_max);
 }
 
+// The busiest of the encoder, decoder, JPEG and OFA readings that are known (nullopt when none is):
+// a value above 100 is kept as it is, so that the store's reader sees the garbage and calls the
+// whole reading unknown, as reap does with its own readings.
+std::optional<long long> other_engines(const gpu::GpuProcess& p) {
+  std::optional<long long> out;
+  for (const auto& v : {p.enc_util_pct, p.dec_util_pct, p.jpg_util_pct, p.ofa_util_pct}) {
+    if (v) out = std::max(out.value_or(0), static_cast<long long>(*v));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string process_command(const gpu::GpuProcess& p) {
@@ -57,7 +68,7 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
   std::map<unsigned, store::ProcessSpan> still;
   for (const auto& p : d.processes) {
     store::ProcessSample ps{ts_ms, index, p.pid, mib(p.used_mem_bytes), util::widen(p.sm_util_pct),
-                            util::widen(p.mem_util_pct)};
+                            util::widen(p.mem_util_pct), other_engines(p)};
     auto it = state.open.find(p.pid);
     store::ProcessSpan span;
     if (it != state.open.end() && it->second.start_unix == p.host.start_time_unix) {
@@ -82,7 +93,8 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
     // idle is a change, so the store never shows it idle before it was known to be.
     auto& last = state.written[p.pid];
     if (span.first_ms == ts_ms || last.mem_used_mib != ps.mem_used_mib || last.sm_util_pct != ps.sm_util_pct ||
-        last.mem_util_pct != ps.mem_util_pct || ts_ms - last.ts_ms >= kProcessSampleEveryMs) {
+        last.mem_util_pct != ps.mem_util_pct || last.other_util_pct != ps.other_util_pct ||
+        ts_ms - last.ts_ms >= kProcessSampleEveryMs) {
       rec.add(ps);
       last = ps;
     }

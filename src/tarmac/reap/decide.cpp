@@ -70,6 +70,22 @@ std::optional<Decision> not_holding(const ProcessEvidence& e, const ReaperConfig
                                                  e.process.pid, d.major, d.minor));
 }
 
+std::optional<Decision> listed_for_another_process(const ProcessEvidence& e, const ReaperConfig&, const Caller&) {
+  if (!e.listed_before) return std::nullopt;
+  return because(Reason::NotHolding, *e.listed_before);
+}
+
+// Without the agent's store nothing says how long the driver has listed the pid: a listing older
+// than the watch may be a stale context's under a reused pid (docs/reap.md "Safety checks").
+std::optional<Decision> listing_older_than_the_watch(const ProcessEvidence& e, const ReaperConfig&,
+                                                     const Caller& caller) {
+  if (caller.intent != Intent::Kill || e.source != EvidenceSource::Watch) return std::nullopt;
+  return because(Reason::NotHolding, fmt::format("without the agent's store, the driver's listing of pid {} cannot be "
+                                                 "tied to this process (it may be older than reap's watch): --kill "
+                                                 "acts on the store's evidence only",
+                                                 e.process.pid));
+}
+
 std::optional<Decision> below_min_memory(const ProcessEvidence& e, const ReaperConfig& config, const Caller&) {
   const auto used = e.process.used_mem_bytes;
   // A process that holds nothing reap can measure frees nothing when it is ended.
@@ -113,9 +129,20 @@ std::optional<Decision> recently_busy(const ProcessEvidence& e, const ReaperConf
 }
 
 // In order: the first that answers decides.
-constexpr std::array<Rule, 13> kRules = {not_visible,      is_reaper,    is_protected,        other_user,
-                                         in_tarmac_job,    in_slurm_job, not_holding,         below_min_memory,
-                                         too_young,        unknown_utilization, busy,         observed_too_short,
+constexpr std::array<Rule, 15> kRules = {not_visible,
+                                         is_reaper,
+                                         is_protected,
+                                         other_user,
+                                         in_tarmac_job,
+                                         in_slurm_job,
+                                         not_holding,
+                                         listed_for_another_process,
+                                         listing_older_than_the_watch,
+                                         below_min_memory,
+                                         too_young,
+                                         unknown_utilization,
+                                         busy,
+                                         observed_too_short,
                                          recently_busy};
 
 }  // namespace

@@ -50,6 +50,18 @@ struct ProcessEvidence {
   // is not tied to the process that has the pid now (the listed one ended, its context kept alive
   // by a child that inherited the file), and is never a candidate.
   host::Holding holding = host::Holding::Unknown;
+  // Set when the driver's listing of this (GPU, pid) is not proven to be this process's: the store
+  // or the watch saw the pid listed on the GPU for a process of another or unknown start time up
+  // to kListingMarginMs before this one started, or later (a stale context, left by a process that
+  // ended while a child kept its device file, listed under a pid that is now another process's).
+  // The text says what was seen; such a listing is never a candidate (`not-holding`).
+  std::optional<std::string> listed_before;
+};
+
+// What the caller will do with the decisions.
+enum class Intent {
+  Report,  // a dry run, or a pass that only shows
+  Kill,    // --kill: watch evidence alone is not enough (docs/reap.md "Safety checks")
 };
 
 // Who runs reap, and facts about the machine the rules depend on.
@@ -58,6 +70,7 @@ struct Caller {
   pid_t pid = 0;                       // reap's own pid: it and its ancestors are never candidates
   std::vector<unsigned> ancestors;     // reap's parent, its parent, ... up to 1
   bool slurm_manages_node = false;     // slurmd runs here: a Slurm job's processes are Slurm's to end
+  Intent intent = Intent::Report;
   [[nodiscard]] bool is_root() const { return uid == 0; }
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "tarmac/host/cgroup.hpp"
@@ -109,7 +110,27 @@ struct StoreRecord {
   std::vector<store::ProcessSpan> spans;
   std::vector<store::ProcessSample> rows;
   std::map<std::string, unsigned> index_of_uuid;  // the store's GPU index of each UUID
+  // By (GPU UUID, pid) listed now: every span of that pid on that GPU since kListingMarginMs before
+  // the process now at the pid started, however long ago (not limited to `back_ms`).
+  std::map<std::pair<std::string, unsigned>, std::vector<store::ProcessSpan>> listings;
 };
+
+// Fills `out.listings` for every process `now` lists with a known start time (one without is
+// never a candidate: not-visible or too-young).
+Result<void> read_listings(store::Reader& reader, const gpu::Snapshot& now, long long wall_now_ms, StoreRecord& out) {
+  for (const auto& d : now.devices) {
+    if (!d.id.uuid) continue;
+    const auto index = out.index_of_uuid.find(*d.id.uuid);
+    if (index == out.index_of_uuid.end()) continue;
+    for (const auto& p : d.processes) {
+      if (!p.host.start_time_unix) continue;
+      const store::TimeRange range{*p.host.start_time_unix * 1000 - kListingMarginMs, wall_now_ms + 1};
+      TARMAC_TRY_ASSIGN(auto spans, reader.processes_of(index->second, p.pid, range));
+      out.listings[std::make_pair(*d.id.uuid, p.pid)] = std::move(spans);
+    }
+  }
+  return {};
+}
 
 Result<StoreRecord> read_store(const std::string& path, const gpu::Snapshot& now, long long wall_now_ms,
                                long long back_ms, long long fresh_ms) {
@@ -131,6 +152,7 @@ Result<StoreRecord> read_store(const std::string& path, const gpu::Snapshot& now
   for (const auto& g : gpus) out.index_of_uuid[g.uuid] = g.gpu;
   TARMAC_TRY_ASSIGN(out.spans, reader.processes(range));
   TARMAC_TRY_ASSIGN(out.rows, reader.process_samples(range, {}));
+  TARMAC_TRY(read_listings(reader, now, wall_now_ms, out));
   std::sort(out.rows.begin(), out.rows.end(), [](const auto& a, const auto& b) { return a.ts_ms < b.ts_ms; });
   return out;
 }
@@ -155,6 +177,15 @@ IdleHistory history_from_store(const StoreRecord& record, const std::optional<st
     if (row.gpu == gpu && row.pid == process.pid) rows.push_back(row);
   }
   return store_history(*best, rows, now);
+}
+
+// What the store says against `process`'s listing on the GPU of UUID `uuid` (listed_for_another).
+std::optional<std::string> listed_before_in_store(const StoreRecord& record, const std::optional<std::string>& uuid,
+                                                  const gpu::GpuProcess& process) {
+  if (!uuid) return std::nullopt;  // no UUID: no history either, never a candidate
+  const auto found = record.listings.find({*uuid, process.pid});
+  if (found == record.listings.end()) return std::nullopt;
+  return listed_for_another(found->second, process.pid, process.host.start_time_unix);
 }
 
 // Watches for `window_ms`: a snapshot every interval until the last is `window_ms` after the
@@ -231,10 +262,39 @@ void Watch::add(const gpu::Snapshot& snapshot, long long ts_ms) {
   }
 }
 
+std::optional<std::string> Watch::listed_for_another(unsigned gpu, const gpu::GpuProcess& process) const {
+  const Key own = key_of(gpu, process);
+  for (auto it = seen_.lower_bound({gpu, process.pid, std::numeric_limits<long long>::min()});
+       it != seen_.end() && std::get<0>(it->first) == gpu && std::get<1>(it->first) == process.pid; ++it) {
+    if (it->first == own) continue;
+    const long long start = std::get<2>(it->first);
+    return fmt::format("reap's watch saw the driver list pid {} on this GPU for another process ({})", process.pid,
+                       start < 0 ? std::string("start time unknown") : fmt::format("started at {}", start));
+  }
+  return std::nullopt;
+}
+
 IdleHistory Watch::history(unsigned gpu, const gpu::GpuProcess& process) const {
   const auto found = seen_.find(key_of(gpu, process));
   if (found == seen_.end()) return {};
   return idle_history(found->second, max_gap_ms_);
+}
+
+std::optional<std::string> listed_for_another(const std::vector<store::ProcessSpan>& spans, unsigned pid,
+                                              std::optional<long long> start_unix) {
+  if (!start_unix) return fmt::format("the start time of pid {} is unknown: its listing cannot be tied to it", pid);
+  const long long start_ms = *start_unix * 1000;
+  for (const auto& span : spans) {
+    if (span.pid != pid || span.start_unix == start_unix || span.last_ms < start_ms - kListingMarginMs) continue;
+    const std::string whose =
+        span.start_unix ? fmt::format("a process started at {}", *span.start_unix) : std::string("a pid /proc did not show");
+    const std::string when = span.last_ms < start_ms
+                                 ? util::format_duration_ms(start_ms - span.last_ms) + " before this process started"
+                                 : std::string("after this process started");
+    return fmt::format("the driver listed pid {} on this GPU for {} until {}: the listing may be a stale context's",
+                       pid, whose, when);
+  }
+  return std::nullopt;
 }
 
 std::optional<host::DeviceNumber> device_file_of(const gpu::Device& device,
@@ -330,6 +390,8 @@ Result<Gathered> gather(gpu::Backend& backend, const host::ProcReader& proc, con
       e.history = record ? history_from_store(*record, device.id.uuid, process, observe(device, process, wall_now),
                                               options.store_fresh_ms)
                          : seen.history(device.id.index, process);
+      e.listed_before = record ? listed_before_in_store(*record, device.id.uuid, process)
+                               : seen.listed_for_another(device.id.index, process);
       out.processes.push_back(std::move(e));
     }
   }

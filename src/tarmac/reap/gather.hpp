@@ -13,6 +13,7 @@
 #include "tarmac/host/proc_reader.hpp"
 #include "tarmac/reap/evidence.hpp"
 #include "tarmac/reap/rules.hpp"
+#include "tarmac/store/rows.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/result.hpp"
 
@@ -24,6 +25,13 @@ struct JobLease {
   std::string job_id;
   unsigned pid = 0;  // the lease's owner; 0 for none
 };
+
+// How long before a process started a listing of its (GPU, pid) for another process still makes
+// its own listing unproven: 2 × the agent's process interval + 30 s covers an interval of up to
+// 4m45s (the default is 5 s), since the agent's last sample of the stale listing falls within one
+// interval before the new process appeared. A pid reused on the same GPU within it is refused even
+// when innocent: the margin errs towards not killing.
+inline constexpr long long kListingMarginMs = 10 * 60 * 1000;
 
 struct GatherOptions {
   std::vector<unsigned> gpus;            // --gpu; empty: every GPU
@@ -63,6 +71,9 @@ class Watch {
   // The snapshot's readings, stamped `ts_ms` (monotonic: a watch never steps with the wall clock).
   void add(const gpu::Snapshot& snapshot, long long ts_ms);
   [[nodiscard]] IdleHistory history(unsigned gpu, const gpu::GpuProcess& process) const;
+  // What the watch saw of `process`'s (GPU, pid) listed for a process of another or unknown start
+  // time, as the sentence for ProcessEvidence::listed_before; nullopt when it saw none.
+  [[nodiscard]] std::optional<std::string> listed_for_another(unsigned gpu, const gpu::GpuProcess& process) const;
 
  private:
   using Key = std::tuple<unsigned, unsigned, long long>;
@@ -70,6 +81,13 @@ class Watch {
   long long max_gap_ms_;
   std::map<Key, std::vector<Observation>> seen_;
 };
+
+// What the store's `spans` of one (GPU, pid) say against the listing of the process started at
+// `start_unix` (seconds) holding that pid now: the sentence for ProcessEvidence::listed_before when
+// one of another or unknown start time has its last sample kListingMarginMs before that start or
+// later; nullopt when none does.
+[[nodiscard]] std::optional<std::string> listed_for_another(const std::vector<store::ProcessSpan>& spans, unsigned pid,
+                                                            std::optional<long long> start_unix);
 
 // The device file of `device`'s GPU: (195, its minor), or `override` when given; nullopt when the
 // minor is unknown or the GPU runs in MIG mode (its instances share the file: it proves nothing).

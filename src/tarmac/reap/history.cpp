@@ -27,6 +27,23 @@ std::optional<std::size_t> idle_start(const std::vector<Observation>& observatio
   return start;
 }
 
+bool in_percent(long long v) { return v >= 0 && v <= 100; }
+
+// A row's reading, as gather's observe() takes one: the busiest of SM, memory and the other engines
+// (encoder, decoder, JPEG, OFA); unknown when SM is, or when any known figure is garbage (outside
+// 0..100). A store before schema 2 has no memory figure, before 3 none of the other engines: what
+// it has counts.
+std::optional<unsigned> busiest_engine(const store::ProcessSample& row) {
+  if (!row.sm_util_pct || !in_percent(*row.sm_util_pct)) return std::nullopt;
+  long long out = *row.sm_util_pct;
+  for (const auto& v : {row.mem_util_pct, row.other_util_pct}) {
+    if (!v) continue;
+    if (!in_percent(*v)) return std::nullopt;
+    out = std::max(out, *v);
+  }
+  return static_cast<unsigned>(out);
+}
+
 }  // namespace
 
 IdleHistory idle_history(const std::vector<Observation>& observations, long long max_gap_ms) {
@@ -51,14 +68,8 @@ IdleHistory store_history(const store::ProcessSpan& span, const std::vector<stor
     if (row.ts_ms < span.first_ms || row.ts_ms > span.last_ms) continue;
     Observation o;
     o.ts_ms = row.ts_ms;
-    if (row.sm_util_pct && *row.sm_util_pct >= 0 && *row.sm_util_pct <= 100) {
-      // The busier of SM and memory utilization, as gather's observe() takes it (a store written
-      // before schema 2 has no memory figure: SM alone).
-      long long busiest = *row.sm_util_pct;
-      if (row.mem_util_pct && *row.mem_util_pct >= 0 && *row.mem_util_pct <= 100) {
-        busiest = std::max(busiest, *row.mem_util_pct);
-      }
-      o.sm_util_pct = static_cast<unsigned>(busiest);
+    if (const auto busiest = busiest_engine(row)) {
+      o.sm_util_pct = *busiest;
       o.source = UtilSource::PerProcess;
     }
     if (row.mem_used_mib && *row.mem_used_mib >= 0) {

@@ -134,22 +134,22 @@ Result<std::vector<Rollup>> Reader::rollups(Level level, const TimeRange& range,
 }
 
 Result<std::vector<ProcessSample>> Reader::process_samples(const TimeRange& range, const std::vector<unsigned>& gpus) {
-  // A version 1 store that no agent has upgraded yet (the reader never writes) has no
-  // mem_util_pct: its rows read as unknown.
-  TARMAC_TRY_ASSIGN(auto has_mem_util, db_.scalar("SELECT count(*) FROM pragma_table_info('process_sample') "
-                                                  "WHERE name = 'mem_util_pct'"));
-  const char* mem_util = has_mem_util.value_or(0) != 0 ? "mem_util_pct" : "NULL";
-  TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("SELECT ts_ms, gpu, pid, mem_used_mib, sm_util_pct, {} FROM "
+  // A store of an older version that no agent has upgraded yet (the reader never writes) lacks
+  // the newer columns: its rows read them as unknown.
+  TARMAC_TRY_ASSIGN(const bool has_mem_util, process_sample_has(db_, "mem_util_pct"));
+  TARMAC_TRY_ASSIGN(const bool has_other_util, process_sample_has(db_, "other_util_pct"));
+  TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("SELECT ts_ms, gpu, pid, mem_used_mib, sm_util_pct, {}, {} FROM "
                                                      "process_sample WHERE ts_ms >= ? AND ts_ms < ?{} "
                                                      "ORDER BY ts_ms, gpu, pid",
-                                                     mem_util, gpu_filter(gpus))));
+                                                     has_mem_util ? "mem_util_pct" : "NULL",
+                                                     has_other_util ? "other_util_pct" : "NULL", gpu_filter(gpus))));
   bind_range(st, range);
   std::vector<ProcessSample> out;
   for (;;) {
     TARMAC_TRY_ASSIGN(const bool row, st.step());
     if (!row) break;
     out.push_back({st.int64(0), static_cast<unsigned>(st.int64(1)), static_cast<unsigned>(st.int64(2)),
-                   st.opt_int64(3), st.opt_int64(4), st.opt_int64(5)});
+                   st.opt_int64(3), st.opt_int64(4), st.opt_int64(5), st.opt_int64(6)});
   }
   return out;
 }
@@ -172,11 +172,13 @@ Result<std::vector<ActivitySpan>> Reader::activity(const TimeRange& range) {
   return out;
 }
 
-Result<std::vector<ProcessSpan>> Reader::processes(const TimeRange& range) {
-  TARMAC_TRY_ASSIGN(auto st, db_.prepare("SELECT gpu, pid, first_ms, last_ms, start_unix, user, command, container, "
-                                         "slurm_job, mem_used_mib_max FROM process "
-                                         "WHERE last_ms >= ? AND first_ms < ? ORDER BY first_ms, gpu"));
-  bind_range(st, range);
+namespace {
+
+constexpr std::string_view kSelectSpans =
+    "SELECT gpu, pid, first_ms, last_ms, start_unix, user, command, container, slurm_job, mem_used_mib_max FROM process "
+    "WHERE last_ms >= ? AND first_ms < ?";
+
+Result<std::vector<ProcessSpan>> read_spans(Statement& st) {
   std::vector<ProcessSpan> out;
   for (;;) {
     TARMAC_TRY_ASSIGN(const bool row, st.step());
@@ -195,6 +197,22 @@ Result<std::vector<ProcessSpan>> Reader::processes(const TimeRange& range) {
     out.push_back(std::move(p));
   }
   return out;
+}
+
+}  // namespace
+
+Result<std::vector<ProcessSpan>> Reader::processes(const TimeRange& range) {
+  TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("{} ORDER BY first_ms, gpu", kSelectSpans)));
+  bind_range(st, range);
+  return read_spans(st);
+}
+
+Result<std::vector<ProcessSpan>> Reader::processes_of(unsigned gpu, unsigned pid, const TimeRange& range) {
+  TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("{} AND gpu = ? AND pid = ? ORDER BY first_ms", kSelectSpans)));
+  bind_range(st, range);
+  st.bind(3, static_cast<long long>(gpu));
+  st.bind(4, static_cast<long long>(pid));
+  return read_spans(st);
 }
 
 Result<std::vector<Event>> Reader::events(const TimeRange& range) {

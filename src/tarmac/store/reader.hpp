@@ -34,6 +34,8 @@ class Reader {
   // Spans that overlap the range (not clipped).
   [[nodiscard]] Result<std::vector<ActivitySpan>> activity(const TimeRange& range);
   [[nodiscard]] Result<std::vector<ProcessSpan>> processes(const TimeRange& range);
+  // The spans of `pid` on GPU `gpu` (the store's index) that overlap the range.
+  [[nodiscard]] Result<std::vector<ProcessSpan>> processes_of(unsigned gpu, unsigned pid, const TimeRange& range);
   [[nodiscard]] Result<std::vector<Event>> events(const TimeRange& range);
 
  private:

@@ -129,8 +129,8 @@ void bind_slow_sample(Statement& st, const SlowSample& s) {
 }
 
 constexpr std::string_view kInsertProcessSample =
-    "INSERT OR REPLACE INTO process_sample(ts_ms, gpu, pid, mem_used_mib, sm_util_pct, mem_util_pct) "
-    "VALUES(?, ?, ?, ?, ?, ?)";
+    "INSERT OR REPLACE INTO process_sample(ts_ms, gpu, pid, mem_used_mib, sm_util_pct, mem_util_pct, "
+    "other_util_pct) VALUES(?, ?, ?, ?, ?, ?, ?)";
 
 void bind_process_sample(Statement& st, const ProcessSample& s) {
   st.bind(1, s.ts_ms);
@@ -139,6 +139,7 @@ void bind_process_sample(Statement& st, const ProcessSample& s) {
   st.bind(4, s.mem_used_mib);
   st.bind(5, s.sm_util_pct);
   st.bind(6, s.mem_util_pct);
+  st.bind(7, s.other_util_pct);
 }
 
 constexpr std::string_view kInsertEvent = "INSERT INTO event(ts_ms, gpu, kind, detail) VALUES(?, ?, ?, ?)";

@@ -55,6 +55,9 @@ struct ProcessSample {
   std::optional<long long> mem_used_mib;
   std::optional<long long> sm_util_pct;
   std::optional<long long> mem_util_pct;  // NULL in rows a version 1 store recorded
+  // The busiest of the encoder, decoder, JPEG and OFA (NULL when none is known; NULL in rows a
+  // store before version 3 recorded): one column, since whichever engine it is, it is work.
+  std::optional<long long> other_util_pct;
 };
 
 // A process's stay on one GPU, from first to last sample that saw it (table process).

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS gpu_slow_sample(
   PRIMARY KEY(ts_ms, gpu)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS process_sample(
   ts_ms INTEGER NOT NULL, gpu INTEGER NOT NULL, pid INTEGER NOT NULL,
-  mem_used_mib INTEGER, sm_util_pct INTEGER, mem_util_pct INTEGER, PRIMARY KEY(ts_ms, gpu, pid)) WITHOUT ROWID;
+  mem_used_mib INTEGER, sm_util_pct INTEGER, mem_util_pct INTEGER, other_util_pct INTEGER,
+  PRIMARY KEY(ts_ms, gpu, pid)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS process(
   gpu INTEGER NOT NULL, pid INTEGER NOT NULL, first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
   start_unix INTEGER, user TEXT, command TEXT, container TEXT, slurm_job TEXT,
@@ -61,15 +62,28 @@ CREATE VIEW IF NOT EXISTS gpu_hour_v AS
   FROM gpu_hour;
 )sql";
 
-// Version 1 stores lack process_sample.mem_util_pct: their rows keep NULL (unknown), never 0.
-Result<void> upgrade_from_version_1(Database& db) {
-  TARMAC_TRY_ASSIGN(auto has, db.scalar("SELECT count(*) FROM pragma_table_info('process_sample') "
-                                        "WHERE name = 'mem_util_pct'"));
-  if (has.value_or(0) != 0) return {};
-  return db.exec("ALTER TABLE process_sample ADD COLUMN mem_util_pct INTEGER");
+// Adds `column` (INTEGER) to process_sample when a store of an older version lacks it: the rows it
+// recorded keep NULL (unknown), never 0.
+Result<void> add_process_sample_column(Database& db, std::string_view column) {
+  TARMAC_TRY_ASSIGN(const bool has, process_sample_has(db, column));
+  if (has) return {};
+  return db.exec(fmt::format("ALTER TABLE process_sample ADD COLUMN {} INTEGER", column));
+}
+
+// Version 1 lacks process_sample.mem_util_pct, versions 1 and 2 other_util_pct.
+Result<void> upgrade_older_versions(Database& db) {
+  TARMAC_TRY(add_process_sample_column(db, "mem_util_pct"));
+  return add_process_sample_column(db, "other_util_pct");
 }
 
 }  // namespace
+
+Result<bool> process_sample_has(Database& db, std::string_view column) {
+  TARMAC_TRY_ASSIGN(auto has, db.scalar(fmt::format("SELECT count(*) FROM pragma_table_info('process_sample') "
+                                                    "WHERE name = '{}'",
+                                                    column)));
+  return has.value_or(0) != 0;
+}
 
 Result<void> check_schema(Database& db) {
   auto has_meta = db.scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'meta'");
@@ -98,7 +112,7 @@ Result<void> ensure_schema(Database& db) {
     }
     TARMAC_TRY_ASSIGN(auto version, db.scalar("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'"));
     if (version && *version > kSchemaVersion) return check_schema(db);
-    TARMAC_TRY(upgrade_from_version_1(db));
+    TARMAC_TRY(upgrade_older_versions(db));
     return db.exec(fmt::format("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '{}')", kSchemaVersion));
   };
   if (auto r = body(); !r.ok()) {

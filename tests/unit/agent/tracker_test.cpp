@@ -500,5 +500,31 @@ TEST_F(TrackerTest, PerProcessUtilizationIsRecordedAndUnknownToIdleIsAChange) {
   EXPECT_EQ(got, (std::vector<Row>{Row{0, std::nullopt, std::nullopt}, Row{10, 0, 0}, Row{20, 0, 7}, Row{25, 92, 7}}));
 }
 
+// H4 in the store: a process busy only on the encoder, decoder, JPEG or OFA engine is recorded as
+// such (other_util_pct, the busiest of them; schema 3), with the same rule: a row when it changes.
+// The old tracker wrote SM and memory only, and an NVENC job read idle in its whole history.
+TEST_F(TrackerTest, TheOtherEnginesAreRecordedAsTheirBusiestAndAChangeIsARow) {
+  auto at = [&](long long t, std::optional<unsigned> enc, std::optional<unsigned> jpg) {
+    auto p = process(100, 6144);
+    p.sm_util_pct = 0;
+    p.mem_util_pct = 0;
+    p.enc_util_pct = enc;
+    p.dec_util_pct = enc ? std::optional<unsigned>(0U) : std::nullopt;
+    p.jpg_util_pct = jpg;
+    observe(snapshot({device(0, 90, {p})}), kT0 + t * kS);
+  };
+  at(0, std::nullopt, std::nullopt);  // no engine known: NULL
+  at(5, 0U, std::nullopt);            // unknown -> idle: a change
+  at(10, 0U, std::nullopt);           // unchanged: not written
+  at(15, 55U, std::nullopt);          // the encoder alone gets busy
+  at(20, 10U, 30U);                   // the busiest of them
+  auto samples = read().process_samples(kAll, {});
+  ASSERT_TRUE(samples.ok());
+  using Row = std::tuple<long long, std::optional<long long>, std::optional<long long>>;
+  std::vector<Row> got;
+  for (const auto& s : *samples) got.emplace_back((s.ts_ms - kT0) / kS, s.sm_util_pct, s.other_util_pct);
+  EXPECT_EQ(got, (std::vector<Row>{Row{0, 0, std::nullopt}, Row{5, 0, 0}, Row{15, 0, 55}, Row{20, 0, 30}}));
+}
+
 }  // namespace
 }  // namespace tarmac::agent

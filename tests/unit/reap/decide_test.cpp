@@ -137,6 +137,32 @@ TEST(Decide, APidWithoutTheGpusDeviceFileIsNeverACandidate) {
   EXPECT_EQ(reason(e), Reason::NotHolding);
 }
 
+// N1: a listing the store or the watch saw for another process at the pid is not this process's.
+TEST(Decide, AListingSeenForAnotherProcessIsNeverACandidate) {
+  auto e = idle_kernel();
+  e.listed_before = "the driver listed pid 4242 on this GPU for a pid /proc did not show until 3s before this "
+                    "process started: the listing may be a stale context's";
+  const auto d = decide_one(e, rules(), root());
+  EXPECT_EQ(d.reason, Reason::NotHolding);
+  EXPECT_EQ(d.detail, *e.listed_before);
+}
+
+// N1's residual: without the store a listing older than the watch cannot be tied to its process,
+// so --kill (Intent::Kill) takes no watch evidence; a dry run still shows the candidate, and store
+// evidence still makes one under --kill.
+TEST(Decide, KillTakesNoWatchEvidence) {
+  auto e = idle_kernel();
+  e.source = EvidenceSource::Watch;
+  Caller killing = root();
+  killing.intent = Intent::Kill;
+  const auto d = decide_one(e, rules(), killing);
+  EXPECT_EQ(d.reason, Reason::NotHolding);
+  EXPECT_NE(d.detail.find("--kill acts on the store's evidence only"), std::string::npos) << d.detail;
+  EXPECT_EQ(reason(e), Reason::Candidate);
+  e.source = EvidenceSource::Store;
+  EXPECT_EQ(reason(e, rules(), killing), Reason::Candidate);
+}
+
 // High finding H1: one decision per process over every GPU it is listed on. A rank idle on GPU 3
 // and busy on GPU 5 is busy (the old code made it a candidate on GPU 3).
 TEST(Decide, AProcessBusyOnAnotherGpuIsBusy) {

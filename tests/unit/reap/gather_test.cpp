@@ -89,15 +89,34 @@ void record(const std::string& path, const Holder& holder, const std::string& uu
   span.start_unix = holder.process.host.start_time_unix;
   span.user = "root";
   recorder.update(span);
-  recorder.add(store::ProcessSample{now - 20 * kMin, index, holder.process.pid, 4096, 0, 0});
+  recorder.add(store::ProcessSample{now - 20 * kMin, index, holder.process.pid, 4096, 0, 0, 0});
   ASSERT_TRUE(recorder.flush().ok);
 }
 
-TEST(Gather, TheStoreIsTheEvidenceWhenItRecordsThisMachine) {
-  store::test_support::TempDir dir;
-  Holder holder;
-  const std::string db = dir.path() + "/tarmac.db";
-  record(db, holder);
+// Adds a span of `pid` on GPU `index` to the store at `path`: the agent's record of the driver
+// listing the pid from `first_ms` to `last_ms` for the process started at `start_unix` (nullopt:
+// no such pid in /proc then).
+void record_listing(const std::string& path, unsigned pid, long long first_ms, long long last_ms,
+                    std::optional<long long> start_unix, unsigned index = 0) {
+  store::RecorderOptions options;
+  options.path = path;
+  store::Recorder recorder(options);
+  store::ProcessSpan span;
+  span.gpu = index;
+  span.pid = pid;
+  span.first_ms = first_ms;
+  span.last_ms = last_ms;
+  span.start_unix = start_unix;
+  recorder.update(span);
+  ASSERT_TRUE(recorder.flush().ok);
+}
+
+// The store's evidence of `holder` listed on GPU-a, decided as root with min_age 0.
+struct StoreDecision {
+  ProcessEvidence evidence;
+  Decision decision;
+};
+StoreDecision decide_from_store(const std::string& db, const Holder& holder) {
   OneGpu gpus({holder.process});
   InstantClock clock;
   GatherOptions options;
@@ -105,15 +124,77 @@ TEST(Gather, TheStoreIsTheEvidenceWhenItRecordsThisMachine) {
   options.idle_for_ms = 10 * kMin;
   options.device_file_override = test_device_file();
   const auto gathered = gather(gpus, test_support::test_proc_reader(), options, clock);
-  ASSERT_TRUE(gathered.ok()) << gathered.error().message;
-  EXPECT_EQ(gathered->source, EvidenceSource::Store);
-  ASSERT_EQ(gathered->processes.size(), 1U);
-  const auto& e = gathered->processes[0];
-  EXPECT_GE(e.history.idle_ms(), 20 * kMin - 1000);
-  EXPECT_EQ(e.holding, host::Holding::Holds);
+  EXPECT_TRUE(gathered.ok()) << gathered.error().message;
+  EXPECT_EQ(gathered->source, EvidenceSource::Store) << gathered->store_note;
   ReaperConfig rules;
   rules.min_age_ms = 0;
-  EXPECT_EQ(decide_one(e, rules, Caller{0, getpid(), {}, false}).reason, Reason::Candidate);
+  const auto& e = gathered->processes.at(0);
+  return {e, decide_one(e, rules, Caller{0, getpid(), {}, false})};
+}
+
+// N1: the attacker's X allocated memory on the GPU, forked a child that kept its device file, and
+// exited; the driver went on listing X's pid, which the agent recorded with X's start time, then
+// with none (no such pid in /proc), until the victim's W got the pid. W holds the device file and
+// reads the stale context's 0 %: the old code made it a candidate.
+TEST(Gather, AListingThatPredatesTheProcessAtThePidIsNotItsOwn) {
+  store::test_support::TempDir dir;
+  Holder w;
+  const std::string db = dir.path() + "/tarmac.db";
+  record(db, w);
+  const long long start = *w.process.host.start_time_unix;
+  record_listing(db, w.process.pid, (start - 3600) * 1000, (start - 120) * 1000, start - 4000);  // X
+  record_listing(db, w.process.pid, (start - 115) * 1000, start * 1000 - 3000, std::nullopt);   // X's stale context
+  const auto got = decide_from_store(db, w);
+  EXPECT_EQ(got.evidence.holding, host::Holding::Holds);
+  EXPECT_EQ(got.decision.reason, Reason::NotHolding) << got.decision.detail;
+  EXPECT_NE(got.decision.detail.find("for a process started at " + std::to_string(start - 4000) + " until 2m before this process started"),
+            std::string::npos)
+      << got.decision.detail;
+}
+
+// A pid reused long after its last listing for another process (beyond kListingMarginMs) is the
+// new process's: still a candidate.
+TEST(Gather, AListingLongBeforeTheProcessStartedDoesNotStopIt) {
+  store::test_support::TempDir dir;
+  Holder w;
+  const std::string db = dir.path() + "/tarmac.db";
+  record(db, w);
+  const long long start_ms = *w.process.host.start_time_unix * 1000;
+  record_listing(db, w.process.pid, start_ms - 60 * kMin, start_ms - kListingMarginMs - 1000, std::nullopt);
+  const auto got = decide_from_store(db, w);
+  EXPECT_FALSE(got.evidence.listed_before.has_value()) << *got.evidence.listed_before;
+  EXPECT_EQ(got.decision.reason, Reason::Candidate) << got.decision.detail;
+}
+
+TEST(Gather, ListingsForAnotherProcessAreMatchedByStartTimeAndMargin) {
+  const long long start = 1'700'000'000;
+  auto span = [](long long last_ms, std::optional<long long> start_unix) {
+    store::ProcessSpan s;
+    s.pid = 7;
+    s.first_ms = last_ms - kMin;
+    s.last_ms = last_ms;
+    s.start_unix = start_unix;
+    return s;
+  };
+  EXPECT_FALSE(listed_for_another({span(start * 1000 + 60'000, start)}, 7, start));  // its own
+  EXPECT_FALSE(listed_for_another({span(start * 1000 - kListingMarginMs - 1, start - 900)}, 7, start));
+  EXPECT_TRUE(listed_for_another({span(start * 1000 - kListingMarginMs, start - 900)}, 7, start));
+  const auto later = listed_for_another({span(start * 1000 + 5000, std::nullopt)}, 7, start);
+  ASSERT_TRUE(later);
+  EXPECT_NE(later->find("after this process started"), std::string::npos) << *later;
+  EXPECT_TRUE(listed_for_another({}, 7, std::nullopt));  // no start time: nothing can be tied to it
+}
+
+TEST(Gather, TheStoreIsTheEvidenceWhenItRecordsThisMachine) {
+  store::test_support::TempDir dir;
+  Holder holder;
+  const std::string db = dir.path() + "/tarmac.db";
+  record(db, holder);
+  const auto got = decide_from_store(db, holder);
+  EXPECT_GE(got.evidence.history.idle_ms(), 20 * kMin - 1000);
+  EXPECT_EQ(got.evidence.holding, host::Holding::Holds);
+  EXPECT_FALSE(got.evidence.listed_before.has_value());  // no earlier listing of its pid: its own
+  EXPECT_EQ(got.decision.reason, Reason::Candidate) << got.decision.detail;
 }
 
 // Low finding: the store's rows are matched by the GPU's UUID, not its index (the agent recorded
@@ -240,6 +321,50 @@ TEST(Gather, AnotherMachinesStoreIsNotEvidence) {
   const auto& h = gathered->processes.at(0).history;
   EXPECT_EQ(h.last_source, UtilSource::DeviceAlone);
   EXPECT_EQ(h.idle_ms(), 2000);
+  EXPECT_FALSE(gathered->processes.at(0).listed_before.has_value());  // the watch saw only this process
+}
+
+// N1 in a watch: the driver listed the pid without a process in /proc (a stale context) before the
+// holder appeared at it; the old code keyed the watch by start time and made the holder a
+// candidate on its own readings.
+TEST(Gather, AWatchThatSawThePidListedForAnotherProcessRefusesIt) {
+  class StaleThenHolder final : public gpu::Backend {
+   public:
+    explicit StaleThenHolder(gpu::GpuProcess holder) : holder_(std::move(holder)) {}
+    Result<gpu::Snapshot> snapshot(const gpu::SnapshotOptions&) override {
+      gpu::Device d;
+      d.id.uuid = "GPU-a";
+      d.id.minor_number = 0;
+      gpu::GpuProcess p = holder_;
+      p.sm_util_pct = 0;
+      p.mem_util_pct = 0;
+      if (calls_++ < 2) p.host = host::ProcessInfo{};  // no such pid in /proc yet: start time unknown
+      d.processes = {p};
+      gpu::Snapshot s;
+      s.devices = {d};
+      return s;
+    }
+
+   private:
+    gpu::GpuProcess holder_;
+    int calls_ = 0;
+  };
+  Holder holder;
+  StaleThenHolder gpus(holder.process);
+  InstantClock clock;
+  GatherOptions options;
+  options.window_ms = 2000;
+  options.device_file_override = test_device_file();
+  const auto gathered = gather(gpus, test_support::test_proc_reader(), options, clock);
+  ASSERT_TRUE(gathered.ok());
+  const auto& e = gathered->processes.at(0);
+  ASSERT_TRUE(e.listed_before.has_value());
+  ReaperConfig rules;
+  rules.min_age_ms = 0;
+  rules.idle_for_ms = 1000;
+  const auto d = decide_one(e, rules, Caller{0, getpid(), {}, false});
+  EXPECT_EQ(d.reason, Reason::NotHolding) << d.detail;
+  EXPECT_NE(d.detail.find("for another process (start time unknown)"), std::string::npos) << d.detail;
 }
 
 TEST(Gather, TheDevicesFigureSpeaksOnlyForAProcessAlone) {

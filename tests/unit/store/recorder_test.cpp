@@ -29,7 +29,7 @@ auto fields(const GpuSample& s) {
 }
 auto fields(const GpuInfo& g) { return std::make_tuple(g.gpu, g.uuid, g.name, g.pci_bus_id, g.mem_total_mib); }
 auto fields(const ProcessSample& p) {
-  return std::make_tuple(p.ts_ms, p.gpu, p.pid, p.mem_used_mib, p.sm_util_pct, p.mem_util_pct);
+  return std::make_tuple(p.ts_ms, p.gpu, p.pid, p.mem_used_mib, p.sm_util_pct, p.mem_util_pct, p.other_util_pct);
 }
 auto fields(const ProcessSpan& p) {
   return std::make_tuple(p.gpu, p.pid, p.first_ms, p.last_ms, p.start_unix, p.user, p.command, p.container, p.slurm_job,
@@ -91,7 +91,7 @@ TEST(Recorder, AFlushIsReadBackFieldForFieldWithNullsForMissingValues) {
   rec.add(all);
   rec.add(none);
 
-  const ProcessSample p1{kHour0, 0, 4242, 69000, 95, 41};
+  const ProcessSample p1{kHour0, 0, 4242, 69000, 95, 41, 17};
   const ProcessSample p2{kHour0, 0, 4343, std::nullopt, std::nullopt};
   rec.add(p1);
   rec.add(p2);

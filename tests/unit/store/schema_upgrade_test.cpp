@@ -89,6 +89,54 @@ TEST(SchemaUpgrade, TheRecorderUpgradesAVersionOneStoreInPlaceAndKeepsUnknownApa
   EXPECT_EQ(schema_version(path), kSchemaVersion);
 }
 
+// process_sample as version 2 created it (before other_util_pct), with one recorded row.
+constexpr const char* kVersion2 = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS process_sample(
+  ts_ms INTEGER NOT NULL, gpu INTEGER NOT NULL, pid INTEGER NOT NULL,
+  mem_used_mib INTEGER, sm_util_pct INTEGER, mem_util_pct INTEGER, PRIMARY KEY(ts_ms, gpu, pid)) WITHOUT ROWID;
+INSERT INTO meta(key, value) VALUES('schema_version', '2');
+INSERT INTO process_sample(ts_ms, gpu, pid, mem_used_mib, sm_util_pct, mem_util_pct)
+  VALUES(1736154000000, 0, 4242, 6144, 0, 0);
+)sql";
+
+// Version 2 to 3: process_sample gains other_util_pct (encoder, decoder, JPEG, OFA); a reader reads
+// a version 2 store as it is, the recorder upgrades it in place, and old rows keep it unknown.
+TEST(SchemaUpgrade, AVersionTwoStoreGainsTheOtherEnginesInPlace) {
+  TempDir dir;
+  const std::string path = database_path(dir.path());
+  {
+    auto db = Database::open(path, Database::Mode::ReadWrite);
+    ASSERT_TRUE(db.ok()) << db.error().message;
+    ASSERT_TRUE(db->exec(kVersion2).ok());
+  }
+  {
+    auto reader = Reader::open(path);
+    ASSERT_TRUE(reader.ok()) << reader.error().message;
+    auto rows = reader->process_samples(kAll, {});
+    ASSERT_TRUE(rows.ok()) << rows.error().message;
+    ASSERT_EQ(rows->size(), 1U);
+    EXPECT_EQ((*rows)[0].mem_util_pct, 0);
+    EXPECT_FALSE((*rows)[0].other_util_pct.has_value());
+    EXPECT_EQ(schema_version(path), 2);  // a reader never writes
+  }
+  {
+    Recorder rec({path, {}, 1000});
+    rec.add(ProcessSample{kT0 + 1000, 0, 4242, 6144, 0, 0, 70});  // an NVENC job at SM 0 %
+    const FlushStatus st = rec.flush();
+    ASSERT_TRUE(st.ok) << st.message;
+  }
+  EXPECT_EQ(schema_version(path), kSchemaVersion);
+  EXPECT_EQ(kSchemaVersion, 3);
+  auto reader = Reader::open(path);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  auto rows = reader->process_samples(kAll, {});
+  ASSERT_TRUE(rows.ok()) << rows.error().message;
+  ASSERT_EQ(rows->size(), 2U);
+  EXPECT_FALSE((*rows)[0].other_util_pct.has_value());  // the old row: unknown, never 0
+  EXPECT_EQ((*rows)[1].other_util_pct, 70);
+}
+
 TEST(SchemaUpgrade, AStoreOfANewerSchemaIsRefused) {
   TempDir dir;
   const std::string path = make_version_1_store(dir);
