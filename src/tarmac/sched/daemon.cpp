@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "tarmac/sched/daemon_common.hpp"
 #include "tarmac/sched/daemon_state.hpp"
 #include "tarmac/util/clock.hpp"
 
@@ -67,6 +68,27 @@ void Daemon::State::recover() {
   }
 }
 
+void Daemon::State::read_spec_gpus(Job& job) const {
+  const auto text = detail::read_small(file(job.id, "json"));
+  const auto spec = text ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
+  if (!spec.is_object()) return;
+  const auto indices = spec.find("gpus");
+  const auto uuids = spec.find("gpu_uuids");
+  if (indices == spec.end() || uuids == spec.end() || !indices->is_array() || !uuids->is_array() ||
+      indices->size() != uuids->size()) {
+    return;
+  }
+  std::vector<unsigned> chosen;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < indices->size(); ++i) {
+    if (!(*indices)[i].is_number_unsigned() || !(*uuids)[i].is_string()) return;
+    chosen.push_back((*indices)[i].template get<unsigned>());
+    names.push_back((*uuids)[i].template get<std::string>());
+  }
+  job.gpus = std::move(chosen);
+  job.gpu_uuids = std::move(names);
+}
+
 Daemon::State::Recovered Daemon::State::recover(Job job) {
   const long long id = job.id;
   table.load_env(job);
@@ -81,7 +103,16 @@ Daemon::State::Recovered Daemon::State::recover(Job job) {
     // before the agent died may not have yet: then the loop reads it later (never waiting here).
     job.shim_pid = wrapper.pid;
     job.shim_start = wrapper.start;
-    if (job.state == JobState::Queued) job.state = JobState::Running;
+    // Killed between the wrapper's start and record_start: the row still says queued, with no
+    // GPUs. The spec the wrapper runs names them; without them the job's GPUs would look free and
+    // be given out again.
+    if (job.state == JobState::Queued) {
+      job.state = JobState::Running;
+      read_spec_gpus(job);
+      if (auto r = files.write_for(job, wrapper.pid, wrapper.start); !r.ok()) {
+        log(util::LogLevel::Warning, fmt::format("scheduler: job {}: cannot write its leases: {}", id, r.error().message));
+      }
+    }
     if (job.started_ms == 0) job.started_ms = util::wall_ms();
     Job& stored = table.add(std::move(job));
     table.persist(stored);

@@ -45,7 +45,11 @@ bool Daemon::State::write_spec(const Job& job, const std::vector<unsigned>& chos
                {"time_ms", job.time_ms ? json(*job.time_ms) : json(nullptr)},
                // A job queued under a longer cap (or before there was one) gets today's.
                {"grace_ms", std::min(job.grace_ms, opt.config.max_grace_ms)},
-               {"jobs_dir", table.jobs_dir()}};
+               {"jobs_dir", table.jobs_dir()},
+               // What recovery reads back when the agent died between the wrapper's start and the
+               // job's row saying so (Daemon::State::recover).
+               {"gpus", chosen},
+               {"gpu_uuids", uuids}};
   if (!util::write_file_atomically(file(job.id, "json"), util::json_text(spec))) {
     log(util::LogLevel::Error, fmt::format("scheduler: cannot write job {}'s spec in {}", job.id, table.jobs_dir()));
     return false;

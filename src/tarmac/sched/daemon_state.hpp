@@ -93,6 +93,9 @@ struct Daemon::State {
   void recover();
   enum class Recovered { Waiting, Reattached, Ended, Requeued };
   Recovered recover(Job job);
+  // The GPUs the job's spec names (written before its wrapper starts), into job.gpus/gpu_uuids;
+  // nothing when the spec cannot be read.
+  void read_spec_gpus(Job& job) const;
 
   // --- the loop (daemon.cpp) ---
 

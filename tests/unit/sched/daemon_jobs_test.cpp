@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "daemon_fixture.hpp"
+#include "tarmac/store/sqlite.hpp"
 
 namespace tarmac::sched {
 namespace {
@@ -213,6 +214,33 @@ TEST_F(DaemonJobs, ARestartedAgentReattachesARunningJobAndRecordsOneThatEndedMea
   end_wrapper(stays, "exit 7");
   ASSERT_TRUE(reaches(stays, "done")) << "the re-attached wrapper is watched";
   EXPECT_EQ(job(stays)["exit_code"], 7);
+}
+
+// The agent killed between its wrapper's start and the job's row saying so (start_job's last step):
+// the row says queued with no GPUs while the wrapper runs the job on the GPU its spec names. The
+// restarted agent took the job back without its GPUs and leases, so their GPU looked free and was
+// given out again (integration.sched_agent's kill -9 test, once under load).
+TEST_F(DaemonJobs, ARestartedAgentTakesBackTheGpusOfAJobItDiedStarting) {
+  start();
+  const long long id = submit(1);
+  ASSERT_TRUE(reaches(id, "running"));
+  const auto gpu = job(id)["gpus"][0].get<unsigned>();
+  stop();
+  {
+    auto raw = store::Database::open(options_.db_path, store::Database::Mode::ReadWrite);
+    ASSERT_TRUE(raw.ok()) << raw.error().message;
+    ASSERT_TRUE(raw->exec(fmt::format("UPDATE sched_job SET state = 'queued', gpus = '', uuids = '', started_unix_ms = "
+                                      "NULL, shim_pid = NULL, shim_start = NULL WHERE id = {}",
+                                      id))
+                    .ok());
+  }
+  std::filesystem::remove(lease_file(gpu));
+  start();
+  ASSERT_TRUE(reaches(id, "running")) << job(id).dump();
+  EXPECT_EQ(job(id)["gpus"], json::array({gpu})) << job(id).dump();
+  EXPECT_TRUE(std::filesystem::exists(lease_file(gpu))) << "its GPU is leased again";
+  end_wrapper(id, "exit 0");
+  ASSERT_TRUE(reaches(id, "done"));
 }
 
 }  // namespace
