@@ -161,7 +161,7 @@ struct World {
       }
     }
     for (unsigned i = 0; i < kOthers; ++i) fake.add(30'000 + i, 1, "sshd", std::nullopt);
-    proc = std::make_unique<host::ProcReader>(fake.root());
+    proc = std::make_unique<host::ProcReader>(fake.root(), "/dev/zero");  // the one statable path besides NVIDIA's
     gpus = std::make_unique<EightGpus>(*proc);
     gather.store_path = (dir / "tarmac.db").string();
     gather.idle_for_ms = rules.idle_for_ms;

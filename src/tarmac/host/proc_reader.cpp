@@ -113,27 +113,20 @@ ProcessInfo ProcReader::read(unsigned pid) const {
   return info;
 }
 
-std::vector<unsigned> ProcReader::children(unsigned pid) const {
-  std::vector<unsigned> out;
-  for (const auto& [child, parent] : scan_parents(root_)) {
-    if (parent == pid && child != pid) out.push_back(child);
-  }
-  return out;
+std::vector<unsigned> ParentIndex::children(unsigned pid) const {
+  const auto found = kids_.find(pid);
+  return found == kids_.end() ? std::vector<unsigned>{} : found->second;
 }
 
-std::vector<unsigned> ProcReader::descendants(unsigned pid) const {
-  std::unordered_map<unsigned, std::vector<unsigned>> kids;
-  for (const auto& [child, parent] : scan_parents(root_)) {
-    if (child != parent) kids[parent].push_back(child);  // already ascending: scan is sorted
-  }
+std::vector<unsigned> ParentIndex::descendants(unsigned pid) const {
   std::vector<unsigned> out;
   std::set<unsigned> seen{pid};  // guards against a cycle in a corrupt or racing tree
   std::deque<unsigned> queue{pid};
   while (!queue.empty()) {
     const unsigned current = queue.front();
     queue.pop_front();
-    const auto found = kids.find(current);
-    if (found == kids.end()) continue;
+    const auto found = kids_.find(current);
+    if (found == kids_.end()) continue;
     for (const unsigned child : found->second) {
       if (!seen.insert(child).second) continue;
       out.push_back(child);
@@ -142,6 +135,18 @@ std::vector<unsigned> ProcReader::descendants(unsigned pid) const {
   }
   return out;
 }
+
+ParentIndex ProcReader::parent_index() const {
+  ParentIndex index;
+  for (const auto& [child, parent] : scan_parents(root_)) {
+    if (child != parent) index.kids_[parent].push_back(child);  // already ascending: the scan is sorted
+  }
+  return index;
+}
+
+std::vector<unsigned> ProcReader::children(unsigned pid) const { return parent_index().children(pid); }
+
+std::vector<unsigned> ProcReader::descendants(unsigned pid) const { return parent_index().descendants(pid); }
 
 std::optional<ProcessIdentity> ProcReader::identity(unsigned pid) const {
   const auto text = util::read_file(pid_path(pid, "stat"));

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tarmac/host/device_files.hpp"
@@ -18,6 +19,21 @@ struct ProcessIdentity {
   unsigned long long starttime_ticks = 0;  // /proc/<pid>/stat field 22: clock ticks after boot
   std::string boot_id;                     // /proc/sys/kernel/random/boot_id; "" when unreadable
   friend bool operator==(const ProcessIdentity&, const ProcessIdentity&) = default;
+};
+
+// Who is whose parent at one moment: one scan of every /proc/*/stat. A pass that asks about many
+// processes takes one (ProcReader::parent_index) instead of a scan per question, which made reap's
+// survey quadratic in the machine's processes.
+class ParentIndex {
+ public:
+  // Direct children of `pid` in ascending order.
+  [[nodiscard]] std::vector<unsigned> children(unsigned pid) const;
+  // All descendants of `pid`, breadth-first (children before grandchildren), each once.
+  [[nodiscard]] std::vector<unsigned> descendants(unsigned pid) const;
+
+ private:
+  friend class ProcReader;
+  std::unordered_map<unsigned, std::vector<unsigned>> kids_;  // ascending
 };
 
 // Reads process facts under a /proc root; the root is injectable so tests use a fake tree.
@@ -37,6 +53,9 @@ class ProcReader {
 
   // All descendants of `pid`, breadth-first (children before grandchildren), each once.
   [[nodiscard]] std::vector<unsigned> descendants(unsigned pid) const;
+
+  // Every process's parent now, from one scan: for many children/descendants questions.
+  [[nodiscard]] ParentIndex parent_index() const;
 
   // `pid`'s identity now (a zombie's too); nullopt when no such process is visible.
   [[nodiscard]] std::optional<ProcessIdentity> identity(unsigned pid) const;

@@ -38,11 +38,12 @@ bool holds_gpu(const host::DeviceFileHolder& holder, std::optional<unsigned> min
   return !any_gpu_file || !minor;
 }
 
-std::vector<HiddenHolder> hidden_holders(const host::ProcReader& proc, unsigned pid, std::optional<unsigned> minor,
+std::vector<HiddenHolder> hidden_holders(const host::ProcReader& proc, const host::ParentIndex& parents, unsigned pid,
+                                         std::optional<unsigned> minor,
                                          const std::vector<host::DeviceFileHolder>& unlisted) {
   std::vector<HiddenHolder> out;
   if (unlisted.empty()) return out;
-  const auto tree = proc.descendants(pid);
+  const auto tree = parents.descendants(pid);
   const auto cgroup = proc.cgroup_text(pid);
   const bool in_container = cgroup && host::parse_cgroup(*cgroup).has_value();
   for (const auto& holder : unlisted) {
@@ -86,9 +87,9 @@ std::optional<host::ProcessIdentity> first_sight(const host::ProcReader& proc, c
   return identity;
 }
 
-ProcessEvidence evidence_of(const host::ProcReader& proc, const GatherOptions& options, const gpu::Device& device,
-                            const gpu::GpuProcess& process, const std::vector<host::DeviceFileHolder>& unlisted,
-                            long long wall_now_ms) {
+ProcessEvidence evidence_of(const host::ProcReader& proc, const host::ParentIndex& parents,
+                            const GatherOptions& options, const gpu::Device& device, const gpu::GpuProcess& process,
+                            const std::vector<host::DeviceFileHolder>& unlisted, long long wall_now_ms) {
   ProcessEvidence e;
   e.gpu = device.id.index;
   e.gpu_uuid = device.id.uuid;
@@ -99,8 +100,8 @@ ProcessEvidence evidence_of(const host::ProcReader& proc, const GatherOptions& o
   if (e.device_file) e.holding = proc.holds_device(process.pid, *e.device_file);
   e.tarmac_job = tarmac_job_of(proc, process.pid, options.leases);
   e.tty = proc.tty(process.pid);
-  e.children = proc.children(process.pid);
-  e.hidden = hidden_holders(proc, process.pid, device.id.minor_number, unlisted);
+  e.children = parents.children(process.pid);
+  e.hidden = hidden_holders(proc, parents, process.pid, device.id.minor_number, unlisted);
   if (process.host.start_time_unix) e.age_ms = wall_now_ms - *process.host.start_time_unix * 1000;
   return e;
 }
@@ -382,10 +383,11 @@ Result<Gathered> gather(gpu::Backend& backend, const host::ProcReader& proc, con
     wall_now = clock.wall_ms();
   }
   const auto unlisted = unlisted_holders(proc, out.last);
+  const auto parents = proc.parent_index();  // one scan of /proc for every process's tree
   for (const auto& device : out.last.devices) {
     if (device.lost) continue;
     for (const auto& process : device.processes) {
-      auto e = evidence_of(proc, options, device, process, unlisted, wall_now);
+      auto e = evidence_of(proc, parents, options, device, process, unlisted, wall_now);
       e.source = out.source;
       e.history = record ? history_from_store(*record, device.id.uuid, process, observe(device, process, wall_now),
                                               options.store_fresh_ms)
