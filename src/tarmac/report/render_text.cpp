@@ -5,6 +5,7 @@
 #include "tarmac/report/format.hpp"
 #include "tarmac/report/report.hpp"
 #include "tarmac/util/escape.hpp"
+#include "tarmac/util/units.hpp"
 
 namespace tarmac::report {
 

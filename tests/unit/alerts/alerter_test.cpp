@@ -10,6 +10,8 @@
 namespace tarmac::alerts {
 namespace {
 
+using namespace tarmac::alerts::testing;  // NOLINT: the alert tests' snapshots
+using tarmac::testing::body_of;
 using tarmac::testing::HttpServer;
 
 struct Log {
