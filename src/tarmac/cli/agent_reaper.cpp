@@ -123,7 +123,10 @@ void AgentReaper::run_pass(gpu::Backend& backend) {
     // Without the leases a tarmac job's process cannot be told apart: survey, end nothing.
     options_.log(util::LogLevel::Warning, "reaper: cannot read the scheduler's leases: " + leases.error().message);
   }
-  const reap::Caller caller = reap::caller_of(proc);
+  // The agent's decisions are for killing: as root, evidence only a snapshot saw (its store
+  // unreadable) ends nothing and warns no one (reap/decide.cpp).
+  reap::Caller caller = reap::caller_of(proc);
+  caller.intent = reap::Intent::Kill;
   auto pass = reap::survey(backend, proc, gather, options_.rules, caller, clock);
   if (!pass.ok()) {
     options_.log(util::LogLevel::Warning, "reaper: pass skipped: " + pass.error().message);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
 #include <memory>
@@ -91,10 +92,15 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
     settings->gather.leases = std::move(*leases);
   }
   settings->gather.store_path = detail::reap_store_path(loaded->config, flags.db);
+  reap::Caller caller = reap::caller_of(proc);
+  caller.intent = settings->kill ? reap::Intent::Kill : reap::Intent::Report;
+  if (auto refusal = detail::storeless_kill_refusal(caller, *settings->gather.store_path)) {
+    print_error(make_error(Error::Code::NotFound, *refusal));
+    return kExitUsage;
+  }
   auto backend = open_backend(global);
   if (!backend.ok()) return kExitCouldNotLook;
   const util::SystemClock clock;
-  const reap::Caller caller = reap::caller_of(proc);
   auto surveyed = reap::survey(**backend, proc, settings->gather, settings->rules, caller, clock);
   if (!surveyed.ok()) {
     print_error(surveyed.error());
@@ -223,6 +229,16 @@ namespace detail {
 std::string reap_store_path(const config::Config& config, const std::string& db_flag) {
   if (!db_flag.empty() || ::geteuid() != 0) return store_path(config, db_flag);
   return store::database_path(config.agent.state_dir.empty() ? std::string("/var/lib/tarmac") : config.agent.state_dir);
+}
+
+std::optional<std::string> storeless_kill_refusal(const reap::Caller& caller, const std::string& store_path) {
+  if (caller.intent != reap::Intent::Kill || !caller.is_root()) return std::nullopt;
+  if (::access(store_path.c_str(), R_OK) == 0) return std::nullopt;
+  return "reap --kill as root acts on the agent's recorded evidence only, and there is no agent store at " +
+         store_path + " (" + std::strerror(errno) + "); nothing was done. A watch cannot tie the driver's " +
+         "listing of a pid to the process that has the pid now (docs/reap.md, \"Safety checks\"): run the " +
+         "agent (`tarmac agent`, or reaper.enabled = true in it), or name its store with --db. The dry run " +
+         "watches and shows what it would end";
 }
 
 std::optional<std::string> missing_lock_dir_refusal(const std::string& dir, bool kill) {

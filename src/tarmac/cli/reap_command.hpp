@@ -53,6 +53,12 @@ using ReapReport = reap::Pass;
 // not take its evidence from wherever the environment points); a user's as `history` finds it.
 [[nodiscard]] std::string reap_store_path(const config::Config& config, const std::string& db_flag);
 
+// Why root's --kill must stop before it starts: without an agent store to read at `store_path`,
+// every process would be watch evidence, which never lets root end one (reap/decide.cpp), so the
+// watch would be time spent for nothing. nullopt for a dry run, a user's own --kill, or a store.
+[[nodiscard]] std::optional<std::string> storeless_kill_refusal(const reap::Caller& caller,
+                                                                const std::string& store_path);
+
 // Why --kill must stop when the lock directory `dir` does not exist: a missing one means "no
 // tarmac jobs" only outside /tmp (a private /tmp, systemd's PrivateTmp=, hides a real one there).
 // nullopt when the pass may go on (a dry run always may: it says it could not read them).

@@ -76,13 +76,15 @@ std::optional<Decision> listed_for_another_process(const ProcessEvidence& e, con
 }
 
 // Without the agent's store nothing says how long the driver has listed the pid: a listing older
-// than the watch may be a stale context's under a reused pid (docs/reap.md "Safety checks").
+// than the watch may be a stale context's under a reused pid, which another user can steer onto a
+// victim's process (docs/reap.md "Safety checks", N1). So root ends nothing on a watch's evidence;
+// a user's own --kill may, since it can only end that user's processes (other_user comes first).
 std::optional<Decision> listing_older_than_the_watch(const ProcessEvidence& e, const ReaperConfig&,
                                                      const Caller& caller) {
-  if (caller.intent != Intent::Kill || e.source != EvidenceSource::Watch) return std::nullopt;
+  if (caller.intent != Intent::Kill || e.source != EvidenceSource::Watch || !caller.is_root()) return std::nullopt;
   return because(Reason::NotHolding, fmt::format("without the agent's store, the driver's listing of pid {} cannot be "
-                                                 "tied to this process (it may be older than reap's watch): --kill "
-                                                 "acts on the store's evidence only",
+                                                 "tied to this process (it may be older than reap's watch): root's "
+                                                 "--kill acts on the store's evidence only",
                                                  e.process.pid));
 }
 

@@ -114,6 +114,10 @@ Decision redecide(const ProcessEvidence& e, const ReaperConfig& rules, const Cal
 
 void kill_candidates(Pass& pass, const Caller& caller, const host::ProcReader& proc, gpu::Backend& backend,
                      const util::Clock& clock, const std::function<void(const Row&)>& on_action) {
+  // Whatever the survey was for, what decides a signal is decided for killing (watch evidence
+  // alone never lets root end a process: decide.cpp).
+  Caller killing = caller;
+  killing.intent = Intent::Kill;
   unsigned attempts = 0;
   std::map<unsigned, const Row*> acted;  // a process listed on several GPUs is ended once
   for (auto& row : pass.rows) {
@@ -134,11 +138,11 @@ void kill_candidates(Pass& pass, const Caller& caller, const host::ProcReader& p
       }
     } else if (attempts >= pass.rules.max_kills) {
       row.left_because = fmt::format("reaper.max_kills ({}) reached", pass.rules.max_kills);
-    } else if (const auto now = redecide(row.evidence, pass.rules, caller, pass.leases, proc, backend, clock);
+    } else if (const auto now = redecide(row.evidence, pass.rules, killing, pass.leases, proc, backend, clock);
                now.reason != Reason::Candidate) {
       row.left_because = fmt::format("decided again before the signal: {} ({})", to_string(now.reason), now.detail);
     } else {
-      row.action = reap_process(row.evidence, pass.rules, caller, proc, backend, clock, pass.surveyed, pass.leases);
+      row.action = reap_process(row.evidence, pass.rules, killing, proc, backend, clock, pass.surveyed, pass.leases);
       if (!row.action->steps.empty()) ++attempts;
       acted[pid] = &row;
       if (on_action) on_action(row);

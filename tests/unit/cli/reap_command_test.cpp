@@ -169,6 +169,7 @@ ReapReport kill_report_for(const util::Child& child, const host::ProcReader& pro
   row.evidence.gpu = 0;
   row.evidence.gpu_uuid = "GPU-0";
   row.evidence.age_ms = 60 * kMin;
+  row.evidence.source = reap::EvidenceSource::Store;  // what root's --kill acts on
   row.evidence.device_file = reap::test_support::test_device_file();
   row.evidence.holding = host::Holding::Holds;
   report.rows = {row};
@@ -208,6 +209,29 @@ TEST(ReapKill, AMissingLockDirectoryUnderTmpStopsKill) {
   EXPECT_FALSE(detail::missing_lock_dir_refusal("/run/tarmac-reap-test-no-such/locks", true));
   TempDir dir;
   EXPECT_FALSE(detail::missing_lock_dir_refusal(dir.path(), true)) << "one that exists is read";
+}
+
+// Root's --kill without an agent store to read stops before it watches: a watch's evidence never
+// lets root end a process (reap/decide.cpp), so the watch would change nothing. A dry run, and a
+// user's own --kill, go on.
+TEST(ReapKill, RootsKillWithoutAStoreStopsBeforeItWatches) {
+  TempDir dir;
+  const std::string missing = dir.path() + "/none.db";
+  reap::Caller caller;
+  caller.uid = 0;
+  caller.intent = reap::Intent::Kill;
+  const auto refusal = detail::storeless_kill_refusal(caller, missing);
+  ASSERT_TRUE(refusal);
+  EXPECT_NE(refusal->find("no agent store at " + missing), std::string::npos) << *refusal;
+  EXPECT_NE(refusal->find("nothing was done"), std::string::npos) << *refusal;
+  std::ofstream(missing) << "";
+  EXPECT_FALSE(detail::storeless_kill_refusal(caller, missing)) << "a store to read: the pass goes on";
+  std::filesystem::remove(missing);
+  caller.intent = reap::Intent::Report;
+  EXPECT_FALSE(detail::storeless_kill_refusal(caller, missing)) << "a dry run watches";
+  caller.intent = reap::Intent::Kill;
+  caller.uid = 1000;
+  EXPECT_FALSE(detail::storeless_kill_refusal(caller, missing)) << "a user's own --kill watches";
 }
 
 // N5 of reap's second review: reap (a dry run too) reads the scheduler's leases without removing

@@ -157,10 +157,25 @@ TEST(Decide, KillTakesNoWatchEvidence) {
   killing.intent = Intent::Kill;
   const auto d = decide_one(e, rules(), killing);
   EXPECT_EQ(d.reason, Reason::NotHolding);
-  EXPECT_NE(d.detail.find("--kill acts on the store's evidence only"), std::string::npos) << d.detail;
+  EXPECT_NE(d.detail.find("root's --kill acts on the store's evidence only"), std::string::npos) << d.detail;
   EXPECT_EQ(reason(e), Reason::Candidate);
   e.source = EvidenceSource::Store;
   EXPECT_EQ(reason(e, rules(), killing), Reason::Candidate);
+}
+
+// A user's own --kill may act on a watch: it can end only that user's processes (other_user comes
+// first), so a stale listing another user steers onto one of them is a residual of the user's own
+// choosing (docs/reap.md); another user's process stays other-user.
+TEST(Decide, AUsersOwnKillTakesWatchEvidenceForItsOwnProcessesOnly) {
+  auto e = idle_kernel();
+  e.source = EvidenceSource::Watch;
+  Caller owner = root();
+  owner.uid = *e.process.host.uid;
+  owner.intent = Intent::Kill;
+  ASSERT_FALSE(owner.is_root());
+  EXPECT_EQ(reason(e, rules(), owner), Reason::Candidate);
+  owner.uid += 1;
+  EXPECT_EQ(reason(e, rules(), owner), Reason::OtherUser);
 }
 
 // High finding H1: one decision per process over every GPU it is listed on. A rank idle on GPU 3

@@ -80,6 +80,7 @@ ProcessEvidence evidence_of(const host::ProcReader& proc, unsigned pid) {
 Row candidate_row(const host::ProcReader& proc, unsigned pid) {
   Row row;
   row.evidence = evidence_of(proc, pid);
+  row.evidence.source = EvidenceSource::Store;  // what root's --kill acts on
   row.evidence.age_ms = 60 * kMin;
   std::vector<Observation> obs;
   for (long long t = 0; t <= 20; ++t) obs.push_back({t * kMin, 0U, 4 * util::kGiB, UtilSource::PerProcess});
@@ -377,6 +378,33 @@ TEST(Kill, ACandidateIsDecidedAgainBeforeItsSignal) {
   ASSERT_TRUE(pass.rows[0].action) << pass.rows[0].left_because;
   EXPECT_EQ(pass.rows[0].action->outcome, Outcome::Ended) << pass.rows[0].action->message;
   EXPECT_EQ(pass.rows[0].action->memory_freed, true);
+  EXPECT_TRUE(util::wait_for(child, kHang)->has_value());
+}
+
+// N1's residual: whatever intent the caller surveyed with, kill_candidates decides for killing,
+// so root ends nothing on a watch's evidence (a listing it cannot tie to the process now at the
+// pid). Before the intent was the library's own, a pass surveyed as a report ended it.
+TEST(Kill, RootEndsNothingOnAWatchsEvidenceWhateverTheSurveyWasFor) {
+  const host::ProcReader proc = test_support::test_proc_reader();
+  auto child = start("exec sleep 1000");
+  const auto pid = static_cast<unsigned>(child.pid);
+  ASSERT_TRUE(wait_state(proc, pid, 'S'));
+  LiveGpus gpus({{0, pid, 0U}});
+  Pass pass = kill_pass(proc, pid);
+  pass.rows[0].evidence.source = EvidenceSource::Watch;
+  Caller caller = me(proc);
+  caller.uid = 0;
+  caller.intent = Intent::Report;
+  const util::SystemClock clock;
+  kill_candidates(pass, caller, proc, gpus, clock);
+  EXPECT_FALSE(pass.rows[0].action);
+  EXPECT_NE(pass.rows[0].left_because.find("not-holding"), std::string::npos) << pass.rows[0].left_because;
+  EXPECT_NE(pass.rows[0].left_because.find("store's evidence only"), std::string::npos) << pass.rows[0].left_because;
+  EXPECT_TRUE(alive(child));
+  pass.rows = {candidate_row(proc, pid)};  // the store's evidence
+  kill_candidates(pass, caller, proc, gpus, clock);
+  ASSERT_TRUE(pass.rows[0].action) << pass.rows[0].left_because;
+  EXPECT_EQ(pass.rows[0].action->outcome, Outcome::Ended) << pass.rows[0].action->message;
   EXPECT_TRUE(util::wait_for(child, kHang)->has_value());
 }
 
