@@ -2,8 +2,7 @@
 #
 #   <prefix>/bin/tarmac                          src/apps/CMakeLists.txt installs it; not the simulator
 #   <TARMAC_SYSTEMD_UNIT_DIR>/tarmac-agent.service   from packaging/systemd/tarmac-agent.service.in
-#   (tarmac-reap.{service,timer}, the hourly reaper pass (docs/reap.md), are generated into the build
-#   tree only: they run `reap --kill`, which stays gated until its review's defects are fixed)
+#   <TARMAC_SYSTEMD_UNIT_DIR>/tarmac-reap.{service,timer}  the hourly reaper pass (docs/reap.md), not enabled
 #   <TARMAC_TMPFILES_DIR>/tarmac.conf            packaging/tmpfiles.d/tarmac.conf: /run/tarmac/locks at boot
 #   <sysconfdir>/tarmac/tarmac.toml              `tarmac config --defaults`; an existing one is kept
 #   <docdir>/*.md, <docdir>/tarmac.toml.default  docs/*.md and a pristine copy of the defaults
@@ -16,8 +15,8 @@ include(GNUInstallDirs)
 
 set(TARMAC_SYSTEMD_UNIT_DIR "lib/systemd/system" CACHE STRING
     "Where tarmac-agent.service and the reaper's units are installed: relative to the install prefix, or absolute")
-set(TARMAC_SYSTEMD_UNITS tarmac-agent.service tarmac-reap.service tarmac-reap.timer)  # the build tree's
-set(TARMAC_INSTALLED_UNITS tarmac-agent.service)
+set(TARMAC_SYSTEMD_UNITS tarmac-agent.service tarmac-reap.service tarmac-reap.timer)
+set(TARMAC_INSTALLED_UNITS ${TARMAC_SYSTEMD_UNITS})
 
 # The default configuration, generated from the built binary so that it can never drift from it.
 set(_tarmac_default_config "${CMAKE_BINARY_DIR}/packaging/tarmac.toml")

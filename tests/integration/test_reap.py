@@ -9,7 +9,7 @@ its store's evidence only (a watch cannot tie a listing to the process now at th
 
 A holder must have its GPU's device file open (docs/reap.md, "Safety checks"). No test can create
 a GPU's device node (major 195) without the driver, so reap takes /dev/zero as every GPU's file
-(TARMAC_REAP_TEST_DEVICE_FILE, read only with the preview gate open) and a load "holds" its GPU
+(TARMAC_REAP_TEST_DEVICE_FILE, compiled only into builds with tests) and a load "holds" its GPU
 when the test passes it an open /dev/zero."""
 import json
 import os
@@ -93,8 +93,7 @@ class ReapTest(unittest.TestCase):
                *QUICK, *args]
         if gpus is not None:
             cmd += ["--gpu", ",".join(str(g) for g in gpus)]
-        # --kill is gated until a second review of its fixes (docs/reap.md); the tests exercise it.
-        env = self.sim.env({"TARMAC_REAP_KILL_PREVIEW": "1", "TARMAC_REAP_TEST_DEVICE_FILE": DEVICE_FILE})
+        env = self.sim.env({"TARMAC_REAP_TEST_DEVICE_FILE": DEVICE_FILE})
         r = subprocess.run(cmd, env=env, capture_output=True, text=True,
                            timeout=120,
                            preexec_fn=demoted(user) if user else None)
@@ -192,21 +191,11 @@ class FindsAndEnds(ReapTest):
 
 
 class LeavesAlone(ReapTest):
-    def test_kill_is_refused_until_it_is_enabled_and_nothing_is_signalled(self):
-        zombie = self.load(5, 0)
-        env = self.sim.env()
-        env.pop("TARMAC_REAP_KILL_PREVIEW", None)
-        r = subprocess.run([str(TARMAC), "--config", str(self.config), "reap", "--db", str(self.dir / "none.db"),
-                            *QUICK, "--kill", "--gpu", "5"], env=env, capture_output=True, text=True, timeout=120)
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("reap --kill is not enabled yet", r.stderr)
-        self.assert_alive(zombie, 5)
-
     def test_roots_kill_without_an_agent_store_refuses_before_it_watches(self):
         zombie = self.load(5, 0)
         r = subprocess.run([str(TARMAC), "--config", str(self.config), "reap", "--db", str(self.dir / "none.db"),
                             *QUICK, "--kill", "--gpu", "5"],
-                           env=self.sim.env({"TARMAC_REAP_KILL_PREVIEW": "1", "TARMAC_REAP_TEST_DEVICE_FILE": DEVICE_FILE}),
+                           env=self.sim.env({"TARMAC_REAP_TEST_DEVICE_FILE": DEVICE_FILE}),
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("acts on the agent's recorded evidence only", r.stderr)

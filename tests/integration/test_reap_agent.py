@@ -1,7 +1,7 @@
 """The agent's reaper end to end (docs/reap.md "As a service", issue 15) on the simulator: a zombie
 (tarmac-sim-load at 0 %) next to a worker (at 80 %) on GPU 1 of h100x8-idle-fleet, the agent with
 reaper.interval at its 10 s minimum, warn_after 1 s and idle_for 3 s, its evidence from its own
-store. With reaper.enabled (and the --kill gate open, as test_reap.py opens it) it warns (the
+store. With reaper.enabled it warns (the
 webhook's firing `reaper` notice, a "hold" event), reaps in a later pass (the simulator's registry
 no longer lists the zombie, the worker runs on), records the "reap" event, announces it (resolved)
 and counts it on /metrics. With reaper.enabled = false it warns and never signals.
@@ -77,8 +77,7 @@ class AgentReaperTest(unittest.TestCase):
         agent = subprocess.Popen([str(TARMAC), "--config", str(cfg), "agent", "--state-dir", str(self.dir / "state"),
                                   "--listen", f"127.0.0.1:{self.port}", "--socket", "off", "--interval", "250ms",
                                   "--process-interval", "500ms", "--flush", "250ms"],
-                                 env=self.sim.env({"TARMAC_REAP_KILL_PREVIEW": "1",
-                                                   "TARMAC_REAP_TEST_DEVICE_FILE": DEVICE_FILE}),
+                                 env=self.sim.env({"TARMAC_REAP_TEST_DEVICE_FILE": DEVICE_FILE}),
                                  stdout=subprocess.DEVNULL,
                                  stderr=self.err, text=True)
         self.procs.append(agent)

@@ -12,7 +12,7 @@
 
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/store_access.hpp"
-#include "tarmac/reap/gate.hpp"
+#include "tarmac/reap/test_device.hpp"
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/store/recorder.hpp"
 #include "tarmac/util/clock.hpp"
@@ -57,11 +57,6 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
   auto settings = detail::reap_settings(flags, loaded->config.reaper);
   if (!settings.ok()) {
     print_error(settings.error());
-    return kExitUsage;
-  }
-  if (settings->kill && !reap::kill_gate_open()) {
-    print_error(make_error(Error::Code::Invalid, fmt::format("reap --kill is {}; nothing was done. The dry run shows "
-                                                             "what it would end", reap::kill_gate_reason())));
     return kExitUsage;
   }
   const host::ProcReader proc("/proc", reap::test_device_path());

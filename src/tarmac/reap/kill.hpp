@@ -6,7 +6,7 @@
 // or nothing is sent. SIGTERM to the holder and its tree, --grace for them to end, SIGKILL to what
 // is left unless the kill switch appeared meanwhile; a defunct leader only while it has live
 // threads, an uninterruptible holder reported and left; then the driver is asked until the memory
-// is free. Nothing is sent while the preview gate (kill_gate_open) is closed.
+// is free.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@
 #include "tarmac/host/proc_reader.hpp"
 #include "tarmac/reap/decide.hpp"
 #include "tarmac/reap/evidence.hpp"
-#include "tarmac/reap/gate.hpp"
+#include "tarmac/reap/test_device.hpp"
 #include "tarmac/reap/gather.hpp"
 #include "tarmac/reap/rules.hpp"
 #include "tarmac/util/clock.hpp"

@@ -125,9 +125,7 @@ void kill_candidates(Pass& pass, const Caller& caller, const host::ProcReader& p
     // Looked at before each candidate: a switch created during a pass stops the rest of it.
     pass.kill_switch_present = pass.kill_switch_present || kill_switch_on(pass.rules.kill_switch);
     const unsigned pid = row.evidence.process.pid;
-    if (!kill_gate_open()) {
-      row.left_because = kKillGateClosed;
-    } else if (pass.kill_switch_present) {
+    if (pass.kill_switch_present) {
       row.left_because = "the kill switch " + pass.rules.kill_switch + " exists";
     } else if (const auto first = acted.find(pid); first != acted.end()) {
       row.action = first->second->action;

@@ -54,8 +54,7 @@ struct Pass {
 [[nodiscard]] Result<Pass> survey(gpu::Backend& backend, const host::ProcReader& proc, const GatherOptions& options,
                                   const ReaperConfig& rules, const Caller& caller, const util::Clock& clock);
 
-// --kill's pass over the candidates, in order: none while the preview gate is closed
-// (kill_gate_open: every candidate is left, saying so) or the kill switch (rules.kill_switch)
+// --kill's pass over the candidates, in order: none while the kill switch (rules.kill_switch)
 // exists (looked at before each one, and again before SIGKILL), at most rules.max_kills ended,
 // each decided again right before (redecide) and left when it is no longer a candidate;
 // `on_action` is called after each action.

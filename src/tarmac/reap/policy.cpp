@@ -93,7 +93,7 @@ std::string warning_text(const Row& row, const ReaperConfig& config, Killing kil
   const auto& e = row.evidence;
   const std::string fate = killing == Killing::On
                                ? fmt::format("reaped at {}", util::format_duration_ms(config.idle_for_ms))
-                               : std::string("the agent does not reap (reaper.enabled is false or reap --kill is gated)");
+                               : std::string("the agent does not reap (reaper.enabled is false, or its log says why it cannot here)");
   return fmt::format("{} holds {} on GPU {} at 0 % for {}; {}", holder_label(row), held_text(row), e.gpu,
                      util::format_duration_ms(e.history.idle_ms() / 1000 * 1000), fate);  // whole seconds
 }

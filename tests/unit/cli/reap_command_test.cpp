@@ -175,7 +175,6 @@ ReapReport kill_report_for(const util::Child& child, const host::ProcReader& pro
   report.rows = {row};
   report.surveyed = {{row.evidence.process.pid, reap::Reason::Candidate}};
   report.rules.grace_ms = 30'000;
-  reap::test_support::open_kill_gate();
   return report;
 }
 

@@ -108,13 +108,6 @@ Pass kill_pass(const host::ProcReader& proc, unsigned pid) {
   return pass;
 }
 
-// Every test here but the gate's own ends processes: the preview gate is open for them.
-class OpenKillGate final : public ::testing::Environment {
- public:
-  void SetUp() override { test_support::open_kill_gate(); }
-};
-::testing::Environment* const kOpenKillGate = ::testing::AddGlobalTestEnvironment(new OpenKillGate);
-
 bool alive(const util::Child& child) {
   const auto status = util::wait_for(child, 0);
   return status.ok() && !status->has_value();
@@ -447,29 +440,6 @@ TEST(Kill, ADescendantTheSurveyDidNotFindACandidateRefusesTheTree) {
   EXPECT_TRUE(result.steps.empty());
   EXPECT_TRUE(alive(child));
   ::kill(static_cast<pid_t>(kids[0]), SIGKILL);
-  end(child);
-}
-
-// N6 of the second review: the preview gate is kill_candidates' and reap_process's own, not only
-// the CLI's: with it closed, a caller of the library (the agent's policy) ends nothing. The old
-// code ended the candidate.
-TEST(Kill, TheClosedGateStopsEveryCallerOfTheLibrary) {
-  ::unsetenv("TARMAC_REAP_KILL_PREVIEW");
-  const host::ProcReader proc = test_support::test_proc_reader();
-  auto child = start("exec sleep 1000");
-  const auto pid = static_cast<unsigned>(child.pid);
-  ASSERT_TRUE(wait_state(proc, pid, 'S'));
-  LiveGpus gpus({{0, pid, 0U}});
-  Pass pass = kill_pass(proc, pid);
-  const util::SystemClock clock;
-  kill_candidates(pass, me(proc), proc, gpus, clock);
-  EXPECT_FALSE(pass.rows[0].action);
-  EXPECT_EQ(pass.rows[0].left_because, kKillGateClosed);
-  const auto result = reap_process(evidence_of(proc, pid), pass.rules, me(proc), proc, gpus, clock, pass.surveyed);
-  EXPECT_EQ(result.outcome, Outcome::Refused);
-  EXPECT_TRUE(result.steps.empty());
-  EXPECT_TRUE(alive(child)) << "a closed gate let a signal through";
-  test_support::open_kill_gate();
   end(child);
 }
 

@@ -1,7 +1,6 @@
 // What several of reap's test files share (one definition each, so that a unity build compiles).
 #pragma once
 
-#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
@@ -21,8 +20,6 @@ inline constexpr const char* kTestDevicePath = "/dev/null";
 inline host::DeviceNumber test_device_file() { return *host::char_device_of(kTestDevicePath); }
 // A reader that may stat that file (holds_device stats NVIDIA's files alone otherwise).
 inline host::ProcReader test_proc_reader() { return host::ProcReader("/proc", kTestDevicePath); }
-// Opens reap's preview gate (kill_gate_open) for the tests that end processes.
-inline void open_kill_gate() { ::setenv("TARMAC_REAP_KILL_PREVIEW", "1", 1); }
 // One that none of their processes has open.
 inline host::DeviceNumber unheld_device_file() { return *host::char_device_of("/dev/zero"); }
 
