@@ -128,6 +128,7 @@ void record_store(const std::string& path, const host::ProcReader& proc) {
       span.first_ms = now - 22 * kMin;
       span.last_ms = now - 1000;
       span.start_unix = proc.read(pid).start_time_unix;
+      span.listed_after_start = true;  // the agent saw each listing begin (docs/reap.md, "Safety checks")
       span.user = "alice";
       recorder.update(span);
       if (busy(i)) {

@@ -28,7 +28,9 @@ namespace sim = tarmac::sim;
 namespace util = tarmac::util;
 
 volatile sig_atomic_t g_signal = 0;
+volatile sig_atomic_t g_usr1 = 0;
 extern "C" void on_signal(int signo) { g_signal = signo; }
+extern "C" void on_usr1(int) { g_usr1 = 1; }
 
 constexpr int kExitUsage = 2;
 constexpr int kExitCudaError = 3;  // what a CUDA program dying on a CUDA error would look like
@@ -40,6 +42,7 @@ struct Options {
   double seconds = -1;  // < 0: until signalled
   int exit_code = 0;
   bool ignore_sigterm = false;
+  bool context_on_usr1 = false;
   std::string name;
   sim::UtilSample util_sample = sim::UtilSample::Normal;
 };
@@ -47,6 +50,7 @@ struct Options {
 void usage(std::FILE* out) {
   std::fputs(
       "usage: tarmac-sim-load [--mem SIZE] [--util PCT] [--enc-util PCT] [--seconds N] [--exit-code N] [--ignore-sigterm]\n"
+      "                       [--context-on-usr1]\n"
       "                       [--name NAME] [--util-sample normal|garbage|unreadable]\n"
       "Appears as a GPU compute process of the running simulation (TARMAC_SIM_STATE) on the GPUs that\n"
       "CUDA_VISIBLE_DEVICES names (CUDA_DEVICE_ORDER honoured; unset: every GPU), until it exits.\n"
@@ -56,6 +60,8 @@ void usage(std::FILE* out) {
       "  --seconds N       exit after N real seconds (default: run until signalled)\n"
       "  --exit-code N     exit status when --seconds ends (default 0)\n"
       "  --ignore-sigterm  ignore SIGTERM (tests of SIGKILL escalation)\n"
+      "  --context-on-usr1 create its context (appear on its GPUs) only when it gets SIGUSR1, as a\n"
+      "                    program does after its imports: a listing that begins after it started\n"
       "  --name NAME       process name shown in /proc/PID/comm\n"
       "  --util-sample S   what its per-process utilization samples say: normal (default), garbage\n"
       "                    (values above 100), unreadable (the utilization calls fail on its GPUs)\n",
@@ -73,6 +79,8 @@ std::optional<Options> parse(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       usage(stdout);
       std::exit(0);
+    } else if (arg == "--context-on-usr1") {
+      o.context_on_usr1 = true;
     } else if (arg == "--ignore-sigterm") {
       o.ignore_sigterm = true;
     } else if (arg == "--mem") {
@@ -173,6 +181,13 @@ int run_load(const Options& o) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
+  if (o.context_on_usr1) {
+    // Caught from here on (SigCgt in /proc/PID/status says so to whoever sends it).
+    struct sigaction usr1 {};
+    usr1.sa_handler = on_usr1;
+    sigemptyset(&usr1.sa_mask);
+    sigaction(SIGUSR1, &usr1, nullptr);
+  }
   if (o.ignore_sigterm) {
     signal(SIGTERM, SIG_IGN);
   } else {
@@ -188,6 +203,10 @@ int run_load(const Options& o) {
   me.enc_util = o.enc_util;
   me.util_sample = o.util_sample;
   const auto procs = sim::StateDir(state).procs();
+  if (o.context_on_usr1) {
+    while (g_usr1 == 0 && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (g_signal != 0) return 128 + g_signal;
+  }
   if (auto r = sim::register_process(procs, me); !r) {
     std::fprintf(stderr, "tarmac-sim-load: %s\n", r.error().message.c_str());
     return kExitUsage;

@@ -229,6 +229,46 @@ def samples_taken(port):
     return float(m.group(1)) if m else 0
 
 
+def catches(pid, signo):
+    """Whether process PID catches signal SIGNO (SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return (int(line.split()[1], 16) >> (signo - 1)) & 1 == 1
+    except OSError:
+        pass
+    return False
+
+
+def start_unix(pid):
+    """The start time of PID in whole Unix seconds, as tarmac reads it (btime + starttime ticks)."""
+    with open("/proc/stat") as f:
+        btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    with open(f"/proc/{pid}/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    return btime + ticks // os.sysconf("SC_CLK_TCK")
+
+
+def create_context_after_a_sample(proc, db):
+    """Lets PROC, a `tarmac-sim-load --context-on-usr1`, create its context (appear on its GPUs)
+    once the agent recording into DB has taken a process sample after PROC started (the store's
+    gpu.last_ms is the last one's time): the agent then sees its listing begin while it has its
+    pid, which is what lets root's reap end it (docs/reap.md, "Safety checks")."""
+    if not wait_for(lambda: catches(proc.pid, signal.SIGUSR1)):
+        raise AssertionError(f"pid {proc.pid} never caught SIGUSR1")
+    after_ms = (start_unix(proc.pid) + 2) * 1000
+
+    def sampled():
+        try:
+            return (query(db, "SELECT max(last_ms) FROM gpu")[0][0] or 0) >= after_ms
+        except sqlite3.Error:
+            return False
+    if not wait_for(sampled):
+        raise AssertionError(f"the agent recording {db} took no process sample after pid {proc.pid} started")
+    os.kill(proc.pid, signal.SIGUSR1)
+
+
 def query(db, sql, *params):
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         return conn.execute(sql, params).fetchall()

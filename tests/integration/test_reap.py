@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import unittest
 
-from agent_support import HeldSim, end_process, gpu_pids, query, wait_for
+from agent_support import HeldSim, create_context_after_a_sample, end_process, gpu_pids, query, wait_for
 from devtools import demoted, require_tool, second_user
 from test_status import BUILD, TARMAC
 
@@ -76,13 +76,15 @@ class ReapTest(unittest.TestCase):
 
     def load(self, gpu, util, *args, user=None, holds_device=True):
         """A tarmac-sim-load on GPU `gpu` at `util` % holding 2 GiB (and, unless `holds_device` is
-        false, the GPU's device file); waits until the registry lists it."""
+        false, the GPU's device file), its context created once the agent has sampled it without one
+        (so that its listing is proven its own); waits until the registry lists it."""
         env = self.sim.env({"CUDA_VISIBLE_DEVICES": str(gpu), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
-        p = subprocess.Popen([str(LOAD), "--mem", "2GiB", "--util", str(util), *args], env=env,
+        p = subprocess.Popen([str(LOAD), "--mem", "2GiB", "--util", str(util), "--context-on-usr1", *args], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              pass_fds=(self.device,) if holds_device else (),
                              preexec_fn=demoted(user) if user else None)
         self.loads.append(p)
+        create_context_after_a_sample(p, self.db)
         self.assertTrue(wait_for(lambda: p.pid in gpu_pids(self.sim.state, gpu)), f"load on GPU {gpu} never registered")
         return p
 
@@ -151,6 +153,7 @@ class FindsAndEnds(ReapTest):
         self.assert_alive(zombie, 5)
         self.assert_alive(worker, 0)
 
+        self.assertTrue(self.recorded(worker.pid))
         report = self.until_candidate(zombie.pid, [0, 5])
         self.assertEqual(report["evidence"]["source"], "store")
         self.assertEqual(self.entry(report, worker.pid)["decision"], "busy")
@@ -169,6 +172,7 @@ class FindsAndEnds(ReapTest):
     def test_a_zombie_next_to_a_worker_on_the_same_gpu_is_ended_and_the_worker_keeps_running(self):
         zombie = self.load(1, 0, "--name", "dead-rank")
         worker = self.load(1, 80, "--name", "trainer")
+        self.assertTrue(self.recorded(worker.pid))
         report = self.until_candidate(zombie.pid, [1])
         self.assertEqual(self.entry(report, worker.pid)["decision"], "busy")
         rc, report, _ = self.reap("--kill", gpus=[1])

@@ -19,7 +19,8 @@ import subprocess
 import tempfile
 import unittest
 
-from agent_support import HeldSim, end_process, free_port, gpu_pids, http_get, query, wait_for
+from agent_support import (HeldSim, create_context_after_a_sample, end_process, free_port, gpu_pids, http_get, query,
+                           wait_for)
 from devtools import require_tool
 from test_alerts_live import Receiver
 from test_status import BUILD, TARMAC
@@ -64,9 +65,12 @@ class AgentReaperTest(unittest.TestCase):
 
     def load(self, util, name):
         env = self.sim.env({"CUDA_VISIBLE_DEVICES": str(GPU), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
-        p = subprocess.Popen([str(LOAD), "--mem", "2GiB", "--util", str(util), "--name", name], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(self.device,))
+        p = subprocess.Popen([str(LOAD), "--mem", "2GiB", "--util", str(util), "--name", name, "--context-on-usr1"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(self.device,))
         self.procs.append(p)
+        # Its context once the agent has sampled it without one: the agent sees its listing begin
+        # while it has its pid, which is what lets the agent end it (docs/reap.md, "Safety checks").
+        create_context_after_a_sample(p, self.dir / "state" / "tarmac.db")
         self.assertTrue(wait_for(lambda: p.pid in gpu_pids(self.sim.state, GPU)), f"{name} never registered")
         return p
 
@@ -118,9 +122,9 @@ class AgentReaperTest(unittest.TestCase):
         return json.loads(r.stdout)["zombies"]
 
     def test_it_warns_then_reaps_the_zombie_records_announces_and_counts_it_and_the_worker_runs_on(self):
+        self.start_agent(enabled=True)
         zombie = self.load(0, "jupyter-kernel")
         worker = self.load(80, "trainer")
-        self.start_agent(enabled=True)
         self.assertTrue(wait_for(lambda: self.notices(zombie.pid, "firing")),
                         f"no warning reached the webhook: {self.hook.all()} {self.log()[-2000:]}")
         warning = self.notices(zombie.pid, "firing")[0]["alert"]
@@ -153,8 +157,8 @@ class AgentReaperTest(unittest.TestCase):
         self.assertEqual(zombies["recent"][0]["pid"], zombie.pid)
 
     def test_with_reaper_enabled_false_it_warns_counts_the_holder_and_never_kills(self):
-        zombie = self.load(0, "jupyter-kernel")
         self.start_agent(enabled=False)
+        zombie = self.load(0, "jupyter-kernel")
         self.assertTrue(wait_for(lambda: self.notices(zombie.pid, "firing")), f"no warning: {self.log()[-2000:]}")
         self.assertIn("the agent does not reap", self.notices(zombie.pid, "firing")[0]["alert"]["summary"])
         # Two passes after the warning, when an enabled agent would have ended it.

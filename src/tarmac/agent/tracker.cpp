@@ -1,5 +1,6 @@
 #include "tarmac/agent/tracker.hpp"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 #include "tarmac/gpu/clock_events.hpp"
@@ -46,6 +47,21 @@ std::optional<long long> other_engines(const gpu::GpuProcess& p) {
   return out;
 }
 
+// Whether the driver's process listing of `d` was read in full: a GPU lost, or a listing call that
+// failed, may have left processes out, and "not listed then" would prove nothing.
+bool listing_read_in_full(const gpu::Device& d) {
+  if (d.lost) return false;
+  return std::none_of(d.errors.begin(), d.errors.end(),
+                      [](const gpu::ReadError& e) { return e.what.ends_with("_processes"); });
+}
+
+// Whether a process started at `start_unix` (whole seconds: it began before start_unix + 1) had its
+// pid at `listed_ms`, the time a full listing without it was taken (the sample's own time, taken
+// before the listing was read).
+bool started_before(const std::optional<long long>& start_unix, const std::optional<long long>& listed_ms) {
+  return start_unix && listed_ms && (*start_unix + 1) * 1000 <= *listed_ms;
+}
+
 }  // namespace
 
 std::string process_command(const gpu::GpuProcess& p) {
@@ -65,6 +81,8 @@ std::map<unsigned, gpu::Activity> Tracker::classes() const {
 
 void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long ts_ms, store::Recorder& rec) {
   const unsigned index = d.id.index;
+  // Process samples further apart than a gap: what was listed in between was not seen.
+  if (state.listed_ms && ts_ms - *state.listed_ms > gap_ms_) state.listed_ms.reset();
   std::map<unsigned, store::ProcessSpan> still;
   for (const auto& p : d.processes) {
     store::ProcessSample ps{ts_ms, index, p.pid, mib(p.used_mem_bytes), util::widen(p.sm_util_pct),
@@ -82,6 +100,9 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
       span.command = process_command(p);
       span.container = container_text(p.host);
       span.slurm_job = p.host.slurm_job_id.value_or("");
+      // Its listing began while it had the pid only if a full listing after it started did not
+      // show the pid: else the listing may be a stale context's, left by the pid's last owner.
+      span.listed_after_start = started_before(span.start_unix, state.listed_ms);
     }
     span.last_ms = ts_ms;
     span.mem_used_mib_max = std::max(span.mem_used_mib_max, ps.mem_used_mib.value_or(0));
@@ -109,6 +130,7 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
   state.open = std::move(still);
   std::erase_if(state.written, [&](const auto& entry) { return !state.open.contains(entry.first); });
   state.processes = d.processes;
+  state.listed_ms = listing_read_in_full(d) ? std::optional<long long>(ts_ms) : std::nullopt;
 }
 
 void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_processes, store::Recorder& rec,
@@ -123,6 +145,7 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
       state.held_since_ms.reset();
       state.open.clear();
       state.written.clear();
+      state.listed_ms.reset();
     }
     state.last_ms = ts_ms;
     if (with_processes) observe_processes(d, state, ts_ms, rec);

@@ -40,6 +40,9 @@ class Tracker {
     long long last_ms = 0;
     std::map<unsigned, store::ProcessSpan> open;  // by pid
     std::map<unsigned, store::ProcessSample> written;  // the last process sample recorded, by pid
+    // The time of the last process sample whose listing was read in full, with no gap since: a
+    // process started a second before it, and not listed by it, had its pid then (listed_after_start).
+    std::optional<long long> listed_ms;
   };
 
   void observe_processes(const gpu::Device& device, GpuState& state, long long ts_ms, store::Recorder& recorder);

@@ -185,8 +185,20 @@ std::optional<std::string> listed_before_in_store(const StoreRecord& record, con
                                                   const gpu::GpuProcess& process) {
   if (!uuid) return std::nullopt;  // no UUID: no history either, never a candidate
   const auto found = record.listings.find({*uuid, process.pid});
-  if (found == record.listings.end()) return std::nullopt;
-  return listed_for_another(found->second, process.pid, process.host.start_time_unix);
+  const std::vector<store::ProcessSpan> none;
+  const auto& spans = found == record.listings.end() ? none : found->second;
+  if (auto another = listed_for_another(spans, process.pid, process.host.start_time_unix)) return another;
+  // No other process's listing seen is not enough: a stale context's listing present from the
+  // first sample after the pid changed hands, or through a gap in sampling, shows no other
+  // owner. The listing must be seen to begin while this process had the pid (third review, H1).
+  const bool proven = std::any_of(spans.begin(), spans.end(), [&](const store::ProcessSpan& s) {
+    return s.start_unix == process.host.start_time_unix && s.listed_after_start;
+  });
+  if (proven) return std::nullopt;
+  return fmt::format("the agent never saw the driver's listing of pid {} on this GPU begin while this process had "
+                     "the pid (listed from the first sample after it started, after a gap in sampling, or before "
+                     "the agent ran): it may be a stale context's",
+                     process.pid);
 }
 
 // Watches for `window_ms`: a snapshot every interval until the last is `window_ms` after the

@@ -40,8 +40,11 @@ struct GatherOptions {
   long long idle_for_ms = 0;             // how far back the store is read (twice this, and 2 min more)
   std::optional<std::string> store_path; // the agent's store; nullopt: do not look for one
   std::vector<JobLease> leases;
-  // How recent the store's last record must be for it to count as recording this machine now.
-  long long store_fresh_ms = 3 * 60 * 1000;
+  // How recent the store's last record, and a process's span, must be for the store to speak for
+  // now: what lies between the span's last sample and reap's own reading was not watched (a
+  // stalled agent hides a burst of work there; third review, M1). 30 s: the agent's defaults
+  // (a process sample every 5 s, a write every 5 s) with room for a slow write.
+  long long store_fresh_ms = 30 * 1000;
   // Tests only: the character device taken for every GPU's own file instead of 195:minor (the
   // tests cannot create a GPU's device node; docs/reap.md "Safety checks").
   std::optional<host::DeviceNumber> device_file_override;

@@ -136,8 +136,8 @@ Result<std::vector<Rollup>> Reader::rollups(Level level, const TimeRange& range,
 Result<std::vector<ProcessSample>> Reader::process_samples(const TimeRange& range, const std::vector<unsigned>& gpus) {
   // A store of an older version that no agent has upgraded yet (the reader never writes) lacks
   // the newer columns: its rows read them as unknown.
-  TARMAC_TRY_ASSIGN(const bool has_mem_util, process_sample_has(db_, "mem_util_pct"));
-  TARMAC_TRY_ASSIGN(const bool has_other_util, process_sample_has(db_, "other_util_pct"));
+  TARMAC_TRY_ASSIGN(const bool has_mem_util, table_has(db_, "process_sample", "mem_util_pct"));
+  TARMAC_TRY_ASSIGN(const bool has_other_util, table_has(db_, "process_sample", "other_util_pct"));
   TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("SELECT ts_ms, gpu, pid, mem_used_mib, sm_util_pct, {}, {} FROM "
                                                      "process_sample WHERE ts_ms >= ? AND ts_ms < ?{} "
                                                      "ORDER BY ts_ms, gpu, pid",
@@ -174,9 +174,14 @@ Result<std::vector<ActivitySpan>> Reader::activity(const TimeRange& range) {
 
 namespace {
 
-constexpr std::string_view kSelectSpans =
-    "SELECT gpu, pid, first_ms, last_ms, start_unix, user, command, container, slurm_job, mem_used_mib_max FROM process "
-    "WHERE last_ms >= ? AND first_ms < ?";
+// The spans' query; a store of schema 3 or older that no agent has upgraded lacks
+// listed_after_start, and reads it as not proven.
+Result<std::string> select_spans(Database& db) {
+  TARMAC_TRY_ASSIGN(const bool has_listed, table_has(db, "process", "listed_after_start"));
+  return fmt::format("SELECT gpu, pid, first_ms, last_ms, start_unix, user, command, container, slurm_job, "
+                     "mem_used_mib_max, {} FROM process WHERE last_ms >= ? AND first_ms < ?",
+                     has_listed ? "listed_after_start" : "NULL");
+}
 
 Result<std::vector<ProcessSpan>> read_spans(Statement& st) {
   std::vector<ProcessSpan> out;
@@ -194,6 +199,7 @@ Result<std::vector<ProcessSpan>> read_spans(Statement& st) {
     p.container = st.text(7);
     p.slurm_job = st.text(8);
     p.mem_used_mib_max = st.int64(9);
+    p.listed_after_start = st.opt_int64(10).value_or(0) == 1;
     out.push_back(std::move(p));
   }
   return out;
@@ -202,13 +208,15 @@ Result<std::vector<ProcessSpan>> read_spans(Statement& st) {
 }  // namespace
 
 Result<std::vector<ProcessSpan>> Reader::processes(const TimeRange& range) {
-  TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("{} ORDER BY first_ms, gpu", kSelectSpans)));
+  TARMAC_TRY_ASSIGN(const auto select, select_spans(db_));
+  TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("{} ORDER BY first_ms, gpu", select)));
   bind_range(st, range);
   return read_spans(st);
 }
 
 Result<std::vector<ProcessSpan>> Reader::processes_of(unsigned gpu, unsigned pid, const TimeRange& range) {
-  TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("{} AND gpu = ? AND pid = ? ORDER BY first_ms", kSelectSpans)));
+  TARMAC_TRY_ASSIGN(const auto select, select_spans(db_));
+  TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("{} AND gpu = ? AND pid = ? ORDER BY first_ms", select)));
   bind_range(st, range);
   st.bind(3, static_cast<long long>(gpu));
   st.bind(4, static_cast<long long>(pid));

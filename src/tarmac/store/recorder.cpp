@@ -167,8 +167,8 @@ void bind_activity(Statement& st, const ActivitySpan& s) {
 
 constexpr std::string_view kInsertProcess =
     "INSERT OR REPLACE INTO process(gpu, pid, first_ms, last_ms, start_unix, "
-    "user, command, container, slurm_job, mem_used_mib_max) "
-    "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    "user, command, container, slurm_job, mem_used_mib_max, listed_after_start) "
+    "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 void bind_process(Statement& st, const ProcessSpan& p) {
   st.bind(1, static_cast<long long>(p.gpu));
@@ -181,6 +181,7 @@ void bind_process(Statement& st, const ProcessSpan& p) {
   bind_text_or_null(st, 8, p.container);
   bind_text_or_null(st, 9, p.slurm_job);
   st.bind(10, p.mem_used_mib_max);
+  st.bind(11, p.listed_after_start ? 1LL : 0LL);
 }
 
 }  // namespace

@@ -72,6 +72,12 @@ struct ProcessSpan {
   std::string container;
   std::string slurm_job;
   long long mem_used_mib_max = 0;
+  // Whether the agent saw the driver's listing of this pid on this GPU begin while this process
+  // had the pid: a process sample of the GPU, read in full and after the process had started,
+  // did not list it, and no gap in sampling since. Only then is the listing proven to be this
+  // process's own context and not a stale one left under a pid that changed hands (reap's N1 and
+  // its third review's H1: docs/reap.md "Safety checks"). NULL in a store of schema 3 or older.
+  bool listed_after_start = false;
 };
 
 // One GPU in one activity class without a break (table activity). end_ms is the last sample's

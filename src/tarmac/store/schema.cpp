@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS process_sample(
 CREATE TABLE IF NOT EXISTS process(
   gpu INTEGER NOT NULL, pid INTEGER NOT NULL, first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
   start_unix INTEGER, user TEXT, command TEXT, container TEXT, slurm_job TEXT,
-  mem_used_mib_max INTEGER NOT NULL, PRIMARY KEY(gpu, pid, first_ms)) WITHOUT ROWID;
+  mem_used_mib_max INTEGER NOT NULL, listed_after_start INTEGER, PRIMARY KEY(gpu, pid, first_ms)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS process_by_last ON process(last_ms);
 CREATE TABLE IF NOT EXISTS activity(
   gpu INTEGER NOT NULL, start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, class TEXT NOT NULL,
@@ -62,26 +62,27 @@ CREATE VIEW IF NOT EXISTS gpu_hour_v AS
   FROM gpu_hour;
 )sql";
 
-// Adds `column` (INTEGER) to process_sample when a store of an older version lacks it: the rows it
+// Adds `column` (INTEGER) to `table` when a store of an older version lacks it: the rows it
 // recorded keep NULL (unknown), never 0.
-Result<void> add_process_sample_column(Database& db, std::string_view column) {
-  TARMAC_TRY_ASSIGN(const bool has, process_sample_has(db, column));
+Result<void> add_integer_column(Database& db, std::string_view table, std::string_view column) {
+  TARMAC_TRY_ASSIGN(const bool has, table_has(db, table, column));
   if (has) return {};
-  return db.exec(fmt::format("ALTER TABLE process_sample ADD COLUMN {} INTEGER", column));
+  return db.exec(fmt::format("ALTER TABLE {} ADD COLUMN {} INTEGER", table, column));
 }
 
-// Version 1 lacks process_sample.mem_util_pct, versions 1 and 2 other_util_pct.
+// Version 1 lacks process_sample.mem_util_pct, versions 1 and 2 other_util_pct, versions 1 to 3
+// process.listed_after_start.
 Result<void> upgrade_older_versions(Database& db) {
-  TARMAC_TRY(add_process_sample_column(db, "mem_util_pct"));
-  return add_process_sample_column(db, "other_util_pct");
+  TARMAC_TRY(add_integer_column(db, "process_sample", "mem_util_pct"));
+  TARMAC_TRY(add_integer_column(db, "process_sample", "other_util_pct"));
+  return add_integer_column(db, "process", "listed_after_start");
 }
 
 }  // namespace
 
-Result<bool> process_sample_has(Database& db, std::string_view column) {
-  TARMAC_TRY_ASSIGN(auto has, db.scalar(fmt::format("SELECT count(*) FROM pragma_table_info('process_sample') "
-                                                    "WHERE name = '{}'",
-                                                    column)));
+Result<bool> table_has(Database& db, std::string_view table, std::string_view column) {
+  TARMAC_TRY_ASSIGN(auto has, db.scalar(fmt::format("SELECT count(*) FROM pragma_table_info('{}') WHERE name = '{}'",
+                                                    table, column)));
   return has.value_or(0) != 0;
 }
 

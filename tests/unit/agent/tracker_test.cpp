@@ -526,5 +526,41 @@ TEST_F(TrackerTest, TheOtherEnginesAreRecordedAsTheirBusiestAndAChangeIsARow) {
   EXPECT_EQ(got, (std::vector<Row>{Row{0, 0, std::nullopt}, Row{5, 0, 0}, Row{15, 0, 55}, Row{20, 0, 30}}));
 }
 
+// The proof reap needs that a listing is the process's own (its third review's H1): the agent saw
+// the listing begin while the process had the pid. A process started (whole seconds: before
+// start + 1 s) before a full listing that did not show it, and listed after, is proven; one listed
+// from the first sample after it started, after a gap, or after a failed listing is not.
+TEST_F(TrackerTest, AListingIsProvenTheProcesssOnlyWhenASampleAfterItStartedDidNotListIt) {
+  const long long start = kT0 / 1000;  // started in the second of kT0
+  observe(snapshot({device(0, 0), device(1, 0)}), kT0 + 2 * kS);  // both started, neither listed yet
+  observe(snapshot({device(0, 0, {process(100, 4096, start)}), device(1, 0)}), kT0 + 7 * kS);
+  // GPU 1: listed at the first sample after it started (a stale context's may be): unproven.
+  observe(snapshot({device(0, 0, {process(100, 4096, start)}), device(1, 0, {process(200, 4096, kT0 / 1000 + 8)})}),
+          kT0 + 12 * kS);
+  const auto spans = process_spans();
+  ASSERT_EQ(spans.size(), 2U);
+  for (const auto& s : spans) EXPECT_EQ(s.listed_after_start, s.pid == 100) << s.pid;
+}
+
+TEST_F(TrackerTest, NoListingIsProvenAcrossAGapOrAFailedListing) {
+  const long long start = kT0 / 1000;
+  observe(snapshot({device(0, 0), device(1, 0)}), kT0 + 2 * kS);
+  // 40 s nobody sampled (a stalled or stopped agent): the pid may have changed hands meanwhile.
+  observe(snapshot({device(0, 0, {process(100, 4096, start)}), device(1, 0)}), kT0 + 42 * kS);
+  // GPU 1's listing failed at 42 s: a process missing from it was not shown to be unlisted.
+  gpu::Device failed = device(1, 0);
+  failed.errors.push_back(gpu::ReadError{"compute_processes", "Unknown Error (NVML_ERROR_UNKNOWN)"});
+  observe(snapshot({device(0, 0, {process(100, 4096, start)}), failed}), kT0 + 47 * kS);
+  observe(snapshot({device(0, 0, {process(100, 4096, start)}), device(1, 0, {process(200, 4096, start)})}), kT0 + 52 * kS);
+  const auto spans = process_spans();
+  ASSERT_EQ(spans.size(), 2U);
+  for (const auto& s : spans) EXPECT_FALSE(s.listed_after_start) << s.pid;
+  // A fast sample (no listing) between two process samples neither proves nor breaks anything.
+  observe(snapshot({device(2, 0)}), kT0 + 53 * kS);
+  observe(snapshot({device(2, 0)}), kT0 + 54 * kS, false);
+  observe(snapshot({device(2, 0, {process(300, 4096, start)})}), kT0 + 58 * kS);
+  for (const auto& s : process_spans()) EXPECT_EQ(s.listed_after_start, s.pid == 300) << s.pid;
+}
+
 }  // namespace
 }  // namespace tarmac::agent

@@ -74,7 +74,14 @@ struct Holder {
 };
 
 // A store that recorded `holder` on GPU-a at 0 % for the last 20 minutes.
-void record(const std::string& path, const Holder& holder, const std::string& uuid = "GPU-a", unsigned index = 0) {
+// The agent's record of `holder` idle on GPU `index` for 20 minutes up to `last_ago_ms` ago, its
+// listing seen to begin while it had the pid unless `proven` is false.
+struct Recorded {
+  long long last_ago_ms = 10'000;
+  bool proven = true;
+};
+void record(const std::string& path, const Holder& holder, const std::string& uuid = "GPU-a", unsigned index = 0,
+            Recorded how = {}) {
   const long long now = util::wall_ms();
   store::RecorderOptions options;
   options.path = path;
@@ -85,9 +92,10 @@ void record(const std::string& path, const Holder& holder, const std::string& uu
   span.gpu = index;
   span.pid = holder.process.pid;
   span.first_ms = now - 20 * kMin;
-  span.last_ms = now - 10'000;
+  span.last_ms = now - how.last_ago_ms;
   span.start_unix = holder.process.host.start_time_unix;
   span.user = "root";
+  span.listed_after_start = how.proven;
   recorder.update(span);
   recorder.add(store::ProcessSample{now - 20 * kMin, index, holder.process.pid, 4096, 0, 0, 0});
   ASSERT_TRUE(recorder.flush().ok);
@@ -164,6 +172,34 @@ TEST(Gather, AListingLongBeforeTheProcessStartedDoesNotStopIt) {
   const auto got = decide_from_store(db, w);
   EXPECT_FALSE(got.evidence.listed_before.has_value()) << *got.evidence.listed_before;
   EXPECT_EQ(got.decision.reason, Reason::Candidate) << got.decision.detail;
+}
+
+// Third review, H1: no other process's listing in the store is not enough. A stale context's
+// listing under a pid that changed hands while the agent was not sampling (a gap, or between two
+// samples) shows no other owner; the listing counts only when the agent saw it begin while this
+// process had the pid. Before, this was a candidate.
+TEST(Gather, AListingTheAgentNeverSawBeginIsNotTheProcesss) {
+  store::test_support::TempDir dir;
+  Holder w;
+  const std::string db = dir.path() + "/tarmac.db";
+  record(db, w, "GPU-a", 0, Recorded{10'000, false});
+  const auto got = decide_from_store(db, w);
+  EXPECT_EQ(got.evidence.holding, host::Holding::Holds);
+  EXPECT_EQ(got.decision.reason, Reason::NotHolding) << got.decision.detail;
+  EXPECT_NE(got.decision.detail.find("never saw the driver's listing of pid"), std::string::npos) << got.decision.detail;
+}
+
+// Third review, M1: a span whose last sample is older than store_fresh_ms (30 s) does not speak
+// for the time between it and reap's own reading, which nobody watched (a stalled agent can hide
+// a burst of work there). Before, a span up to 3 minutes old made it a candidate idle 20 minutes.
+TEST(Gather, ASpanThatEndedLongBeforeNowIsNotTheHistory) {
+  store::test_support::TempDir dir;
+  Holder w;
+  const std::string db = dir.path() + "/tarmac.db";
+  record(db, w, "GPU-a", 0, Recorded{2 * kMin, true});
+  const auto got = decide_from_store(db, w);
+  EXPECT_NE(got.decision.reason, Reason::Candidate) << got.decision.detail;
+  EXPECT_LT(got.evidence.history.idle_ms(), kMin);
 }
 
 TEST(Gather, ListingsForAnotherProcessAreMatchedByStartTimeAndMargin) {

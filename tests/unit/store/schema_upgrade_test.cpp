@@ -127,7 +127,6 @@ TEST(SchemaUpgrade, AVersionTwoStoreGainsTheOtherEnginesInPlace) {
     ASSERT_TRUE(st.ok) << st.message;
   }
   EXPECT_EQ(schema_version(path), kSchemaVersion);
-  EXPECT_EQ(kSchemaVersion, 3);
   auto reader = Reader::open(path);
   ASSERT_TRUE(reader.ok()) << reader.error().message;
   auto rows = reader->process_samples(kAll, {});
@@ -135,6 +134,54 @@ TEST(SchemaUpgrade, AVersionTwoStoreGainsTheOtherEnginesInPlace) {
   ASSERT_EQ(rows->size(), 2U);
   EXPECT_FALSE((*rows)[0].other_util_pct.has_value());  // the old row: unknown, never 0
   EXPECT_EQ((*rows)[1].other_util_pct, 70);
+}
+
+constexpr const char* kVersion3 = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS process(
+  gpu INTEGER NOT NULL, pid INTEGER NOT NULL, first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
+  start_unix INTEGER, user TEXT, command TEXT, container TEXT, slurm_job TEXT,
+  mem_used_mib_max INTEGER NOT NULL, PRIMARY KEY(gpu, pid, first_ms)) WITHOUT ROWID;
+INSERT INTO meta(key, value) VALUES('schema_version', '3');
+INSERT INTO process(gpu, pid, first_ms, last_ms, start_unix, user, command, container, slurm_job, mem_used_mib_max)
+  VALUES(0, 4242, 1736154000000, 1736154060000, 1736153990, 'alice', 'python', NULL, NULL, 6144);
+)sql";
+
+// Version 3 to 4: process gains listed_after_start (whether the agent saw the listing begin while
+// the process had the pid: reap's proof that it is not a stale context's). A reader reads a
+// version 3 store as it is, the recorder upgrades it in place, and an old span stays unproven.
+TEST(SchemaUpgrade, AVersionThreeStoreGainsTheListingProofInPlaceAndOldSpansStayUnproven) {
+  TempDir dir;
+  const std::string path = database_path(dir.path());
+  {
+    auto db = Database::open(path, Database::Mode::ReadWrite);
+    ASSERT_TRUE(db.ok()) << db.error().message;
+    ASSERT_TRUE(db->exec(kVersion3).ok());
+  }
+  {
+    auto reader = Reader::open(path);
+    ASSERT_TRUE(reader.ok()) << reader.error().message;
+    auto spans = reader->processes(kAll);
+    ASSERT_TRUE(spans.ok()) << spans.error().message;
+    ASSERT_EQ(spans->size(), 1U);
+    EXPECT_FALSE((*spans)[0].listed_after_start);
+    EXPECT_EQ(schema_version(path), 3);  // a reader never writes
+  }
+  {
+    Recorder rec({path, {}, 1000});
+    ProcessSpan span{0, 5151, kT0 + 1000, kT0 + 2000, kT0 / 1000 - 60, "bob", "a.out", "", "", 100};
+    span.listed_after_start = true;
+    rec.update(span);
+    const FlushStatus st = rec.flush();
+    ASSERT_TRUE(st.ok) << st.message;
+  }
+  EXPECT_EQ(schema_version(path), kSchemaVersion);
+  auto reader = Reader::open(path);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  auto spans = reader->processes(kAll);
+  ASSERT_TRUE(spans.ok()) << spans.error().message;
+  ASSERT_EQ(spans->size(), 2U);
+  for (const auto& s : *spans) EXPECT_EQ(s.listed_after_start, s.pid == 5151) << s.pid;
 }
 
 TEST(SchemaUpgrade, AStoreOfANewerSchemaIsRefused) {
