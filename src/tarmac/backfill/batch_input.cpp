@@ -39,35 +39,6 @@ std::string syntax_words(const std::string& what) {
   return column == std::string::npos ? what : what.substr(column);
 }
 
-// The deepest nesting of arrays and objects in `text`, counted outside strings. Parsing is not
-// recursive, but writing a document back out is: a line of 100,000 '[' would overflow the stack.
-std::size_t nesting_depth(std::string_view text) {
-  std::size_t depth = 0;
-  std::size_t deepest = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 bool has_control_character(std::string_view text) {
   for (const unsigned char c : text) {
     if (c < 0x20 || c == 0x7f) return true;
@@ -82,7 +53,7 @@ Result<json> parse_line(std::string_view text, std::size_t line, const InputLimi
                                      util::format_bytes(limits.max_line_bytes)));
   }
   if (util::valid_utf8(text) != text) return problem(line, "not valid UTF-8");
-  if (nesting_depth(text) > limits.max_depth) {
+  if (json_nesting_depth(text) > limits.max_depth) {
     return problem(line, fmt::format("nested deeper than {} arrays and objects", limits.max_depth));
   }
   json doc;
@@ -255,6 +226,33 @@ Result<void> check_template(std::string_view template_text, const InputLimits& l
 }
 
 }  // namespace
+
+std::size_t json_nesting_depth(std::string_view text) {
+  std::size_t depth = 0;
+  std::size_t deepest = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 std::string_view to_url(Endpoint endpoint) {
   return endpoint == Endpoint::ChatCompletions ? "/v1/chat/completions" : "/v1/completions";

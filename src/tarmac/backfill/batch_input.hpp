@@ -63,6 +63,11 @@ struct InputProblem {
 [[nodiscard]] Result<std::vector<BatchRequest>> parse_texts(std::string_view texts, std::string_view template_text,
                                                             std::string_view model, const InputLimits& limits = {});
 
+// The deepest nesting of arrays and objects in the JSON `text`, counted outside strings. Parsing is
+// not recursive, but writing a document back out is: a line of 100,000 '[' would overflow the
+// stack, so every document from outside is measured first.
+[[nodiscard]] std::size_t json_nesting_depth(std::string_view text);
+
 // The line an input error is about (its InputProblem), 0 when none.
 [[nodiscard]] std::size_t problem_line(const Error& error);
 
