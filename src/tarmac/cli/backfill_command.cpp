@@ -21,6 +21,7 @@
 #include "tarmac/cli/table.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/fd.hpp"
+#include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::cli {
