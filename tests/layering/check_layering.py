@@ -43,8 +43,9 @@ ALLOWED = {
     "reap": {"store"} | BELOW_STORE,
     "sched": {"report", "diagnose", "store"} | BELOW_STORE,
     "serve": {"report", "diagnose", "store"} | BELOW_STORE,
+    "backfill": {"sched", "net", "report", "diagnose", "store"} | BELOW_STORE,
     "config": {"agent", "alerts", "sched", "store", "diagnose", "reap"} | BELOW_STORE,
-    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "report", "agent", "diagnose", "store", "net"}
+    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "backfill", "report", "agent", "diagnose", "store", "net"}
     | BELOW_STORE,
     "apps": {"cli"},
     "sim": {"util", "nvml"},

@@ -16,6 +16,7 @@
 
 #include "tarmac/agent/agent.hpp"
 #include "tarmac/agent/clock.hpp"
+#include "tarmac/backfill/service.hpp"
 #include "tarmac/alerts/alerter.hpp"
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/leases.hpp"
@@ -255,6 +256,20 @@ alerts::Notice lease_notice(const sched::LeaseNotice& n) {
   return notice;
 }
 
+// Batches (docs/backfill.md) answered on the scheduler's socket and thread; none when their tables
+// cannot be opened (logged: the queue still runs).
+sched::MoreRequests backfill_requests(const std::string& db_path) {
+  auto service = backfill::Service::open(backfill::ServiceOptions{db_path, log_line, {}});
+  if (!service.ok()) {
+    log_line(util::LogLevel::Warning, fmt::format("backfill off: {}", service.error().message));
+    return {};
+  }
+  std::shared_ptr<backfill::Service> shared = std::move(*service);
+  return [shared](const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req) {
+    return shared->answer(peer, fds, req);
+  };
+}
+
 // The scheduler: the queue over the socket (docs/scheduler.md); nullptr when it is off. A
 // scheduler that cannot start is logged; the agent still records.
 std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, const AgentSettings& s,
@@ -269,6 +284,7 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
   dopts.open_backend = [&global] { return open_backend(global); };
   dopts.log = log_line;
   dopts.notify = [&alerter](const sched::LeaseNotice& n) { alerter.announce(lease_notice(n)); };
+  dopts.more_requests = backfill_requests(dopts.db_path);
   auto started = sched::Daemon::start(std::move(dopts));
   if (!started.ok()) {
     log_line(util::LogLevel::Warning,

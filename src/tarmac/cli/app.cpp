@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "tarmac/cli/agent_command.hpp"
+#include "tarmac/cli/backfill_command.hpp"
 #include "tarmac/cli/alerts_command.hpp"
 #include "tarmac/cli/config_command.hpp"
 #include "tarmac/cli/context.hpp"
@@ -78,6 +79,7 @@ int run_app(int argc, char** argv) {
   add_pick_command(app, global, exit_code);
   add_run_command(app, global, exit_code);
   add_jobs_commands(app, global, exit_code);
+  add_backfill_commands(app, global, exit_code);
   add_shim_command(app, exit_code);
   app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
                             "(sim list names the bundled scenarios)");

@@ -34,7 +34,8 @@ Daemon::State::State(DaemonOptions options, JobDb db, LeaseDir dir, Listener lis
              return start_job(job, chosen, uuids);
            },
            opt.log),
-      requests(opt.config, table, wrappers, gpus, files, idle, pass, [this] { return clock(); }, opt.log),
+      requests(opt.config, table, wrappers, gpus, files, idle, pass, [this] { return clock(); }, opt.log,
+               opt.more_requests),
       clients(std::move(listener),
               ClientLimits{.idle_timeout_ms = opt.config.connection_idle_timeout_ms,
                            .user_connection_cap = opt.config.user_connection_cap},

@@ -6,6 +6,8 @@
 
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -15,6 +17,8 @@
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/sched/settings.hpp"
+#include "tarmac/sched/wire.hpp"
+#include "tarmac/util/fd.hpp"
 #include "tarmac/util/result.hpp"
 
 namespace tarmac::sched {
@@ -29,6 +33,13 @@ struct LeaseNotice {
   long long idle_since_unix_ms = 0;
   std::string summary;  // one line for people
 };
+
+// Requests for another part of the agent on the scheduler's socket (backfill's `backfill_*`),
+// answered on the scheduler's thread with the peer's credentials (SO_PEERCRED, never the request's
+// word) and the descriptors that came with the request (what it does not take is closed): an
+// answer, or nullopt when the op is not theirs. sched knows nothing of what they do.
+using MoreRequests =
+    std::function<std::optional<nlohmann::json>(const Peer&, std::vector<util::Fd>&, const nlohmann::json&)>;
 
 struct DaemonOptions {
   SchedulerConfig config;
@@ -46,6 +57,7 @@ struct DaemonOptions {
   // job's room); empty for util::monotonic_ms. Wall time only stamps what is recorded or shown.
   // Tests inject one.
   std::function<long long()> monotonic_ms;
+  MoreRequests more_requests;
 };
 
 class Daemon {

@@ -98,6 +98,9 @@ json Requests::answer(Client& c, const json& req) {
   if (op == "reserve") return reserve(c, req);
   if (op == "release") return release(c, req);
   if (op == "extend") return extend(c, req);
+  if (more_) {
+    if (auto answered = more_(c.peer(), c.fds, req)) return *answered;
+  }
   return failure("invalid", fmt::format("unknown request '{}'", op));
 }
 

@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "tarmac/sched/client.hpp"
+#include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/daemon_gpus.hpp"
 #include "tarmac/sched/daemon_leases.hpp"
 #include "tarmac/sched/daemon_locks.hpp"
@@ -27,9 +28,10 @@ class Requests {
   using json = nlohmann::json;
 
   Requests(const SchedulerConfig& config, JobTable& table, Wrappers& wrappers, GpuView& gpus, LeaseFiles& files,
-           IdleLeases& idle, Pass& pass, std::function<long long()> clock, util::LogSink log)
+           IdleLeases& idle, Pass& pass, std::function<long long()> clock, util::LogSink log,
+           MoreRequests more = {})
       : config_(config), table_(table), wrappers_(wrappers), gpus_(gpus), files_(files), idle_(idle), pass_(pass),
-        clock_(std::move(clock)), log_(std::move(log)) {}
+        clock_(std::move(clock)), log_(std::move(log)), more_(std::move(more)) {}
 
   // The answer to `req` from client `c`: {"ok": true, ...}, or a failure with its code and words.
   [[nodiscard]] json answer(Client& c, const json& req);
@@ -63,6 +65,7 @@ class Requests {
   Pass& pass_;
   std::function<long long()> clock_;
   util::LogSink log_;
+  MoreRequests more_;
 };
 
 }  // namespace tarmac::sched

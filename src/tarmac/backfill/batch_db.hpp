@@ -1,0 +1,84 @@
+// Batches and their requests in the agent's SQLite store (tables backfill_batch and
+// backfill_request, docs/backfill.md "State"), versioned in the store's meta table as
+// backfill_version. One connection, used by one thread at a time.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tarmac/backfill/batch.hpp"
+#include "tarmac/store/sqlite.hpp"
+#include "tarmac/util/result.hpp"
+
+namespace tarmac::backfill {
+
+// The tables' version: 1, the first.
+inline constexpr long long kBatchTablesVersion = 1;
+
+// A request being sent: its row and its body.
+struct Sendable {
+  RequestRow row;
+  std::string body;
+};
+
+// A request answered: its line in the output and what the answer said.
+struct Answered {
+  long long index = 0;
+  RequestState state = RequestState::Done;  // Done or Failed
+  std::optional<long long> prompt_tokens;
+  std::optional<long long> completion_tokens;
+  long long ended_ms = 0;
+  std::string error;  // Failed: why, for people
+  long long out_offset = 0;
+  long long out_len = 0;
+};
+
+// One transaction's worth of a batch's requests and its output's length (ledger.hpp).
+struct Commit {
+  std::vector<Answered> answered;
+  std::vector<long long> lost;  // answered before, whose line is gone from the output: pending again
+  bool in_flight_to_pending = false;  // after a restart: nothing is in flight any more
+  long long output_bytes = 0;
+};
+
+class BatchDb {
+ public:
+  // Opens the store at `path`, creating the recorder's schema and these tables when missing and
+  // upgrading them in place; refuses tables newer than this tarmac reads.
+  [[nodiscard]] static Result<BatchDb> open(const std::string& path);
+
+  // Records `batch` (its id set here) and its requests, pending, in one transaction.
+  [[nodiscard]] Result<void> create(Batch& batch, const std::vector<BatchRequest>& requests);
+  // Writes the batch's own columns (not output_bytes, which only commit() moves).
+  [[nodiscard]] Result<void> save(const Batch& batch);
+
+  [[nodiscard]] Result<std::optional<Batch>> batch(long long id);
+  enum class Which { All, Unfinished };
+  [[nodiscard]] Result<std::vector<Batch>> batches(Which which);
+  [[nodiscard]] Result<Progress> progress(long long id);
+  // Every request of batch `id` in input order, without bodies.
+  [[nodiscard]] Result<std::vector<RequestRow>> rows(long long id);
+  [[nodiscard]] Result<std::optional<RequestState>> state_of(long long id, long long index);
+
+  // Up to `n` pending requests of batch `id`, first in input order first, now in flight (attempts
+  // counted, started at `now_ms`).
+  [[nodiscard]] Result<std::vector<Sendable>> take_pending(long long id, std::size_t n, long long now_ms);
+  // Request `index` of batch `id` was not answered (an interrupted or failed send): pending again,
+  // with `error` kept as its last error.
+  [[nodiscard]] Result<void> back_to_pending(long long id, long long index, const std::string& error);
+
+  // `commit` for batch `id`, in one transaction.
+  [[nodiscard]] Result<void> commit(long long id, const Commit& commit);
+
+  // For tests and the upgrade: the connection.
+  [[nodiscard]] store::Database& database() { return db_; }
+
+ private:
+  explicit BatchDb(store::Database db) : db_(std::move(db)) {}
+  [[nodiscard]] Result<void> in_transaction(const std::function<Result<void>()>& body);
+  store::Database db_;
+};
+
+}  // namespace tarmac::backfill

@@ -1,0 +1,349 @@
+// The agent's batches over the scheduler's socket (service.hpp, docs/backfill.md "Commands").
+#include "tarmac/backfill/service.hpp"
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "tarmac/sched/job.hpp"
+#include "tarmac/util/clock.hpp"
+#include "tarmac/util/escape.hpp"
+
+namespace tarmac::backfill {
+
+using json = nlohmann::json;
+using sched::json_field;
+
+namespace {
+
+constexpr long FuseMagic = 0x65735546;  // statfs f_type of FUSE: a write there can wait forever
+constexpr unsigned kMaxParallel = 256;
+constexpr std::size_t kMaxNameBytes = 128;
+constexpr std::size_t kMaxPathBytes = 4096;
+constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+
+json failure(const std::string& code, const std::string& message) {
+  return json{{"ok", false}, {"code", code}, {"error", message}};
+}
+
+Error refused(const std::string& code, const std::string& message) {
+  return make_error(code == "denied" ? Error::Code::Invalid : Error::Code::NotFound, message, std::string(code));
+}
+
+json failure_of(const Error& e) {
+  const auto* code = e.cause_as<std::string>();
+  return failure(code != nullptr ? *code : "io", e.message);
+}
+
+std::string user_name(uid_t uid) {
+  passwd pw{};
+  passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) return found->pw_name;
+  return std::to_string(uid);
+}
+
+bool printable(std::string_view text) {
+  for (const unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return util::valid_utf8(text) == text;
+}
+
+// The input the CLI handed over: a sealed memfd (it can neither change nor block while the agent
+// reads it) of at most max_input_bytes.
+Result<std::string> read_input(int fd, const InputLimits& limits) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kRequiredSeals) != kRequiredSeals) {
+    return make_error(Error::Code::Invalid, "the input must come as a sealed memfd (tarmac backfill submit makes one)");
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return make_error(Error::Code::Invalid, "the input is not a file");
+  if (static_cast<std::uint64_t>(st.st_size) > limits.max_input_bytes) {
+    return make_error(Error::Code::Invalid, fmt::format("the input is {} bytes, more than the {} a batch may hold",
+                                                        st.st_size, limits.max_input_bytes));
+  }
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::pread(fd, text.data() + got, text.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return make_error(Error::Code::Io, fmt::format("cannot read the input: {}", std::strerror(errno)));
+    got += static_cast<std::size_t>(n);
+  }
+  return text;
+}
+
+// The output the CLI handed over: a regular file of `uid`'s with one link, readable and writable
+// through this descriptor, not on FUSE; empty for a new batch. O_APPEND is cleared: the ledger
+// writes at the offsets the store accounts for.
+Result<struct stat> check_output(int fd, uid_t uid, bool must_be_empty) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error(Error::Code::Io, "cannot look at the output");
+  if (!S_ISREG(st.st_mode)) return make_error(Error::Code::Invalid, "the output is not a regular file");
+  if (st.st_uid != uid) return make_error(Error::Code::Invalid, "the output is not the submitter's own file");
+  if (st.st_nlink != 1) return make_error(Error::Code::Invalid, "the output has other hard links");
+  if (must_be_empty && st.st_size != 0) {
+    return make_error(Error::Code::Invalid, "the output is not empty: name a new file, or empty it first");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) {
+    return make_error(Error::Code::Invalid, "the output must be open for reading and writing");
+  }
+  if ((flags & O_APPEND) != 0 && ::fcntl(fd, F_SETFL, flags & ~O_APPEND) != 0) {
+    return make_error(Error::Code::Io, "cannot clear O_APPEND on the output");
+  }
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) == 0 && static_cast<long>(fs.f_type) == FuseMagic) {
+    return make_error(Error::Code::Invalid, "the output is on a FUSE file system, where a write can wait forever");
+  }
+  return st;
+}
+
+// What a submission asks for besides its requests; an error naming the first bad field.
+Result<Batch> read_batch_fields(const json& req) {
+  Batch b;
+  b.model = json_field<std::string>(req, "model").value_or("");
+  TARMAC_TRY(check_model(b.model));
+  b.name = json_field<std::string>(req, "name").value_or("");
+  if (b.name.size() > kMaxNameBytes || !printable(b.name)) {
+    return make_error(Error::Code::Invalid, fmt::format("--name must be at most {} printable characters", kMaxNameBytes));
+  }
+  b.server = json_field<std::string>(req, "server").value_or("");
+  for (const char c : b.server) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') {
+      return make_error(Error::Code::Invalid, "--server must be a name of letters, digits, - and _");
+    }
+  }
+  if (b.server.size() > 64) return make_error(Error::Code::Invalid, "--server is longer than 64 characters");
+  b.window = json_field<std::string>(req, "window").value_or("");
+  if (!b.window.empty()) TARMAC_TRY(check_window(b.window));
+  const long long parallel = json_field<long long>(req, "parallel").value_or(1);
+  if (parallel < 1 || parallel > kMaxParallel) {
+    return make_error(Error::Code::Invalid, fmt::format("--parallel must be from 1 to {}", kMaxParallel));
+  }
+  b.parallel = static_cast<unsigned>(parallel);
+  b.output_path = json_field<std::string>(req, "output_path").value_or("");
+  if (b.output_path.empty() || b.output_path.size() > kMaxPathBytes || !printable(b.output_path)) {
+    return make_error(Error::Code::Invalid, "output_path must be the output's path, as the submitter named it");
+  }
+  return b;
+}
+
+std::optional<int> two_digits(std::string_view s, int max) {
+  if (s.size() != 2 || !std::isdigit(static_cast<unsigned char>(s[0])) ||
+      !std::isdigit(static_cast<unsigned char>(s[1]))) {
+    return std::nullopt;
+  }
+  const int v = (s[0] - '0') * 10 + (s[1] - '0');
+  return v <= max ? std::optional<int>(v) : std::nullopt;
+}
+
+}  // namespace
+
+Result<void> check_window(std::string_view w) {
+  const auto bad = [&] {
+    return make_error(Error::Code::Invalid,
+                      fmt::format("--window {} is not HH:MM-HH:MM (00:00 to 23:59, such as 00:00-06:00)",
+                                  util::json_text(json(std::string(w)))));
+  };
+  if (w.size() != 11 || w[2] != ':' || w[5] != '-' || w[8] != ':') return bad();
+  if (!two_digits(w.substr(0, 2), 23) || !two_digits(w.substr(3, 2), 59) || !two_digits(w.substr(6, 2), 23) ||
+      !two_digits(w.substr(9, 2), 59)) {
+    return bad();
+  }
+  if (w.substr(0, 5) == w.substr(6, 5)) return make_error(Error::Code::Invalid, "--window starts and ends at once");
+  return {};
+}
+
+json batch_json(const Batch& b, const Progress& p, long long now_ms) {
+  const long long answered = p.done + p.failed;
+  const long long end = p.in_flight > 0 || p.pending > 0 ? now_ms : p.last_ended_ms;
+  const double seconds = p.first_started_ms > 0 ? static_cast<double>(std::max(1LL, end - p.first_started_ms)) / 1000
+                                                : 0;
+  json out = {{"id", b.id},
+              {"name", b.name},
+              {"user", b.user},
+              {"uid", b.uid},
+              {"model", b.model},
+              {"server", b.server},
+              {"window", b.window},
+              {"parallel", b.parallel},
+              {"state", to_string(b.state)},
+              {"reason", b.reason},
+              {"output", b.output_path},
+              {"requests", b.requests},
+              {"done", p.done},
+              {"failed", p.failed},
+              {"pending", p.pending},
+              {"in_flight", p.in_flight},
+              {"prompt_tokens", p.prompt_tokens},
+              {"completion_tokens", p.completion_tokens},
+              {"gpu_hours", static_cast<double>(b.gpu_ms) / 3.6e6},
+              {"windows", b.windows},
+              {"submitted_unix_ms", b.submitted_ms},
+              {"started_unix_ms", b.started_ms > 0 ? json(b.started_ms) : json(nullptr)},
+              {"ended_unix_ms", b.ended_ms > 0 ? json(b.ended_ms) : json(nullptr)}};
+  // Rates over the time since the first request was sent: unknown (null) before that.
+  out["tokens_per_s"] = seconds > 0 ? json(static_cast<double>(p.completion_tokens) / seconds) : json(nullptr);
+  const long long left = p.pending + p.in_flight;
+  out["eta_s"] = seconds > 0 && answered > 0 && left > 0 && !ended(b.state)
+                     ? json(static_cast<long long>(static_cast<double>(left) * seconds / static_cast<double>(answered)))
+                     : json(nullptr);
+  return out;
+}
+
+Result<std::unique_ptr<Service>> Service::open(ServiceOptions options) {
+  TARMAC_TRY_ASSIGN(auto db, BatchDb::open(options.db_path));
+  auto service = std::unique_ptr<Service>(new Service(std::move(options), std::move(db)));
+  TARMAC_TRY_ASSIGN(auto unfinished, service->db_.batches(BatchDb::Which::Unfinished));
+  for (auto& b : unfinished) {
+    b.reason = fmt::format("the agent restarted: its output waits to be handed over again (tarmac backfill resume {} "
+                           "--output FILE)",
+                           b.id);
+    if (auto r = service->db_.save(b); !r.ok()) service->log(util::LogLevel::Warning, r.error().message);
+  }
+  if (!unfinished.empty()) {
+    service->log(util::LogLevel::Info, fmt::format("backfill: read back {} unfinished batches", unfinished.size()));
+  }
+  return service;
+}
+
+void Service::log(util::LogLevel level, const std::string& message) const {
+  if (opt_.log) opt_.log(level, message);
+}
+
+std::optional<json> Service::answer(const sched::Peer& peer, std::vector<util::Fd>& fds, const json& req) {
+  const auto op = json_field<std::string>(req, "op").value_or("");
+  if (op == "backfill_submit") return submit(peer, fds, req);
+  if (op == "backfill_status") return status(peer, req);
+  if (op == "backfill_cancel") return cancel(peer, req);
+  if (op == "backfill_resume") return resume(peer, fds, req);
+  return std::nullopt;
+}
+
+json Service::answer_batch(const Batch& b) {
+  auto p = db_.progress(b.id);
+  if (!p.ok()) return failure("io", p.error().message);
+  return json{{"ok", true}, {"batch", batch_json(b, *p, util::wall_ms())}};
+}
+
+json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const json& req) {
+  if (fds.size() != 2) return failure("invalid", "a submission carries two descriptors: the input and the output");
+  auto fields = read_batch_fields(req);
+  if (!fields.ok()) return failure("invalid", fields.error().message);
+  Batch batch = std::move(*fields);
+  auto output = check_output(fds[1].get(), peer.uid, true);
+  if (!output.ok()) return failure("invalid", output.error().message);
+  auto input = read_input(fds[0].get(), opt_.limits);
+  if (!input.ok()) return failure("invalid", input.error().message);
+  const std::string format = json_field<std::string>(req, "format").value_or("jsonl");
+  auto requests = format == "texts"
+                      ? parse_texts(*input, json_field<std::string>(req, "template").value_or(""), batch.model,
+                                    opt_.limits)
+                      : parse_jsonl(*input, batch.model, opt_.limits);
+  if (!requests.ok()) {
+    json refusal = failure("invalid", requests.error().message);
+    if (const auto line = problem_line(requests.error()); line > 0) refusal["line"] = line;
+    return refusal;  // nothing is queued
+  }
+  batch.uid = peer.uid;
+  batch.user = user_name(peer.uid);
+  batch.output_dev = static_cast<long long>(output->st_dev);
+  batch.output_ino = static_cast<long long>(output->st_ino);
+  batch.submitted_ms = util::wall_ms();
+  batch.state = BatchState::Queued;
+  batch.reason = "queued: no server sends its requests yet (docs/backfill.md, \"Not built yet\")";
+  if (auto r = db_.create(batch, *requests); !r.ok()) {
+    return failure("io", fmt::format("cannot record the batch in the store: {}", r.error().message));
+  }
+  auto ledger = std::make_unique<Ledger>(db_, batch.id, std::move(fds[1]));
+  if (auto r = ledger->reconcile(Ledger::InFlight::BackToPending); !r.ok()) {
+    log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", batch.id, r.error().message));
+  }
+  ledgers_[batch.id] = std::move(ledger);
+  log(util::LogLevel::Info, fmt::format("backfill: batch {} of {}: {} requests for {}", batch.id, batch.user,
+                                        batch.requests, batch.model));
+  return answer_batch(batch);
+}
+
+Result<Batch> Service::find(const sched::Peer& peer, const json& req) {
+  const auto id = json_field<long long>(req, "id");
+  if (!id) return refused("invalid", "no batch id");
+  TARMAC_TRY_ASSIGN(auto batch, db_.batch(*id));
+  if (!batch) return refused("invalid", fmt::format("no batch {}", *id));
+  if (peer.uid != 0 && peer.uid != batch->uid) {
+    return refused("denied", fmt::format("batch {} is not yours: it belongs to {}; only its owner or root may see or "
+                                         "change it",
+                                         *id, batch->user));
+  }
+  return std::move(*batch);
+}
+
+json Service::status(const sched::Peer& peer, const json& req) {
+  if (req.contains("id")) {
+    auto batch = find(peer, req);
+    return batch.ok() ? answer_batch(*batch) : failure_of(batch.error());
+  }
+  auto all = db_.batches(BatchDb::Which::All);
+  if (!all.ok()) return failure("io", all.error().message);
+  json out = json::array();
+  for (const auto& b : *all) {
+    if (peer.uid != 0 && peer.uid != b.uid) continue;
+    auto p = db_.progress(b.id);
+    if (!p.ok()) return failure("io", p.error().message);
+    out.push_back(batch_json(b, *p, util::wall_ms()));
+  }
+  return json{{"ok", true}, {"batches", out}};
+}
+
+json Service::cancel(const sched::Peer& peer, const json& req) {
+  auto found = find(peer, req);
+  if (!found.ok()) return failure_of(found.error());
+  Batch batch = std::move(*found);
+  if (ended(batch.state)) {
+    return failure("ended", fmt::format("batch {} has already ended ({})", batch.id, to_string(batch.state)));
+  }
+  batch.state = BatchState::Cancelled;
+  batch.ended_ms = util::wall_ms();
+  batch.reason = "cancelled by " + user_name(peer.uid);
+  if (auto r = db_.save(batch); !r.ok()) return failure("io", r.error().message);
+  ledgers_.erase(batch.id);  // the output is closed: nothing more is written to it
+  return answer_batch(batch);
+}
+
+json Service::resume(const sched::Peer& peer, std::vector<util::Fd>& fds, const json& req) {
+  auto found = find(peer, req);
+  if (!found.ok()) return failure_of(found.error());
+  Batch batch = std::move(*found);
+  if (ended(batch.state)) {
+    return failure("ended", fmt::format("batch {} has already ended ({})", batch.id, to_string(batch.state)));
+  }
+  if (ledgers_.count(batch.id) > 0) return answer_batch(batch);  // the agent holds its output already
+  if (fds.size() != 1) return failure("invalid", "a resume carries one descriptor: the output");
+  auto output = check_output(fds[0].get(), batch.uid, false);
+  if (!output.ok()) return failure("invalid", output.error().message);
+  if (static_cast<long long>(output->st_dev) != batch.output_dev ||
+      static_cast<long long>(output->st_ino) != batch.output_ino) {
+    return failure("invalid", fmt::format("that is not batch {}'s output (another file than the one submitted, {})",
+                                          batch.id, batch.output_path));
+  }
+  auto ledger = std::make_unique<Ledger>(db_, batch.id, std::move(fds[0]));
+  auto reconciled = ledger->reconcile(Ledger::InFlight::BackToPending);
+  if (!reconciled.ok()) return failure("io", reconciled.error().message);
+  ledgers_[batch.id] = std::move(ledger);
+  batch.reason = "queued: no server sends its requests yet (docs/backfill.md, \"Not built yet\")";
+  if (auto r = db_.save(batch); !r.ok()) return failure("io", r.error().message);
+  log(util::LogLevel::Info, fmt::format("backfill: batch {}: output handed over again ({} lines adopted, {} bytes cut, "
+                                        "{} lines missing sent again)",
+                                        batch.id, reconciled->adopted, reconciled->cut_bytes, reconciled->lost));
+  return answer_batch(batch);
+}
+
+}  // namespace tarmac::backfill

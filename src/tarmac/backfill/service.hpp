@@ -1,0 +1,63 @@
+// The agent's batches (docs/backfill.md "Commands"): the `backfill_*` requests of the scheduler's
+// socket, answered on its thread. The agent (root) never opens a path a user named: the CLI, as the
+// user, hands over the input (a sealed memfd copy, which cannot change or block while it is read)
+// and the output (a new or empty regular file the user owns) by SCM_RIGHTS; who may see or cancel
+// a batch follows from the peer's uid (SO_PEERCRED).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tarmac/backfill/batch_db.hpp"
+#include "tarmac/backfill/ledger.hpp"
+#include "tarmac/sched/wire.hpp"
+#include "tarmac/util/fd.hpp"
+#include "tarmac/util/log.hpp"
+
+namespace tarmac::backfill {
+
+struct ServiceOptions {
+  std::string db_path;
+  util::LogSink log;
+  InputLimits limits;
+};
+
+// A batch's figures for people and scripts (`tarmac backfill status`), at `now_ms`.
+[[nodiscard]] nlohmann::json batch_json(const Batch& batch, const Progress& progress, long long now_ms);
+
+// "HH:MM-HH:MM" (00:00 to 23:59, the end may be before the start: a window over midnight); an
+// error naming what is wrong otherwise.
+[[nodiscard]] Result<void> check_window(std::string_view window);
+
+class Service {
+ public:
+  // Opens the batches' tables in the store at options.db_path and reads back the unfinished
+  // batches: their outputs were the agent's before it stopped, so each waits for its owner to hand
+  // it over again (`tarmac backfill resume`).
+  [[nodiscard]] static Result<std::unique_ptr<Service>> open(ServiceOptions options);
+
+  // The answer to a backfill_* request from `peer` with descriptors `fds`; nullopt for other ops.
+  [[nodiscard]] std::optional<nlohmann::json> answer(const sched::Peer& peer, std::vector<util::Fd>& fds,
+                                                     const nlohmann::json& req);
+
+ private:
+  Service(ServiceOptions options, BatchDb db) : opt_(std::move(options)), db_(std::move(db)) {}
+  nlohmann::json submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req);
+  nlohmann::json status(const sched::Peer& peer, const nlohmann::json& req);
+  nlohmann::json cancel(const sched::Peer& peer, const nlohmann::json& req);
+  nlohmann::json resume(const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req);
+  // The batch `id` of the request when `peer` may act on it; else the failure to answer.
+  [[nodiscard]] Result<Batch> find(const sched::Peer& peer, const nlohmann::json& req);
+  [[nodiscard]] nlohmann::json answer_batch(const Batch& batch);
+  void log(util::LogLevel level, const std::string& message) const;
+
+  ServiceOptions opt_;
+  BatchDb db_;
+  std::map<long long, std::unique_ptr<Ledger>> ledgers_;  // batches whose output the agent holds
+};
+
+}  // namespace tarmac::backfill
