@@ -86,7 +86,7 @@ int run_reap(const GlobalOptions& global, const ReapFlags& flags) {
   } else {
     settings->gather.leases = std::move(*leases);
   }
-  settings->gather.store_path = detail::reap_store_path(loaded->config, flags.db);
+  settings->gather.store_path = detail::reap_store_path(loaded->config, flags.db, ::geteuid());
   reap::Caller caller = reap::caller_of(proc);
   caller.intent = settings->kill ? reap::Intent::Kill : reap::Intent::Report;
   if (auto refusal = detail::storeless_kill_refusal(caller, *settings->gather.store_path)) {
@@ -221,8 +221,8 @@ nlohmann::json action_json(const ReapRow& row) {
 
 namespace detail {
 
-std::string reap_store_path(const config::Config& config, const std::string& db_flag) {
-  if (!db_flag.empty() || ::geteuid() != 0) return store_path(config, db_flag);
+std::string reap_store_path(const config::Config& config, const std::string& db_flag, uid_t euid) {
+  if (!db_flag.empty() || euid != 0) return store_path(config, db_flag);
   return store::database_path(config.agent.state_dir.empty() ? std::string("/var/lib/tarmac") : config.agent.state_dir);
 }
 

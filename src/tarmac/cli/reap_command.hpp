@@ -51,7 +51,8 @@ using ReapReport = reap::Pass;
 // The store reap reads: --db, else as root the configured agent.state_dir or the system's
 // /var/lib/tarmac, never $STATE_DIRECTORY or another variable of the environment (a root pass must
 // not take its evidence from wherever the environment points); a user's as `history` finds it.
-[[nodiscard]] std::string reap_store_path(const config::Config& config, const std::string& db_flag);
+// `euid` is the caller's (geteuid(); a parameter so that both rules are tested).
+[[nodiscard]] std::string reap_store_path(const config::Config& config, const std::string& db_flag, uid_t euid);
 
 // Why root's --kill must stop before it starts: without an agent store to read at `store_path`,
 // every process would be watch evidence, which never lets root end one (reap/decide.cpp), so the
