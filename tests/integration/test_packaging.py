@@ -170,6 +170,8 @@ class InstallUnderAPrefix(unittest.TestCase):
         # its leases): no private /tmp, and the default directory writable for its .lock.
         self.assertEqual(service["PrivateTmp"], ["no"])
         self.assertEqual(service["ReadWritePaths"], ["-/run/tarmac/locks"])
+        # One pidfd per process of a candidate's tree (up to 4096) must fit (L1 of the third review).
+        self.assertEqual(service["LimitNOFILE"], ["65536"])
         self.assertNotIn("User", service)
         self.assertNotIn("Install", (unit_dir / "tarmac-reap.service").read_text())  # the timer starts it
         timer = unit_settings((unit_dir / "tarmac-reap.timer").read_text())

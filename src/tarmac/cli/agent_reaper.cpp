@@ -171,6 +171,7 @@ void AgentReaper::reap_rows(const reap::Pass& pass, const std::vector<std::size_
     count_action(row);
   });
   for (const auto& row : chosen.rows) {
+    policy_.after_kill(row);  // one the kill left is asked for again next pass
     if (!row.left_because.empty()) {
       options_.log(util::LogLevel::Warning,
                    fmt::format("reaper: pid {} on GPU {} not ended: {}", row.evidence.process.pid, row.evidence.gpu,

@@ -112,6 +112,7 @@ struct DeviceSlowSample {
   std::optional<double> gpm_dram_bw_pct;
 };
 
+// Mps: listed by the MPS family (an MPS client), whatever other family also lists it.
 enum class ProcessType { Compute, Graphics, Mps };
 
 // One process using a GPU, as NVML reports it, with what the host knows about it.
@@ -124,8 +125,10 @@ enum class ProcessType { Compute, Graphics, Mps };
 //   answered "no samples" (NVML_ERROR_NOT_FOUND), and this process had no sample in the period
 //   (the driver keeps samples only of processes that used the GPU);
 // - std::nullopt: UNKNOWN: the functions are missing or not supported, the GPU is in MIG mode, the
-//   call failed in any other way, the per-process group was not read, or this process's sample was
-//   garbage (a value above 100). Unknown is never idle: nothing may treat it as 0 (a reaper that
+//   call failed in any other way, the per-process group was not read, this process's sample was
+//   garbage (a value above 100), or it had no sample of its own where that proves nothing: the GPU
+//   runs MPS (the server may be charged with its clients' work) or the read filled its whole
+//   buffer (gpu/process_utilization.hpp). Unknown is never idle: nothing may treat it as 0 (a reaper that
 //   did would kill a busy process whose numbers it could not read).
 struct GpuProcess {
   unsigned pid = 0;

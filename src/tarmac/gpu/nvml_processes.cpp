@@ -14,27 +14,35 @@ using namespace tarmac::nvml;
 
 namespace {
 
+// How a list call ended: the driver's answer, and whether the records filled the whole buffer it
+// was given (a driver that cuts its answer to the buffer may have left records out).
+struct Listed {
+  nvmlReturn_t rc = NVML_ERROR_UNKNOWN;
+  bool full = false;
+};
+
 // The size handshake: ask with the current capacity; INSUFFICIENT_SIZE returns the count needed.
 // Processes can start between two calls, so a few rounds are allowed before giving up. A count
 // beyond any real machine's is refused rather than allocated; a success never claims more records
 // than the buffer held.
 template <typename Record, typename Fn>
-nvmlReturn_t list(Fn fn, nvmlDevice_t h, std::vector<Record>& out) {
+Listed list(Fn fn, nvmlDevice_t h, std::vector<Record>& out) {
   constexpr unsigned kMaxRecords = 1U << 16;
   unsigned count = 0;
   nvmlReturn_t rc = fn(h, &count, nullptr);
   for (int round = 0; round < 4; ++round) {
     if (rc == NVML_SUCCESS) {
-      out.resize(std::min<std::size_t>(count, out.size()));
-      return rc;
+      const std::size_t capacity = out.size();
+      out.resize(std::min<std::size_t>(count, capacity));
+      return {rc, capacity > 0 && count >= capacity};
     }
-    if (rc != NVML_ERROR_INSUFFICIENT_SIZE) return rc;
-    if (count > kMaxRecords) return NVML_ERROR_UNKNOWN;
+    if (rc != NVML_ERROR_INSUFFICIENT_SIZE) return {rc};
+    if (count > kMaxRecords) return {NVML_ERROR_UNKNOWN};
     out.resize(count + 8);  // room for processes that start in between
     count = static_cast<unsigned>(out.size());
     rc = fn(h, &count, out.data());
   }
-  return rc;
+  return {rc};
 }
 
 struct Found {
@@ -51,11 +59,11 @@ std::vector<Found> read_family(NvmlDevice& dev, std::string_view what, PFN_nvmlD
   nvmlReturn_t rc = NVML_ERROR_FUNCTION_NOT_FOUND;
   if (v3 != nullptr || v2 != nullptr) {
     std::vector<nvmlProcessInfo_v2_t> records;
-    rc = list(v3 != nullptr ? v3 : v2, dev.handle(), records);
+    rc = list(v3 != nullptr ? v3 : v2, dev.handle(), records).rc;
     for (const auto& r : records) out.push_back({r.pid, r.usedGpuMemory});
   } else if (v1 != nullptr) {
     std::vector<nvmlProcessInfo_v1_t> records;
-    rc = list(v1, dev.handle(), records);
+    rc = list(v1, dev.handle(), records).rc;
     for (const auto& r : records) out.push_back({r.pid, r.usedGpuMemory});
   }
   if (rc != NVML_SUCCESS) dev.note_failure(what, rc);
@@ -77,7 +85,7 @@ UtilizationSample sample_of(const nvmlProcessUtilizationSample_t& r) {
 }
 
 // nvmlDeviceGetProcessesUtilizationInfo: the count handshake goes through the versioned struct.
-nvmlReturn_t read_utilization_info(NvmlDevice& dev, unsigned long long since, std::vector<UtilizationSample>& out) {
+Listed read_utilization_info(NvmlDevice& dev, unsigned long long since, std::vector<UtilizationSample>& out) {
   nvmlProcessesUtilizationInfo_v1_t info{};
   info.version = nvmlProcessesUtilizationInfo_v1;
   info.lastSeenTimeStamp = since;
@@ -89,21 +97,20 @@ nvmlReturn_t read_utilization_info(NvmlDevice& dev, unsigned long long since, st
     return rc;
   };
   std::vector<nvmlProcessUtilizationInfo_v1_t> records;
-  const nvmlReturn_t rc = list(fn, dev.handle(), records);
+  const Listed listed = list(fn, dev.handle(), records);
   for (const auto& r : records) out.push_back(sample_of(r));
-  return rc;
+  return listed;
 }
 
 // nvmlDeviceGetProcessUtilization: the older function (no JPEG or OFA engines).
-nvmlReturn_t read_utilization_samples(NvmlDevice& dev, unsigned long long since,
-                                      std::vector<UtilizationSample>& out) {
+Listed read_utilization_samples(NvmlDevice& dev, unsigned long long since, std::vector<UtilizationSample>& out) {
   auto fn = [&](nvmlDevice_t h, unsigned* count, nvmlProcessUtilizationSample_t* buffer) {
     return call(dev.fn().nvmlDeviceGetProcessUtilization, h, buffer, count, since);
   };
   std::vector<nvmlProcessUtilizationSample_t> records;
-  const nvmlReturn_t rc = list(fn, dev.handle(), records);
+  const Listed listed = list(fn, dev.handle(), records);
   for (const auto& r : records) out.push_back(sample_of(r));
-  return rc;
+  return listed;
 }
 
 // Whether the GPU runs in MIG mode, where per-process rates are not supported (nothing is asked).
@@ -120,13 +127,13 @@ UtilizationRead read_utilization(NvmlDevice& dev, unsigned long long since, std:
   if (dev.lost() || in_mig_mode(dev)) return UtilizationRead::Unknown;
   struct Way {
     std::string_view what;
-    nvmlReturn_t (*read)(NvmlDevice&, unsigned long long, std::vector<UtilizationSample>&);
+    Listed (*read)(NvmlDevice&, unsigned long long, std::vector<UtilizationSample>&);
   };
   for (const Way way : {Way{"process_util_info", read_utilization_info}, Way{"process_util", read_utilization_samples}}) {
     if (!dev.supported(way.what)) continue;
     out.clear();
-    const nvmlReturn_t rc = way.read(dev, since, out);
-    if (rc == NVML_SUCCESS) return UtilizationRead::Samples;
+    const auto [rc, full] = way.read(dev, since, out);
+    if (rc == NVML_SUCCESS) return full ? UtilizationRead::SamplesFull : UtilizationRead::Samples;
     if (rc == NVML_ERROR_NOT_FOUND) return UtilizationRead::NoSamples;  // "no samples": not an error
     // A driver that knows the function but not this struct version does not support it as asked.
     dev.note_failure(way.what, rc == NVML_ERROR_ARGUMENT_VERSION_MISMATCH ? NVML_ERROR_NOT_SUPPORTED : rc);
@@ -154,7 +161,12 @@ std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host
   auto add = [&](const std::vector<Found>& found, ProcessType type) {
     for (const auto& p : found) {
       auto same = std::find_if(out.begin(), out.end(), [&](const GpuProcess& q) { return q.pid == p.pid; });
-      if (same != out.end()) continue;  // a process with both a compute and a graphics context: listed once
+      if (same != out.end()) {
+        // A process with several contexts is listed once; an MPS client ("M+C" in nvidia-smi)
+        // is shown as one, which process utilization needs to know (runs_mps).
+        if (type == ProcessType::Mps) same->type = ProcessType::Mps;
+        continue;
+      }
       GpuProcess proc;
       proc.pid = p.pid;
       proc.type = type;
@@ -172,10 +184,11 @@ std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host
   add(read_family(dev, "mps_processes", f.nvmlDeviceGetMPSComputeRunningProcesses_v3,
                   f.nvmlDeviceGetMPSComputeRunningProcesses_v2, f.nvmlDeviceGetMPSComputeRunningProcesses),
       ProcessType::Mps);
-  if (groups.has(ValueGroup::ProcessUtilization)) read_process_utilization(dev, out);
+  // The host facts first: they name the MPS server, which changes what "no sample" means.
   if (groups.has(ValueGroup::ProcessHost)) {
     for (auto& p : out) p.host = host_cache.lookup(p.pid);
   }
+  if (groups.has(ValueGroup::ProcessUtilization)) read_process_utilization(dev, out);
   std::sort(out.begin(), out.end(), [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });
   return out;
 }

@@ -1,6 +1,7 @@
 #include "tarmac/gpu/process_utilization.hpp"
 
 #include <algorithm>
+#include <string_view>
 
 namespace tarmac::gpu {
 
@@ -40,12 +41,41 @@ void take_busiest(GpuProcess& p, const UtilizationSample& s) {
   raise(p.ofa_util_pct, s.ofa_pct);
 }
 
+// What a listed process without a sample of its own reads as.
+enum class Absent { Idle, Unknown };
+
+// Idle only when the read returned every sample and each process's work is charged to itself.
+Absent absent_reads_as(UtilizationRead read, const std::vector<GpuProcess>& processes) {
+  return read == UtilizationRead::SamplesFull || runs_mps(processes) ? Absent::Unknown : Absent::Idle;
+}
+
+void set_absent(GpuProcess& p, Absent absent, bool has_jpg_ofa) {
+  if (absent == Absent::Idle) {
+    set_idle(p, has_jpg_ofa);
+  } else {
+    set_unknown(p);
+  }
+}
+
+// Whether `h` is the MPS server: by its comm (which keeps 15 characters, so the control daemon
+// matches too, and is MPS all the same) or its program's base name. A user who names a process so
+// only makes the GPU's idle processes unknown: never a kill.
+bool is_mps_server(const host::ProcessInfo& h) {
+  if (h.name && h.name->starts_with(kMpsComm)) return true;
+  if (!h.command_line) return false;
+  std::string_view program(*h.command_line);
+  program = program.substr(0, program.find(' '));
+  if (const auto slash = program.rfind('/'); slash != std::string_view::npos) program.remove_prefix(slash + 1);
+  return program == kMpsServerProgram;
+}
+
 // One process's values from the samples of a successful read.
 void apply_one(GpuProcess& p, const std::vector<UtilizationSample>& samples, unsigned long long last_seen_us,
-               unsigned long long now_us) {
-  // Listed, and no sample in the period: it did not use the GPU (0 on every engine the function has).
+               unsigned long long now_us, Absent absent) {
+  // Listed, and no sample in the period: it did not use the GPU (0 on every engine the function
+  // has), unless the read may have missed its samples.
   const bool has_jpg_ofa = std::any_of(samples.begin(), samples.end(), [](const auto& s) { return s.jpg_pct.has_value(); });
-  set_idle(p, has_jpg_ofa);
+  set_absent(p, absent, has_jpg_ofa);
   for (const auto& s : samples) {
     if (s.pid != p.pid || s.timestamp_us <= last_seen_us) continue;  // not asked for: the driver's slip
     if (garbage(s, now_us)) {
@@ -58,6 +88,11 @@ void apply_one(GpuProcess& p, const std::vector<UtilizationSample>& samples, uns
 
 }  // namespace
 
+bool runs_mps(const std::vector<GpuProcess>& processes) {
+  return std::any_of(processes.begin(), processes.end(),
+                     [](const GpuProcess& p) { return p.type == ProcessType::Mps || is_mps_server(p.host); });
+}
+
 unsigned long long utilization_since(std::optional<unsigned long long> cursor, unsigned long long now_us) {
   const unsigned long long window_start = now_us > kMinUtilizationWindowUs ? now_us - kMinUtilizationWindowUs : 0;
   return std::min(cursor.value_or(window_start), window_start);
@@ -66,17 +101,19 @@ unsigned long long utilization_since(std::optional<unsigned long long> cursor, u
 unsigned long long apply_utilization(UtilizationRead read, const std::vector<UtilizationSample>& samples,
                                      unsigned long long last_seen_us, unsigned long long now_us,
                                      std::vector<GpuProcess>& processes) {
+  const Absent absent = absent_reads_as(read, processes);
   switch (read) {
     case UtilizationRead::Unknown:
       for (auto& p : processes) set_unknown(p);
       return last_seen_us;
     case UtilizationRead::NoSamples:
       // Which function answered is not known here: JPEG and OFA stay unknown.
-      for (auto& p : processes) set_idle(p, false);
+      for (auto& p : processes) set_absent(p, absent, false);
       return last_seen_us;
-    case UtilizationRead::Samples: break;
+    case UtilizationRead::Samples:
+    case UtilizationRead::SamplesFull: break;
   }
-  for (auto& p : processes) apply_one(p, samples, last_seen_us, now_us);
+  for (auto& p : processes) apply_one(p, samples, last_seen_us, now_us, absent);
   unsigned long long cursor = last_seen_us;
   for (const auto& s : samples) {
     if (s.timestamp_us > cursor && !garbage(s, now_us)) cursor = s.timestamp_us;

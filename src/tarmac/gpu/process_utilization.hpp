@@ -24,10 +24,20 @@ struct UtilizationSample {
 
 // How the read of a device's samples went.
 enum class UtilizationRead {
-  Samples,    // the call succeeded: the samples it returned
-  NoSamples,  // the driver had no sample newer than the cursor (NVML_ERROR_NOT_FOUND)
-  Unknown,    // not supported, MIG, or any other failure: nothing is known
+  Samples,      // the call succeeded: the samples it returned
+  SamplesFull,  // it succeeded and filled the whole buffer: the driver may have left samples out
+  NoSamples,    // the driver had no sample newer than the cursor (NVML_ERROR_NOT_FOUND)
+  Unknown,      // not supported, MIG, or any other failure: nothing is known
 };
+
+// The name the MPS server runs under, and the 15 characters of it that /proc's comm keeps.
+inline constexpr const char* kMpsServerProgram = "nvidia-cuda-mps-server";
+inline constexpr const char* kMpsComm = "nvidia-cuda-mps";
+
+// Whether one device's listing shows CUDA MPS: a process of the MPS family, or the MPS server
+// itself (by its comm or program name, where the host facts were read). The MPS server runs its
+// clients' work, and NVML documents no rule for whom the driver charges those samples to.
+[[nodiscard]] bool runs_mps(const std::vector<GpuProcess>& processes);
 
 // Every read of a device asks for at least this much history: a read within one driver sample
 // period of the previous one would otherwise find no newer sample (NVML_ERROR_NOT_FOUND) and call
@@ -46,8 +56,11 @@ inline constexpr unsigned long long kMinUtilizationWindowUs = 5'000'000;
 // (a value above 100, or a time more than a minute in the future) is unknown; one with valid samples
 // takes the busiest of them, engine by engine (several samples can fall in one period between two
 // reads: the latest alone would hide a burst); one with none is idle (0) when the read succeeded or
-// found no samples. Returns
-// the cursor for the next read: the newest valid sample's time, or `last_seen_us`.
+// found no samples, NVML's documented meaning ("one sample per process with some non-zero
+// utilization"). It is unknown instead, never idle (M2 of reap's third review), when the read filled
+// its buffer (a busy process's samples may be the ones left out) or the GPU runs MPS (runs_mps:
+// the driver may charge a client's work to the server). Returns the cursor for the next read: the
+// newest valid sample's time, or `last_seen_us`.
 [[nodiscard]] unsigned long long apply_utilization(UtilizationRead read, const std::vector<UtilizationSample>& samples,
                                                    unsigned long long last_seen_us, unsigned long long now_us,
                                                    std::vector<GpuProcess>& processes);

@@ -54,7 +54,8 @@ std::optional<Held> hold(unsigned pid, const std::optional<host::ProcessIdentity
   }
   const auto before = proc.identity(pid);
   if (!before) {
-    why = kAlreadyEnded;
+    // Gone, or its stat unreadable (out of descriptors, say) while it lives: the pidfd tells which.
+    why = util::pidfd_ended(*pidfd, 0) ? kAlreadyEnded : "its identity could not be read";
     return std::nullopt;
   }
   if (expected && *before != *expected) {
@@ -176,8 +177,11 @@ std::vector<Held> tree_of(Held root, const ReaperConfig& config, const Caller& c
     std::string why;
     auto d = hold(pid, std::nullopt, "descendant", proc, why);
     if (!d) {
-      if (why != kAlreadyEnded) result.steps.push_back({pid, "descendant", SIGTERM, false, why});
-      continue;
+      if (why == kAlreadyEnded) continue;
+      // L1 of the third review: one that cannot be held (pidfd_open out of descriptors in a large
+      // tree, say) never meets forbidden(), so the tree is not ended around it.
+      refused = fmt::format("its descendant {} cannot be held ({})", pid, why);
+      return {};
     }
     // Its parent, read after its pidfd: a process that left the tree meanwhile is not the holder's.
     if (!d->facts.parent_pid || members.count(*d->facts.parent_pid) == 0) continue;
@@ -293,7 +297,7 @@ std::optional<Held> hold_holder(const ProcessEvidence& e, const host::ProcReader
     } else if (why == kAlreadyEnded || !e.identity) {
       stopped = stop_with(Outcome::Gone, "it had ended before the first signal");
     } else {
-      stopped = stop_with(Outcome::Failed, "its pidfd could not be opened: " + why);  // nothing was sent
+      stopped = stop_with(Outcome::Failed, "it could not be held: " + why);  // nothing was sent
     }
     return std::nullopt;
   }

@@ -80,13 +80,19 @@ Plan Policy::step(const Pass& pass, Killing killing) {
       plan.warn.push_back(i);
       warned_.emplace(*key, Warned{pass.time_unix_ms, false});
     } else if (killing == Killing::On && row.decision.reason == Reason::Candidate && !warned->second.acted) {
-      plan.reap.push_back(i);
-      warned->second.acted = true;
+      plan.reap.push_back(i);  // marked acted only by after_kill: a candidate the kill left is retried
     }
   }
   // Gone, busy again, or newly protected: forgotten, so that idling again means a new warning.
   std::erase_if(warned_, [&](const auto& entry) { return !idle_now.contains(entry.first); });
   return plan;
+}
+
+void Policy::after_kill(const Row& row) {
+  if (!row.action) return;
+  const auto key = key_of(row);
+  if (!key) return;
+  if (auto warned = warned_.find(*key); warned != warned_.end()) warned->second.acted = true;
 }
 
 std::string warning_text(const Row& row, const ReaperConfig& config, Killing killing) {

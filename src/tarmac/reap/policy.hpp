@@ -4,8 +4,10 @@
 // reaper.warn_after; it is ended only in a later pass than its warning, once the decision makes
 // it a candidate (reaper.idle_for and every safety rule), so an owner is always told first.
 // A holder that left the GPU or got busy is forgotten: idle again later, it is warned again.
-// One it was asked to end and that is still there (uninterruptible, survived SIGKILL) is not
-// tried again while it stays: its action and notice were already given.
+// One the kill acted on (Row::action, fed back by after_kill) and that is still there
+// (uninterruptible, survived SIGKILL) is not tried again while it stays: its action and notice
+// were already given. One the kill left without acting (the kill switch, reaper.max_kills, decided
+// again before its signal) is asked for again in the next pass while it stays idle.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +47,10 @@ class Policy {
   // Moves the state on by one pass (rows in any order) and says what to do now.
   [[nodiscard]] Plan step(const Pass& pass, Killing killing);
 
+  // Feeds back what the kill did with `row`, one the last plan asked to end: acted on (Row::action
+  // set) it is never asked for again while it stays; left (Row::left_because) it stays due.
+  void after_kill(const Row& row);
+
   // How many holders are remembered as warned (for tests and the benchmark).
   [[nodiscard]] std::size_t warned_count() const { return warned_.size(); }
 
@@ -55,7 +61,7 @@ class Policy {
 
   struct Warned {
     long long at_unix_ms = 0;  // the pass that warned its owner
-    bool acted = false;        // the policy asked for it to be ended once: never again
+    bool acted = false;        // the kill acted on it once (after_kill): never again
   };
   ReaperConfig config_;
   std::map<Key, Warned> warned_;

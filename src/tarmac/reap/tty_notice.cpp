@@ -30,11 +30,37 @@ std::optional<std::string> terminal_path(long long tty_nr) {
   return "/dev/" + *name;
 }
 
-// The line as it goes out: escaped, cut to a bound, one newline at its end.
+// The line as it goes out: escaped, cut to a bound, one newline at its end. The escaped text keeps
+// valid UTF-8 as it is, so the cut falls between two characters, never inside one.
 std::string terminal_line(std::string_view line) {
-  std::string text = util::terminal_text(line);
-  if (text.size() > kMaxLineBytes) text.resize(kMaxLineBytes);  // escaped text is ASCII: any cut is whole
-  return "\r\ntarmac: " + text + "\r\n";
+  const std::string text = util::terminal_text(line);
+  return "\r\ntarmac: " + std::string(util::utf8_prefix(text, kMaxLineBytes)) + "\r\n";
+}
+
+// The holder's /proc/PID/stat, while `holder` still names the process it was.
+std::optional<host::StatFields> holder_stat(const host::ProcReader& proc, const host::ProcessIdentity& holder) {
+  const auto text = util::read_file(fmt::format("{}/{}/stat", proc.root(), holder.pid));
+  auto stat = text ? host::parse_stat(*text) : std::nullopt;
+  if (!stat || stat->starttime_ticks != holder.starttime_ticks) return std::nullopt;
+  return stat;
+}
+
+// L2 of reap's third review: a terminal is found by its device number alone, and a container's own
+// devpts instance numbers its terminals as the host's does (its pts/3 is 136:3 too). Only a holder
+// that shares the agent's mount namespace sees the agent's /dev/pts; any other is not written to.
+std::optional<std::string> other_mount_namespace(const host::ProcReader& proc, unsigned pid) {
+  struct stat mine {};
+  struct stat theirs {};
+  if (::stat((proc.root() + "/self/ns/mnt").c_str(), &mine) != 0) {
+    return fmt::format("the agent's mount namespace: {}", std::strerror(errno));
+  }
+  if (::stat(fmt::format("{}/{}/ns/mnt", proc.root(), pid).c_str(), &theirs) != 0) {
+    return fmt::format("its mount namespace: {}", std::strerror(errno));
+  }
+  if (mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino) {
+    return std::string("it runs in another mount namespace, whose terminals may be other devices of the same numbers");
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -53,13 +79,13 @@ std::optional<std::string> terminal_mismatch(int fd, long long tty_nr, unsigned 
 
 TtyNotice notify_terminal(const host::ProcReader& proc, const host::ProcessIdentity& holder, unsigned uid,
                           std::string_view line) {
-  const auto stat_text = util::read_file(fmt::format("{}/{}/stat", proc.root(), holder.pid));
-  const auto stat = stat_text ? host::parse_stat(*stat_text) : std::nullopt;
-  if (!stat || stat->starttime_ticks != holder.starttime_ticks) {
-    return {TtyOutcome::NoTerminal, "the holder has ended"};
-  }
+  const auto stat = holder_stat(proc, holder);
+  if (!stat) return {TtyOutcome::NoTerminal, "the holder has ended"};
   const auto path = terminal_path(stat->tty_nr);
   if (!path) return {TtyOutcome::NoTerminal, "no controlling terminal"};
+  if (auto why = other_mount_namespace(proc, holder.pid)) return {TtyOutcome::Skipped, *why};
+  // The namespace read was the holder's: its pid still names it.
+  if (!holder_stat(proc, holder)) return {TtyOutcome::NoTerminal, "the holder has ended"};
   // O_NOCTTY: root opening a terminal must never make it the agent's; O_NONBLOCK: a terminal
   // whose output is stopped (Ctrl-S) or full must not hold the reaper's thread.
   util::Fd fd(::open(path->c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW));

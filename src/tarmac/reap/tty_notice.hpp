@@ -2,7 +2,8 @@
 // The agent runs as root and the terminal is a user's: the device is found from the holder's
 // /proc/PID/stat alone (never a path anyone gives), opened without following links, without
 // becoming anyone's controlling terminal and without blocking, and written only when it is the
-// character device the kernel named, owned by the holder's user. Anything else is skipped.
+// character device the kernel named, owned by the holder's user, and the holder shares the agent's
+// mount namespace (so the number names the same terminal for both). Anything else is skipped.
 #pragma once
 
 #include <optional>
@@ -30,7 +31,8 @@ struct TtyNotice {
 [[nodiscard]] std::optional<std::string> terminal_mismatch(int fd, long long tty_nr, unsigned uid);
 
 // Writes `line` (escaped with terminal_text, one line, at most 512 bytes) on the controlling
-// terminal of `holder`, read from `proc`'s root, when it is a terminal owned by `uid`.
+// terminal of `holder`, read from `proc`'s root, when it is a terminal owned by `uid` and the
+// holder's mount namespace (root/PID/ns/mnt) is the reader's own (root/self/ns/mnt).
 [[nodiscard]] TtyNotice notify_terminal(const host::ProcReader& proc, const host::ProcessIdentity& holder,
                                         unsigned uid, std::string_view line);
 

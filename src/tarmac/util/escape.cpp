@@ -84,13 +84,18 @@ std::string valid_utf8(std::string_view text) {
   return out;
 }
 
+std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  std::size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0U) == 0x80U) --cut;  // a character's middle
+  return text.substr(0, cut);
+}
+
 std::string prometheus_label_value(std::string_view text, std::size_t max_bytes) {
   std::string valid = valid_utf8(text);
   if (valid.size() > max_bytes) {
     constexpr std::string_view kEllipsis = "...";
-    std::size_t cut = max_bytes > kEllipsis.size() ? max_bytes - kEllipsis.size() : 0;
-    while (cut > 0 && (static_cast<unsigned char>(valid[cut]) & 0xC0U) == 0x80U) --cut;  // a character's middle
-    valid.resize(cut);
+    valid.resize(utf8_prefix(valid, max_bytes > kEllipsis.size() ? max_bytes - kEllipsis.size() : 0).size());
     valid += kEllipsis;
   }
   std::string out;

@@ -13,6 +13,10 @@ namespace tarmac::util {
 // continuation byte, a truncated or overlong sequence, a surrogate, past U+10FFFF) becomes U+FFFD.
 [[nodiscard]] std::string valid_utf8(std::string_view text);
 
+// The longest prefix of the valid UTF-8 `text` that has at most `max_bytes` bytes and ends between
+// two characters (a cut must never leave half a character behind).
+[[nodiscard]] std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes);
+
 // A Prometheus label value, ready to go between the quotes: valid UTF-8 (a single invalid byte
 // makes Prometheus refuse the whole scrape), cut at a character boundary with "..." when longer
 // than `max_bytes` before escaping, and \ " and newline escaped as the text format wants.

@@ -62,6 +62,57 @@ TEST(ProcessUtilization, NoSamplesAtAllMeansEveryListedProcessIsIdle) {
   }
 }
 
+// M2 of reap's third review: a read that filled its whole buffer may have left a busy process's
+// samples out, so a process without one is unknown, never idle; one with samples keeps them.
+TEST(ProcessUtilization, AFullBufferLeavesProcessesWithoutASampleUnknown) {
+  auto procs = listed({100, 200});
+  const auto cursor =
+      apply_utilization(UtilizationRead::SamplesFull, {sample(100, kSeenUs + 10, 92, 38)}, kSeenUs, kNowUs, procs);
+  EXPECT_EQ(procs[0].sm_util_pct, 92U);
+  EXPECT_EQ(procs[0].mem_util_pct, 38U);
+  EXPECT_FALSE(procs[1].sm_util_pct.has_value());
+  EXPECT_FALSE(procs[1].mem_util_pct.has_value());
+  EXPECT_FALSE(procs[1].enc_util_pct.has_value());
+  EXPECT_EQ(cursor, kSeenUs + 10);
+}
+
+// M2: the MPS server runs its clients' work and the driver may charge their samples to it: on a GPU
+// that runs MPS, a process with no sample of its own is unknown, also when there are no samples at all.
+TEST(ProcessUtilization, UnderMpsAProcessWithoutASampleOfItsOwnIsUnknown) {
+  auto clients = listed({100, 200, 300});
+  clients[1].type = ProcessType::Mps;
+  clients[2].host.name = kMpsComm;  // the server, with the clients' samples
+  (void)apply_utilization(UtilizationRead::Samples, {sample(300, kSeenUs + 10, 90, 30), sample(100, kSeenUs + 10, 5, 1)},
+                          kSeenUs, kNowUs, clients);
+  EXPECT_EQ(clients[0].sm_util_pct, 5U) << "a sample of its own still counts";
+  EXPECT_FALSE(clients[1].sm_util_pct.has_value());
+  EXPECT_EQ(clients[2].sm_util_pct, 90U);
+
+  auto quiet = listed({100, 200});
+  quiet[1].type = ProcessType::Mps;
+  (void)apply_utilization(UtilizationRead::NoSamples, {}, kSeenUs, kNowUs, quiet);
+  for (const auto& p : quiet) EXPECT_FALSE(p.sm_util_pct.has_value()) << p.pid;
+
+  // The server alone names MPS too, by its program where the comm is not known.
+  auto served = listed({100, 200});
+  served[1].host.command_line = "/usr/bin/nvidia-cuda-mps-server -x";
+  (void)apply_utilization(UtilizationRead::Samples, {sample(200, kSeenUs + 10, 70, 7)}, kSeenUs, kNowUs, served);
+  EXPECT_FALSE(served[0].sm_util_pct.has_value());
+}
+
+TEST(ProcessUtilization, RunsMpsOnlyWithAnMpsProcessOrTheServer) {
+  auto procs = listed({100, 200});
+  procs[0].host.name = "python3";
+  procs[0].host.command_line = "python3 nvidia-cuda-mps-server";  // an argument is not the program
+  procs[1].type = ProcessType::Graphics;
+  EXPECT_FALSE(runs_mps(procs));
+  procs[1].host.command_line = "nvidia-cuda-mps-server";
+  EXPECT_TRUE(runs_mps(procs));
+  procs[1].host.command_line.reset();
+  procs[1].type = ProcessType::Mps;
+  EXPECT_TRUE(runs_mps(procs));
+}
+
 TEST(ProcessUtilization, AFailedReadLeavesEveryProcessUnknownNeverIdle) {
   auto procs = listed({100, 200});
   EXPECT_EQ(apply_utilization(UtilizationRead::Unknown, {sample(100, kSeenUs + 10, 92, 38)}, kSeenUs, kNowUs, procs), kSeenUs);

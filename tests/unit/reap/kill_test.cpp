@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <thread>
 
 #include <filesystem>
@@ -248,6 +249,62 @@ TEST(Kill, AProtectedDescendantRefusesTheWholeTree) {
   EXPECT_TRUE(alive(child));
   EXPECT_EQ(proc.read(kids[0]).state, 'S');
   ::kill(static_cast<pid_t>(kids[0]), SIGKILL);  // the test's own child's child, by the test
+  end(child);
+}
+
+// A fake /proc under which the real process `holder` (its entry a link to the real one) has for
+// a descendant `tid`, a thread of this test: pidfd_open refuses a thread that is not its group's
+// leader (EINVAL), a failure to hold it that is not "it had already ended".
+class TreeWithAnUnholdableDescendant {
+ public:
+  TreeWithAnUnholdableDescendant(unsigned holder, unsigned tid)
+      : root_(std::filesystem::temp_directory_path() / ("tarmac-kill-" + std::to_string(getpid()))) {
+    namespace fs = std::filesystem;
+    fs::create_directories(root_ / std::to_string(tid));
+    fs::create_directory_symlink("/proc/" + std::to_string(holder), root_ / std::to_string(holder));
+    fs::create_directory_symlink("/proc/sys", root_ / "sys");  // the boot id
+    fs::create_symlink("/proc/stat", root_ / "stat");          // the boot time
+    std::ifstream real("/proc/self/task/" + std::to_string(tid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(real)), std::istreambuf_iterator<char>());
+    // "tid (comm) S ppid ...": the parent becomes the holder.
+    const auto after = stat.rfind(')') + 4;
+    stat.replace(after, stat.find(' ', after) - after, std::to_string(holder));
+    std::ofstream(root_ / std::to_string(tid) / "stat") << stat;
+  }
+  ~TreeWithAnUnholdableDescendant() { std::filesystem::remove_all(root_); }
+  [[nodiscard]] std::string root() const { return root_.string(); }
+
+ private:
+  std::filesystem::path root_;
+};
+
+// L1 of the third review: a descendant that cannot be held (in production, pidfd_open out of
+// descriptors in a large tree) refuses the whole candidate: it never met the rules a descendant
+// must pass. The old code skipped it and ended the holder.
+TEST(Kill, ADescendantThatCannotBeHeldRefusesTheWholeTree) {
+  auto child = start("exec sleep 1000");
+  const auto pid = static_cast<unsigned>(child.pid);
+  ASSERT_TRUE(wait_state(test_support::test_proc_reader(), pid, 'S'));
+  std::promise<unsigned> tid;
+  std::promise<void> done;
+  std::thread thread([&] {
+    tid.set_value(static_cast<unsigned>(gettid()));
+    done.get_future().wait();
+  });
+  const TreeWithAnUnholdableDescendant tree(pid, tid.get_future().get());
+  const host::ProcReader proc(tree.root(), test_support::kTestDevicePath);
+  ASSERT_EQ(proc.descendants(pid).size(), 1U);
+  NoGpus gpus;
+  ReaperConfig config;
+  config.grace_ms = kHang;
+  const util::SystemClock clock;
+  const auto result = reap_process(evidence_of(proc, pid), config, me(proc), proc, gpus, clock, candidates(proc, pid));
+  done.set_value();
+  thread.join();
+  EXPECT_EQ(result.outcome, Outcome::Refused) << to_string(result.outcome);
+  EXPECT_NE(result.message.find("cannot be held"), std::string::npos) << result.message;
+  EXPECT_EQ(result.last_signal, 0);
+  EXPECT_TRUE(alive(child));
   end(child);
 }
 

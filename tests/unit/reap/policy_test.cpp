@@ -65,14 +65,38 @@ TEST(Policy, ACandidateNeverWarnedIsWarnedFirstAndReapedOnlyAtTheNextPass) {
   EXPECT_EQ(plan.reap, std::vector<std::size_t>{0});
 }
 
+// What the kill did with a row the policy chose: an action, or a reason it was left.
+Row killed(Row row, Outcome outcome) {
+  row.action = KillResult{};
+  row.action->outcome = outcome;
+  return row;
+}
+
 TEST(Policy, AHolderThatOutlivesItsActionIsNotTriedEveryPass) {
   Policy policy(policy_rules());
   (void)policy.step(pass_of({holder(0, 7, 30, Reason::Candidate)}), Killing::On);
   EXPECT_EQ(policy.step(pass_of({holder(0, 7, 31, Reason::Candidate)}), Killing::On).reap.size(), 1u);
+  policy.after_kill(killed(holder(0, 7, 31, Reason::Candidate), Outcome::Uninterruptible));
   const auto plan = policy.step(pass_of({holder(0, 7, 32, Reason::Candidate)}), Killing::On);  // in D state
   EXPECT_TRUE(plan.reap.empty()) << "a holder the kill could not end is signalled and announced every pass";
   EXPECT_TRUE(plan.warn.empty());
   EXPECT_EQ(plan.holding.at(0), 1u) << "still counted as holding";
+}
+
+// The third review ("not security"): a candidate the kill left without acting (the kill switch,
+// reaper.max_kills, decided again before the signal) is asked for again while it stays idle, and
+// only an action ends the asking. The old code marked it done when it planned the kill.
+TEST(Policy, ACandidateTheKillLeftIsAskedForAgainWhileItStaysIdle) {
+  Policy policy(policy_rules());
+  (void)policy.step(pass_of({holder(0, 7, 30, Reason::Candidate)}), Killing::On);
+  EXPECT_EQ(policy.step(pass_of({holder(0, 7, 31, Reason::Candidate)}), Killing::On).reap.size(), 1u);
+  Row left = holder(0, 7, 31, Reason::Candidate);
+  left.left_because = "the kill switch /etc/tarmac/reap.disabled exists";
+  policy.after_kill(left);
+  EXPECT_EQ(policy.step(pass_of({holder(0, 7, 32, Reason::Candidate)}), Killing::On).reap, std::vector<std::size_t>{0})
+      << "a candidate the kill switch kept is never retried";
+  policy.after_kill(killed(holder(0, 7, 32, Reason::Candidate), Outcome::Survived));
+  EXPECT_TRUE(policy.step(pass_of({holder(0, 7, 33, Reason::Candidate)}), Killing::On).reap.empty());
 }
 
 TEST(Policy, WithKillingOffItWarnsAndNeverReaps) {

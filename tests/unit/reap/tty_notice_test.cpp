@@ -33,6 +33,9 @@ class TtyNoticeTest : public ::testing::Test {
     root_ = std::filesystem::temp_directory_path() / ("tarmac-tty-" + std::to_string(getpid()));
     std::filesystem::create_directories(root_ / "4242");
     write_stat(tty_nr_, kStart);
+    // The holder and the agent (this test) share a mount namespace: this test's own.
+    std::filesystem::create_directory_symlink("/proc/self", root_ / "self");
+    std::filesystem::create_directory_symlink("/proc/self/ns", root_ / "4242" / "ns");
   }
   void TearDown() override {
     if (master_ >= 0) close(master_);
@@ -87,6 +90,34 @@ TEST_F(TtyNoticeTest, ADeviceThatIsNotTheNamedTerminalIsRefused) {
   ASSERT_GE(fd, 0);
   EXPECT_EQ(terminal_mismatch(fd, tty_nr_, getuid()).value_or(""), "not a character device");
   close(fd);
+}
+
+// L2 of reap's third review: a container's own devpts numbers its terminals as the host's does, so
+// the number of a holder in another mount namespace may name someone else's terminal here. The
+// old code wrote to it.
+TEST_F(TtyNoticeTest, AHolderInAnotherMountNamespaceIsSkipped) {
+  const host::ProcReader proc(root_.string());
+  std::filesystem::remove(root_ / "4242" / "ns");
+  std::filesystem::create_directories(root_ / "4242" / "ns");
+  std::ofstream(root_ / "4242" / "ns" / "mnt") << "";  // another inode than this test's namespace
+  auto sent = notify_terminal(proc, {4242, kStart, ""}, getuid(), "hello");
+  EXPECT_EQ(sent.outcome, TtyOutcome::Skipped) << sent.why;
+  EXPECT_NE(sent.why.find("another mount namespace"), std::string::npos) << sent.why;
+  std::filesystem::remove_all(root_ / "4242" / "ns");  // unreadable: not known to be the same
+  sent = notify_terminal(proc, {4242, kStart, ""}, getuid(), "hello");
+  EXPECT_EQ(sent.outcome, TtyOutcome::Skipped) << sent.why;
+  EXPECT_EQ(read_terminal(), "");
+}
+
+// The review's nit: the escaped line keeps valid UTF-8, so a cut at 512 bytes could leave half a
+// character (the old code sent 511 'a' and a lone 0xC3). The cut falls before the character.
+TEST_F(TtyNoticeTest, TheCutAtTheBoundNeverSplitsACharacter) {
+  const host::ProcReader proc(root_.string());
+  const std::string line = std::string(511, 'a') + "\xC3\xA9 and more";
+  ASSERT_EQ(notify_terminal(proc, {4242, kStart, ""}, getuid(), line).outcome, TtyOutcome::Written);
+  const auto text = read_terminal();
+  EXPECT_NE(text.find(std::string(511, 'a') + "\r"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\xC3'), std::string::npos) << "half a character reached the terminal";
 }
 
 TEST_F(TtyNoticeTest, NoTerminalOrAnotherProcessBehindThePidWritesNothing) {
