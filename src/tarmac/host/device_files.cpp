@@ -60,7 +60,7 @@ std::vector<std::string> nvidia_targets(int proc_dir_fd, const std::string& pid_
 
 }  // namespace
 
-std::vector<DeviceFileHolder> device_file_holders(const std::string& proc_root) {
+std::vector<DeviceFileHolder> device_file_holders(const std::string& proc_root, const std::function<bool(unsigned)>& which) {
   std::vector<DeviceFileHolder> out;
   util::Fd root(::open(proc_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) return out;
@@ -72,6 +72,7 @@ std::vector<DeviceFileHolder> device_file_holders(const std::string& proc_root) 
     const auto pid = pid_of_proc_entry(entry->d_name);
     if (!pid) continue;
     if (++scanned > kMaxScannedProcesses || util::monotonic_ms() > deadline) break;
+    if (which && !which(*pid)) continue;
     auto devices = nvidia_targets(root.get(), entry->d_name);
     if (!devices.empty()) out.push_back({*pid, std::move(devices)});
   }

@@ -3,6 +3,7 @@
 // descriptors keeps the device (and its memory) without being listed.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,11 +21,14 @@ struct DeviceFileHolder {
 // fd directory cannot be read (another user's, when not root) or that exits meanwhile is left out:
 // the list is a lower bound, never a guess. At most kMaxFdsPerProcess descriptors are read a
 // process, at most kMaxScannedProcesses processes, and the scan stops after kMaxScanMs (a lower
-// bound still: what it shows is never what decides a kill).
+// bound still: what it shows is never what decides a kill). `which`, when given, chooses the
+// processes whose descriptors are read (a caller that shows only some processes' holders need not
+// read every process's descriptors: the costly part of the scan).
 inline constexpr unsigned kMaxFdsPerProcess = 1U << 16;
 inline constexpr unsigned kMaxScannedProcesses = 1U << 22;  // the kernel's largest pid_max
 inline constexpr long long kMaxScanMs = 5000;
-[[nodiscard]] std::vector<DeviceFileHolder> device_file_holders(const std::string& proc_root = "/proc");
+[[nodiscard]] std::vector<DeviceFileHolder> device_file_holders(const std::string& proc_root = "/proc",
+                                                                const std::function<bool(unsigned)>& which = {});
 
 // A character device's numbers (st_rdev): an NVIDIA GPU's own file is (kNvidiaMajor, its minor).
 struct DeviceNumber {

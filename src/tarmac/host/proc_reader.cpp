@@ -71,6 +71,11 @@ std::string ProcReader::pid_path(unsigned pid, const char* file) const {
   return root_ + "/" + std::to_string(pid) + "/" + file;
 }
 
+std::optional<long long> ProcReader::unix_start(unsigned long long starttime_ticks) const {
+  if (!boot_time_unix_ || clock_ticks_per_s_ <= 0) return std::nullopt;
+  return *boot_time_unix_ + static_cast<long long>(starttime_ticks / static_cast<unsigned long long>(clock_ticks_per_s_));
+}
+
 ProcessInfo ProcReader::read(unsigned pid) const {
   ProcessInfo info;
   info.pid = pid;
@@ -86,10 +91,7 @@ ProcessInfo ProcReader::read(unsigned pid) const {
       info.name = stat->comm;
       info.state = stat->state;
       info.parent_pid = stat->ppid;
-      if (boot_time_unix_ && clock_ticks_per_s_ > 0) {
-        info.start_time_unix =
-            *boot_time_unix_ + static_cast<long long>(stat->starttime_ticks / static_cast<unsigned long long>(clock_ticks_per_s_));
-      }
+      info.start_time_unix = unix_start(stat->starttime_ticks);
     }
   }
   if (const auto text = util::read_file(pid_path(pid, "status"))) {
@@ -149,11 +151,23 @@ std::vector<unsigned> ProcReader::children(unsigned pid) const { return parent_i
 std::vector<unsigned> ProcReader::descendants(unsigned pid) const { return parent_index().descendants(pid); }
 
 std::optional<ProcessIdentity> ProcReader::identity(unsigned pid) const {
+  auto now = stat(pid);
+  if (!now) return std::nullopt;
+  return std::move(now->identity);
+}
+
+std::optional<ProcessStat> ProcReader::stat(unsigned pid) const {
   const auto text = util::read_file(pid_path(pid, "stat"));
   if (!text) return std::nullopt;
-  const auto stat = parse_stat(*text);
-  if (!stat) return std::nullopt;
-  return ProcessIdentity{pid, stat->starttime_ticks, boot_id_};
+  auto fields = parse_stat(*text);
+  if (!fields) return std::nullopt;
+  return ProcessStat{ProcessIdentity{pid, fields->starttime_ticks, boot_id_}, unix_start(fields->starttime_ticks),
+                     std::move(fields->comm), fields->state, fields->ppid, tty_name(fields->tty_nr)};
+}
+
+std::optional<unsigned> ProcReader::owner_uid(unsigned pid) const {
+  const auto text = util::read_file(pid_path(pid, "status"));
+  return text ? parse_status_uid(*text) : std::nullopt;
 }
 
 std::optional<std::vector<std::string>> ProcReader::live_thread_dirs(unsigned pid, unsigned at_most) const {
@@ -193,11 +207,9 @@ std::optional<std::string> ProcReader::environ_value(unsigned pid, std::string_v
 }
 
 std::optional<std::string> ProcReader::tty(unsigned pid) const {
-  const auto text = util::read_file(pid_path(pid, "stat"));
-  if (!text) return std::nullopt;
-  const auto stat = parse_stat(*text);
-  if (!stat) return std::nullopt;
-  return tty_name(stat->tty_nr);
+  auto now = stat(pid);
+  if (!now) return std::nullopt;
+  return std::move(now->tty);
 }
 
 std::optional<std::string> ProcReader::cgroup_text(unsigned pid) const {

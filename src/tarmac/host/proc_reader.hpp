@@ -21,6 +21,17 @@ struct ProcessIdentity {
   friend bool operator==(const ProcessIdentity&, const ProcessIdentity&) = default;
 };
 
+// What one read of /proc/PID/stat says: the identity and the facts that come with it, so that a
+// pass that needs several of them reads the file once.
+struct ProcessStat {
+  ProcessIdentity identity;
+  std::optional<long long> start_time_unix;  // seconds since the epoch; nullopt when the boot time is unknown
+  std::string name;                          // comm
+  char state = '?';
+  unsigned parent_pid = 0;
+  std::optional<std::string> tty;            // the controlling terminal's name ("pts/3"); nullopt for none
+};
+
 // Who is whose parent at one moment: one scan of every /proc/*/stat. A pass that asks about many
 // processes takes one (ProcReader::parent_index) instead of a scan per question, which made reap's
 // survey quadratic in the machine's processes.
@@ -60,6 +71,12 @@ class ProcReader {
   // `pid`'s identity now (a zombie's too); nullopt when no such process is visible.
   [[nodiscard]] std::optional<ProcessIdentity> identity(unsigned pid) const;
 
+  // `pid`'s identity with what else its stat says (one read); nullopt when no such process is visible.
+  [[nodiscard]] std::optional<ProcessStat> stat(unsigned pid) const;
+
+  // `pid`'s effective uid (/proc/PID/status); nullopt when unreadable.
+  [[nodiscard]] std::optional<unsigned> owner_uid(unsigned pid) const;
+
   // How many of `pid`'s threads (/proc/PID/task/*) are not defunct: a thread-group leader that has
   // exited shows Z while its other threads still run (and hold what the process holds). nullopt
   // when the task directory cannot be read; at most kMaxThreadsRead threads are read.
@@ -89,6 +106,8 @@ class ProcReader {
 
  private:
   [[nodiscard]] std::string pid_path(unsigned pid, const char* file) const;
+  // A start time in clock ticks after boot as seconds since the epoch; nullopt without a boot time.
+  [[nodiscard]] std::optional<long long> unix_start(unsigned long long starttime_ticks) const;
 
   // /proc/PID/task/TID of `pid`'s threads that are not defunct, at most `at_most`; nullopt when
   // the task directory cannot be read.

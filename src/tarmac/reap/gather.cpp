@@ -38,70 +38,118 @@ bool holds_gpu(const host::DeviceFileHolder& holder, std::optional<unsigned> min
   return !any_gpu_file || !minor;
 }
 
+// The cgroup of each listed process that runs in a container: its container-mates may be its
+// hidden holders.
+using ContainerCgroups = std::map<unsigned, std::string>;
+
+ContainerCgroups container_cgroups(const host::ProcReader& proc, const std::set<unsigned>& listed) {
+  ContainerCgroups out;
+  for (const unsigned pid : listed) {
+    auto text = proc.cgroup_text(pid);
+    if (text && host::parse_cgroup(*text)) out.emplace(pid, std::move(*text));
+  }
+  return out;
+}
+
 std::vector<HiddenHolder> hidden_holders(const host::ProcReader& proc, const host::ParentIndex& parents, unsigned pid,
-                                         std::optional<unsigned> minor,
+                                         std::optional<unsigned> minor, const ContainerCgroups& containers,
                                          const std::vector<host::DeviceFileHolder>& unlisted) {
   std::vector<HiddenHolder> out;
   if (unlisted.empty()) return out;
   const auto tree = parents.descendants(pid);
-  const auto cgroup = proc.cgroup_text(pid);
-  const bool in_container = cgroup && host::parse_cgroup(*cgroup).has_value();
+  const auto container = containers.find(pid);
   for (const auto& holder : unlisted) {
     if (!holds_gpu(holder, minor)) continue;
     HiddenHolder h;
     if (std::find(tree.begin(), tree.end(), holder.pid) != tree.end()) {
       h.relation = HiddenHolder::Relation::Descendant;
-    } else if (in_container && proc.cgroup_text(holder.pid) == cgroup) {
+    } else if (container != containers.end() && proc.cgroup_text(holder.pid) == container->second) {
       h.relation = HiddenHolder::Relation::SameContainer;
     } else {
       continue;
     }
-    const auto info = proc.read(holder.pid);
+    // Its name and owner alone: neither takes the lock of its memory map that a read of its
+    // command line or environment would (docs/reap.md "Safety checks").
+    auto stat = proc.stat(holder.pid);
     h.pid = holder.pid;
-    h.name = info.name;
-    h.uid = info.uid;
+    if (stat) h.name = std::move(stat->name);
+    h.uid = proc.owner_uid(holder.pid);
     h.devices = holder.devices;
     out.push_back(std::move(h));
   }
   return out;
 }
 
-// The device-file holders NVML does not list on any GPU.
-std::vector<host::DeviceFileHolder> unlisted_holders(const host::ProcReader& proc, const gpu::Snapshot& snapshot) {
+std::set<unsigned> listed_pids(const gpu::Snapshot& snapshot) {
   std::set<unsigned> listed;
   for (const auto& d : snapshot.devices) {
     for (const auto& p : d.processes) listed.insert(p.pid);
   }
-  auto holders = host::device_file_holders(proc.root());
-  std::erase_if(holders, [&](const auto& h) { return listed.count(h.pid) != 0; });
-  return holders;
+  return listed;
 }
 
-// The identity of `process` now, when it is still the process the snapshot saw (same start time).
-std::optional<host::ProcessIdentity> first_sight(const host::ProcReader& proc, const gpu::GpuProcess& process) {
+// The device-file holders NVML does not list on any GPU that hidden_holders may show: the
+// descendants of a listed process, and the processes of a listed process's container. Only their
+// descriptors are read: reading every process's (hundreds of links each, on a real machine) to
+// drop all but these was most of a pass's cost.
+std::vector<host::DeviceFileHolder> unlisted_holders(const host::ProcReader& proc, const std::set<unsigned>& listed,
+                                                     const host::ParentIndex& parents, const ContainerCgroups& containers) {
+  std::set<unsigned> related;
+  for (const unsigned pid : listed) {
+    for (const unsigned d : parents.descendants(pid)) related.insert(d);
+  }
+  std::set<std::string> cgroups;
+  for (const auto& [pid, text] : containers) cgroups.insert(text);
+  return host::device_file_holders(proc.root(), [&](unsigned pid) {
+    if (listed.count(pid) != 0) return false;
+    if (related.count(pid) != 0) return true;
+    if (cgroups.empty()) return false;
+    const auto text = proc.cgroup_text(pid);
+    return text && cgroups.count(*text) != 0;
+  });
+}
+
+// The identity of `process` now (and its stat's other facts), when it is still the process the
+// snapshot saw: the start time in the same read as the identity is the snapshot's.
+std::optional<host::ProcessStat> first_sight(const host::ProcReader& proc, const gpu::GpuProcess& process) {
   if (process.host.visibility != host::PidVisibility::Visible || !process.host.start_time_unix) return std::nullopt;
-  auto identity = proc.identity(process.pid);
-  if (!identity) return std::nullopt;
-  // Read after the identity: when the start time still matches, the identity is the snapshot's process.
-  if (proc.read(process.pid).start_time_unix != process.host.start_time_unix) return std::nullopt;
-  return identity;
+  auto now = proc.stat(process.pid);
+  if (!now || now->start_time_unix != process.host.start_time_unix) return std::nullopt;
+  return now;
 }
 
-ProcessEvidence evidence_of(const host::ProcReader& proc, const host::ParentIndex& parents,
-                            const GatherOptions& options, const gpu::Device& device, const gpu::GpuProcess& process,
-                            const std::vector<host::DeviceFileHolder>& unlisted, long long wall_now_ms) {
+// The holders of the GPUs that NVML does not list, and what tells which listed process they belong to.
+struct Unlisted {
+  host::ParentIndex parents;
+  ContainerCgroups containers;
+  std::vector<host::DeviceFileHolder> holders;
+};
+
+Unlisted unlisted_of(const host::ProcReader& proc, const gpu::Snapshot& snapshot) {
+  Unlisted out;
+  const auto listed = listed_pids(snapshot);
+  out.parents = proc.parent_index();  // one scan of /proc for every process's tree
+  out.containers = container_cgroups(proc, listed);
+  out.holders = unlisted_holders(proc, listed, out.parents, out.containers);
+  return out;
+}
+
+ProcessEvidence evidence_of(const host::ProcReader& proc, const Unlisted& unlisted, const GatherOptions& options,
+                            const gpu::Device& device, const gpu::GpuProcess& process, long long wall_now_ms) {
   ProcessEvidence e;
   e.gpu = device.id.index;
   e.gpu_uuid = device.id.uuid;
   e.process = process;
   e.device_file = device_file_of(device, options.device_file_override);
-  e.identity = first_sight(proc, process);
-  if (!e.identity) return e;
+  auto sight = first_sight(proc, process);
+  if (!sight) return e;
+  e.identity = std::move(sight->identity);
+  e.tty = std::move(sight->tty);
   if (e.device_file) e.holding = proc.holds_device(process.pid, *e.device_file);
   e.tarmac_job = tarmac_job_of(proc, process.pid, options.leases);
-  e.tty = proc.tty(process.pid);
-  e.children = parents.children(process.pid);
-  e.hidden = hidden_holders(proc, parents, process.pid, device.id.minor_number, unlisted);
+  e.children = unlisted.parents.children(process.pid);
+  e.hidden = hidden_holders(proc, unlisted.parents, process.pid, device.id.minor_number, unlisted.containers,
+                            unlisted.holders);
   if (process.host.start_time_unix) e.age_ms = wall_now_ms - *process.host.start_time_unix * 1000;
   return e;
 }
@@ -109,7 +157,8 @@ ProcessEvidence evidence_of(const host::ProcReader& proc, const host::ParentInde
 // The store's spans and rows of the last `back_ms`, or why it does not record this machine now.
 struct StoreRecord {
   std::vector<store::ProcessSpan> spans;
-  std::vector<store::ProcessSample> rows;
+  // By (the store's GPU index, pid), oldest first: each process's rows, grouped once for the pass.
+  std::map<std::pair<unsigned, unsigned>, std::vector<store::ProcessSample>> rows_of;
   std::map<std::string, unsigned> index_of_uuid;  // the store's GPU index of each UUID
   // By (GPU UUID, pid) listed now: every span of that pid on that GPU since kListingMarginMs before
   // the process now at the pid started, however long ago (not limited to `back_ms`).
@@ -119,17 +168,20 @@ struct StoreRecord {
 // Fills `out.listings` for every process `now` lists with a known start time (one without is
 // never a candidate: not-visible or too-young).
 Result<void> read_listings(store::Reader& reader, const gpu::Snapshot& now, long long wall_now_ms, StoreRecord& out) {
+  std::vector<store::SpanQuery> queries;
+  std::vector<std::pair<std::string, unsigned>> keys;  // the (UUID, pid) of each query
   for (const auto& d : now.devices) {
     if (!d.id.uuid) continue;
     const auto index = out.index_of_uuid.find(*d.id.uuid);
     if (index == out.index_of_uuid.end()) continue;
     for (const auto& p : d.processes) {
       if (!p.host.start_time_unix) continue;
-      const store::TimeRange range{*p.host.start_time_unix * 1000 - kListingMarginMs, wall_now_ms + 1};
-      TARMAC_TRY_ASSIGN(auto spans, reader.processes_of(index->second, p.pid, range));
-      out.listings[std::make_pair(*d.id.uuid, p.pid)] = std::move(spans);
+      queries.push_back({index->second, p.pid, {*p.host.start_time_unix * 1000 - kListingMarginMs, wall_now_ms + 1}});
+      keys.emplace_back(*d.id.uuid, p.pid);
     }
   }
+  TARMAC_TRY_ASSIGN(auto spans, reader.processes_of(queries));
+  for (std::size_t i = 0; i < keys.size(); ++i) out.listings[keys[i]] = std::move(spans[i]);
   return {};
 }
 
@@ -152,9 +204,10 @@ Result<StoreRecord> read_store(const std::string& path, const gpu::Snapshot& now
   StoreRecord out;
   for (const auto& g : gpus) out.index_of_uuid[g.uuid] = g.gpu;
   TARMAC_TRY_ASSIGN(out.spans, reader.processes(range));
-  TARMAC_TRY_ASSIGN(out.rows, reader.process_samples(range, {}));
+  TARMAC_TRY_ASSIGN(auto rows, reader.process_samples(range, {}));
+  // In time order (the reader's ORDER BY ts_ms), so each process's rows are too.
+  for (auto& row : rows) out.rows_of[{row.gpu, row.pid}].push_back(row);
   TARMAC_TRY(read_listings(reader, now, wall_now_ms, out));
-  std::sort(out.rows.begin(), out.rows.end(), [](const auto& a, const auto& b) { return a.ts_ms < b.ts_ms; });
   return out;
 }
 
@@ -173,11 +226,8 @@ IdleHistory history_from_store(const StoreRecord& record, const std::optional<st
     if (best == nullptr || span.last_ms > best->last_ms) best = &span;
   }
   if (best == nullptr) return idle_history({now}, 0);
-  std::vector<store::ProcessSample> rows;
-  for (const auto& row : record.rows) {
-    if (row.gpu == gpu && row.pid == process.pid) rows.push_back(row);
-  }
-  return store_history(*best, rows, now);
+  const auto rows = record.rows_of.find({gpu, process.pid});
+  return store_history(*best, rows == record.rows_of.end() ? std::vector<store::ProcessSample>{} : rows->second, now);
 }
 
 // What the store says against `process`'s listing on the GPU of UUID `uuid` (listed_for_another).
@@ -363,7 +413,8 @@ std::vector<unsigned> ancestors_of(const host::ProcReader& proc, unsigned pid) {
   std::vector<unsigned> out;
   unsigned current = pid;
   while (out.size() < kMaxAncestors) {
-    const auto parent = proc.read(current).parent_pid;
+    const auto stat = proc.stat(current);
+    const auto parent = stat ? std::optional<unsigned>(stat->parent_pid) : std::nullopt;
     if (!parent || *parent <= 1 || std::find(out.begin(), out.end(), *parent) != out.end()) break;
     out.push_back(*parent);
     current = *parent;
@@ -394,12 +445,11 @@ Result<Gathered> gather(gpu::Backend& backend, const host::ProcReader& proc, con
     TARMAC_TRY_ASSIGN(out.last, watch(backend, seen, options.window_ms, clock, out.watched_ms));
     wall_now = clock.wall_ms();
   }
-  const auto unlisted = unlisted_holders(proc, out.last);
-  const auto parents = proc.parent_index();  // one scan of /proc for every process's tree
+  const auto unlisted = unlisted_of(proc, out.last);
   for (const auto& device : out.last.devices) {
     if (device.lost) continue;
     for (const auto& process : device.processes) {
-      auto e = evidence_of(proc, parents, options, device, process, unlisted, wall_now);
+      auto e = evidence_of(proc, unlisted, options, device, process, wall_now);
       e.source = out.source;
       e.history = record ? history_from_store(*record, device.id.uuid, process, observe(device, process, wall_now),
                                               options.store_fresh_ms)

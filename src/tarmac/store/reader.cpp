@@ -215,12 +215,24 @@ Result<std::vector<ProcessSpan>> Reader::processes(const TimeRange& range) {
 }
 
 Result<std::vector<ProcessSpan>> Reader::processes_of(unsigned gpu, unsigned pid, const TimeRange& range) {
+  TARMAC_TRY_ASSIGN(auto each, processes_of(std::vector<SpanQuery>{{gpu, pid, range}}));
+  return std::move(each.front());
+}
+
+Result<std::vector<std::vector<ProcessSpan>>> Reader::processes_of(const std::vector<SpanQuery>& queries) {
   TARMAC_TRY_ASSIGN(const auto select, select_spans(db_));
   TARMAC_TRY_ASSIGN(auto st, db_.prepare(fmt::format("{} AND gpu = ? AND pid = ? ORDER BY first_ms", select)));
-  bind_range(st, range);
-  st.bind(3, static_cast<long long>(gpu));
-  st.bind(4, static_cast<long long>(pid));
-  return read_spans(st);
+  std::vector<std::vector<ProcessSpan>> out;
+  out.reserve(queries.size());
+  for (const auto& q : queries) {
+    st.reset();
+    bind_range(st, q.range);
+    st.bind(3, static_cast<long long>(q.gpu));
+    st.bind(4, static_cast<long long>(q.pid));
+    TARMAC_TRY_ASSIGN(auto spans, read_spans(st));
+    out.push_back(std::move(spans));
+  }
+  return out;
 }
 
 Result<std::vector<Event>> Reader::events(const TimeRange& range) {

@@ -18,6 +18,14 @@ struct TimeRange {
 
 enum class Level { Samples, Minutes, Hours };
 
+// One question of Reader::processes_of: the spans of `pid` on GPU `gpu` (the store's index) that
+// overlap `range`.
+struct SpanQuery {
+  unsigned gpu = 0;
+  unsigned pid = 0;
+  TimeRange range;
+};
+
 class Reader {
  public:
   // Opens the store at `path` read-only and checks it is one this tarmac reads.
@@ -36,6 +44,9 @@ class Reader {
   [[nodiscard]] Result<std::vector<ProcessSpan>> processes(const TimeRange& range);
   // The spans of `pid` on GPU `gpu` (the store's index) that overlap the range.
   [[nodiscard]] Result<std::vector<ProcessSpan>> processes_of(unsigned gpu, unsigned pid, const TimeRange& range);
+  // The answer to each query, in order, from one prepared statement (reap asks for every listed
+  // process in a pass: preparing the statement cost more than the lookups).
+  [[nodiscard]] Result<std::vector<std::vector<ProcessSpan>>> processes_of(const std::vector<SpanQuery>& queries);
   [[nodiscard]] Result<std::vector<Event>> events(const TimeRange& range);
 
  private:

@@ -174,6 +174,37 @@ TEST(Reader, SpansThatOverlapTheRangeAreReturnedUnclipped) {
   EXPECT_EQ((*processes)[0].first_ms, kT0 - 5000);
 }
 
+// reap asks for the spans of every listed (GPU, pid) with one prepared statement: each answer is
+// its own query's (its GPU, pid and range), in order, none carried over from the one before.
+TEST(Reader, EachSpanQueryIsAnsweredOnItsOwn) {
+  TempDir dir;
+  const std::string path = database_path(dir.path());
+  write_store(path, [](Recorder& rec) {
+    rec.update(ProcessSpan{0, 7, kT0, kT0 + 1000, 11, "", "", "", "", 0});
+    rec.update(ProcessSpan{0, 7, kT0 + 5000, kT0 + 6000, 12, "", "", "", "", 0});
+    rec.update(ProcessSpan{1, 7, kT0, kT0 + 6000, 13, "", "", "", "", 0});
+    rec.update(ProcessSpan{0, 8, kT0, kT0 + 6000, 14, "", "", "", "", 0});
+  });
+  auto reader = Reader::open(path);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  auto each = reader->processes_of(std::vector<SpanQuery>{
+      {0, 7, {kT0, kT0 + 10000}}, {0, 7, {kT0 + 4000, kT0 + 10000}}, {1, 7, {kT0, kT0 + 10000}}, {1, 8, {kT0, kT0 + 10000}}});
+  ASSERT_TRUE(each.ok()) << each.error().message;
+  ASSERT_EQ(each->size(), 4U);
+  ASSERT_EQ((*each)[0].size(), 2U);
+  EXPECT_EQ((*each)[0][0].start_unix, 11);
+  EXPECT_EQ((*each)[0][1].start_unix, 12);
+  ASSERT_EQ((*each)[1].size(), 1U);
+  EXPECT_EQ((*each)[1][0].start_unix, 12);
+  ASSERT_EQ((*each)[2].size(), 1U);
+  EXPECT_EQ((*each)[2][0].start_unix, 13);
+  EXPECT_TRUE((*each)[3].empty());
+  // The one-query form answers as the first of them.
+  auto one = reader->processes_of(0, 7, {kT0, kT0 + 10000});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->size(), 2U);
+}
+
 TEST(Reader, ReadsWhileTheRecorderKeepsWriting) {
   TempDir dir;
   const std::string path = database_path(dir.path());
