@@ -1,5 +1,6 @@
 #include "tarmac/host/proc_reader.hpp"
 
+#include <fmt/format.h>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -59,7 +60,10 @@ std::vector<std::pair<unsigned, unsigned>> scan_parents(const std::string& root)
 }  // namespace
 
 ProcReader::ProcReader(std::string proc_root, std::string test_device_path)
-    : root_(std::move(proc_root)), test_device_path_(std::move(test_device_path)) {
+    : ProcReader(std::move(proc_root), std::move(test_device_path), BoundedReader::shared()) {}
+
+ProcReader::ProcReader(std::string proc_root, std::string test_device_path, BoundedReader& memory_reads)
+    : root_(std::move(proc_root)), test_device_path_(std::move(test_device_path)), memory_reads_(&memory_reads) {
   if (const auto text = util::read_file(root_ + "/stat")) boot_time_unix_ = parse_boot_time(*text);
   clock_ticks_per_s_ = sysconf(_SC_CLK_TCK);
   if (const auto text = util::read_file(root_ + "/sys/kernel/random/boot_id")) {
@@ -69,6 +73,19 @@ ProcReader::ProcReader(std::string proc_root, std::string test_device_path)
 
 std::string ProcReader::pid_path(unsigned pid, const char* file) const {
   return root_ + "/" + std::to_string(pid) + "/" + file;
+}
+
+BoundedRead ProcReader::read_memory_file(unsigned pid, const char* file, std::optional<std::string>& unread) const {
+  const std::string path = pid_path(pid, file);
+  auto got = memory_reads_->read(path);
+  if (got.outcome == ReadOutcome::Late) {
+    unread = fmt::format("reading {} did not finish within {} ms (a thread of the process may hold its memory map locked)",
+                         path, memory_reads_->limits().deadline_ms);
+  } else if (got.outcome == ReadOutcome::Refused) {
+    unread = fmt::format("{} was not read: {} reads of processes' memory are stuck already", path,
+                         memory_reads_->stuck());
+  }
+  return got;
 }
 
 std::optional<long long> ProcReader::unix_start(unsigned long long starttime_ticks) const {
@@ -98,18 +115,21 @@ ProcessInfo ProcReader::read(unsigned pid) const {
     info.uid = parse_status_uid(*text);
     if (info.uid) info.user = user_name(*info.uid);
   }
-  if (const auto text = util::read_file(pid_path(pid, "cmdline"))) info.command_line = join_cmdline(*text);
   if (const auto text = util::read_file(pid_path(pid, "cgroup"))) {
     info.container = parse_cgroup(*text);
     info.slurm_job_id = parse_slurm_job_from_cgroup(*text);
   }
+  const auto cmdline = read_memory_file(pid, "cmdline", info.unread);
+  if (cmdline.text) info.command_line = join_cmdline(*cmdline.text);
   // The cgroup is authoritative (the job that confines the process now); environ is only the
-  // environment at exec, readable by the owner or root, so it is the fallback.
-  if (!info.slurm_job_id) {
-    if (const auto text = util::read_file(pid_path(pid, "environ"))) {
-      info.slurm_job_id = find_environ_value(*text, "SLURM_JOB_ID");
+  // environment at exec, readable by the owner or root, so it is the fallback. Not read after a
+  // command line that could not be: it takes the same lock (and would hold another helper).
+  if (!info.slurm_job_id && !info.unread) {
+    const auto environ = read_memory_file(pid, "environ", info.unread);
+    if (environ.text) {
+      info.slurm_job_id = find_environ_value(*environ.text, "SLURM_JOB_ID");
       // SLURM_JOBID is the older spelling, which some wrappers still set alone.
-      if (!info.slurm_job_id) info.slurm_job_id = find_environ_value(*text, "SLURM_JOBID");
+      if (!info.slurm_job_id) info.slurm_job_id = find_environ_value(*environ.text, "SLURM_JOBID");
     }
   }
   return info;
@@ -200,10 +220,12 @@ Holding ProcReader::holds_device(unsigned pid, DeviceNumber device) const {
   return host::holds_device_in(first->front() + "/fd", device, {}, test_device_path_);
 }
 
-std::optional<std::string> ProcReader::environ_value(unsigned pid, std::string_view key) const {
-  const auto text = util::read_file(pid_path(pid, "environ"));
-  if (!text) return std::nullopt;
-  return find_environ_value(*text, key);
+Result<std::optional<std::string>> ProcReader::environ_value(unsigned pid, std::string_view key) const {
+  std::optional<std::string> unread;
+  const auto environ = read_memory_file(pid, "environ", unread);
+  if (unread) return make_error(Error::Code::Io, *unread);
+  if (!environ.text) return std::optional<std::string>{};
+  return find_environ_value(*environ.text, key);
 }
 
 std::optional<std::string> ProcReader::tty(unsigned pid) const {

@@ -7,8 +7,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tarmac/host/bounded_read.hpp"
 #include "tarmac/host/device_files.hpp"
 #include "tarmac/host/process_info.hpp"
+#include "tarmac/util/result.hpp"
 
 namespace tarmac::host {
 
@@ -54,9 +56,13 @@ class ProcReader {
   // `test_device_path`: the one path besides NVIDIA's device files whose descriptors holds_device
   // may stat (TARMAC_REAP_TEST_DEVICE_FILE, only while reap's preview gate is open; "" otherwise).
   explicit ProcReader(std::string proc_root = "/proc", std::string test_device_path = {});
+  // The same, reading the files that take a process's memory map lock (cmdline, environ) through
+  // `memory_reads` instead of BoundedReader::shared() (tests: another deadline, a read that blocks).
+  ProcReader(std::string proc_root, std::string test_device_path, BoundedReader& memory_reads);
 
   // Everything readable about `pid`; never fails: missing pieces stay nullopt, and a PID absent
-  // from the root is NotInNamespace.
+  // from the root is NotInNamespace. Its command line and environment are read within a deadline
+  // (BoundedReader); when they could not be, `unread` says so.
   [[nodiscard]] ProcessInfo read(unsigned pid) const;
 
   // Direct children of `pid` in ascending order, found by scanning the ppid of every /proc/*/stat.
@@ -89,8 +95,9 @@ class ProcReader {
   [[nodiscard]] Holding holds_device(unsigned pid, DeviceNumber device) const;
 
   // The value of `key` in the environment `pid` was started with; nullopt when it has none or
-  // the file cannot be read (only its owner and root may).
-  [[nodiscard]] std::optional<std::string> environ_value(unsigned pid, std::string_view key) const;
+  // the file cannot be read (only its owner and root may); an error when the read did not finish
+  // in time (BoundedReader): then whether it has one is unknown.
+  [[nodiscard]] Result<std::optional<std::string>> environ_value(unsigned pid, std::string_view key) const;
 
   // The controlling terminal's name ("pts/3"); nullopt for none or an unreadable stat.
   [[nodiscard]] std::optional<std::string> tty(unsigned pid) const;
@@ -113,8 +120,13 @@ class ProcReader {
   // the task directory cannot be read.
   [[nodiscard]] std::optional<std::vector<std::string>> live_thread_dirs(unsigned pid, unsigned at_most) const;
 
+  // A file of `pid`'s that takes its memory map lock, through memory_reads_; when the read did not
+  // finish in time, `unread` says why.
+  [[nodiscard]] BoundedRead read_memory_file(unsigned pid, const char* file, std::optional<std::string>& unread) const;
+
   std::string root_;
   std::string test_device_path_;
+  BoundedReader* memory_reads_;  // not owned: the shared one, or a test's that outlives this reader
   std::string boot_id_;
   std::optional<long long> boot_time_unix_;
   long clock_ticks_per_s_ = 0;

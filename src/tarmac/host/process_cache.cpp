@@ -22,6 +22,12 @@ ProcessInfo ProcessCache::lookup(unsigned pid) {
     return it->second.info;
   }
   Entry entry{stat->starttime_ticks, reader_.read(pid), true};
+  // Facts that could not be read in time are unknown, not the process's: read again next time
+  // (a read of it still stuck is refused at once, so that costs nothing while it is).
+  if (entry.info.unread) {
+    entries_.erase(pid);
+    return entry.info;
+  }
   entries_[pid] = entry;
   return entry.info;
 }

@@ -14,7 +14,8 @@ class ProcessCache {
   explicit ProcessCache(std::string proc_root = "/proc");
 
   // What the host knows about `pid` now. One read of /proc/<pid>/stat decides whether the cached
-  // facts still belong to the same process (same start time); a reused PID is read afresh.
+  // facts still belong to the same process (same start time); a reused PID is read afresh, and
+  // so are facts that could not be read in time (ProcessInfo::unread).
   [[nodiscard]] ProcessInfo lookup(unsigned pid);
 
   // Forgets the PIDs not looked up since the previous call, so the cache holds live processes only.

@@ -34,6 +34,10 @@ struct ProcessInfo {
   std::optional<char> state;                 // R, S, D, Z, T, ...
   std::optional<ContainerRef> container;
   std::optional<std::string> slurm_job_id;
+  // Set when its command line or environment could not be read in time (host/bounded_read.hpp:
+  // another user can keep those reads blocked): why. command_line, and slurm_job_id unless its
+  // cgroup names the job, are then unknown, not absent; every rule that reads them must refuse.
+  std::optional<std::string> unread;
 };
 
 }  // namespace tarmac::host

@@ -146,7 +146,11 @@ ProcessEvidence evidence_of(const host::ProcReader& proc, const Unlisted& unlist
   e.identity = std::move(sight->identity);
   e.tty = std::move(sight->tty);
   if (e.device_file) e.holding = proc.holds_device(process.pid, *e.device_file);
-  e.tarmac_job = tarmac_job_of(proc, process.pid, options.leases);
+  if (auto job = tarmac_job_of(proc, process.pid, options.leases); job.ok()) {
+    e.tarmac_job = std::move(*job);
+  } else {
+    note_unread(e.process.host, job.error());
+  }
   e.children = unlisted.parents.children(process.pid);
   e.hidden = hidden_holders(proc, unlisted.parents, process.pid, device.id.minor_number, unlisted.containers,
                             unlisted.holders);
@@ -374,11 +378,13 @@ bool shown(const GatherOptions& options, const ProcessEvidence& e) {
   return !options.user || owned_by(e.process.host, *options.user);
 }
 
-std::optional<std::string> tarmac_job_of(const host::ProcReader& proc, unsigned pid, const std::vector<JobLease>& leases) {
-  if (leases.empty()) return std::nullopt;
-  if (const auto id = proc.environ_value(pid, "TARMAC_JOB_ID")) {
+Result<std::optional<std::string>> tarmac_job_of(const host::ProcReader& proc, unsigned pid,
+                                                 const std::vector<JobLease>& leases) {
+  if (leases.empty()) return std::optional<std::string>{};
+  const auto id = proc.environ_value(pid, "TARMAC_JOB_ID");
+  if (id.ok() && *id) {
     for (const auto& lease : leases) {
-      if (!lease.job_id.empty() && lease.job_id == *id) return lease.job_id;
+      if (!lease.job_id.empty() && lease.job_id == **id) return std::optional<std::string>(lease.job_id);
     }
   }
   std::vector<unsigned> chain{pid};
@@ -386,10 +392,16 @@ std::optional<std::string> tarmac_job_of(const host::ProcReader& proc, unsigned 
   chain.insert(chain.end(), up.begin(), up.end());
   for (const unsigned p : chain) {
     for (const auto& lease : leases) {
-      if (lease.pid != 0 && lease.pid == p) return lease.job_id;
+      if (lease.pid != 0 && lease.pid == p) return std::optional<std::string>(lease.job_id);
     }
   }
-  return std::nullopt;
+  // Its TARMAC_JOB_ID could not be read in time: it may name a live lease's job.
+  if (!id.ok()) return make_error(id.error().code, "whether it is in a tarmac job is unknown: " + id.error().message);
+  return std::optional<std::string>{};
+}
+
+void note_unread(host::ProcessInfo& info, const Error& why) {
+  if (!info.unread) info.unread = why.message;
 }
 
 bool owned_by(const host::ProcessInfo& process, const std::string& user) {

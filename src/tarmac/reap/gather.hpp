@@ -102,9 +102,15 @@ class Watch {
 [[nodiscard]] bool shown(const GatherOptions& options, const ProcessEvidence& e);
 
 // The job of the live lease that `pid` or one of its ancestors owns, or whose id its TARMAC_JOB_ID
-// names (a TARMAC_JOB_ID without such a lease is anybody's word and protects nothing).
-[[nodiscard]] std::optional<std::string> tarmac_job_of(const host::ProcReader& proc, unsigned pid,
-                                                       const std::vector<JobLease>& leases);
+// names (a TARMAC_JOB_ID without such a lease is anybody's word and protects nothing); an error
+// when it owns none and its TARMAC_JOB_ID could not be read in time (host::BoundedReader): it may
+// be in one, and no caller may take it as in none.
+[[nodiscard]] Result<std::optional<std::string>> tarmac_job_of(const host::ProcReader& proc, unsigned pid,
+                                                               const std::vector<JobLease>& leases);
+
+// Records on `info` that one of its facts could not be read in time (ProcessInfo::unread), so
+// that the rules refuse it (rules.hpp, protected_by).
+void note_unread(host::ProcessInfo& info, const Error& why);
 
 // Gathers the evidence of every GPU process (whatever --gpu and --user say): the store's history when it records this machine now (its GPUs, a
 // record within store_fresh_ms), else a watch of options.window_ms.

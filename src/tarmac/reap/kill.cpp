@@ -152,7 +152,9 @@ std::optional<std::string> forbidden(const Held& d, const ReaperConfig& config, 
   const std::string who = fmt::format("its descendant {} ({})", pid, d.facts.name.value_or("?"));
   if (never_target(pid, caller)) return who + " is reap itself or runs it";
   if (auto rule = protected_by(d.facts, config)) return who + " is protected: " + *rule;
-  if (auto job = tarmac_job_of(proc, pid, leases)) return who + " is in tarmac job " + *job;
+  const auto job = tarmac_job_of(proc, pid, leases);
+  if (!job.ok()) return who + ": " + job.error().message;
+  if (*job) return who + " is in tarmac job " + **job;
   if (caller.slurm_manages_node && d.facts.slurm_job_id) return who + " is in Slurm job " + *d.facts.slurm_job_id;
   return std::nullopt;
 }

@@ -107,7 +107,11 @@ Decision redecide(const ProcessEvidence& e, const ReaperConfig& rules, const Cal
   now.process.used_mem_bytes = listed->used_mem_bytes;
   now.process.host = proc.read(pid);
   if (now.process.host.start_time_unix != e.process.host.start_time_unix) now.identity.reset();  // another process now
-  now.tarmac_job = tarmac_job_of(proc, pid, leases);
+  if (auto job = tarmac_job_of(proc, pid, leases); job.ok()) {
+    now.tarmac_job = std::move(*job);
+  } else {
+    note_unread(now.process.host, job.error());
+  }
   now.holding = now.device_file ? proc.holds_device(pid, *now.device_file) : host::Holding::Unknown;
   return decide_one(now, rules, caller);
 }

@@ -67,6 +67,10 @@ std::optional<std::string> protected_by(const host::ProcessInfo& process, const 
       if (container_matches(wanted, *process.container)) return "reaper.allow_containers (" + wanted + ")";
     }
   }
+  // A command line (argv[0] against the allow-lists) or an environment (its Slurm or tarmac job)
+  // that could not be read is unknown, never "no match": a user whose process keeps them blocked
+  // must not slip past a rule that way.
+  if (process.unread) return "its command line or environment is unknown, and a rule may match: " + *process.unread;
   return std::nullopt;
 }
 

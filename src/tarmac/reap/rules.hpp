@@ -34,7 +34,8 @@ struct ReaperConfig {
 
 // Why a process is protected by a rule, or nullopt when no rule protects it: the built-in
 // allow-list (the driver's daemons, MPS, DCGM, display servers, nvidia-smi, tarmac itself), then
-// the configured users, commands and containers.
+// the configured users, commands and containers, then facts that could not be read in time
+// (ProcessInfo::unread: its command line or environment is unknown, so no rule is ruled out).
 [[nodiscard]] std::optional<std::string> protected_by(const host::ProcessInfo& process, const ReaperConfig& config);
 
 // The built-in allow-list, as globs over the process name and argv[0]'s base name (docs/reap.md).

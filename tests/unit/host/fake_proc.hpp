@@ -1,11 +1,16 @@
 // Test helpers: a realistic /proc/<pid>/stat line and a throwaway fake /proc tree.
 #pragma once
 
+#include <fcntl.h>
 #include <stdlib.h>  // mkdtemp
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 namespace tarmac::host::test_support {
 
@@ -41,6 +46,34 @@ class FakeProc {
     const std::filesystem::path path = std::filesystem::path(root_) / relative;
     std::filesystem::create_directories(path.parent_path());
     std::ofstream(path, std::ios::binary) << content;
+  }
+
+  // Makes root/relative (in place of the file there) a FIFO that nobody writes: a read of it
+  // blocks (in open, then in read) as a read of /proc/PID/cmdline or environ blocks while a thread
+  // of PID holds its memory map locked. release_fifo lets such a reader go.
+  [[nodiscard]] bool make_fifo(const std::string& relative) const {
+    const std::filesystem::path path = std::filesystem::path(root_) / relative;
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    std::filesystem::create_directories(path.parent_path());
+    return ::mkfifo(path.c_str(), 0600) == 0;
+  }
+  // Opens the FIFO for writing and closes it, so that a reader blocked on it sees its end: waits
+  // (yielding) for that reader to be there, at most `wait`; false when none came.
+  [[nodiscard]] bool release_fifo(const std::string& relative,
+                                  std::chrono::milliseconds wait = std::chrono::seconds(30)) const {
+    const std::string path = (std::filesystem::path(root_) / relative).string();
+    const auto give_up = std::chrono::steady_clock::now() + wait;
+    for (;;) {
+      // Non-blocking: succeeds only while a reader has the FIFO open (or waits in open).
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd >= 0) {
+        ::close(fd);
+        return true;
+      }
+      if (std::chrono::steady_clock::now() > give_up) return false;
+      std::this_thread::yield();
+    }
   }
 
  private:

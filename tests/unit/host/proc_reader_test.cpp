@@ -14,6 +14,7 @@
 #include <string>
 
 #include "fake_proc.hpp"
+#include "tarmac/host/bounded_read.hpp"
 
 namespace tarmac::host {
 namespace {
@@ -89,6 +90,47 @@ TEST(ProcReaderFake, OldSlurmJobidSpellingInEnviron) {
   FakeProc proc;
   write_tree(proc);
   EXPECT_EQ(ProcReader(proc.root()).read(102).slurm_job_id, "31");
+}
+
+// A hostile user's process whose memory map stays locked: its cmdline read blocks (a FIFO here).
+// The read is given up at the deadline, and what cmdline and environ would have said is unknown,
+// not absent: `unread` says so, and environ is not read at all (it would block as well).
+TEST(ProcReaderFake, ACommandLineThatBlocksIsUnknownNotAbsent) {
+  FakeProc proc;
+  write_tree(proc);
+  ASSERT_TRUE(proc.make_fifo("100/cmdline"));
+  BoundedReader reads({20, 2});
+  const ProcessInfo info = ProcReader(proc.root(), "", reads).read(100);
+  ASSERT_TRUE(info.unread);
+  EXPECT_NE(info.unread->find("100/cmdline"), std::string::npos) << *info.unread;
+  EXPECT_FALSE(info.command_line);
+  EXPECT_EQ(info.name, "evil) (name");  // stat and status do not take the lock: still read
+  EXPECT_EQ(info.uid, kNoSuchUid);
+  EXPECT_FALSE(info.slurm_job_id);  // environ (SLURM_JOB_ID=777) was not read
+  EXPECT_EQ(reads.stuck(), 1U);
+  ASSERT_TRUE(proc.release_fifo("100/cmdline"));
+}
+
+TEST(ProcReaderFake, AnEnvironmentThatBlocksIsAnErrorNotNone) {
+  FakeProc proc;
+  write_tree(proc);
+  ASSERT_TRUE(proc.make_fifo("100/environ"));
+  BoundedReader reads({20, 2});
+  const ProcReader reader(proc.root(), "", reads);
+  const auto value = reader.environ_value(100, "TARMAC_JOB_ID");
+  ASSERT_FALSE(value.ok());
+  EXPECT_NE(value.error().message.find("100/environ"), std::string::npos) << value.error().message;
+  // Its command line was read; the Slurm job (environ's) is unknown: a second read of the stuck
+  // file is refused at once.
+  const ProcessInfo info = reader.read(100);
+  EXPECT_EQ(info.command_line, "python train.py --epochs 3");
+  ASSERT_TRUE(info.unread);
+  EXPECT_FALSE(info.slurm_job_id);
+  // A process without the file: no value, and known to have none.
+  const auto none = reader.environ_value(104, "TARMAC_JOB_ID");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(*none);
+  ASSERT_TRUE(proc.release_fifo("100/environ"));
 }
 
 TEST(ProcReaderFake, KernelThreadHasEmptyCommandLine) {
@@ -228,6 +270,28 @@ TEST(ProcessCache, ReusesFactsForTheSameProcessAndRereadsAReusedPid) {
   // A process that vanished is reported as not visible.
   std::filesystem::remove_all(std::filesystem::path(proc.root()) / "300");
   EXPECT_EQ(cache.lookup(300).visibility, PidVisibility::NotInNamespace);
+}
+
+// A command line that could not be read in time is not kept as the process's: the next lookup
+// reads it (refused at once while the earlier read is stuck, read once that one ended).
+TEST(ProcessCache, FactsThatCouldNotBeReadAreReadAgain) {
+  FakeProc proc;
+  proc.write("stat", "btime 1700000000\n");
+  proc.write("301/stat", stat_line(301, "python", 'R', 1, 500));
+  ASSERT_TRUE(proc.make_fifo("301/cmdline"));
+  ProcessCache cache(proc.root());
+  EXPECT_TRUE(cache.lookup(301).unread);
+  EXPECT_EQ(cache.size(), 0U);
+  EXPECT_TRUE(cache.lookup(301).unread);
+  ASSERT_TRUE(proc.release_fifo("301/cmdline"));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (BoundedReader::shared().stuck() != 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  std::filesystem::remove(std::filesystem::path(proc.root()) / "301/cmdline");
+  proc.write("301/cmdline", std::string("python\0serve.py\0", 16));
+  const ProcessInfo read = cache.lookup(301);
+  EXPECT_FALSE(read.unread);
+  EXPECT_EQ(read.command_line, "python serve.py");
+  EXPECT_EQ(cache.size(), 1U);
 }
 
 }  // namespace

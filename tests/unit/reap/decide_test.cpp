@@ -103,6 +103,17 @@ TEST(Decide, AllowListedProcessesAreProtected) {
   EXPECT_EQ(reason(e, c), Reason::Protected);
 }
 
+// Its command line or environment could not be read in time: an allow-list, a Slurm job or a
+// tarmac job may protect it, so it is protected, whatever its idle history.
+TEST(Decide, FactsThatCouldNotBeReadProtectIt) {
+  auto e = idle_kernel();
+  e.process.host.command_line.reset();
+  e.process.host.unread = "reading /proc/4242/environ did not finish within 250 ms";
+  const auto d = decide_one(e, rules(), root());
+  EXPECT_EQ(d.reason, Reason::Protected);
+  EXPECT_NE(d.detail.find("/proc/4242/environ"), std::string::npos) << d.detail;
+}
+
 TEST(Decide, AnotherUsersProcessOnlyForRoot) {
   Caller bob{kBob, 99, {}, false};
   EXPECT_EQ(reason(idle_kernel(), rules(), bob), Reason::OtherUser);

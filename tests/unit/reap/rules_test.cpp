@@ -50,6 +50,26 @@ TEST(Rules, ConfiguredUsersCommandsAndContainers) {
   EXPECT_FALSE(protected_by(pod, c));
 }
 
+// A process whose command line could not be read in time (a user keeps its memory map locked):
+// "no match" would let an allow-listed program through, so unknown refuses. Its name (from stat,
+// always read) still names the rule when it matches.
+TEST(Rules, AnUnknownCommandLineIsNeverNoMatch) {
+  ReaperConfig c;
+  c.allow_commands = {"triton*"};
+  auto blocked = process("python3", "");
+  blocked.command_line.reset();
+  blocked.unread = "reading /proc/42/cmdline did not finish within 250 ms";
+  const auto why = protected_by(blocked, c);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("/proc/42/cmdline"), std::string::npos) << *why;
+  blocked.name = "nvidia-smi";
+  EXPECT_EQ(protected_by(blocked, c), "built-in allow-list (nvidia-smi)");
+  // A command line that is absent but known to be (a kernel thread's, an ended process's) is not unknown.
+  auto absent = process("python3", "");
+  absent.command_line.reset();
+  EXPECT_FALSE(protected_by(absent, c));
+}
+
 TEST(Rules, Lists) {
   EXPECT_EQ(parse_list(" a, b,,c "), (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_EQ(list_text({"a", "b"}), "a,b");

@@ -1,5 +1,10 @@
-// Whole surveys (reap/pass.hpp) over a fake /proc: which unlisted holders a pass shows.
+// Whole surveys (reap/pass.hpp) over a fake /proc: what the machine's other processes can do to
+// a pass (a command line whose read blocks) and which unlisted holders it shows.
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
 
 #include "../host/fake_proc.hpp"
 #include "../store/temp_dir.hpp"
@@ -112,6 +117,68 @@ const Row* row_of(const Pass& pass, unsigned pid) {
     if (row.evidence.process.pid == pid) return &row;
   }
   return nullptr;
+}
+
+// A user keeps their process's memory map locked (a thread stuck in a page fault on a FUSE
+// mapping they serve), so that reading its /proc/PID/cmdline blocks: a FIFO nobody writes here.
+// The pass (as root) must still end, and that process must not be a candidate: its command line
+// may be on an allow-list. The old code read cmdline directly and never returned.
+TEST(Survey, ACommandLineWhoseReadBlocksEndsThePassAndRefusesTheProcess) {
+  store::test_support::TempDir dir;
+  FakeMachine machine;
+  machine.add(500, 1, "python3", {kTestDevicePath});
+  machine.add(501, 1, "python3", {kTestDevicePath});
+  ASSERT_TRUE(machine.proc().make_fifo("501/cmdline"));
+  machine.list(500);
+  machine.list(501);
+  const std::string db = dir.path() + "/tarmac.db";
+  record_idle(db, {500, 501}, machine.start_unix());
+  const util::SystemClock clock;
+  const auto proc = machine.reader();
+  auto pass = std::async(std::launch::async, [&] {
+    return survey(machine, proc, from_store(db), ReaperConfig{}, Caller{0, getpid(), {}, false}, clock);
+  });
+  // An event, not a timing: the pass ends (its reads are bounded) or it hangs (they are not).
+  const bool ended = pass.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  // Lets the stuck reads go: the pass's own when it hangs (as often as it reads the file again),
+  // else the helper's that it gave up on.
+  while (pass.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    (void)machine.proc().release_fifo("501/cmdline", std::chrono::milliseconds(100));
+  }
+  const auto got = pass.get();
+  ASSERT_TRUE(ended) << "the pass waited on a blocked read of /proc/501/cmdline";
+  ASSERT_TRUE(machine.proc().release_fifo("501/cmdline"));
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  ASSERT_EQ(got->source, EvidenceSource::Store) << got->store_note;
+  const Row* fine = row_of(*got, 500);
+  const Row* blocked = row_of(*got, 501);
+  ASSERT_TRUE(fine && blocked);
+  EXPECT_EQ(fine->decision.reason, Reason::Candidate) << fine->decision.detail;
+  EXPECT_EQ(blocked->decision.reason, Reason::Protected) << blocked->decision.detail;
+  EXPECT_NE(blocked->decision.detail.find("501/cmdline"), std::string::npos) << blocked->decision.detail;
+  EXPECT_EQ(got->candidates(), 1U);
+}
+
+// Its TARMAC_JOB_ID cannot be read (its environ blocks): it may name a live lease's job, so the
+// job is unknown, never "none"; a lease its parent owns still says which job it is in.
+TEST(Survey, AJobIdThatCannotBeReadIsUnknownNotNone) {
+  FakeMachine machine;
+  machine.add(700, 1, "launcher", {});
+  machine.add(701, 700, "python3", {kTestDevicePath});
+  machine.add(702, 1, "python3", {kTestDevicePath});
+  for (const char* file : {"701/environ", "702/environ"}) ASSERT_TRUE(machine.proc().make_fifo(file));
+  host::BoundedReader reads({20, 4});
+  const host::ProcReader proc(machine.proc().root(), kTestDevicePath, reads);
+  const std::vector<JobLease> leases{{"job-7", 700}};
+  const auto in_job = tarmac_job_of(proc, 701, leases);
+  ASSERT_TRUE(in_job.ok()) << in_job.error().message;
+  EXPECT_EQ(*in_job, "job-7");
+  const auto unknown = tarmac_job_of(proc, 702, leases);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("702/environ"), std::string::npos) << unknown.error().message;
+  // Without leases there is no job to be in: nothing is read.
+  EXPECT_TRUE(tarmac_job_of(proc, 702, {}).ok());
+  for (const char* file : {"701/environ", "702/environ"}) ASSERT_TRUE(machine.proc().release_fifo(file));
 }
 
 // Hidden holders: unlisted processes with the GPU's files open, shown with the listed process

@@ -1,0 +1,124 @@
+#include "tarmac/host/bounded_read.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <system_error>
+#include <thread>
+
+#include "tarmac/util/fs.hpp"
+
+namespace tarmac::host {
+namespace {
+
+// Helpers kept waiting for the next read; more than that end after their read (a pass reads a
+// few files at a time: one or two callers, the agent's sampler and its reaper).
+constexpr unsigned kMaxIdleHelpers = 2;
+
+}  // namespace
+
+struct BoundedReader::State {
+  struct Job {
+    std::string path;
+    bool started = false;
+    bool done = false;
+    bool abandoned = false;  // its caller's deadline passed while it ran: it counts as stuck
+    std::optional<std::string> text;
+  };
+
+  std::mutex mutex;
+  std::condition_variable work;  // helpers wait here for a job
+  std::condition_variable done;  // callers wait here for theirs
+  std::deque<std::shared_ptr<Job>> queue;
+  std::multiset<std::string> stuck_paths;
+  unsigned idle = 0;
+  bool closing = false;
+  ReadFn read;
+};
+
+// Holds the state, so the reader may go away while a helper is stuck.
+void BoundedReader::help(const std::shared_ptr<State>& state) {
+  // Signals are for the threads that handle them: a helper stuck in the kernel never takes one.
+  sigset_t all;
+  sigfillset(&all);
+  (void)::pthread_sigmask(SIG_SETMASK, &all, nullptr);
+  auto& s = *state;
+  std::unique_lock lock(s.mutex);
+  for (;;) {
+    ++s.idle;
+    s.work.wait(lock, [&] { return s.closing || !s.queue.empty(); });
+    --s.idle;
+    if (s.queue.empty()) return;  // closing
+    const auto job = s.queue.front();
+    s.queue.pop_front();
+    job->started = true;
+    lock.unlock();
+    auto text = s.read(job->path);  // may block for as long as the target holds its lock
+    lock.lock();
+    job->text = std::move(text);
+    job->done = true;
+    if (job->abandoned) s.stuck_paths.erase(s.stuck_paths.find(job->path));
+    s.done.notify_all();
+    if (s.closing || s.idle >= kMaxIdleHelpers) return;
+  }
+}
+
+BoundedReader::BoundedReader(Limits limits, ReadFn read) : limits_(limits), state_(std::make_shared<State>()) {
+  state_->read = read ? std::move(read) : ReadFn(util::read_file);
+}
+
+BoundedReader::~BoundedReader() {
+  const std::lock_guard lock(state_->mutex);
+  state_->closing = true;
+  state_->work.notify_all();
+}
+
+BoundedReader& BoundedReader::shared() {
+  // Never destroyed: a helper may still be stuck at exit, and the process's end ends it.
+  static BoundedReader* const reader = new BoundedReader();
+  return *reader;
+}
+
+unsigned BoundedReader::stuck() const {
+  const std::lock_guard lock(state_->mutex);
+  return static_cast<unsigned>(state_->stuck_paths.size());
+}
+
+BoundedRead BoundedReader::read(const std::string& path) {
+  auto& s = *state_;
+  std::unique_lock lock(s.mutex);
+  if (s.stuck_paths.size() >= limits_.max_stuck || s.stuck_paths.count(path) != 0) return {ReadOutcome::Refused, {}};
+  auto job = std::make_shared<State::Job>();
+  job->path = path;
+  s.queue.push_back(job);
+  if (s.idle < s.queue.size()) {
+    try {
+      std::thread(help, state_).detach();
+    } catch (const std::system_error&) {
+      // No thread to be had: without one the read cannot be bounded, so it is not made.
+      s.queue.erase(std::find(s.queue.begin(), s.queue.end(), job));
+      return {ReadOutcome::Refused, {}};
+    }
+  }
+  s.work.notify_one();
+  const auto deadline = std::chrono::milliseconds(std::max(0LL, limits_.deadline_ms));
+  if (s.done.wait_for(lock, deadline, [&] { return job->done; })) {
+    return job->text ? BoundedRead{ReadOutcome::Read, std::move(job->text)} : BoundedRead{ReadOutcome::Failed, {}};
+  }
+  if (!job->started) {
+    // Queued behind other reads the whole time: nothing of it runs, nothing is stuck.
+    s.queue.erase(std::find(s.queue.begin(), s.queue.end(), job));
+  } else {
+    job->abandoned = true;
+    s.stuck_paths.insert(path);
+  }
+  return {ReadOutcome::Late, {}};
+}
+
+}  // namespace tarmac::host

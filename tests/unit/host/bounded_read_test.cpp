@@ -1,0 +1,133 @@
+#include "tarmac/host/bounded_read.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "fake_proc.hpp"
+
+namespace tarmac::host {
+namespace {
+
+using test_support::FakeProc;
+
+// A read function whose reads of the paths in `blocked` do not return until release(): what a
+// read of /proc/PID/cmdline does while a thread of PID holds its memory map locked. Every other
+// path reads as its own name.
+class Gate {
+ public:
+  explicit Gate(std::set<std::string> blocked) : blocked_(std::move(blocked)) {}
+  ~Gate() { release(); }
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+
+  BoundedReader::ReadFn fn() {
+    return [this](const std::string& path) -> std::optional<std::string> {
+      std::unique_lock lock(mutex_);
+      ++calls_;
+      if (blocked_.count(path) != 0) open_.wait(lock, [&] { return released_; });
+      return "read " + path;
+    };
+  }
+  void release() {
+    const std::lock_guard lock(mutex_);
+    released_ = true;
+    open_.notify_all();
+  }
+  [[nodiscard]] unsigned calls() {
+    const std::lock_guard lock(mutex_);
+    return calls_;
+  }
+
+ private:
+  std::set<std::string> blocked_;
+  std::mutex mutex_;
+  std::condition_variable open_;
+  bool released_ = false;
+  unsigned calls_ = 0;
+};
+
+// Waits (yielding) until no read of `reader` is stuck: the helpers have seen their reads end.
+bool none_stuck(const BoundedReader& reader) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (reader.stuck() != 0) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+constexpr BoundedReadLimits kQuick{20, 2};
+
+TEST(BoundedRead, AReadThatBlocksIsLateAndTheCallerGoesOn) {
+  Gate gate({"/proc/7/cmdline"});
+  BoundedReader reader(kQuick, gate.fn());
+  const auto got = reader.read("/proc/7/cmdline");
+  EXPECT_EQ(got.outcome, ReadOutcome::Late);
+  EXPECT_TRUE(got.unknown());
+  EXPECT_FALSE(got.text);
+  EXPECT_EQ(reader.stuck(), 1U);
+  gate.release();
+  EXPECT_TRUE(none_stuck(reader));
+  // Once its read ended, the file may be read again.
+  EXPECT_EQ(reader.read("/proc/7/cmdline").text, "read /proc/7/cmdline");
+}
+
+TEST(BoundedRead, AFileWhoseReadIsStuckIsNotReadAgain) {
+  Gate gate({"/proc/7/cmdline"});
+  BoundedReader reader(kQuick, gate.fn());
+  EXPECT_EQ(reader.read("/proc/7/cmdline").outcome, ReadOutcome::Late);
+  // Another pass asks again: refused at once, without another helper stuck on it.
+  EXPECT_EQ(reader.read("/proc/7/cmdline").outcome, ReadOutcome::Refused);
+  EXPECT_EQ(gate.calls(), 1U);
+  EXPECT_EQ(reader.stuck(), 1U);
+  // Other files are still read.
+  const auto other = reader.read("/proc/8/cmdline");
+  EXPECT_EQ(other.outcome, ReadOutcome::Read);
+  EXPECT_EQ(other.text, "read /proc/8/cmdline");
+}
+
+TEST(BoundedRead, PastMaxStuckEveryReadIsRefused) {
+  Gate gate({"/proc/1/cmdline", "/proc/2/cmdline", "/proc/3/cmdline"});
+  BoundedReader reader(kQuick, gate.fn());
+  EXPECT_EQ(reader.read("/proc/1/cmdline").outcome, ReadOutcome::Late);
+  EXPECT_EQ(reader.read("/proc/2/cmdline").outcome, ReadOutcome::Late);
+  // Two helpers stuck (max_stuck): a user with more blocked processes gets no more of them.
+  EXPECT_EQ(reader.read("/proc/3/cmdline").outcome, ReadOutcome::Refused);
+  const auto fine = reader.read("/proc/4/cmdline");
+  EXPECT_EQ(fine.outcome, ReadOutcome::Refused);
+  EXPECT_TRUE(fine.unknown());
+  EXPECT_EQ(gate.calls(), 2U);
+  gate.release();
+  EXPECT_TRUE(none_stuck(reader));
+  EXPECT_EQ(reader.read("/proc/4/cmdline").outcome, ReadOutcome::Read);
+}
+
+TEST(BoundedRead, TheReaderMayGoAwayWhileAReadIsStuck) {
+  Gate gate({"/proc/7/environ"});
+  {
+    BoundedReader reader(kQuick, gate.fn());
+    EXPECT_EQ(reader.read("/proc/7/environ").outcome, ReadOutcome::Late);
+  }
+  gate.release();  // the helper ends on its own, with the state it shares
+  EXPECT_EQ(gate.calls(), 1U);
+}
+
+TEST(BoundedRead, ReadsRealFiles) {
+  FakeProc proc;
+  proc.write("9/cmdline", std::string("sleep\0" "100\0", 10));
+  BoundedReader reader;
+  const auto got = reader.read(proc.root() + "/9/cmdline");
+  EXPECT_EQ(got.outcome, ReadOutcome::Read);
+  EXPECT_EQ(got.text, std::string("sleep\0" "100\0", 10));
+  const auto missing = reader.read(proc.root() + "/10/cmdline");
+  EXPECT_EQ(missing.outcome, ReadOutcome::Failed);
+  EXPECT_FALSE(missing.unknown());  // an ended process: nothing to know, not unknown
+}
+
+}  // namespace
+}  // namespace tarmac::host
