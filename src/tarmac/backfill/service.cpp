@@ -145,6 +145,34 @@ std::optional<int> two_digits(std::string_view s, int max) {
   return v <= max ? std::optional<int>(v) : std::nullopt;
 }
 
+// Whether `uid` may queue one more batch (quota.hpp), asked before its input is read.
+Result<void> room_for_a_batch(BatchDb& db, uid_t uid, const BatchQuota& quota) {
+  TARMAC_TRY_ASSIGN(const auto held, db.holding(uid));
+  return room_for_a_batch(uid, held, quota);
+}
+
+// Whether the file (dev, ino) may be a new batch's output: not while another unfinished batch
+// writes to it (their lines would overwrite each other, and each one's recovery cut the other's).
+Result<void> output_is_free(BatchDb& db, const struct stat& st) {
+  TARMAC_TRY_ASSIGN(const auto other, db.unfinished_on(static_cast<long long>(st.st_dev),
+                                                       static_cast<long long>(st.st_ino)));
+  if (!other) return {};
+  return make_error(Error::Code::Invalid,
+                    fmt::format("that file is already the output of batch {}, which has not ended: name a new file",
+                                *other),
+                    std::string("invalid"));
+}
+
+// Whether the bodies of `requests` fit in `uid`'s quota and everyone's (quota.hpp).
+Result<void> room_for_requests(BatchDb& db, uid_t uid, const std::vector<BatchRequest>& requests,
+                               const BatchQuota& quota) {
+  long long bytes = 0;
+  for (const auto& r : requests) bytes += static_cast<long long>(r.body.size());
+  TARMAC_TRY_ASSIGN(const auto user, db.holding(uid));
+  TARMAC_TRY_ASSIGN(const auto all, db.holding(std::nullopt));
+  return room_for_bodies(uid, bytes, user, all, quota);
+}
+
 }  // namespace
 
 Result<void> check_window(std::string_view w) {
@@ -239,10 +267,15 @@ json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const 
   auto fields = read_batch_fields(req);
   if (!fields.ok()) return failure("invalid", fields.error().message);
   Batch batch = std::move(*fields);
+  if (auto room = room_for_a_batch(db_, peer.uid, opt_.quota); !room.ok()) return failure_of(room.error());
   auto output = check_output(fds[1].get(), peer.uid, true);
   if (!output.ok()) return failure("invalid", output.error().message);
+  if (auto free = output_is_free(db_, *output); !free.ok()) return failure_of(free.error());
   auto input = read_input(fds[0].get(), opt_.limits);
   if (!input.ok()) return failure("invalid", input.error().message);
+  if (auto rate = input_rate_.take(peer.uid, input->size(), util::monotonic_ms()); !rate.ok()) {
+    return failure_of(rate.error());
+  }
   const std::string format = json_field<std::string>(req, "format").value_or("jsonl");
   auto requests = format == "texts"
                       ? parse_texts(*input, json_field<std::string>(req, "template").value_or(""), batch.model,
@@ -253,6 +286,7 @@ json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const 
     if (const auto line = problem_line(requests.error()); line > 0) refusal["line"] = line;
     return refusal;  // nothing is queued
   }
+  if (auto room = room_for_requests(db_, peer.uid, *requests, opt_.quota); !room.ok()) return failure_of(room.error());
   batch.uid = peer.uid;
   batch.user = user_name(peer.uid);
   batch.output_dev = static_cast<long long>(output->st_dev);
