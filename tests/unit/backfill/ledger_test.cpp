@@ -19,6 +19,8 @@ using json = nlohmann::json;
 using test_support::BatchFixture;
 using test_support::drain;
 using test_support::expect_exactly_once;
+using test_support::expect_nothing_past;
+using test_support::fake_answer;
 using test_support::output_ids;
 
 TEST(Ledger, WritesEachAnswerInTheOpenAIBatchOutputFormat) {
@@ -220,6 +222,7 @@ TEST(Ledger, AFullDiskOnAWriteOrASyncWritesNothingHalfAndLosesNothing) {
   OutputIo io;
   // The 3rd and 7th writes get half their bytes down, then ENOSPC; the 5th sync fails.
   io.pwrite = [&](int fd, const void* data, std::size_t n, off_t at) -> ssize_t {
+    expect_nothing_past(fd, at);  // a half-written or unsynced line was cut before the next write
     if (++writes == 3 || writes == 7) {
       (void)::pwrite(fd, data, n / 2, at);
       ++refused;
@@ -251,6 +254,7 @@ TEST(Ledger, AFullDiskWhoseCutAlsoFailsIsCleanedBeforeTheNextLine) {
   bool truncate_fails = true;
   OutputIo io;
   io.pwrite = [&](int fd, const void* data, std::size_t n, off_t at) -> ssize_t {
+    expect_nothing_past(fd, at);  // the half line the failed cut left was cleaned first
     if (++writes == 2) {
       (void)::pwrite(fd, data, n / 2, at);
       errno = ENOSPC;
@@ -269,6 +273,39 @@ TEST(Ledger, AFullDiskWhoseCutAlsoFailsIsCleanedBeforeTheNextLine) {
   Ledger ledger(db, f.id(), f.open_output(), io);
   ASSERT_TRUE(ledger.reconcile(Ledger::InFlight::BackToPending).ok());
   drain(db, ledger, f.id());
+  expect_exactly_once(f);
+}
+
+TEST(Ledger, AnOutputItsOwnerTruncatesIsReconciledBeforeTheNextLineNotWrittenPastAHole) {
+  BatchFixture f(4);
+  auto db = f.open_db();
+  Ledger ledger(db, f.id(), f.open_output());
+  ASSERT_TRUE(ledger.reconcile(Ledger::InFlight::BackToPending).ok());
+  auto first = db.take_pending(f.id(), 2, 5000);
+  ASSERT_TRUE(first.ok());
+  for (const auto& s : *first) ASSERT_TRUE(ledger.complete(fake_answer(s)).ok());
+  // The owner empties the file while the agent holds it: the next line must not land at the old
+  // end, after a hole of NUL bytes, with the store counting the two lines gone as written.
+  ASSERT_EQ(::truncate(f.output_path().c_str(), 0), 0);
+  const auto sent = drain(db, ledger, f.id());
+  EXPECT_EQ(sent, (std::vector<std::string>{"req-2", "req-3", "req-0", "req-1"}));  // the two lost, sent again
+  EXPECT_EQ(f.output().find('\0'), std::string::npos);
+  expect_exactly_once(f);
+}
+
+TEST(Ledger, OAppendSetOnTheOutputIsClearedBeforeTheNextLine) {
+  BatchFixture f(3);
+  auto db = f.open_db();
+  Ledger ledger(db, f.id(), f.open_output());
+  ASSERT_TRUE(ledger.reconcile(Ledger::InFlight::BackToPending).ok());
+  auto taken = db.take_pending(f.id(), 3, 5000);
+  ASSERT_TRUE(taken.ok());
+  ASSERT_TRUE(ledger.complete(fake_answer((*taken)[0])).ok());
+  // Whoever shares the description sets O_APPEND: pwrite would then ignore the ledger's offset.
+  ASSERT_EQ(::fcntl(ledger.fd(), F_SETFL, O_APPEND), 0);
+  ASSERT_TRUE(ledger.complete(fake_answer((*taken)[1])).ok());
+  EXPECT_EQ(::fcntl(ledger.fd(), F_GETFL) & O_APPEND, 0);
+  ASSERT_TRUE(ledger.complete(fake_answer((*taken)[2])).ok());
   expect_exactly_once(f);
 }
 
