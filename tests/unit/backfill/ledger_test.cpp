@@ -75,7 +75,9 @@ TEST(Ledger, AFailedRequestCarriesItsErrorAndAnAnswerThatIsNotJsonIsKeptAsAStrin
 }
 
 // kill -9 of a child process at `step` of its `crash_at`-th answer; then recovery in this process
-// finishes the batch. Returns how many lines recovery adopted.
+// finishes the batch. Returns how many lines recovery adopted. kill -9 leaves the page cache as it
+// was, so Written and Synced are the same experiment here: these test the order of the steps and
+// recovery, not durability across a power loss (nothing here can cut the power).
 long long crash_and_recover(const BatchFixture& f, LedgerStep step, long long crash_at) {
   const pid_t child = ::fork();
   if (child == 0) {
@@ -130,9 +132,12 @@ TEST(Ledger, ATornLastLineIsCutAndItsRequestSentAgain) {
     auto db = f.open_db();
     Ledger ledger(db, f.id(), f.open_output());
     ASSERT_TRUE(ledger.reconcile(Ledger::InFlight::BackToPending).ok());
-    auto taken = db.take_pending(f.id(), 3, 1);
+    // req-3 is in flight when the crash comes mid-write of its line: only recovery's putting it
+    // back to pending sends it again (a request left in flight is never taken).
+    auto taken = db.take_pending(f.id(), 4, 1);
     ASSERT_TRUE(taken.ok());
-    for (const auto& s : *taken) ASSERT_TRUE(ledger.complete(test_support::fake_answer(s)).ok());
+    ASSERT_EQ(taken->size(), 4U);
+    for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(ledger.complete(test_support::fake_answer((*taken)[i])).ok());
   }
   const std::string whole = f.output();
   Answer next;
@@ -149,7 +154,7 @@ TEST(Ledger, ATornLastLineIsCutAndItsRequestSentAgain) {
   EXPECT_EQ(r->cut_bytes, 20);
   EXPECT_EQ(r->adopted, 0);
   EXPECT_EQ(f.output(), whole);
-  drain(db, ledger, f.id());
+  EXPECT_EQ(drain(db, ledger, f.id()), (std::vector<std::string>{"req-3", "req-4", "req-5"}));
   expect_exactly_once(f);
 }
 
