@@ -13,8 +13,10 @@ batch is "no batch N"; root's `results` reads a user's output with that user's r
 import json
 import os
 import pathlib
+import socket
 import stat
 import subprocess
+import threading
 import unittest
 
 from devtools import demoted
@@ -136,6 +138,36 @@ class BackfillBatches(BatchCommands, AgentQueueTest):
         self.assertEqual(self.backfill("cancel", str(batch["id"])).returncode, 0)
         self.assertEqual(self.status_json(batch["id"])["state"], "cancelled")
         self.assertEqual(self.backfill("cancel", str(batch["id"])).returncode, 2)
+
+    def test_an_output_is_removed_on_a_refusal_or_no_agent_and_kept_when_no_answer_came(self):
+        inp = self.write_input([request_line("a")])
+        # An agent that reads the request and hangs up without answering: it may have queued it.
+        fake = self.tmp / "mute.sock"
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(fake))
+        server.listen(1)
+
+        def mute():
+            conn, _ = server.accept()
+            with conn:
+                while b"\n" not in conn.recv(65536):
+                    pass
+
+        thread = threading.Thread(target=mute)
+        thread.start()
+        kept = self.tmp / "kept.jsonl"
+        r = self.tarmac("backfill", "submit", "--model", "m", "--input", inp, "--output", str(kept),
+                        env=self.env({"TARMAC_SOCKET": str(fake)}))
+        thread.join()
+        server.close()
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("backfill status", r.stderr)
+        self.assertTrue(kept.exists(), "without an answer the batch may be queued with this file as its output")
+        gone = self.tmp / "gone.jsonl"
+        r = self.tarmac("backfill", "submit", "--model", "m", "--input", inp, "--output", str(gone),
+                        env=self.env({"TARMAC_SOCKET": str(self.tmp / "no-agent.sock")}))
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertFalse(gone.exists(), "no agent was reached: nothing is queued")
 
     def test_texts_and_a_template_become_requests(self):
         texts = self.tmp / "texts.json"

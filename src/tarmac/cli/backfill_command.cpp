@@ -42,17 +42,19 @@ struct IdFlags {
   std::string output;
 };
 
-// How a request to the agent failed: it said no, or no answer came (none, a timeout, a dropped
-// connection), in which case it may have acted.
+// How a request to the agent failed: it said no, or no agent was reached (nothing was sent), or
+// no answer came after the request was sent (a timeout, a dropped connection): it may have acted.
 enum class AskFailure { None, Refused, NoAnswer };
 
 // One request to the agent with `fds`; prints why when it fails (no agent: exit 3).
 std::optional<json> ask(const GlobalOptions& global, const char* command, const json& req, int& exit_code,
                         const std::vector<int>& fds = {}, AskFailure* failure = nullptr) {
   auto answer = ask_agent(agent_socket(global), req, fds);
-  if (failure != nullptr) *failure = !answer.ok() ? AskFailure::NoAnswer
-                                     : answer->body.value("ok", false) ? AskFailure::None
-                                                                        : AskFailure::Refused;
+  if (failure != nullptr) {
+    const bool unreached = !answer.ok() && answer.error().code == Error::Code::NotFound;  // connect failed
+    *failure = answer.ok() ? (answer->body.value("ok", false) ? AskFailure::None : AskFailure::Refused)
+                           : (unreached ? AskFailure::Refused : AskFailure::NoAnswer);
+  }
   if (!answer.ok()) {
     fmt::print(stderr, "tarmac backfill {}: {} (is `tarmac agent` running? it owns the batches)\n", command,
                answer.error().message);
