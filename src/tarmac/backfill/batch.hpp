@@ -39,8 +39,12 @@ struct Batch {
   std::string output_path;  // as the submitter named it: shown, and read by `results` as the submitter
   long long output_dev = 0;  // the output file's identity when it was handed over, checked again later
   long long output_ino = 0;
+  // Its birth time (statx STATX_BTIME, ns since the epoch) when the file system keeps one; 0 when
+  // not: an inode number is soon reused, a birth time with it names one file (docs/backfill.md "Security").
+  long long output_btime_ns = 0;
   long long output_bytes = 0;  // how much of the output the store accounts for (docs/backfill.md "Exactly once")
   long long requests = 0;
+  long long body_bytes = 0;  // the request bodies it keeps in the store (dropped when it ends): quotas count them
   long long submitted_ms = 0;
   long long started_ms = 0;
   long long ended_ms = 0;

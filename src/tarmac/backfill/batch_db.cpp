@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS backfill_batch(
   output_path TEXT NOT NULL, output_dev INTEGER NOT NULL, output_ino INTEGER NOT NULL,
   output_bytes INTEGER NOT NULL, requests INTEGER NOT NULL,
   submitted_unix_ms INTEGER NOT NULL, started_unix_ms INTEGER, ended_unix_ms INTEGER,
-  gpu_ms INTEGER NOT NULL, windows TEXT NOT NULL);
+  gpu_ms INTEGER NOT NULL, windows TEXT NOT NULL,
+  body_bytes INTEGER NOT NULL DEFAULT 0, output_btime_ns INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS backfill_batch_by_state ON backfill_batch(state);
 CREATE TABLE IF NOT EXISTS backfill_request(
   batch INTEGER NOT NULL, idx INTEGER NOT NULL, custom_id TEXT NOT NULL, url TEXT NOT NULL, body TEXT NOT NULL,
@@ -27,9 +28,23 @@ CREATE TABLE IF NOT EXISTS backfill_request(
 CREATE INDEX IF NOT EXISTS backfill_request_by_state ON backfill_request(batch, state, idx);
 )sql";
 
+// Version 1 to 2: the columns quotas and resume need; bodies counted as stored, and those of ended
+// batches dropped (docs/backfill.md "Limits").
+constexpr const char* kUpgradeFrom1 = R"sql(
+ALTER TABLE backfill_batch ADD COLUMN body_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE backfill_batch ADD COLUMN output_btime_ns INTEGER NOT NULL DEFAULT 0;
+UPDATE backfill_request SET body = '' WHERE batch IN
+  (SELECT id FROM backfill_batch WHERE state NOT IN ('queued', 'running'));
+UPDATE backfill_batch SET body_bytes =
+  (SELECT CAST(total(length(CAST(body AS BLOB))) AS INTEGER) FROM backfill_request WHERE batch = backfill_batch.id);
+)sql";
+
+constexpr const char* kUnfinished = "state IN ('queued', 'running')";
+
 constexpr const char* kBatchColumns =
     "id, uid, user, name, model, server, time_window, parallel, state, reason, output_path, output_dev, output_ino, "
-    "output_bytes, requests, submitted_unix_ms, started_unix_ms, ended_unix_ms, gpu_ms, windows";
+    "output_bytes, requests, submitted_unix_ms, started_unix_ms, ended_unix_ms, gpu_ms, windows, body_bytes, "
+    "output_btime_ns";
 
 constexpr const char* kRowColumns =
     "idx, custom_id, url, state, attempts, prompt_tokens, completion_tokens, started_unix_ms, ended_unix_ms, error, "
@@ -48,6 +63,7 @@ Result<void> create_or_upgrade(store::Database& db) {
                                     "upgrade tarmac",
                                     *version, kBatchTablesVersion));
     }
+    if (version && *version == 1) TARMAC_TRY(db.exec(kUpgradeFrom1));
     TARMAC_TRY(db.exec(kTables));
     return db.exec(fmt::format("INSERT OR REPLACE INTO meta(key, value) VALUES('backfill_version', '{}')",
                                kBatchTablesVersion));
@@ -59,7 +75,7 @@ Result<void> create_or_upgrade(store::Database& db) {
   return db.exec("COMMIT");
 }
 
-// Binds every column after id (2..20) of `b`.
+// Binds every column after id (2..22) of `b`.
 void bind_batch(store::Statement& s, const Batch& b) {
   s.bind(2, static_cast<long long>(b.uid));
   s.bind(3, std::string_view(b.user));
@@ -80,6 +96,8 @@ void bind_batch(store::Statement& s, const Batch& b) {
   s.bind(18, positive(b.ended_ms));
   s.bind(19, b.gpu_ms);
   s.bind(20, std::string_view(b.windows));
+  s.bind(21, b.body_bytes);
+  s.bind(22, b.output_btime_ns);
 }
 
 Batch row_to_batch(const store::Statement& s) {
@@ -104,6 +122,8 @@ Batch row_to_batch(const store::Statement& s) {
   b.ended_ms = s.opt_int64(17).value_or(0);
   b.gpu_ms = s.int64(18);
   b.windows = s.text(19);
+  b.body_bytes = s.int64(20);
+  b.output_btime_ns = s.int64(21);
   return b;
 }
 
@@ -148,11 +168,13 @@ Result<void> BatchDb::in_transaction(const std::function<Result<void>()>& body) 
 
 Result<void> BatchDb::create(Batch& batch, const std::vector<BatchRequest>& requests) {
   batch.requests = static_cast<long long>(requests.size());
+  batch.body_bytes = 0;
+  for (const auto& r : requests) batch.body_bytes += static_cast<long long>(r.body.size());
   long long id = 0;
   const auto insert_all = [&]() -> Result<void> {
     TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("INSERT INTO backfill_batch({}) VALUES(NULL, ?2, ?3, ?4, ?5, ?6, "
                                                       "?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-                                                      "?20) RETURNING id",
+                                                      "?20, ?21, ?22) RETURNING id",
                                                       kBatchColumns)));
     bind_batch(s, batch);
     TARMAC_TRY_ASSIGN(const bool row, s.step());
@@ -177,14 +199,43 @@ Result<void> BatchDb::create(Batch& batch, const std::vector<BatchRequest>& requ
 }
 
 Result<void> BatchDb::save(const Batch& batch) {
-  TARMAC_TRY_ASSIGN(auto s, db_.prepare("UPDATE backfill_batch SET uid = ?2, user = ?3, name = ?4, model = ?5, "
-                                        "server = ?6, time_window = ?7, parallel = ?8, state = ?9, reason = ?10, "
-                                        "output_path = ?11, output_dev = ?12, output_ino = ?13, requests = ?15, "
-                                        "submitted_unix_ms = ?16, started_unix_ms = ?17, ended_unix_ms = ?18, "
-                                        "gpu_ms = ?19, windows = ?20 WHERE id = ?1"));
-  s.bind(1, batch.id);
-  bind_batch(s, batch);
-  return s.run();
+  const auto update = [&]() -> Result<void> {
+    TARMAC_TRY_ASSIGN(auto s, db_.prepare("UPDATE backfill_batch SET uid = ?2, user = ?3, name = ?4, model = ?5, "
+                                          "server = ?6, time_window = ?7, parallel = ?8, state = ?9, reason = ?10, "
+                                          "output_path = ?11, output_dev = ?12, output_ino = ?13, requests = ?15, "
+                                          "submitted_unix_ms = ?16, started_unix_ms = ?17, ended_unix_ms = ?18, "
+                                          "gpu_ms = ?19, windows = ?20, body_bytes = ?21, output_btime_ns = ?22 "
+                                          "WHERE id = ?1"));
+    s.bind(1, batch.id);
+    bind_batch(s, batch);
+    TARMAC_TRY(s.run());
+    if (!ended(batch.state)) return {};
+    TARMAC_TRY_ASSIGN(auto drop, db_.prepare("UPDATE backfill_request SET body = '' WHERE batch = ?1 AND body != ''"));
+    drop.bind(1, batch.id);
+    return drop.run();
+  };
+  return in_transaction(update);
+}
+
+Result<Holding> BatchDb::holding(std::optional<uid_t> uid) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("SELECT count(*), total(body_bytes) FROM backfill_batch WHERE {} "
+                                                    "AND (?1 IS NULL OR uid = ?1)",
+                                                    kUnfinished)));
+  s.bind(1, uid ? std::optional<long long>(*uid) : std::nullopt);
+  TARMAC_TRY_ASSIGN(const bool row, s.step());
+  if (!row) return Holding{};
+  return Holding{s.int64(0), static_cast<long long>(s.real(1))};
+}
+
+Result<std::optional<long long>> BatchDb::unfinished_on(long long dev, long long ino) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("SELECT id FROM backfill_batch WHERE output_dev = ?1 AND "
+                                                    "output_ino = ?2 AND {} LIMIT 1",
+                                                    kUnfinished)));
+  s.bind(1, dev);
+  s.bind(2, ino);
+  TARMAC_TRY_ASSIGN(const bool row, s.step());
+  if (!row) return std::optional<long long>();
+  return std::optional<long long>(s.int64(0));
 }
 
 Result<std::optional<Batch>> BatchDb::batch(long long id) {
@@ -196,7 +247,7 @@ Result<std::optional<Batch>> BatchDb::batch(long long id) {
 }
 
 Result<std::vector<Batch>> BatchDb::batches(Which which) {
-  const char* where = which == Which::All ? "" : "WHERE state IN ('queued', 'running')";
+  const std::string where = which == Which::All ? "" : fmt::format("WHERE {}", kUnfinished);
   TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("SELECT {} FROM backfill_batch {} ORDER BY id", kBatchColumns,
                                                     where)));
   std::vector<Batch> out;

@@ -14,8 +14,15 @@
 
 namespace tarmac::backfill {
 
-// The tables' version: 1, the first.
-inline constexpr long long kBatchTablesVersion = 1;
+// The tables' version: 1, the first; 2 adds each batch's body_bytes (what quotas count) and its
+// output's birth time, and keeps no bodies for ended batches.
+inline constexpr long long kBatchTablesVersion = 2;
+
+// What unfinished (queued or running) batches hold in the store: the quotas' measure.
+struct Holding {
+  long long batches = 0;
+  long long body_bytes = 0;
+};
 
 // A request being sent: its row and its body.
 struct Sendable {
@@ -49,10 +56,18 @@ class BatchDb {
   // upgrading them in place; refuses tables newer than this tarmac reads.
   [[nodiscard]] static Result<BatchDb> open(const std::string& path);
 
-  // Records `batch` (its id set here) and its requests, pending, in one transaction.
+  // Records `batch` (its id and body_bytes set here) and its requests, pending, in one transaction.
   [[nodiscard]] Result<void> create(Batch& batch, const std::vector<BatchRequest>& requests);
-  // Writes the batch's own columns (not output_bytes, which only commit() moves).
+  // Writes the batch's own columns (not output_bytes, which only commit() moves). A batch that has
+  // ended drops its requests' bodies in the same transaction: nothing will send them, and the
+  // store must not keep every prompt forever.
   [[nodiscard]] Result<void> save(const Batch& batch);
+
+  // What the unfinished batches of `uid` (nullopt: of everyone) hold.
+  [[nodiscard]] Result<Holding> holding(std::optional<uid_t> uid);
+  // The unfinished batch whose output is the file (dev, ino), if any: two batches on one file
+  // would overwrite each other's lines.
+  [[nodiscard]] Result<std::optional<long long>> unfinished_on(long long dev, long long ino);
 
   [[nodiscard]] Result<std::optional<Batch>> batch(long long id);
   enum class Which { All, Unfinished };

@@ -202,8 +202,37 @@ class TextsReader {
   int depth_ = 0;
 };
 
+constexpr std::string_view kSlot = "{text}";
+
+// The most bytes `text` takes once written as a JSON string's contents (nlohmann writes UTF-8 as it
+// is; a quote or backslash takes 2, a control character at most 6: \u001f).
+std::size_t json_escaped_bytes(std::string_view text) {
+  std::size_t n = 0;
+  for (const unsigned char c : text) n += c == '"' || c == '\\' ? 2 : c < 0x20 ? 6 : 1;
+  return n;
+}
+
+std::size_t slot_count(std::string_view template_text) {
+  std::size_t n = 0;
+  for (auto at = template_text.find(kSlot); at != std::string_view::npos; at = template_text.find(kSlot, at + kSlot.size())) ++n;
+  return n;
+}
+
+// The most bytes a filled template's message takes in a body, known before it is filled: the
+// template's own text plus each slot's copy of the text (a template of 10,000 slots makes a
+// 100 KiB text 1 GB, which is refused here and never built).
+std::size_t filled_bound(std::size_t template_bytes, std::size_t slots, std::string_view text) {
+  return template_bytes + slots * json_escaped_bytes(text);
+}
+
+// The refusal of a batch whose bodies together, `total` once the request on `line` (a text's: 0,
+// and `where` names it) is counted, pass max_batch_body_bytes.
+Error batch_too_large(std::size_t total, std::size_t line, std::string_view where, const InputLimits& limits) {
+  return problem(line, fmt::format("the requests {}come to {}, more than the {} a batch may hold", where,
+                                   util::format_bytes(total), util::format_bytes(limits.max_batch_body_bytes)));
+}
+
 std::string fill_template(std::string_view template_text, std::string_view text) {
-  static constexpr std::string_view kSlot = "{text}";
   std::string out;
   std::size_t from = 0;
   for (auto at = template_text.find(kSlot); at != std::string_view::npos; at = template_text.find(kSlot, from)) {
@@ -281,6 +310,7 @@ Result<std::vector<BatchRequest>> parse_jsonl(std::string_view input, std::strin
   TARMAC_TRY(check_size(input, limits));
   std::vector<BatchRequest> out;
   std::unordered_map<std::string, std::size_t> line_of;  // custom_id -> its line
+  std::size_t body_bytes = 0;
   std::size_t line = 0;
   for (std::size_t from = 0; from < input.size();) {
     const auto end = input.find('\n', from);
@@ -298,6 +328,8 @@ Result<std::vector<BatchRequest>> parse_jsonl(std::string_view input, std::strin
       return problem(line, fmt::format("custom_id {} is already on line {}", util::json_text(json(request.custom_id)),
                                        it->second));
     }
+    body_bytes += request.body.size();
+    if (body_bytes > limits.max_batch_body_bytes) return batch_too_large(body_bytes, line, "up to here ", limits);
     out.push_back(std::move(request));
   }
   if (out.empty()) return problem(0, "the input holds no requests");
@@ -314,16 +346,26 @@ Result<std::vector<BatchRequest>> parse_texts(std::string_view texts, std::strin
   TextsReader reader(read, limits);
   if (!json::sax_parse(texts, &reader)) return problem(0, reader.problem_words());
   if (read.empty()) return problem(0, "the texts file holds no texts");
+  const std::size_t slots = slot_count(template_text);
+  const std::size_t template_bytes = json_escaped_bytes(template_text) - slots * kSlot.size();
+  const auto too_long = [&](std::size_t i, std::size_t size, std::string_view would, std::string_view why) {
+    return problem(0, fmt::format("text {} (counting from 0) {} a request of {}, more than the {} a request may be{}",
+                                  i, would, util::format_bytes(size), util::format_bytes(limits.max_line_bytes), why));
+  };
   std::vector<BatchRequest> out;
   out.reserve(read.size());
+  std::size_t body_bytes = 0;
   for (std::size_t i = 0; i < read.size(); ++i) {
+    if (const auto bound = filled_bound(template_bytes, slots, read[i]); bound > limits.max_line_bytes) {
+      return too_long(i, bound, "would make", fmt::format(" (the template holds it {} times)", slots));
+    }
     json body = {{"model", std::string(model)},
                  {"messages", json::array({json{{"role", "user"}, {"content", fill_template(template_text, read[i])}}})}};
     BatchRequest request{fmt::format("text-{}", i), Endpoint::ChatCompletions, util::json_text(body), i + 1};
-    if (request.body.size() > limits.max_line_bytes) {
-      return problem(0, fmt::format("text {} (counting from 0) makes a request of {}, more than the {} a request may be",
-                                    i, util::format_bytes(request.body.size()),
-                                    util::format_bytes(limits.max_line_bytes)));
+    if (request.body.size() > limits.max_line_bytes) return too_long(i, request.body.size(), "makes", "");
+    body_bytes += request.body.size();
+    if (body_bytes > limits.max_batch_body_bytes) {
+      return batch_too_large(body_bytes, 0, fmt::format("up to text {} (counting from 0) ", i), limits);
     }
     out.push_back(std::move(request));
   }

@@ -30,6 +30,9 @@ struct InputLimits {
   std::size_t max_depth = 64;                // nesting of arrays and objects in one line
   std::size_t max_template_bytes = 64U << 10;
   std::size_t max_model_bytes = 256;
+  // The request bodies of one batch together, as stored: the input's bound plus room for the model
+  // each body gains. A template multiplies its texts, so this bounds what a batch costs, not the file.
+  std::size_t max_batch_body_bytes = 256U << 20;
 };
 
 // One request of a batch, checked: its body is a JSON object (compact text) with `model` set.
@@ -52,14 +55,16 @@ struct InputProblem {
 // keys custom_id (unique, 1 to max_custom_id_bytes characters, no control characters), method
 // ("POST"), url (an Endpoint's) and body (an object: `messages` for chat, `prompt` for completions;
 // no `stream: true`; its `model`, when present, must be `model`, which is set when absent). Blank
-// lines are skipped; a trailing CR is ignored. The error (Invalid, with an InputProblem as its
-// cause) says "line N: ..." for the first problem.
+// lines are skipped; a trailing CR is ignored. The bodies together stay within max_batch_body_bytes.
+// The error (Invalid, with an InputProblem as its cause) says "line N: ..." for the first problem.
 [[nodiscard]] Result<std::vector<BatchRequest>> parse_jsonl(std::string_view input, std::string_view model,
                                                             const InputLimits& limits = {});
 
 // One chat request per text of `texts` (a JSON array of strings), each the user message
 // `template_text` with every "{text}" replaced by the text; custom ids "text-0", "text-1", ... by
-// index. The template must contain "{text}".
+// index. The template must contain "{text}". A text whose request would pass max_line_bytes is
+// refused before it is filled in (a template of 10,000 slots would multiply it), and the bodies
+// together stay within max_batch_body_bytes.
 [[nodiscard]] Result<std::vector<BatchRequest>> parse_texts(std::string_view texts, std::string_view template_text,
                                                             std::string_view model, const InputLimits& limits = {});
 

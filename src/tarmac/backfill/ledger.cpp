@@ -1,6 +1,7 @@
 // A batch's output and its rows kept in step (ledger.hpp, docs/backfill.md "Exactly once").
 #include "tarmac/backfill/ledger.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -188,8 +189,25 @@ void Ledger::undo(long long offset) {
   if (io_.truncate(output_.get(), static_cast<off_t>(offset)) != 0) dirty_ = true;
 }
 
+bool Ledger::changed_under_us() const {
+  struct stat st {};
+  const int flags = ::fcntl(output_.get(), F_GETFL);
+  return ::fstat(output_.get(), &st) != 0 || st.st_size != output_bytes_ || flags < 0 || (flags & O_APPEND) != 0;
+}
+
+Result<void> Ledger::clear_append() {
+  const int flags = ::fcntl(output_.get(), F_GETFL);
+  if (flags >= 0 && (flags & O_APPEND) != 0 && ::fcntl(output_.get(), F_SETFL, flags & ~O_APPEND) != 0) {
+    return io_error("clear O_APPEND on", errno);
+  }
+  return {};
+}
+
 Result<Ledger::Completion> Ledger::complete(const Answer& answer) {
-  if (dirty_) TARMAC_TRY(reconcile(InFlight::Keep));
+  if (dirty_ || changed_under_us()) {
+    TARMAC_TRY(clear_append());
+    TARMAC_TRY(reconcile(InFlight::Keep));
+  }
   TARMAC_TRY_ASSIGN(const auto state, db_.state_of(batch_, answer.index));
   if (!state) return make_error(Error::Code::Invalid, fmt::format("batch {} has no request {}", batch_, answer.index));
   if (*state == RequestState::Done || *state == RequestState::Failed) return Completion::AlreadyAnswered;

@@ -88,6 +88,10 @@ class Ledger {
   // reconciles first.
   void undo(long long offset);
   [[nodiscard]] Result<void> cut_to(long long size, long long end);
+  // Whether the file is not as the ledger left it: another length (its owner truncated or wrote to
+  // it) or O_APPEND set (pwrite would append, away from the offset the store records).
+  [[nodiscard]] bool changed_under_us() const;
+  [[nodiscard]] Result<void> clear_append();
 
   BatchDb& db_;
   long long batch_;

@@ -4,13 +4,13 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 
 #include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
 
+#include "tarmac/backfill/output_file.hpp"
 #include "tarmac/sched/job.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
@@ -22,7 +22,6 @@ using sched::json_field;
 
 namespace {
 
-constexpr long FuseMagic = 0x65735546;  // statfs f_type of FUSE: a write there can wait forever
 constexpr unsigned kMaxParallel = 256;
 constexpr std::size_t kMaxNameBytes = 128;
 constexpr std::size_t kMaxPathBytes = 4096;
@@ -80,10 +79,12 @@ Result<std::string> read_input(int fd, const InputLimits& limits) {
   return text;
 }
 
-// The output the CLI handed over: a regular file of `uid`'s with one link, readable and writable
-// through this descriptor, not on FUSE; empty for a new batch. O_APPEND is cleared: the ledger
+// The output the CLI handed over: on a local disk or NFS (asked before anything that reaches the
+// file system: a FUSE daemon need never answer), a regular file of `uid`'s with one link, readable
+// and writable through this descriptor; empty for a new batch. O_APPEND is cleared: the ledger
 // writes at the offsets the store accounts for.
 Result<struct stat> check_output(int fd, uid_t uid, bool must_be_empty) {
+  TARMAC_TRY(check_output_file_system(fd));
   struct stat st {};
   if (::fstat(fd, &st) != 0) return make_error(Error::Code::Io, "cannot look at the output");
   if (!S_ISREG(st.st_mode)) return make_error(Error::Code::Invalid, "the output is not a regular file");
@@ -99,11 +100,26 @@ Result<struct stat> check_output(int fd, uid_t uid, bool must_be_empty) {
   if ((flags & O_APPEND) != 0 && ::fcntl(fd, F_SETFL, flags & ~O_APPEND) != 0) {
     return make_error(Error::Code::Io, "cannot clear O_APPEND on the output");
   }
-  struct statfs fs {};
-  if (::fstatfs(fd, &fs) == 0 && static_cast<long>(fs.f_type) == FuseMagic) {
-    return make_error(Error::Code::Invalid, "the output is on a FUSE file system, where a write can wait forever");
-  }
   return st;
+}
+
+// Whether the output handed over for a resume is batch `b`'s: the same device and inode, the same
+// birth time where the file system keeps one (an inode number is soon reused), and the last line
+// the store recorded in it there with its id.
+Result<void> check_same_output(BatchDb& db, const Batch& b, int fd, const struct stat& st) {
+  const auto other = [&](std::string_view why) {
+    return make_error(Error::Code::Invalid, fmt::format("that is not batch {}'s output ({}; it was {})", b.id, why,
+                                                        b.output_path));
+  };
+  if (static_cast<long long>(st.st_dev) != b.output_dev || static_cast<long long>(st.st_ino) != b.output_ino) {
+    return other("another file than the one submitted");
+  }
+  if (b.output_btime_ns != 0 && birth_time_ns(fd) != b.output_btime_ns) {
+    return other("a file made later, with the inode number of the one submitted");
+  }
+  TARMAC_TRY_ASSIGN(const auto rows, db.rows(b.id));
+  if (auto r = check_last_recorded_line(fd, st.st_size, b.id, rows); !r.ok()) return other(r.error().message);
+  return {};
 }
 
 // What a submission asks for besides its requests; an error naming the first bad field.
@@ -143,6 +159,34 @@ std::optional<int> two_digits(std::string_view s, int max) {
   }
   const int v = (s[0] - '0') * 10 + (s[1] - '0');
   return v <= max ? std::optional<int>(v) : std::nullopt;
+}
+
+// Whether `uid` may queue one more batch (quota.hpp), asked before its input is read.
+Result<void> room_for_a_batch(BatchDb& db, uid_t uid, const BatchQuota& quota) {
+  TARMAC_TRY_ASSIGN(const auto held, db.holding(uid));
+  return room_for_a_batch(uid, held, quota);
+}
+
+// Whether the file (dev, ino) may be a new batch's output: not while another unfinished batch
+// writes to it (their lines would overwrite each other, and each one's recovery cut the other's).
+Result<void> output_is_free(BatchDb& db, const struct stat& st) {
+  TARMAC_TRY_ASSIGN(const auto other, db.unfinished_on(static_cast<long long>(st.st_dev),
+                                                       static_cast<long long>(st.st_ino)));
+  if (!other) return {};
+  return make_error(Error::Code::Invalid,
+                    fmt::format("that file is already the output of batch {}, which has not ended: name a new file",
+                                *other),
+                    std::string("invalid"));
+}
+
+// Whether the bodies of `requests` fit in `uid`'s quota and everyone's (quota.hpp).
+Result<void> room_for_requests(BatchDb& db, uid_t uid, const std::vector<BatchRequest>& requests,
+                               const BatchQuota& quota) {
+  long long bytes = 0;
+  for (const auto& r : requests) bytes += static_cast<long long>(r.body.size());
+  TARMAC_TRY_ASSIGN(const auto user, db.holding(uid));
+  TARMAC_TRY_ASSIGN(const auto all, db.holding(std::nullopt));
+  return room_for_bodies(uid, bytes, user, all, quota);
 }
 
 }  // namespace
@@ -239,10 +283,15 @@ json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const 
   auto fields = read_batch_fields(req);
   if (!fields.ok()) return failure("invalid", fields.error().message);
   Batch batch = std::move(*fields);
+  if (auto room = room_for_a_batch(db_, peer.uid, opt_.quota); !room.ok()) return failure_of(room.error());
   auto output = check_output(fds[1].get(), peer.uid, true);
   if (!output.ok()) return failure("invalid", output.error().message);
+  if (auto free = output_is_free(db_, *output); !free.ok()) return failure_of(free.error());
   auto input = read_input(fds[0].get(), opt_.limits);
   if (!input.ok()) return failure("invalid", input.error().message);
+  if (auto rate = input_rate_.take(peer.uid, input->size(), util::monotonic_ms()); !rate.ok()) {
+    return failure_of(rate.error());
+  }
   const std::string format = json_field<std::string>(req, "format").value_or("jsonl");
   auto requests = format == "texts"
                       ? parse_texts(*input, json_field<std::string>(req, "template").value_or(""), batch.model,
@@ -253,17 +302,21 @@ json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const 
     if (const auto line = problem_line(requests.error()); line > 0) refusal["line"] = line;
     return refusal;  // nothing is queued
   }
+  if (auto room = room_for_requests(db_, peer.uid, *requests, opt_.quota); !room.ok()) return failure_of(room.error());
   batch.uid = peer.uid;
   batch.user = user_name(peer.uid);
   batch.output_dev = static_cast<long long>(output->st_dev);
   batch.output_ino = static_cast<long long>(output->st_ino);
+  batch.output_btime_ns = birth_time_ns(fds[1].get());
+  auto own = private_description(fds[1].get());
+  if (!own.ok()) return failure_of(own.error());
   batch.submitted_ms = util::wall_ms();
   batch.state = BatchState::Queued;
   batch.reason = "queued: no server sends its requests yet (docs/backfill.md, \"Not built yet\")";
   if (auto r = db_.create(batch, *requests); !r.ok()) {
     return failure("io", fmt::format("cannot record the batch in the store: {}", r.error().message));
   }
-  auto ledger = std::make_unique<Ledger>(db_, batch.id, std::move(fds[1]));
+  auto ledger = std::make_unique<Ledger>(db_, batch.id, std::move(*own));
   if (auto r = ledger->reconcile(Ledger::InFlight::BackToPending); !r.ok()) {
     log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", batch.id, r.error().message));
   }
@@ -277,12 +330,9 @@ Result<Batch> Service::find(const sched::Peer& peer, const json& req) {
   const auto id = json_field<long long>(req, "id");
   if (!id) return refused("invalid", "no batch id");
   TARMAC_TRY_ASSIGN(auto batch, db_.batch(*id));
-  if (!batch) return refused("invalid", fmt::format("no batch {}", *id));
-  if (peer.uid != 0 && peer.uid != batch->uid) {
-    return refused("denied", fmt::format("batch {} is not yours: it belongs to {}; only its owner or root may see or "
-                                         "change it",
-                                         *id, batch->user));
-  }
+  // Another user's batch is answered as one that does not exist: its owner and its existence are
+  // theirs to know.
+  if (!batch || (peer.uid != 0 && peer.uid != batch->uid)) return refused("invalid", fmt::format("no batch {}", *id));
   return std::move(*batch);
 }
 
@@ -325,16 +375,16 @@ json Service::resume(const sched::Peer& peer, std::vector<util::Fd>& fds, const 
   if (ended(batch.state)) {
     return failure("ended", fmt::format("batch {} has already ended ({})", batch.id, to_string(batch.state)));
   }
-  if (ledgers_.count(batch.id) > 0) return answer_batch(batch);  // the agent holds its output already
   if (fds.size() != 1) return failure("invalid", "a resume carries one descriptor: the output");
   auto output = check_output(fds[0].get(), batch.uid, false);
   if (!output.ok()) return failure("invalid", output.error().message);
-  if (static_cast<long long>(output->st_dev) != batch.output_dev ||
-      static_cast<long long>(output->st_ino) != batch.output_ino) {
-    return failure("invalid", fmt::format("that is not batch {}'s output (another file than the one submitted, {})",
-                                          batch.id, batch.output_path));
+  if (auto same = check_same_output(db_, batch, fds[0].get(), *output); !same.ok()) {
+    return failure("invalid", same.error().message);
   }
-  auto ledger = std::make_unique<Ledger>(db_, batch.id, std::move(fds[0]));
+  if (ledgers_.count(batch.id) > 0) return answer_batch(batch);  // the agent holds its output already
+  auto own = private_description(fds[0].get());
+  if (!own.ok()) return failure_of(own.error());
+  auto ledger = std::make_unique<Ledger>(db_, batch.id, std::move(*own));
   auto reconciled = ledger->reconcile(Ledger::InFlight::BackToPending);
   if (!reconciled.ok()) return failure("io", reconciled.error().message);
   ledgers_[batch.id] = std::move(ledger);

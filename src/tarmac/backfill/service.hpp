@@ -14,6 +14,7 @@
 
 #include "tarmac/backfill/batch_db.hpp"
 #include "tarmac/backfill/ledger.hpp"
+#include "tarmac/backfill/quota.hpp"
 #include "tarmac/sched/wire.hpp"
 #include "tarmac/util/fd.hpp"
 #include "tarmac/util/log.hpp"
@@ -24,6 +25,7 @@ struct ServiceOptions {
   std::string db_path;
   util::LogSink log;
   InputLimits limits;
+  BatchQuota quota;
 };
 
 // A batch's figures for people and scripts (`tarmac backfill status`), at `now_ms`.
@@ -45,7 +47,8 @@ class Service {
                                                      const nlohmann::json& req);
 
  private:
-  Service(ServiceOptions options, BatchDb db) : opt_(std::move(options)), db_(std::move(db)) {}
+  Service(ServiceOptions options, BatchDb db)
+      : opt_(std::move(options)), db_(std::move(db)), input_rate_(opt_.quota.input_bytes_per_minute) {}
   nlohmann::json submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req);
   nlohmann::json status(const sched::Peer& peer, const nlohmann::json& req);
   nlohmann::json cancel(const sched::Peer& peer, const nlohmann::json& req);
@@ -58,6 +61,7 @@ class Service {
   ServiceOptions opt_;
   BatchDb db_;
   std::map<long long, std::unique_ptr<Ledger>> ledgers_;  // batches whose output the agent holds
+  InputRate input_rate_;
 };
 
 }  // namespace tarmac::backfill

@@ -258,8 +258,9 @@ alerts::Notice lease_notice(const sched::LeaseNotice& n) {
 
 // Batches (docs/backfill.md) answered on the scheduler's socket and thread; none when their tables
 // cannot be opened (logged: the queue still runs).
-sched::MoreRequests backfill_requests(const std::string& db_path) {
-  auto service = backfill::Service::open(backfill::ServiceOptions{db_path, log_line, {}});
+sched::MoreRequests backfill_requests(const std::string& db_path, const sched::SchedulerConfig& config) {
+  auto service = backfill::Service::open(
+      backfill::ServiceOptions{db_path, log_line, {}, backfill::quota_from(config)});
   if (!service.ok()) {
     log_line(util::LogLevel::Warning, fmt::format("backfill off: {}", service.error().message));
     return {};
@@ -284,7 +285,7 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
   dopts.open_backend = [&global] { return open_backend(global); };
   dopts.log = log_line;
   dopts.notify = [&alerter](const sched::LeaseNotice& n) { alerter.announce(lease_notice(n)); };
-  dopts.more_requests = backfill_requests(dopts.db_path);
+  dopts.more_requests = backfill_requests(dopts.db_path, s.cfg.scheduler);
   auto started = sched::Daemon::start(std::move(dopts));
   if (!started.ok()) {
     log_line(util::LogLevel::Warning,

@@ -2,6 +2,8 @@
 #include "tarmac/cli/backfill_command.hpp"
 
 #include <fcntl.h>
+#include <pwd.h>
+#include <sys/fsuid.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,10 +42,19 @@ struct IdFlags {
   std::string output;
 };
 
+// How a request to the agent failed: it said no, or no agent was reached (nothing was sent), or
+// no answer came after the request was sent (a timeout, a dropped connection): it may have acted.
+enum class AskFailure { None, Refused, NoAnswer };
+
 // One request to the agent with `fds`; prints why when it fails (no agent: exit 3).
 std::optional<json> ask(const GlobalOptions& global, const char* command, const json& req, int& exit_code,
-                        const std::vector<int>& fds = {}) {
+                        const std::vector<int>& fds = {}, AskFailure* failure = nullptr) {
   auto answer = ask_agent(agent_socket(global), req, fds);
+  if (failure != nullptr) {
+    const bool unreached = !answer.ok() && answer.error().code == Error::Code::NotFound;  // connect failed
+    *failure = answer.ok() ? (answer->body.value("ok", false) ? AskFailure::None : AskFailure::Refused)
+                           : (unreached ? AskFailure::Refused : AskFailure::NoAnswer);
+  }
   if (!answer.ok()) {
     fmt::print(stderr, "tarmac backfill {}: {} (is `tarmac agent` running? it owns the batches)\n", command,
                answer.error().message);
@@ -99,7 +110,8 @@ Result<util::Fd> sealed_copy(const std::string& path) {
 // empty regular file of the user's. `created` says whether to remove it when the batch is refused.
 Result<util::Fd> open_output(const std::string& path, bool& created) {
   created = false;
-  util::Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  // 0600: the answers to a user's prompts are theirs alone.
+  util::Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (fd) {
     created = true;
     return fd;
@@ -115,6 +127,69 @@ Result<util::Fd> open_output(const std::string& path, bool& created) {
     return make_error(Error::Code::Invalid, fmt::format("{} exists and is not empty: name a new file", path));
   }
   return fd;
+}
+
+// While it lives, files are opened with `uid`'s and `gid`'s rights (the fsuid and fsgid): root
+// acting on a user's batch then opens no more than that user could.
+class FsIdentity {
+ public:
+  FsIdentity(uid_t uid, gid_t gid)
+      : gid_(static_cast<gid_t>(::setfsgid(gid))), uid_(static_cast<uid_t>(::setfsuid(uid))) {}
+  ~FsIdentity() {
+    ::setfsuid(uid_);
+    ::setfsgid(gid_);
+  }
+  FsIdentity(const FsIdentity&) = delete;
+  FsIdentity& operator=(const FsIdentity&) = delete;
+
+ private:
+  gid_t gid_;
+  uid_t uid_;
+};
+
+// The primary group of `uid`; its uid when it has no passwd entry.
+gid_t primary_gid(uid_t uid) {
+  passwd pw{};
+  passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) return found->pw_gid;
+  return static_cast<gid_t>(uid);
+}
+
+// `path` (a batch's output) opened with `flags` as its owner `owner` when root runs the command:
+// root's own rights would let a path the owner controls (a parent directory swapped for a symlink
+// to /dev) open what the owner cannot. Never through a last symlink, never blocking on a FIFO, and
+// only a regular file is kept (/dev/zero would never end, a FIFO never answer).
+Result<util::Fd> open_batch_output(const std::string& path, int flags, uid_t owner) {
+  std::optional<FsIdentity> as_owner;
+  if (::geteuid() == 0 && owner != 0) as_owner.emplace(owner, primary_gid(owner));
+  util::Fd fd(::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    return make_error(Error::Code::Invalid,
+                      fmt::format("cannot open {}: {}", util::terminal_text(path), std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return make_error(Error::Code::Invalid, fmt::format("{} is not a regular file", util::terminal_text(path)));
+  }
+  return fd;
+}
+
+// The whole of regular file `fd`, as long as it was when looked at.
+Result<std::string> read_whole(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error(Error::Code::Io, std::strerror(errno));
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::pread(fd, text.data() + got, text.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return make_error(Error::Code::Io, std::strerror(errno));
+    if (n == 0) break;  // cut shorter meanwhile
+    got += static_cast<std::size_t>(n);
+  }
+  text.resize(got);
+  return text;
 }
 
 std::string absolute(const std::string& path) {
@@ -148,9 +223,17 @@ void submit(const GlobalOptions& global, const SubmitFlags& f, int& exit_code) {
               {"output_path", util::valid_utf8(absolute(f.output))}, {"name", f.name}, {"server", f.server},
               {"window", f.window},  {"parallel", f.parallel}};
   if (texts) req["template"] = util::valid_utf8(f.template_text);
-  auto answer = ask(global, "submit", req, exit_code, {input->get(), output->get()});
+  AskFailure failure = AskFailure::None;
+  auto answer = ask(global, "submit", req, exit_code, {input->get(), output->get()}, &failure);
   if (!answer) {
-    if (created) (void)::unlink(f.output.c_str());  // nothing is queued: leave nothing behind
+    // Only a refusal says nothing is queued. Without an answer the batch may be recorded with this
+    // very file as its output: removed, its answers would go nowhere and it could never be resumed.
+    if (created && failure == AskFailure::Refused) (void)::unlink(f.output.c_str());
+    if (failure == AskFailure::NoAnswer) {
+      fmt::print(stderr, "tarmac backfill submit: the batch may have been queued all the same: see `tarmac backfill "
+                         "status`; {} is kept\n",
+                 util::terminal_text(f.output));
+    }
     return;
   }
   const json& batch = (*answer)["batch"];
@@ -202,13 +285,19 @@ void cancel(const GlobalOptions& global, const IdFlags& f, int& exit_code) {
 void resume(const GlobalOptions& global, const IdFlags& f, int& exit_code) {
   const auto id = parse_batch_id("resume", f.id, exit_code);
   if (!id) return;
-  util::Fd out(::open(f.output.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (!out) {
-    fmt::print(stderr, "tarmac backfill resume: cannot open {}: {}\n", f.output, std::strerror(errno));
+  uid_t owner = ::getuid();
+  if (::geteuid() == 0) {  // root resumes a user's batch with that user's rights: ask whose it is
+    auto batch = ask(global, "resume", json{{"op", "backfill_status"}, {"id", *id}}, exit_code);
+    if (!batch) return;
+    owner = static_cast<uid_t>((*batch)["batch"].value("uid", 0LL));
+  }
+  auto out = open_batch_output(f.output, O_RDWR, owner);
+  if (!out.ok()) {
+    fmt::print(stderr, "tarmac backfill resume: {}\n", out.error().message);
     exit_code = kExitUsage;
     return;
   }
-  auto answer = ask(global, "resume", json{{"op", "backfill_resume"}, {"id", *id}}, exit_code, {out.get()});
+  auto answer = ask(global, "resume", json{{"op", "backfill_resume"}, {"id", *id}}, exit_code, {out->get()});
   if (!answer) return;
   if (global.json) fmt::print("{}\n", util::json_text((*answer)["batch"], 2));
   else fmt::print("batch {}: the agent holds its output again\n", *id);
@@ -220,19 +309,21 @@ void results(const GlobalOptions& global, const IdFlags& f, int& exit_code) {
   auto answer = ask(global, "results", json{{"op", "backfill_status"}, {"id", *id}}, exit_code);
   if (!answer) return;
   const std::string path = (*answer)["batch"].value("output", "");
-  // Read as the caller: the output is the caller's own file.
-  std::FILE* in = std::fopen(path.c_str(), "rb");
-  if (in == nullptr) {
-    fmt::print(stderr, "tarmac backfill results: cannot read {}: {}\n", util::terminal_text(path), std::strerror(errno));
+  // Read as the batch's owner: the output is their file, at a path they named.
+  auto in = open_batch_output(path, O_RDONLY, static_cast<uid_t>((*answer)["batch"].value("uid", 0LL)));
+  auto text = in.ok() ? read_whole(in->get()) : Result<std::string>(in.error());
+  if (!text.ok()) {
+    fmt::print(stderr, "tarmac backfill results: {}{}\n", in.ok() ? "cannot read " + util::terminal_text(path) + ": " : "",
+               text.error().message);
     exit_code = kExitCouldNotLook;
     return;
   }
-  std::string text;
-  char buf[1 << 16];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, in)) > 0;) text.append(buf, n);
-  std::fclose(in);
+  // Lines are the owner's bytes: escaped for a terminal, kept as they are for a pipe.
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   std::size_t skipped = 0;
-  for (const auto& line : detail::results_in_order(text, *id, skipped)) fmt::print("{}\n", line);
+  for (const auto& line : detail::results_in_order(*text, *id, skipped)) {
+    fmt::print("{}\n", terminal ? util::terminal_text(line) : line);
+  }
   if (skipped > 0) {
     fmt::print(stderr, "tarmac backfill results: {} lines of {} are not batch {}'s and were left out\n", skipped,
                util::terminal_text(path), *id);

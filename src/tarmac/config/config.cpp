@@ -245,6 +245,21 @@ const std::vector<Key>& table() {
       key("scheduler", "max_grace", Kind::Duration,
           "the longest --grace (SIGTERM to SIGKILL) a job may ask for; longer is refused; at least the default 10s",
           10 * 1000, 30 * kDay, &Config::scheduler, &SchedulerConfig::max_grace_ms),
+      key("scheduler", "backfill_batches_per_user", Kind::Count,
+          "the most unfinished backfill batches one user (root excepted) may have; each holds its output open; 0 for "
+          "no cap",
+          0, 1 << 20, &Config::scheduler, &SchedulerConfig::backfill_batches_per_user),
+      key("scheduler", "backfill_store_per_user", Kind::Size,
+          "the most request bodies one user's (root excepted) unfinished backfill batches may keep in the agent's "
+          "store; 0 for no cap",
+          0, kTiB, &Config::scheduler, &SchedulerConfig::backfill_store_per_user),
+      key("scheduler", "backfill_store_total", Kind::Size,
+          "the most request bodies all unfinished backfill batches together, root's too, may keep in the agent's "
+          "store; 0 for no cap",
+          0, kTiB, &Config::scheduler, &SchedulerConfig::backfill_store_total),
+      key("scheduler", "backfill_input_per_minute", Kind::Size,
+          "the most backfill input one user (root excepted) may hand the agent to parse per minute; 0 for no cap", 0,
+          kTiB, &Config::scheduler, &SchedulerConfig::backfill_input_per_minute),
       key("reaper", "idle_for", Kind::Duration,
           "how long a process must hold GPU memory at 0 % before tarmac reap takes it for a candidate (--idle-for)",
           0, 30 * kDay, &Config::reaper, &ReaperConfig::idle_for_ms),

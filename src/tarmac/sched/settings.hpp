@@ -1,6 +1,7 @@
 // The agent scheduler's configuration, the [scheduler] section (docs/configuration.md).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace tarmac::sched {
@@ -18,6 +19,11 @@ struct SchedulerConfig {
   unsigned user_queued_cap = 1000;                      // queued jobs of one user (not root); 0: none
   long long max_grace_ms = 5 * 60 * 1000;               // the longest --grace a job may ask for
   long long max_hold_ms = 24 * 3600 * 1000LL;           // the longest `pick --hold`; 0: no bound
+  // What one user may hold through backfill batches (docs/backfill.md "Limits"; backfill/quota.hpp).
+  unsigned backfill_batches_per_user = 16;              // unfinished batches of one user (not root); 0: none
+  std::uint64_t backfill_store_per_user = 1ULL << 30;   // request bodies one user's unfinished batches keep
+  std::uint64_t backfill_store_total = 8ULL << 30;      // everyone's together, root's too; 0: none
+  std::uint64_t backfill_input_per_minute = 256ULL << 20;  // input one user (not root) hands over a minute
 };
 
 }  // namespace tarmac::sched

@@ -54,6 +54,33 @@ TEST_F(BatchDbUpgradeTest, AStoreWithoutBackfillTablesGainsThemInPlaceAndKeepsIt
   EXPECT_EQ(batches->size(), 1U);
 }
 
+TEST_F(BatchDbUpgradeTest, Version1TablesGainBodyBytesAndDropTheBodiesOfEndedBatches) {
+  {
+    auto db = BatchDb::open(path_);
+    ASSERT_TRUE(db.ok()) << db.error().message;
+    Batch open_batch, ended_batch;
+    open_batch.model = ended_batch.model = "m";
+    ASSERT_TRUE(db->create(open_batch, {{"a", Endpoint::Completions, "0123456789", 1}}).ok());
+    ASSERT_TRUE(db->create(ended_batch, {{"b", Endpoint::Completions, "01234", 1}}).ok());
+    // Back to the tables as version 1 wrote them: no body_bytes or birth time, an ended batch's
+    // bodies kept.
+    auto& raw = db->database();
+    ASSERT_TRUE(raw.exec("UPDATE backfill_batch SET state = 'cancelled' WHERE id = 2").ok());
+    ASSERT_TRUE(raw.exec("ALTER TABLE backfill_batch DROP COLUMN body_bytes").ok());
+    ASSERT_TRUE(raw.exec("ALTER TABLE backfill_batch DROP COLUMN output_btime_ns").ok());
+    ASSERT_TRUE(raw.exec("UPDATE meta SET value = '1' WHERE key = 'backfill_version'").ok());
+  }
+  auto db = BatchDb::open(path_);
+  ASSERT_TRUE(db.ok()) << db.error().message;
+  auto& raw = db->database();
+  EXPECT_EQ(raw.scalar("SELECT body_bytes FROM backfill_batch WHERE id = 1")->value_or(-1), 10);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM backfill_request WHERE batch = 2 AND body = ''")->value_or(-1), 1);
+  auto held = db->holding(std::nullopt);
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->batches, 1);
+  EXPECT_EQ(held->body_bytes, 10);
+}
+
 TEST_F(BatchDbUpgradeTest, TablesOfANewerTarmacAreRefusedAndLeftAlone) {
   {
     auto db = store::Database::open(path_, store::Database::Mode::ReadWrite);

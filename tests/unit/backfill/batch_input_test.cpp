@@ -133,11 +133,61 @@ TEST(BatchInput, EveryBoundIsHeldAndNamed) {
   EXPECT_TRUE(parse_jsonl(chat_line("a", R"(, "x": "[[[[[[[[[[[[[\"]]")"), "m", small).ok());
 }
 
-TEST(BatchInput, ALineOfAHundredThousandBracketsIsRefusedNotACrash) {
-  const std::string hostile = std::string(100000, '[') + std::string(100000, ']');
+TEST(BatchInput, ABodyNestedAHundredThousandDeepIsRefusedNotACrash) {
+  // Inside `body`, which is written back out recursively (json_text): without the depth check this
+  // overflows the stack. A line of brackets alone would be refused as "not a JSON object" first.
+  const std::string hostile = chat_line("a", R"(, "x": )" + std::string(100000, '[') + std::string(100000, ']'));
   auto [words, line] = refusal(parse_jsonl(hostile, "m"));
   EXPECT_EQ(line, 1U);
   EXPECT_NE(words.find("nested deeper"), std::string::npos) << words;
+}
+
+// A template of many slots multiplies each text: the request it would make is bounded before it is
+// built (the review's C1: 10,922 slots times a 200 MiB text is 2 TB), and the bodies of a batch
+// together are bounded even when each is under the bound of one request.
+std::string many_slots(std::size_t n) {
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) out += "{text}";
+  return out;
+}
+
+TEST(BatchInput, ATextATemplateWouldMultiplyPastARequestIsRefusedBeforeItIsFilled) {
+  InputLimits small;
+  small.max_line_bytes = 1000;
+  // 100 slots x 100 KiB: 10 MB, refused from the bound, before any of it is built.
+  const std::string texts = "[\"" + std::string(100 << 10, 'x') + "\"]";
+  auto [words, line] = refusal(parse_texts(texts, many_slots(100), "m", small));
+  EXPECT_EQ(line, 0U);
+  EXPECT_NE(words.find("text 0 (counting from 0) would make a request of"), std::string::npos) << words;
+  EXPECT_NE(words.find("holds it 100 times"), std::string::npos) << words;
+  // Escaping counts: 150 quotes take 300 bytes in JSON, so 4 slots of them pass 1000 before filling.
+  std::string escaped = "[\"";
+  for (int i = 0; i < 150; ++i) escaped += "\\\"";
+  escaped += "\"]";
+  EXPECT_NE(refusal(parse_texts(escaped, many_slots(4), "m", small)).first.find("would make"), std::string::npos);
+  // Under the bound, filled: 150 quotes in 2 slots (600 bytes and the envelope).
+  EXPECT_TRUE(parse_texts(escaped, many_slots(2), "m", small).ok());
+}
+
+TEST(BatchInput, TheBodiesOfABatchTogetherAreBoundedForTextsAndForJsonl) {
+  InputLimits small;
+  small.max_batch_body_bytes = 10000;
+  // 20 texts of 95 bytes through a template of 8 slots: each body about 850 bytes, under a request's
+  // bound, together 17 KB from an input of 2 KB.
+  std::string texts = "[";
+  for (int i = 0; i < 20; ++i) texts += (i > 0 ? ",\"" : "\"") + std::string(95, 'a' + i % 26) + "\"";
+  texts += "]";
+  auto [words, line] = refusal(parse_texts(texts, many_slots(8), "m", small));
+  EXPECT_NE(words.find("the requests up to text 12 (counting from 0) come to"), std::string::npos) << words;
+  EXPECT_NE(words.find("more than the"), std::string::npos) << words;
+  EXPECT_TRUE(parse_texts(texts, many_slots(4), "m", small).ok()) << "20 x 4 slots x 95 B fit";
+  // JSONL: the bodies gain their model; the line where the total passes the bound is named.
+  std::string input;
+  for (int i = 0; i < 20; ++i) input += chat_line("r" + std::to_string(i), R"(, "pad": ")" + std::string(500, 'p') + "\"") + "\n";
+  auto [jsonl_words, jsonl_line] = refusal(parse_jsonl(input, "m", small));
+  EXPECT_GT(jsonl_line, 1U);
+  EXPECT_LE(jsonl_line, 20U);
+  EXPECT_NE(jsonl_words.find("the requests up to here come to"), std::string::npos) << jsonl_words;
 }
 
 TEST(BatchInput, AnEmptyInputOrABadModelIsRefusedAsAWhole) {

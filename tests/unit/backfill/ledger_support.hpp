@@ -112,6 +112,14 @@ inline std::vector<std::string> drain(BatchDb& db, Ledger& ledger, long long bat
   return sent;
 }
 
+// Nothing of the output lies at or past `at`, where the ledger is about to write: a fake write
+// checks this before each line.
+inline void expect_nothing_past(int fd, off_t at) {
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, at) << "bytes were left past the end the store accounts for";
+}
+
 // Each custom_id of the output (in order), from lines that must all be whole JSON.
 inline std::vector<std::string> output_ids(const std::string& output) {
   std::vector<std::string> ids;

@@ -19,6 +19,8 @@ using json = nlohmann::json;
 using test_support::BatchFixture;
 using test_support::drain;
 using test_support::expect_exactly_once;
+using test_support::expect_nothing_past;
+using test_support::fake_answer;
 using test_support::output_ids;
 
 TEST(Ledger, WritesEachAnswerInTheOpenAIBatchOutputFormat) {
@@ -73,7 +75,9 @@ TEST(Ledger, AFailedRequestCarriesItsErrorAndAnAnswerThatIsNotJsonIsKeptAsAStrin
 }
 
 // kill -9 of a child process at `step` of its `crash_at`-th answer; then recovery in this process
-// finishes the batch. Returns how many lines recovery adopted.
+// finishes the batch. Returns how many lines recovery adopted. kill -9 leaves the page cache as it
+// was, so Written and Synced are the same experiment here: these test the order of the steps and
+// recovery, not durability across a power loss (nothing here can cut the power).
 long long crash_and_recover(const BatchFixture& f, LedgerStep step, long long crash_at) {
   const pid_t child = ::fork();
   if (child == 0) {
@@ -128,9 +132,12 @@ TEST(Ledger, ATornLastLineIsCutAndItsRequestSentAgain) {
     auto db = f.open_db();
     Ledger ledger(db, f.id(), f.open_output());
     ASSERT_TRUE(ledger.reconcile(Ledger::InFlight::BackToPending).ok());
-    auto taken = db.take_pending(f.id(), 3, 1);
+    // req-3 is in flight when the crash comes mid-write of its line: only recovery's putting it
+    // back to pending sends it again (a request left in flight is never taken).
+    auto taken = db.take_pending(f.id(), 4, 1);
     ASSERT_TRUE(taken.ok());
-    for (const auto& s : *taken) ASSERT_TRUE(ledger.complete(test_support::fake_answer(s)).ok());
+    ASSERT_EQ(taken->size(), 4U);
+    for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(ledger.complete(test_support::fake_answer((*taken)[i])).ok());
   }
   const std::string whole = f.output();
   Answer next;
@@ -147,7 +154,7 @@ TEST(Ledger, ATornLastLineIsCutAndItsRequestSentAgain) {
   EXPECT_EQ(r->cut_bytes, 20);
   EXPECT_EQ(r->adopted, 0);
   EXPECT_EQ(f.output(), whole);
-  drain(db, ledger, f.id());
+  EXPECT_EQ(drain(db, ledger, f.id()), (std::vector<std::string>{"req-3", "req-4", "req-5"}));
   expect_exactly_once(f);
 }
 
@@ -220,6 +227,7 @@ TEST(Ledger, AFullDiskOnAWriteOrASyncWritesNothingHalfAndLosesNothing) {
   OutputIo io;
   // The 3rd and 7th writes get half their bytes down, then ENOSPC; the 5th sync fails.
   io.pwrite = [&](int fd, const void* data, std::size_t n, off_t at) -> ssize_t {
+    expect_nothing_past(fd, at);  // a half-written or unsynced line was cut before the next write
     if (++writes == 3 || writes == 7) {
       (void)::pwrite(fd, data, n / 2, at);
       ++refused;
@@ -251,6 +259,7 @@ TEST(Ledger, AFullDiskWhoseCutAlsoFailsIsCleanedBeforeTheNextLine) {
   bool truncate_fails = true;
   OutputIo io;
   io.pwrite = [&](int fd, const void* data, std::size_t n, off_t at) -> ssize_t {
+    expect_nothing_past(fd, at);  // the half line the failed cut left was cleaned first
     if (++writes == 2) {
       (void)::pwrite(fd, data, n / 2, at);
       errno = ENOSPC;
@@ -269,6 +278,39 @@ TEST(Ledger, AFullDiskWhoseCutAlsoFailsIsCleanedBeforeTheNextLine) {
   Ledger ledger(db, f.id(), f.open_output(), io);
   ASSERT_TRUE(ledger.reconcile(Ledger::InFlight::BackToPending).ok());
   drain(db, ledger, f.id());
+  expect_exactly_once(f);
+}
+
+TEST(Ledger, AnOutputItsOwnerTruncatesIsReconciledBeforeTheNextLineNotWrittenPastAHole) {
+  BatchFixture f(4);
+  auto db = f.open_db();
+  Ledger ledger(db, f.id(), f.open_output());
+  ASSERT_TRUE(ledger.reconcile(Ledger::InFlight::BackToPending).ok());
+  auto first = db.take_pending(f.id(), 2, 5000);
+  ASSERT_TRUE(first.ok());
+  for (const auto& s : *first) ASSERT_TRUE(ledger.complete(fake_answer(s)).ok());
+  // The owner empties the file while the agent holds it: the next line must not land at the old
+  // end, after a hole of NUL bytes, with the store counting the two lines gone as written.
+  ASSERT_EQ(::truncate(f.output_path().c_str(), 0), 0);
+  const auto sent = drain(db, ledger, f.id());
+  EXPECT_EQ(sent, (std::vector<std::string>{"req-2", "req-3", "req-0", "req-1"}));  // the two lost, sent again
+  EXPECT_EQ(f.output().find('\0'), std::string::npos);
+  expect_exactly_once(f);
+}
+
+TEST(Ledger, OAppendSetOnTheOutputIsClearedBeforeTheNextLine) {
+  BatchFixture f(3);
+  auto db = f.open_db();
+  Ledger ledger(db, f.id(), f.open_output());
+  ASSERT_TRUE(ledger.reconcile(Ledger::InFlight::BackToPending).ok());
+  auto taken = db.take_pending(f.id(), 3, 5000);
+  ASSERT_TRUE(taken.ok());
+  ASSERT_TRUE(ledger.complete(fake_answer((*taken)[0])).ok());
+  // Whoever shares the description sets O_APPEND: pwrite would then ignore the ledger's offset.
+  ASSERT_EQ(::fcntl(ledger.fd(), F_SETFL, O_APPEND), 0);
+  ASSERT_TRUE(ledger.complete(fake_answer((*taken)[1])).ok());
+  EXPECT_EQ(::fcntl(ledger.fd(), F_GETFL) & O_APPEND, 0);
+  ASSERT_TRUE(ledger.complete(fake_answer((*taken)[2])).ok());
   expect_exactly_once(f);
 }
 
