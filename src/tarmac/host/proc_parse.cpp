@@ -12,6 +12,7 @@ namespace {
 // Whitespace-separated fields; stat uses single spaces but a trailing newline is common.
 std::vector<std::string_view> fields_of(std::string_view text) {
   std::vector<std::string_view> out;
+  out.reserve(64);  // a stat line has 52 fields: one allocation, not seven
   std::size_t i = 0;
   while (i < text.size()) {
     while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n')) ++i;

@@ -1,6 +1,8 @@
 #include "tarmac/host/proc_reader.hpp"
 
 #include <fmt/format.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <cerrno>
 #include <deque>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <system_error>
 #include <unordered_map>
@@ -15,6 +18,7 @@
 
 #include "tarmac/host/cgroup.hpp"
 #include "tarmac/host/proc_parse.hpp"
+#include "tarmac/util/fd.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
 
@@ -40,16 +44,20 @@ std::string user_name(unsigned uid) {
 }
 
 // pid -> ppid for every process under `root`, from one scan so that descendants() sees one moment.
+// Raw readdir and openat on the root's descriptor: this reads every process's stat each pass.
 std::vector<std::pair<unsigned, unsigned>> scan_parents(const std::string& root) {
   std::vector<std::pair<unsigned, unsigned>> out;
-  std::error_code ec;
-  std::filesystem::directory_iterator it(root, ec);
-  if (ec) return out;
-  for (const auto& entry : it) {
-    const auto pid = pid_of_proc_entry(entry.path().filename().string());
+  const util::Fd dir_fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd) return out;
+  const std::unique_ptr<DIR, int (*)(DIR*)> dir(::fdopendir(::dup(dir_fd.get())), &::closedir);
+  if (!dir) return out;
+  std::string stat_path;
+  while (const dirent* entry = ::readdir(dir.get())) {
+    const auto pid = pid_of_proc_entry(entry->d_name);
     if (!pid) continue;
+    stat_path.assign(entry->d_name).append("/stat");
     // A process may exit between listing and reading: skip it.
-    const auto text = util::read_file(entry.path().string() + "/stat");
+    const auto text = util::read_file_at(dir_fd.get(), stat_path.c_str());
     if (!text) continue;
     if (const auto stat = parse_stat(*text)) out.emplace_back(*pid, stat->ppid);
   }

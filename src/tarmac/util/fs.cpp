@@ -8,11 +8,10 @@
 
 namespace tarmac::util {
 
-std::optional<std::string> read_file(const std::string& path) {
-  // Plain syscalls: this runs for every GPU process on every sample, and iostreams cost more
-  // than the read itself for the small files of /proc.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
+namespace {
+
+// Reads `fd` to its end and closes it.
+std::optional<std::string> read_and_close(int fd) {
   std::string text;
   char buffer[4096];
   for (;;) {
@@ -26,6 +25,22 @@ std::optional<std::string> read_file(const std::string& path) {
     if (n < 0) return std::nullopt;  // e.g. EACCES on read, or the process exited mid-read
     return text;
   }
+}
+
+}  // namespace
+
+std::optional<std::string> read_file(const std::string& path) {
+  // Plain syscalls: this runs for every GPU process on every sample, and iostreams cost more
+  // than the read itself for the small files of /proc.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  return read_and_close(fd);
+}
+
+std::optional<std::string> read_file_at(int dir_fd, const char* relative) {
+  const int fd = ::openat(dir_fd, relative, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  return read_and_close(fd);
 }
 
 bool write_file_atomically(const std::string& path, std::string_view text) {
