@@ -3,11 +3,12 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <fmt/format.h>
-#include <string_view>
 
+#include "tarmac/host/bounded_read.hpp"
+#include "tarmac/host/proc_parse.hpp"
 #include "tarmac/sched/daemon_common.hpp"
-#include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
 
 namespace tarmac::sched {
@@ -16,21 +17,14 @@ using detail::indices_text;
 
 namespace {
 
-// The TARMAC_JOB_ID in a process's environment, "" when it has none or cannot be read.
-std::string job_id_of(unsigned pid) {
-  auto text = util::read_file(fmt::format("/proc/{}/environ", pid));
-  if (!text) return "";
-  std::string_view env = *text;
-  constexpr std::string_view kKey = "TARMAC_JOB_ID=";
-  std::size_t pos = 0;
-  while (pos < env.size()) {
-    std::size_t end = env.find('\0', pos);
-    if (end == std::string_view::npos) end = env.size();
-    const auto kv = env.substr(pos, end - pos);
-    if (kv.starts_with(kKey)) return std::string(kv.substr(kKey.size()));
-    pos = end + 1;
-  }
-  return "";
+// The TARMAC_JOB_ID in a process's environment: "" when it has none or it cannot be read, nullopt
+// when the read did not finish in time (a user can keep it blocked: host/bounded_read.hpp), which
+// the scheduler's pass must not wait for.
+std::optional<std::string> job_id_of(unsigned pid) {
+  const auto environ = host::BoundedReader::shared().read(fmt::format("/proc/{}/environ", pid));
+  if (environ.unknown()) return std::nullopt;
+  if (!environ.text) return std::string();
+  return host::find_environ_value(*environ.text, "TARMAC_JOB_ID").value_or("");
 }
 
 }  // namespace
@@ -52,7 +46,11 @@ void OutsideUse::check(const std::map<std::string, GpuUse>& seen) {
 
 Job* OutsideUse::running_job_of(unsigned pid) {
   auto it = job_of_pid_.find(pid);
-  if (it == job_of_pid_.end()) it = job_of_pid_.emplace(pid, job_id_of(pid)).first;
+  if (it == job_of_pid_.end()) {
+    auto id = job_id_of(pid);
+    if (!id) return nullptr;  // unknown for now: not remembered, asked again next pass
+    it = job_of_pid_.emplace(pid, std::move(*id)).first;
+  }
   if (it->second.empty()) return nullptr;
   const auto id = util::parse_int(it->second, 1, LLONG_MAX);
   Job* job = id ? table_.find(*id) : nullptr;
