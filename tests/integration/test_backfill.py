@@ -7,9 +7,17 @@ a crash left past the store's end cut); cancel; results in input order."""
 import json
 import os
 import pathlib
+import time
 import unittest
 
 from test_sched_agent import AgentQueueTest
+
+
+def closed_window():
+    """A --window that is not now (local time): the batches here stay unsent, so what they check is
+    the queue alone; test_backfill_llama.py sends them."""
+    hour = (time.localtime().tm_hour + 3) % 24
+    return f"{hour:02d}:00-{(hour + 1) % 24:02d}:00"
 
 
 def request_line(custom_id, prompt="Say hi"):
@@ -18,7 +26,12 @@ def request_line(custom_id, prompt="Say hi"):
 
 
 class BackfillBatches(AgentQueueTest):
+    # A server nobody listens on: the batches here wait outside their window, never sent.
+    config = '\n[backfill.server.local]\nurl = "http://127.0.0.1:9"\n'
+
     def backfill(self, *args):
+        if args and args[0] == "submit" and "--window" not in args:
+            args = (*args, "--window", closed_window())
         return self.tarmac("backfill", *args)
 
     def status_json(self, batch_id=None):
@@ -53,14 +66,16 @@ class BackfillBatches(AgentQueueTest):
     def test_a_batch_is_recorded_survives_kill_nine_and_is_cancelled(self):
         inp = self.write_input([request_line(f"doc-{i}") for i in range(5)])
         out = self.tmp / "answers.jsonl"
+        window = closed_window()
         r = self.backfill("submit", "--model", "llama3", "--input", inp, "--output", str(out), "--name", "nightly",
-                          "--window", "00:00-06:00", "--parallel", "4")
+                          "--window", window, "--parallel", "4")
         self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
         self.assertRegex(r.stdout, r"batch \d+ queued: 5 requests for llama3")
         self.assertEqual(out.stat().st_uid, os.getuid())
         batch = self.status_json()["batches"][0]
         self.assertEqual((batch["pending"], batch["done"], batch["requests"]), (5, 0, 5))
-        self.assertEqual((batch["name"], batch["window"], batch["parallel"]), ("nightly", "00:00-06:00", 4))
+        self.assertEqual((batch["name"], batch["window"], batch["parallel"]), ("nightly", window, 4))
+        self.assertEqual(batch["server"], "local", "the only configured server is the default")
         self.assertEqual(batch["output"], str(out))
         text = self.backfill("status", str(batch["id"]))
         self.assertIn("5 pending", text.stdout)
@@ -86,6 +101,15 @@ class BackfillBatches(AgentQueueTest):
         self.assertEqual(self.status_json(batch["id"])["state"], "cancelled")
         self.assertEqual(self.backfill("cancel", str(batch["id"])).returncode, 2)
 
+    def test_a_server_that_is_not_configured_is_refused_at_submit(self):
+        inp = self.write_input([request_line("a")])
+        out = self.tmp / "never.jsonl"
+        r = self.backfill("submit", "--model", "m", "--input", inp, "--output", str(out), "--server", "elsewhere")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("no server 'elsewhere' is configured (configured: local)", r.stderr)
+        self.assertFalse(out.exists())
+        self.assertEqual(self.status_json()["batches"], [])
+
     def test_texts_and_a_template_become_requests(self):
         texts = self.tmp / "texts.json"
         texts.write_text(json.dumps(["first", "second", "third"]))
@@ -102,11 +126,12 @@ class BackfillBatches(AgentQueueTest):
     def test_results_come_in_input_order(self):
         inp = self.write_input([request_line(f"r{i}") for i in range(3)])
         out = self.tmp / "o.jsonl"
-        r = self.tarmac("--json", "backfill", "submit", "--model", "m", "--input", inp, "--output", str(out))
+        r = self.tarmac("--json", "backfill", "submit", "--model", "m", "--input", inp, "--output", str(out),
+                        "--window", closed_window())
         self.assertEqual(r.returncode, 0, r.stderr)
         batch_id = json.loads(r.stdout)["id"]
-        # Lines as a server would have answered them, out of order (written here by hand: no server
-        # sends yet), plus one that is not this batch's.
+        # Lines as a server would have answered them, out of order (written here by hand: the batch
+        # waits for its window), plus one that is not this batch's.
         lines = [{"id": f"batch_req_{batch_id}_{i}", "custom_id": f"r{i}", "response": None, "error": None}
                  for i in (2, 0, 1)]
         out.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"id": "someone else"}\n')

@@ -1,0 +1,364 @@
+// The dispatcher's threads (dispatch.hpp, docs/backfill.md "Dispatch").
+#include "tarmac/backfill/dispatch.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fmt/format.h>
+#include <optional>
+
+#include "tarmac/net/http_client.hpp"
+#include "tarmac/util/clock.hpp"
+
+namespace tarmac::backfill {
+
+namespace {
+
+int minute_of(std::string_view hh_mm) {
+  return ((hh_mm[0] - '0') * 10 + (hh_mm[1] - '0')) * 60 + (hh_mm[3] - '0') * 10 + (hh_mm[4] - '0');
+}
+
+int local_minute_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  return tm.tm_hour * 60 + tm.tm_min;
+}
+
+// The server's base URL and the request's path, without a doubled '/'.
+std::string request_url(const ServerConfig& server, Endpoint endpoint) {
+  std::string base = server.url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return base + std::string(to_url(endpoint));
+}
+
+long long backoff(const DispatchOptions& opt, int retry) {
+  long long wait = std::max(1LL, opt.backoff_ms);
+  for (int i = 1; i < retry && wait < opt.max_backoff_ms; ++i) wait *= 2;
+  return std::min(wait, opt.max_backoff_ms);
+}
+
+// What one send came to: an answer to write, one to write unless a retry is left, or nothing (the
+// request was cancelled by stop()).
+struct Outcome {
+  enum class Kind { Final, Retryable, Cancelled } kind = Kind::Final;
+  Answer answer;
+};
+
+Outcome outcome_of(const Sendable& request, Result<net::Response> sent) {
+  Outcome out;
+  out.answer.index = request.row.index;
+  out.answer.custom_id = request.row.custom_id;
+  if (sent.ok()) {
+    out.answer.status = sent->status;
+    out.answer.body = std::move(sent->body);
+    if (sent->status < 200 || sent->status > 299) {
+      out.answer.error_code = fmt::format("http_{}", sent->status);
+      out.answer.error_message = fmt::format("the server answered HTTP {}", sent->status);
+      // A server error may pass (a restart, an overload); the client's own error will not.
+      if (sent->status >= 500) out.kind = Outcome::Kind::Retryable;
+    }
+    return out;
+  }
+  const Error& e = sent.error();
+  const auto* failure = e.cause_as<net::Failure>();
+  out.answer.error_message = e.message;
+  if (failure == nullptr) {
+    out.answer.error_code = "request";  // libcurl missing, a bad URL: sending again changes nothing
+    return out;
+  }
+  switch (*failure) {
+    case net::Failure::Cancelled: out.kind = Outcome::Kind::Cancelled; break;
+    case net::Failure::Timeout:
+      out.answer.error_code = "timeout";
+      out.kind = Outcome::Kind::Retryable;
+      break;
+    case net::Failure::Connection:
+      out.answer.error_code = "connection";
+      out.kind = Outcome::Kind::Retryable;
+      break;
+    case net::Failure::Refused: out.answer.error_code = "answer_too_large"; break;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool in_window(std::string_view window, int minute) {
+  if (window.size() != 11) return true;
+  const int start = minute_of(window.substr(0, 5));
+  const int end = minute_of(window.substr(6, 5));
+  return start < end ? (minute >= start && minute < end) : (minute >= start || minute < end);
+}
+
+int minutes_until_open(std::string_view window, int minute) {
+  if (in_window(window, minute)) return 0;
+  const int start = minute_of(window.substr(0, 5));
+  return (start - minute + 24 * 60) % (24 * 60);
+}
+
+// One batch being sent: its workers, and what they share.
+struct Dispatcher::Run {
+  Batch batch;
+  ServerConfig server;
+  std::unique_ptr<Ledger> ledger;  // under the dispatcher's db_mutex_
+  std::atomic<bool> cancel{false};  // every request in flight watches it (net::Request::cancel)
+  std::mutex m;                     // guards what follows
+  std::condition_variable cv;       // stop(), a window, a backoff
+  bool stopping = false;
+  bool waiting_for_window = false;
+  unsigned workers_left = 0;
+  unsigned in_flight = 0;
+  long long interrupted = 0;
+  std::vector<std::thread> workers;
+};
+
+Result<std::unique_ptr<Dispatcher>> Dispatcher::open(DispatchOptions options) {
+  TARMAC_TRY_ASSIGN(auto db, BatchDb::open(options.db_path));
+  if (!options.local_minute) options.local_minute = local_minute_now;
+  return std::unique_ptr<Dispatcher>(new Dispatcher(std::move(options), std::move(db)));
+}
+
+Dispatcher::Dispatcher(DispatchOptions options, BatchDb db) : opt_(std::move(options)), db_(std::move(db)) {}
+
+Dispatcher::~Dispatcher() {
+  std::vector<long long> ids;
+  {
+    std::lock_guard lock(runs_mutex_);
+    for (const auto& [id, run] : runs_) ids.push_back(id);
+  }
+  for (const long long id : ids) (void)stop(id);
+}
+
+void Dispatcher::log(util::LogLevel level, const std::string& message) const {
+  if (opt_.log) opt_.log(level, message);
+}
+
+Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& server, util::Fd output) {
+  // Without libcurl every request would fail the same way: say so once, and send nothing.
+  TARMAC_TRY(net::available());
+  reap_finished();
+  {
+    std::lock_guard lock(runs_mutex_);
+    if (runs_.count(batch.id) > 0) {
+      return make_error(Error::Code::Invalid, fmt::format("batch {} is being sent already", batch.id));
+    }
+  }
+  auto run = std::make_unique<Run>();
+  run->batch = batch;
+  run->server = server;
+  Reconciled reconciled;
+  {
+    std::lock_guard db_lock(db_mutex_);
+    run->ledger = std::make_unique<Ledger>(db_, batch.id, std::move(output), opt_.io, opt_.hook);
+    TARMAC_TRY_ASSIGN(reconciled, run->ledger->reconcile(Ledger::InFlight::BackToPending));
+    run->batch.state = BatchState::Running;
+    if (run->batch.started_ms == 0) run->batch.started_ms = util::wall_ms();
+    run->batch.reason = fmt::format("sending to server {} ({})", batch.server, server.url);
+    TARMAC_TRY(db_.save(run->batch));
+  }
+  const unsigned n = std::max(1U, std::min(batch.parallel, server.max_parallel));
+  Run* r = run.get();
+  {
+    std::lock_guard lock(r->m);
+    r->workers_left = n;
+    for (unsigned i = 0; i < n; ++i) r->workers.emplace_back([this, r] { work(*r); });
+  }
+  std::lock_guard lock(runs_mutex_);
+  runs_[batch.id] = std::move(run);
+  return reconciled;
+}
+
+long long Dispatcher::stop(long long id) {
+  std::unique_ptr<Run> run;
+  {
+    std::lock_guard lock(runs_mutex_);
+    const auto it = runs_.find(id);
+    if (it == runs_.end()) return 0;
+    run = std::move(it->second);
+    runs_.erase(it);
+  }
+  {
+    std::lock_guard lock(run->m);
+    run->stopping = true;
+    run->cancel = true;
+  }
+  run->cv.notify_all();
+  for (auto& t : run->workers) t.join();
+  std::lock_guard db_lock(db_mutex_);  // the ledger (and the output with it) goes under the lock it is used under
+  const long long interrupted = run->interrupted;
+  run.reset();
+  return interrupted;
+}
+
+bool Dispatcher::holds(long long id) {
+  reap_finished();
+  std::lock_guard lock(runs_mutex_);
+  return runs_.count(id) > 0;
+}
+
+// Batches whose every request is answered: their threads have ended, their outputs are closed here.
+void Dispatcher::reap_finished() {
+  std::vector<std::unique_ptr<Run>> done;
+  {
+    std::lock_guard lock(runs_mutex_);
+    for (auto it = runs_.begin(); it != runs_.end();) {
+      std::lock_guard run_lock(it->second->m);
+      if (it->second->workers_left == 0) {
+        done.push_back(std::move(it->second));
+        it = runs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& run : done) {
+    for (auto& t : run->workers) t.join();
+    std::lock_guard db_lock(db_mutex_);
+    run.reset();
+  }
+}
+
+// A worker: takes one pending request at a time and sends it until the batch has none left, or is stopped.
+void Dispatcher::work(Run& run) {
+  for (;;) {
+    if (!wait_for_window(run)) break;
+    std::optional<Sendable> request;
+    bool failed = false;
+    {
+      std::lock_guard db_lock(db_mutex_);
+      auto taken = db_.take_pending(run.batch.id, 1, util::wall_ms());
+      if (!taken.ok()) {
+        log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", run.batch.id, taken.error().message));
+        failed = true;  // the store is busy or failing: try again after a wait
+      } else if (!taken->empty()) {
+        request = std::move(taken->front());
+      }
+    }
+    std::unique_lock lock(run.m);
+    if (!request && !failed) break;  // nothing left to send
+    bool answered = false;
+    if (request) {
+      ++run.in_flight;
+      lock.unlock();
+      answered = send(run, *request);
+      lock.lock();
+      --run.in_flight;
+    }
+    if (!answered && !run.stopping) {
+      // The answer could not be written (a full disk), or the store failed: wait, as for a retry.
+      run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, 1)), [&] { return run.stopping; });
+    }
+  }
+  finish_worker(run);
+}
+
+// False when the batch is stopped while it waits for its window.
+bool Dispatcher::wait_for_window(Run& run) {
+  std::unique_lock lock(run.m);
+  for (;;) {
+    if (run.stopping) return false;
+    const int minute = opt_.local_minute();
+    if (in_window(run.batch.window, minute)) {
+      if (run.waiting_for_window) {
+        run.waiting_for_window = false;
+        lock.unlock();
+        set_reason(run, fmt::format("sending to server {} ({}), inside its window {}", run.batch.server,
+                                    run.server.url, run.batch.window));
+        lock.lock();
+      }
+      return true;
+    }
+    if (!run.waiting_for_window && run.in_flight == 0) {
+      run.waiting_for_window = true;
+      lock.unlock();
+      set_reason(run, fmt::format("waiting for its window {} (local time)", run.batch.window));
+      lock.lock();
+    }
+    // Looked at again at least every window_recheck_ms: a clock set forward or back is seen that soon.
+    const long long wait = std::min<long long>(opt_.window_recheck_ms,
+                                               std::max(1, minutes_until_open(run.batch.window, minute)) * 60000LL);
+    run.cv.wait_for(lock, std::chrono::milliseconds(std::max(1LL, wait)), [&] { return run.stopping; });
+  }
+}
+
+void Dispatcher::set_reason(Run& run, const std::string& reason) {
+  std::lock_guard db_lock(db_mutex_);
+  run.batch.reason = reason;
+  if (auto r = db_.save(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+}
+
+// Sends `request` (again after a retryable failure, up to the server's retries) and writes its answer.
+// False when it was not answered: stopped (it is pending again), or its line could not be written.
+bool Dispatcher::send(Run& run, const Sendable& request) {
+  net::Request http;
+  http.method = "POST";
+  http.url = request_url(run.server, request.row.endpoint);
+  http.headers = {"Content-Type: application/json"};
+  http.body = request.body;
+  http.timeout_ms = run.server.timeout_ms;
+  http.cancel = &run.cancel;
+  http.max_body_bytes = opt_.max_answer_bytes;
+  Outcome outcome;
+  for (unsigned attempt = 0;; ++attempt) {
+    outcome = outcome_of(request, net::perform(http));
+    if (outcome.kind != Outcome::Kind::Retryable || attempt >= run.server.retries) break;
+    std::unique_lock lock(run.m);
+    if (run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, static_cast<int>(attempt) + 1)),
+                        [&] { return run.stopping; })) {
+      outcome.kind = Outcome::Kind::Cancelled;
+      break;
+    }
+  }
+  std::lock_guard db_lock(db_mutex_);
+  if (outcome.kind == Outcome::Kind::Cancelled) {
+    if (auto r = db_.back_to_pending(run.batch.id, request.row.index, "interrupted: the batch's sending was stopped");
+        !r.ok()) {
+      log(util::LogLevel::Warning, r.error().message);  // still in flight in the store: resume puts it back
+    }
+    std::lock_guard lock(run.m);
+    ++run.interrupted;
+    return false;
+  }
+  outcome.answer.ended_ms = util::wall_ms();
+  auto written = run.ledger->complete(outcome.answer);
+  if (written.ok()) return true;
+  log(util::LogLevel::Warning, fmt::format("backfill: batch {}: the answer to {} could not be written, it will be "
+                                           "sent again: {}",
+                                           run.batch.id, request.row.custom_id, written.error().message));
+  if (auto r = db_.back_to_pending(run.batch.id, request.row.index, written.error().message); !r.ok()) {
+    log(util::LogLevel::Warning, r.error().message);
+  }
+  return false;
+}
+
+// The last worker out of a batch that was not stopped marks it done when nothing is left to send.
+void Dispatcher::finish_worker(Run& run) {
+  std::unique_lock lock(run.m);
+  const bool last = run.workers_left == 1;
+  if (!last || run.stopping) {
+    --run.workers_left;
+    return;
+  }
+  lock.unlock();
+  bool done = false;
+  {
+    std::lock_guard db_lock(db_mutex_);
+    auto progress = db_.progress(run.batch.id);
+    if (progress.ok() && progress->pending == 0 && progress->in_flight == 0) {
+      run.batch.state = BatchState::Done;
+      run.batch.ended_ms = util::wall_ms();
+      run.batch.reason = fmt::format("done: {} answered, {} of them with an error", progress->done + progress->failed,
+                                     progress->failed);
+      if (auto r = db_.save(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+      done = true;
+    } else if (!progress.ok()) {
+      log(util::LogLevel::Warning, progress.error().message);
+    }
+  }
+  if (done && opt_.on_done) opt_.on_done(run.batch.id);
+  lock.lock();
+  --run.workers_left;
+}
+
+}  // namespace tarmac::backfill
