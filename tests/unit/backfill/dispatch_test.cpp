@@ -114,29 +114,25 @@ TEST(Dispatch, SendsEveryRequestAndWritesEachAnswerOnce) {
   EXPECT_FALSE((*d)->holds(f.id())) << "a batch that ended is let go, its output closed";
 }
 
-TEST(Dispatch, NeverHasMoreInFlightThanTheServerAllows) {
-  BatchFixture f(24);
+// The most requests in flight at once while a batch of `n` with --parallel `parallel` is sent to a
+// server allowing `max_parallel`, each answer taking 15 ms.
+int most_in_flight(int n, unsigned parallel, unsigned max_parallel) {
+  BatchFixture f(static_cast<std::size_t>(n));
   FakeLlm fake([](int, const std::string&) {
     std::this_thread::sleep_for(std::chrono::milliseconds(15));
     return FakeLlm::Reply{"200 OK", completion(1)};
   });
   auto d = Dispatcher::open(quick(f));
-  ASSERT_TRUE(d.ok());
-  ASSERT_TRUE((*d)->start(batch_of(f, 8), server_at(fake, 3), f.open_output()).ok());
-  ASSERT_TRUE(wait_done(f));
+  EXPECT_TRUE(d.ok());
+  EXPECT_TRUE((*d)->start(batch_of(f, parallel), server_at(fake, max_parallel), f.open_output()).ok());
+  EXPECT_TRUE(wait_done(f));
   expect_exactly_once(f);
-  EXPECT_EQ(fake.max_in_flight(), 3) << "--parallel 8, bounded by the server's max_parallel 3";
+  return fake.max_in_flight();
+}
 
-  BatchFixture g(12);
-  FakeLlm other([](int, const std::string&) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(15));
-    return FakeLlm::Reply{"200 OK", completion(1)};
-  });
-  auto e = Dispatcher::open(quick(g));
-  ASSERT_TRUE(e.ok());
-  ASSERT_TRUE((*e)->start(batch_of(g, 2), server_at(other, 8), g.open_output()).ok());
-  ASSERT_TRUE(wait_done(g));
-  EXPECT_EQ(other.max_in_flight(), 2) << "bounded by the batch's --parallel 2";
+TEST(Dispatch, NeverHasMoreInFlightThanTheServerAllows) {
+  EXPECT_EQ(most_in_flight(24, 8, 3), 3) << "--parallel 8, bounded by the server's max_parallel 3";
+  EXPECT_EQ(most_in_flight(12, 2, 8), 2) << "bounded by the batch's --parallel 2";
 }
 
 TEST(Dispatch, AServerErrorIsSentAgainAndTheAnswerAfterItKept) {

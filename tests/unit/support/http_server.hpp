@@ -19,6 +19,20 @@
 
 namespace tarmac::testing {
 
+// A listening TCP socket on 127.0.0.1 and a port the kernel chose (set in `port`).
+inline int listen_on_loopback(int backlog, unsigned& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::listen(fd, backlog);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  port = ntohs(addr.sin_port);
+  return fd;
+}
+
 class HttpServer {
  public:
   // status: the answer's status line after "HTTP/1.1 "; silent: accept and never answer.
@@ -46,15 +60,7 @@ class HttpServer {
 
  private:
   HttpServer(bool silent, std::string answer) : answer_(std::move(answer)), silent_(silent) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    ::listen(fd_, 8);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    fd_ = listen_on_loopback(8, port_);
     thread_ = std::thread([this] { serve(); });
   }
 
@@ -119,15 +125,7 @@ class FakeLlm {
   using Handler = std::function<Reply(int number, const std::string& request)>;
 
   explicit FakeLlm(Handler handler) : handler_(std::move(handler)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    ::listen(fd_, 128);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    fd_ = listen_on_loopback(128, port_);
     acceptor_ = std::thread([this] { accept_loop(); });
   }
   FakeLlm(const FakeLlm&) = delete;
