@@ -106,6 +106,7 @@ struct Dispatcher::Run {
   std::mutex m;                     // guards what follows
   std::condition_variable cv;       // stop(), a window, a backoff
   bool stopping = false;
+  bool stopped = false;             // by stop(): its workers have ended; go() starts them again
   bool waiting_for_window = false;
   unsigned workers_left = 0;
   unsigned in_flight = 0;
@@ -127,7 +128,7 @@ Dispatcher::~Dispatcher() {
     std::lock_guard lock(runs_mutex_);
     for (const auto& [id, run] : runs_) ids.push_back(id);
   }
-  for (const long long id : ids) (void)stop(id);
+  for (const long long id : ids) (void)release(id);
 }
 
 void Dispatcher::log(util::LogLevel level, const std::string& message) const {
@@ -157,36 +158,74 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
     run->batch.reason = fmt::format("sending to server {} ({})", batch.server, server.url);
     TARMAC_TRY(db_.save(run->batch));
   }
-  const unsigned n = std::max(1U, std::min(batch.parallel, server.max_parallel));
-  Run* r = run.get();
-  {
-    std::lock_guard lock(r->m);
-    r->workers_left = n;
-    for (unsigned i = 0; i < n; ++i) r->workers.emplace_back([this, r] { work(*r); });
-  }
+  start_workers(*run);
   std::lock_guard lock(runs_mutex_);
   runs_[batch.id] = std::move(run);
   return reconciled;
 }
 
+// min(--parallel, max_parallel) workers for `run`, which has none running.
+void Dispatcher::start_workers(Run& run) {
+  const unsigned n = std::max(1U, std::min(run.batch.parallel, run.server.max_parallel));
+  std::lock_guard lock(run.m);
+  run.stopping = false;
+  run.stopped = false;
+  run.cancel = false;
+  run.waiting_for_window = false;
+  run.workers.clear();
+  run.workers_left = n;
+  for (unsigned i = 0; i < n; ++i) run.workers.emplace_back([this, &run] { work(run); });
+}
+
 long long Dispatcher::stop(long long id) {
-  std::unique_ptr<Run> run;
+  // The map is not held while the workers end (up to a second): holds() and the rest go on.
+  Run* run = nullptr;
   {
     std::lock_guard lock(runs_mutex_);
     const auto it = runs_.find(id);
     if (it == runs_.end()) return 0;
-    run = std::move(it->second);
-    runs_.erase(it);
-  }
-  {
-    std::lock_guard lock(run->m);
+    run = it->second.get();
+    std::lock_guard run_lock(run->m);
+    if (run->stopped || run->stopping) return 0;
     run->stopping = true;
     run->cancel = true;
   }
   run->cv.notify_all();
   for (auto& t : run->workers) t.join();
-  std::lock_guard db_lock(db_mutex_);  // the ledger (and the output with it) goes under the lock it is used under
+  std::lock_guard lock(run->m);
+  run->stopped = true;
+  run->workers.clear();
   const long long interrupted = run->interrupted;
+  run->interrupted = 0;
+  return interrupted;
+}
+
+Result<void> Dispatcher::go(long long id) {
+  Run* run = nullptr;
+  {
+    std::lock_guard lock(runs_mutex_);
+    const auto it = runs_.find(id);
+    if (it == runs_.end()) return make_error(Error::Code::NotFound, fmt::format("batch {} is not held", id));
+    run = it->second.get();
+    std::lock_guard run_lock(run->m);
+    if (!run->stopped) return {};  // being sent
+  }
+  set_reason(*run, fmt::format("sending to server {} ({})", run->batch.server, run->server.url));
+  start_workers(*run);
+  return {};
+}
+
+long long Dispatcher::release(long long id) {
+  const long long interrupted = stop(id);
+  std::unique_ptr<Run> run;
+  {
+    std::lock_guard lock(runs_mutex_);
+    const auto it = runs_.find(id);
+    if (it == runs_.end()) return interrupted;
+    run = std::move(it->second);
+    runs_.erase(it);
+  }
+  std::lock_guard db_lock(db_mutex_);  // the ledger (and the output with it) goes under the lock it is used under
   run.reset();
   return interrupted;
 }
@@ -204,7 +243,7 @@ void Dispatcher::reap_finished() {
     std::lock_guard lock(runs_mutex_);
     for (auto it = runs_.begin(); it != runs_.end();) {
       std::lock_guard run_lock(it->second->m);
-      if (it->second->workers_left == 0) {
+      if (it->second->workers_left == 0 && !it->second->stopping && !it->second->stopped) {
         done.push_back(std::move(it->second));
         it = runs_.erase(it);
       } else {

@@ -9,7 +9,8 @@
 //
 // stop() is the one way a batch's sending ends early (cancel, and later the yield of its GPUs): no
 // request is sent any more, the in-flight ones are cancelled (their connections closed, which is how
-// llama-server and Ollama cancel a generation), and they go back to pending.
+// llama-server and Ollama cancel a generation), and they go back to pending. The output stays with
+// the dispatcher: go() sends again (after a yield), release() closes it (cancel).
 #pragma once
 
 #include <atomic>
@@ -64,13 +65,18 @@ class Dispatcher {
   // nothing is in flight any more), and starts sending the batch's pending requests to `server`.
   [[nodiscard]] Result<Reconciled> start(const Batch& batch, const ServerConfig& server, util::Fd output);
 
-  // Stops batch `id`'s sending: nothing more is sent, the requests in flight are cancelled (their
-  // connections closed) and go back to pending, and the output is closed. Returns once the batch's
-  // threads have ended (within about a second: libcurl looks at the cancel flag that often when
-  // nothing arrives). How many requests were interrupted; 0 for a batch not being sent.
+  // Stops batch `id`'s sending: nothing more is sent, and the requests in flight are cancelled
+  // (their connections closed) and go back to pending. The output stays held (go() sends again).
+  // Returns once the batch's threads have ended: within about a second (libcurl looks at the cancel
+  // flag that often while nothing arrives). How many requests were interrupted; 0 for a batch not
+  // being sent.
   long long stop(long long id);
+  // Sends stopped batch `id` again; an error when the dispatcher does not hold it.
+  [[nodiscard]] Result<void> go(long long id);
+  // stop(), then closes the output: the dispatcher lets batch `id` go (cancel).
+  long long release(long long id);
 
-  // Whether the dispatcher holds batch `id`'s output (it is being sent, or has just ended).
+  // Whether the dispatcher holds batch `id`'s output (being sent, or stopped).
   [[nodiscard]] bool holds(long long id);
 
   struct Run;  // one batch being sent (dispatch.cpp)
@@ -78,6 +84,7 @@ class Dispatcher {
  private:
   explicit Dispatcher(DispatchOptions options, BatchDb db);
   void reap_finished();
+  void start_workers(Run& run);
   void work(Run& run);
   [[nodiscard]] bool wait_for_window(Run& run);
   void set_reason(Run& run, const std::string& reason);

@@ -361,7 +361,7 @@ json Service::cancel(const sched::Peer& peer, const json& req) {
     return failure("ended", fmt::format("batch {} has already ended ({})", batch.id, to_string(batch.state)));
   }
   // Nothing more is sent or written (the output is closed); the requests in flight go back to pending.
-  const long long interrupted = dispatcher_->stop(batch.id);
+  const long long interrupted = dispatcher_->release(batch.id);
   auto now = db_.batch(batch.id);  // the dispatcher may have ended it meanwhile
   if (!now.ok() || !*now) return failure("io", now.ok() ? "the batch is gone" : now.error().message);
   batch = std::move(**now);

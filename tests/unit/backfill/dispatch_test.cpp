@@ -228,7 +228,8 @@ TEST(Dispatch, AServerThatIsNotThereIsAConnectionErrorAfterTheRetries) {
 
 TEST(Dispatch, StopClosesTheConnectionsInFlightAndPutsTheirRequestsBackToPending) {
   BatchFixture f(10);
-  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", "", true}; });
+  std::atomic<bool> hang{true};
+  FakeLlm fake([&](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1), hang.load()}; });
   auto d = Dispatcher::open(quick(f));
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE((*d)->start(batch_of(f, 3), server_at(fake), f.open_output()).ok());
@@ -238,7 +239,6 @@ TEST(Dispatch, StopClosesTheConnectionsInFlightAndPutsTheirRequestsBackToPending
   EXPECT_LT(util::monotonic_ms() - t0, 1500) << "libcurl sees the cancel flag within about a second";
   EXPECT_TRUE(FakeLlm::wait_for([&] { return fake.closed_by_client() == 3; }))
       << "the server sees each connection closed, which cancels its generation";
-  EXPECT_FALSE((*d)->holds(f.id()));
   auto db = f.open_db();
   auto progress = db.progress(f.id());
   ASSERT_TRUE(progress.ok());
@@ -247,6 +247,28 @@ TEST(Dispatch, StopClosesTheConnectionsInFlightAndPutsTheirRequestsBackToPending
   EXPECT_EQ(f.output(), "");
   EXPECT_EQ(fake.requests(), 3) << "nothing more is sent";
   EXPECT_EQ((*d)->stop(f.id()), 0) << "a batch not being sent";
+
+  // The output stays held: go() sends the rest (what a yield's end will do), each once.
+  EXPECT_TRUE((*d)->holds(f.id()));
+  hang = false;
+  ASSERT_TRUE((*d)->go(f.id()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 13);
+  EXPECT_FALSE((*d)->go(12345).ok());
+}
+
+TEST(Dispatch, ReleaseStopsAndClosesTheOutput) {
+  BatchFixture f(4);
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", "", true}; });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 2), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return fake.hanging() == 2; }));
+  EXPECT_EQ((*d)->release(f.id()), 2);
+  EXPECT_FALSE((*d)->holds(f.id()));
+  EXPECT_EQ(f.open_db().progress(f.id())->pending, 4);
+  EXPECT_EQ((*d)->release(f.id()), 0);
 }
 
 TEST(Dispatch, SendsOnlyInsideTheBatchsWindow) {

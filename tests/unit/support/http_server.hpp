@@ -226,12 +226,13 @@ class FakeLlm {
         if (stop_) break;
       }
       --hanging_;
+      --in_flight_;
     } else {
+      --in_flight_;  // before the answer goes: the client may send its next request at once
       const std::string answer = "HTTP/1.1 " + reply.status + "\r\nContent-Type: application/json\r\nContent-Length: " +
                                  std::to_string(reply.body.size()) + "\r\nConnection: close\r\n\r\n" + reply.body;
       (void)::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
     }
-    --in_flight_;
     ::close(c);
   }
 
