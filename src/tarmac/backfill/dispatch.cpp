@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <deque>
 #include <fmt/format.h>
 #include <optional>
 
@@ -108,10 +109,15 @@ struct Dispatcher::Run {
   bool stopping = false;
   bool stopped = false;             // by stop(): its workers have ended; go() starts them again
   bool waiting_for_window = false;
-  unsigned workers_left = 0;
+  unsigned workers_left = 0;  // threads not yet ended: the senders and the writer
+  unsigned senders_left = 0;
   unsigned in_flight = 0;
   long long interrupted = 0;
-  std::vector<std::thread> workers;
+  // Answers the senders got, for the writer: a sender goes on to its next request while the
+  // ledger writes, fsyncs and commits (the server's slot is not left idle meanwhile). Their
+  // requests stay in flight in the store until written: a crash sends them again.
+  std::deque<Answer> to_write;
+  std::vector<std::thread> workers;  // the senders and the writer
 };
 
 Result<std::unique_ptr<Dispatcher>> Dispatcher::open(DispatchOptions options) {
@@ -173,8 +179,10 @@ void Dispatcher::start_workers(Run& run) {
   run.cancel = false;
   run.waiting_for_window = false;
   run.workers.clear();
-  run.workers_left = n;
+  run.senders_left = n;
+  run.workers_left = n + 1;
   for (unsigned i = 0; i < n; ++i) run.workers.emplace_back([this, &run] { work(run); });
+  run.workers.emplace_back([this, &run] { write_answers(run); });
 }
 
 long long Dispatcher::stop(long long id) {
@@ -276,20 +284,21 @@ void Dispatcher::work(Run& run) {
     }
     std::unique_lock lock(run.m);
     if (!request && !failed) break;  // nothing left to send
-    bool answered = false;
     if (request) {
       ++run.in_flight;
       lock.unlock();
-      answered = send(run, *request);
+      send(run, *request);
       lock.lock();
       --run.in_flight;
-    }
-    if (!answered && !run.stopping) {
-      // The answer could not be written (a full disk), or the store failed: wait, as for a retry.
+    } else {
+      // The store failed: wait, as for a retry.
       run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, 1)), [&] { return run.stopping; });
     }
   }
-  finish_worker(run);
+  std::lock_guard lock(run.m);
+  --run.senders_left;
+  --run.workers_left;
+  run.cv.notify_all();  // the writer ends once the senders have and their answers are written
 }
 
 // False when the batch is stopped while it waits for its window.
@@ -327,9 +336,9 @@ void Dispatcher::set_reason(Run& run, const std::string& reason) {
   if (auto r = db_.save(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
 }
 
-// Sends `request` (again after a retryable failure, up to the server's retries) and writes its answer.
-// False when it was not answered: stopped (it is pending again), or its line could not be written.
-bool Dispatcher::send(Run& run, const Sendable& request) {
+// Sends `request` (again after a retryable failure, up to the server's retries) and hands its
+// answer to the writer; a request cancelled by stop() goes back to pending.
+void Dispatcher::send(Run& run, const Sendable& request) {
   net::Request http;
   http.method = "POST";
   http.url = request_url(run.server, request.row.endpoint);
@@ -349,37 +358,70 @@ bool Dispatcher::send(Run& run, const Sendable& request) {
       break;
     }
   }
-  std::lock_guard db_lock(db_mutex_);
   if (outcome.kind == Outcome::Kind::Cancelled) {
-    if (auto r = db_.back_to_pending(run.batch.id, request.row.index, "interrupted: the batch's sending was stopped");
-        !r.ok()) {
-      log(util::LogLevel::Warning, r.error().message);  // still in flight in the store: resume puts it back
-    }
+    put_back(run, request.row.index, "interrupted: the batch's sending was stopped");
     std::lock_guard lock(run.m);
     ++run.interrupted;
-    return false;
-  }
-  outcome.answer.ended_ms = util::wall_ms();
-  auto written = run.ledger->complete(outcome.answer);
-  if (written.ok()) return true;
-  log(util::LogLevel::Warning, fmt::format("backfill: batch {}: the answer to {} could not be written, it will be "
-                                           "sent again: {}",
-                                           run.batch.id, request.row.custom_id, written.error().message));
-  if (auto r = db_.back_to_pending(run.batch.id, request.row.index, written.error().message); !r.ok()) {
-    log(util::LogLevel::Warning, r.error().message);
-  }
-  return false;
-}
-
-// The last worker out of a batch that was not stopped marks it done when nothing is left to send.
-void Dispatcher::finish_worker(Run& run) {
-  std::unique_lock lock(run.m);
-  const bool last = run.workers_left == 1;
-  if (!last || run.stopping) {
-    --run.workers_left;
     return;
   }
+  outcome.answer.ended_ms = util::wall_ms();
+  std::lock_guard lock(run.m);
+  run.to_write.push_back(std::move(outcome.answer));
+  run.cv.notify_all();
+}
+
+void Dispatcher::put_back(Run& run, long long index, const std::string& why) {
+  std::lock_guard db_lock(db_mutex_);
+  if (auto r = db_.back_to_pending(run.batch.id, index, why); !r.ok()) {
+    log(util::LogLevel::Warning, r.error().message);  // still in flight in the store: resume puts it back
+  }
+}
+
+// The writer: each answer through the ledger, in the order they came, until the senders have ended
+// and every answer is written; then, unless stopped, the batch is done.
+void Dispatcher::write_answers(Run& run) {
+  std::unique_lock lock(run.m);
+  for (;;) {
+    run.cv.wait(lock, [&] { return !run.to_write.empty() || run.senders_left == 0; });
+    if (run.to_write.empty()) break;
+    Answer answer = std::move(run.to_write.front());
+    run.to_write.pop_front();
+    lock.unlock();
+    write_answer(run, answer);
+    lock.lock();
+  }
+  const bool stopping = run.stopping;
   lock.unlock();
+  if (!stopping) mark_done(run);
+  lock.lock();
+  --run.workers_left;
+}
+
+// Writes `answer` (ledger.hpp), again after a wait while it fails (a full disk): the server's answer
+// is kept rather than asked for again. Once the batch is stopped, a failure puts it back to pending.
+void Dispatcher::write_answer(Run& run, const Answer& answer) {
+  for (int failures = 1;; ++failures) {
+    auto written = [&] {
+      std::lock_guard db_lock(db_mutex_);
+      return run.ledger->complete(answer);
+    }();
+    if (written.ok()) return;
+    if (failures == 1) {
+      log(util::LogLevel::Warning, fmt::format("backfill: batch {}: the answer to {} cannot be written yet: {}",
+                                               run.batch.id, answer.custom_id, written.error().message));
+    }
+    std::unique_lock lock(run.m);
+    if (run.stopping || run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, failures)),
+                                        [&] { return run.stopping; })) {
+      lock.unlock();
+      put_back(run, answer.index, written.error().message);
+      return;
+    }
+  }
+}
+
+// Every request answered: the batch is done.
+void Dispatcher::mark_done(Run& run) {
   bool done = false;
   {
     std::lock_guard db_lock(db_mutex_);
@@ -396,8 +438,6 @@ void Dispatcher::finish_worker(Run& run) {
     }
   }
   if (done && opt_.on_done) opt_.on_done(run.batch.id);
-  lock.lock();
-  --run.workers_left;
 }
 
 }  // namespace tarmac::backfill

@@ -2,8 +2,9 @@
 // output the agent holds, up to min(--parallel, the server's max_parallel) requests at once, each on
 // a worker thread of its own with net::perform (so neither the socket's thread nor the sampler ever
 // waits on a server), only inside the batch's --window. Every answer goes through the batch's
-// Ledger, one at a time (the ledger's writes and the store's commits are serialized), so each
-// custom_id is in the output exactly once. A 5xx answer, a lost connection and a timeout are sent
+// Ledger on the batch's writer thread, one at a time (the ledger's writes and the store's commits
+// are serialized, and a sender goes on to its next request meanwhile), so each custom_id is in the
+// output exactly once. A 5xx answer, a lost connection and a timeout are sent
 // again after 1s, 2s, 4s ... up to the server's `retries`, then written with their error; any other
 // answer is written at once.
 //
@@ -88,8 +89,11 @@ class Dispatcher {
   void work(Run& run);
   [[nodiscard]] bool wait_for_window(Run& run);
   void set_reason(Run& run, const std::string& reason);
-  [[nodiscard]] bool send(Run& run, const Sendable& request);
-  void finish_worker(Run& run);
+  void send(Run& run, const Sendable& request);
+  void put_back(Run& run, long long index, const std::string& why);
+  void write_answers(Run& run);
+  void write_answer(Run& run, const Answer& answer);
+  void mark_done(Run& run);
   void log(util::LogLevel level, const std::string& message) const;
 
   DispatchOptions opt_;
