@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <fmt/format.h>
 #include <map>
 #include <set>
@@ -187,6 +188,26 @@ TEST(Dispatch, AClientErrorIsWrittenAtOnceWithItsBody) {
   const auto lines = output_lines(f);
   EXPECT_EQ(lines[0]["response"]["body"]["error"]["message"], "context too long");
   EXPECT_EQ(lines[0]["error"]["code"], "http_400");
+}
+
+TEST(Dispatch, AnAnswerThatCannotBeWrittenIsKeptAndWrittenLaterNotAskedForAgain) {
+  BatchFixture f(5);
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
+  DispatchOptions o = quick(f);
+  std::atomic<int> writes{0};
+  o.io.pwrite = [&](int fd, const void* data, std::size_t n, off_t at) -> ssize_t {
+    if (++writes <= 4) {  // the disk is full for the first four writes
+      errno = ENOSPC;
+      return -1;
+    }
+    return ::pwrite(fd, data, n, at);
+  };
+  auto d = Dispatcher::open(o);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 2), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 5) << "each answer was kept while the disk was full";
 }
 
 TEST(Dispatch, AServerThatHangsIsCutAtTheTimeoutRetriedThenWrittenAsATimeout) {
