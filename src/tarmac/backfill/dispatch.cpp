@@ -186,7 +186,7 @@ void Dispatcher::start_workers(Run& run) {
 }
 
 long long Dispatcher::stop(long long id) {
-  // The map is not held while the workers end (up to a second): holds() and the rest go on.
+  // The map is not held while the workers end (up to a second); only this thread removes runs.
   Run* run = nullptr;
   {
     std::lock_guard lock(runs_mutex_);

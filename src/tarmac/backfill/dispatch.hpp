@@ -55,6 +55,8 @@ struct DispatchOptions {
 // Minutes from `minute` until `window` opens (0 when open).
 [[nodiscard]] int minutes_until_open(std::string_view window, int minute);
 
+// start(), stop(), go(), release() and holds() are called from one thread (the agent's socket
+// thread); the dispatcher's own threads only send, write and mark batches done.
 class Dispatcher {
  public:
   [[nodiscard]] static Result<std::unique_ptr<Dispatcher>> open(DispatchOptions options);
