@@ -34,6 +34,18 @@ WANT=(
   trixie:gpustat=1.1.1-2
   trixie:python3-pynvml=12.550.89-3
 )
+# `peers.sh --llama-server`: llama.cpp's llama-server (a real OpenAI-compatible LLM server that runs
+# on CPU, for the backfill tests) instead, in its own cache folder ($P/llama-server). Debian has it
+# only in sid, built against a newer glibc than bookworm's: sid's own loader, libc and libraries
+# come with it, unpacked beside it (../shared/notes/llama-server.md, route 1), and
+# $P/llama-server/bin/llama-server runs it through them. Nothing is installed.
+llama=
+if [[ ${1:-} == --llama-server ]]; then
+  llama=1
+  P=$P/llama-server
+  WANT=(sid:llama.cpp-tools sid:libllama0 sid:libggml0 sid:libc6 sid:libstdc++6 sid:libgcc-s1 sid:libgomp1
+        sid:libssl3t64 sid:libzstd1 sid:zlib1g)
+fi
 spec=$(printf '%s\n' "${WANT[@]}")
 
 # system_mirror: the Debian archive of this machine's apt sources, or nothing. A release suite
@@ -88,6 +100,36 @@ if [[ ${1:-} == --mirrors ]]; then
   printf '%s\n' "${mirrors[@]}"
   exit 0
 fi
+
+# llama_wrapper: bin/llama-server, which runs sid's llama-server through sid's loader with only the
+# unpacked libraries; refuses (exit 1) when any library would come from the system instead.
+llama_wrapper() {
+  local lib=$P/x/libc6/usr/lib/x86_64-linux-gnu path="" d
+  for d in "$P"/x/*/usr/lib/x86_64-linux-gnu "$P"/x/*/usr/lib/x86_64-linux-gnu/llama; do
+    [[ -d $d ]] && path+=${path:+:}$d
+  done
+  # ggml looks for its CPU backends next to the executable, which under an explicit loader is the
+  # loader's own folder: the variants are linked there, and ggml picks the best one for this CPU.
+  for d in "$P"/x/libggml0/usr/lib/x86_64-linux-gnu/ggml/*/libggml-cpu-*.so \
+           "$P"/x/libggml0/usr/lib/x86_64-linux-gnu/libggml-cpu-*.so; do
+    [[ -f $d ]] && ln -sfn "$d" "$lib/${d##*/}"
+  done
+  mkdir -p "$P/bin"
+  cat >"$P/bin/llama-server" <<WRAP
+#!/bin/sh
+# Written by scripts/peers.sh --llama-server: sid's llama-server through sid's own loader.
+exec "$lib/ld-linux-x86-64.so.2" --library-path "$path" "$P/x/llama.cpp-tools/usr/bin/llama-server" "\$@"
+WRAP
+  chmod 755 "$P/bin/llama-server"
+  local listed outside
+  listed=$("$lib/ld-linux-x86-64.so.2" --library-path "$path" --list "$P/x/llama.cpp-tools/usr/bin/llama-server") || {
+    echo "peers: sid's loader cannot list llama-server's libraries" >&2; return 1; }
+  outside=$(awk '/=>/ && $3 !~ "^'"$P"'/" {print $1}' <<<"$listed")
+  if [[ -n $outside ]]; then
+    echo "peers: llama-server would load these from outside $P (sid renamed a package?): $outside" >&2
+    return 1
+  fi
+}
 
 mkdir -p "$P"
 exec 9>"$P/.lock"
@@ -174,5 +216,6 @@ mv -f "$manifest.tmp" "$manifest"
 for d in "$P"/debs/*.deb; do
   [[ -f $d && -z ${keep[${d##*/}]:-} ]] && rm -f "$d"
 done
+[[ -z $llama ]] || llama_wrapper
 printf '%s\n' "$spec" >"$P/.complete"
 echo "$P"

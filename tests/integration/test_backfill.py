@@ -17,6 +17,7 @@ import socket
 import stat
 import subprocess
 import threading
+import time
 import unittest
 
 from devtools import demoted
@@ -44,7 +45,9 @@ else:
         if mode == "sealed":
             import fcntl
             fcntl.fcntl(inp, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
-    req = {"op": "backfill_submit", "model": "m", "output_path": output}
+    hour = (__import__("time").localtime().tm_hour + 3) % 24  # closed_window(): never sent
+    req = {"op": "backfill_submit", "model": "m", "output_path": output,
+           "window": f"{hour:02d}:00-{(hour + 1) % 24:02d}:00"}
     fds = [inp, out]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(path)
@@ -59,6 +62,13 @@ print(answer.decode().strip())
 '''
 
 
+def closed_window():
+    """A --window that is not now (local time): the batches here stay unsent, so what they check is
+    the queue alone; test_backfill_llama.py sends them."""
+    hour = (time.localtime().tm_hour + 3) % 24
+    return f"{hour:02d}:00-{(hour + 1) % 24:02d}:00"
+
+
 def request_line(custom_id, prompt="Say hi"):
     return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
                        "body": {"messages": [{"role": "user", "content": prompt}], "max_tokens": 8}})
@@ -66,8 +76,12 @@ def request_line(custom_id, prompt="Say hi"):
 
 class BatchCommands:
     """`tarmac backfill` for the test classes below (a mixin of AgentQueueTest's)."""
+    # A server nobody listens on: the batches here wait outside their window, never sent.
+    config = '\n[backfill.server.local]\nurl = "http://127.0.0.1:9"\n'
 
     def backfill(self, *args):
+        if args and args[0] == "submit" and "--window" not in args:
+            args = (*args, "--window", closed_window())
         return self.tarmac("backfill", *args)
 
     def status_json(self, batch_id=None):
@@ -104,14 +118,16 @@ class BackfillBatches(BatchCommands, AgentQueueTest):
     def test_a_batch_is_recorded_survives_kill_nine_and_is_cancelled(self):
         inp = self.write_input([request_line(f"doc-{i}") for i in range(5)])
         out = self.tmp / "answers.jsonl"
+        window = closed_window()
         r = self.backfill("submit", "--model", "llama3", "--input", inp, "--output", str(out), "--name", "nightly",
-                          "--window", "00:00-06:00", "--parallel", "4")
+                          "--window", window, "--parallel", "4")
         self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
         self.assertRegex(r.stdout, r"batch \d+ queued: 5 requests for llama3")
         self.assertEqual(stat.S_IMODE(out.stat().st_mode), 0o600, "the answers are the submitter's alone")
         batch = self.status_json()["batches"][0]
         self.assertEqual((batch["pending"], batch["done"], batch["requests"]), (5, 0, 5))
-        self.assertEqual((batch["name"], batch["window"], batch["parallel"]), ("nightly", "00:00-06:00", 4))
+        self.assertEqual((batch["name"], batch["window"], batch["parallel"]), ("nightly", window, 4))
+        self.assertEqual(batch["server"], "local", "the only configured server is the default")
         self.assertEqual(batch["output"], str(out))
         text = self.backfill("status", str(batch["id"]))
         self.assertIn("5 pending", text.stdout)
@@ -169,6 +185,15 @@ class BackfillBatches(BatchCommands, AgentQueueTest):
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertFalse(gone.exists(), "no agent was reached: nothing is queued")
 
+    def test_a_server_that_is_not_configured_is_refused_at_submit(self):
+        inp = self.write_input([request_line("a")])
+        out = self.tmp / "never.jsonl"
+        r = self.backfill("submit", "--model", "m", "--input", inp, "--output", str(out), "--server", "elsewhere")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("no server 'elsewhere' is configured (configured: local)", r.stderr)
+        self.assertFalse(out.exists())
+        self.assertEqual(self.status_json()["batches"], [])
+
     def test_texts_and_a_template_become_requests(self):
         texts = self.tmp / "texts.json"
         texts.write_text(json.dumps(["first", "second", "third"]))
@@ -185,11 +210,12 @@ class BackfillBatches(BatchCommands, AgentQueueTest):
     def test_results_come_in_input_order(self):
         inp = self.write_input([request_line(f"r{i}") for i in range(3)])
         out = self.tmp / "o.jsonl"
-        r = self.tarmac("--json", "backfill", "submit", "--model", "m", "--input", inp, "--output", str(out))
+        r = self.tarmac("--json", "backfill", "submit", "--model", "m", "--input", inp, "--output", str(out),
+                        "--window", closed_window())
         self.assertEqual(r.returncode, 0, r.stderr)
         batch_id = json.loads(r.stdout)["id"]
-        # Lines as a server would have answered them, out of order (written here by hand: no server
-        # sends yet), plus one that is not this batch's.
+        # Lines as a server would have answered them, out of order (written here by hand: the batch
+        # waits for its window), plus one that is not this batch's.
         lines = [{"id": f"batch_req_{batch_id}_{i}", "custom_id": f"r{i}", "response": None, "error": None}
                  for i in (2, 0, 1)]
         out.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"id": "someone else"}\n')

@@ -11,7 +11,7 @@ The rule, from docs/ARCHITECTURE.md:
          -> store -> gpu -> {host, nvml} -> util
 
 narrowed by its paragraph: config knows the option structs of agent, alerts, sched, store, diagnose
-and gpu; sched sits over agent (its log sink, until it includes util/log.hpp), store and gpu and
+and gpu, backfill's servers, and checks URLs with net's check_url; sched sits over agent (its log sink, until it includes util/log.hpp), store and gpu and
 knows neither alerts nor serve; alerts sits over store, gpu and net (the HTTP client, which sits
 over util alone); reap sits over store, gpu and host
 alone (the CLI hands it the scheduler's leases); serve over report, store and gpu and
@@ -44,7 +44,7 @@ ALLOWED = {
     "sched": {"report", "diagnose", "store"} | BELOW_STORE,
     "serve": {"report", "diagnose", "store"} | BELOW_STORE,
     "backfill": {"sched", "net", "report", "diagnose", "store"} | BELOW_STORE,
-    "config": {"agent", "alerts", "sched", "store", "diagnose", "reap"} | BELOW_STORE,
+    "config": {"agent", "alerts", "sched", "backfill", "net", "store", "diagnose", "reap"} | BELOW_STORE,
     "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "backfill", "report", "agent", "diagnose", "store", "net"}
     | BELOW_STORE,
     "apps": {"cli"},

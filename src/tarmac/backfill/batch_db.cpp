@@ -209,12 +209,33 @@ Result<void> BatchDb::save(const Batch& batch) {
     s.bind(1, batch.id);
     bind_batch(s, batch);
     TARMAC_TRY(s.run());
-    if (!ended(batch.state)) return {};
-    TARMAC_TRY_ASSIGN(auto drop, db_.prepare("UPDATE backfill_request SET body = '' WHERE batch = ?1 AND body != ''"));
-    drop.bind(1, batch.id);
-    return drop.run();
+    return drop_bodies_if_ended(batch);
   };
   return in_transaction(update);
+}
+
+Result<void> BatchDb::save_run(const Batch& batch) {
+  const auto update = [&]() -> Result<void> {
+    TARMAC_TRY_ASSIGN(auto s, db_.prepare("UPDATE backfill_batch SET state = ?2, reason = ?3, started_unix_ms = ?4, "
+                                          "ended_unix_ms = ?5, gpu_ms = ?6, windows = ?7 WHERE id = ?1"));
+    s.bind(1, batch.id);
+    s.bind(2, to_string(batch.state));
+    s.bind(3, std::string_view(batch.reason));
+    s.bind(4, positive(batch.started_ms));
+    s.bind(5, positive(batch.ended_ms));
+    s.bind(6, batch.gpu_ms);
+    s.bind(7, std::string_view(batch.windows));
+    TARMAC_TRY(s.run());
+    return drop_bodies_if_ended(batch);
+  };
+  return in_transaction(update);
+}
+
+Result<void> BatchDb::drop_bodies_if_ended(const Batch& batch) {
+  if (!ended(batch.state)) return {};
+  TARMAC_TRY_ASSIGN(auto drop, db_.prepare("UPDATE backfill_request SET body = '' WHERE batch = ?1 AND body != ''"));
+  drop.bind(1, batch.id);
+  return drop.run();
 }
 
 Result<Holding> BatchDb::holding(std::optional<uid_t> uid) {

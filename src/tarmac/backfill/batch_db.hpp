@@ -62,6 +62,10 @@ class BatchDb {
   // ended drops its requests' bodies in the same transaction: nothing will send them, and the
   // store must not keep every prompt forever.
   [[nodiscard]] Result<void> save(const Batch& batch);
+  // Writes only what sending a batch moves: its state, reason, start, end, GPU time and windows
+  // (the dispatcher's copy of a batch must not write back the rest, which the socket's thread may
+  // have changed meanwhile). Drops the bodies of a batch that has ended, as save() does.
+  [[nodiscard]] Result<void> save_run(const Batch& batch);
 
   // What the unfinished batches of `uid` (nullopt: of everyone) hold.
   [[nodiscard]] Result<Holding> holding(std::optional<uid_t> uid);
@@ -93,6 +97,7 @@ class BatchDb {
  private:
   explicit BatchDb(store::Database db) : db_(std::move(db)) {}
   [[nodiscard]] Result<void> in_transaction(const std::function<Result<void>()>& body);
+  [[nodiscard]] Result<void> drop_bodies_if_ended(const Batch& batch);
   store::Database db_;
 };
 

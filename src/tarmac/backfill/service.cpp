@@ -206,6 +206,26 @@ Result<void> check_window(std::string_view w) {
   return {};
 }
 
+Result<std::string> pick_server(const BackfillConfig& config, const std::string& asked) {
+  std::vector<std::string> names;
+  for (const auto& [name, server] : config.servers) names.push_back(name);
+  if (names.empty()) {
+    return make_error(Error::Code::Invalid,
+                      "no LLM server is configured: add a [backfill.server.NAME] table with its url to the agent's "
+                      "configuration (docs/configuration.md) and restart the agent");
+  }
+  if (asked.empty()) {
+    if (names.size() == 1) return names.front();
+    return make_error(Error::Code::Invalid, fmt::format("name the server with --server (configured: {})",
+                                                        fmt::join(names, ", ")));
+  }
+  if (config.servers.count(asked) == 0) {
+    return make_error(Error::Code::Invalid, fmt::format("no server '{}' is configured (configured: {})", asked,
+                                                        fmt::join(names, ", ")));
+  }
+  return asked;
+}
+
 json batch_json(const Batch& b, const Progress& p, long long now_ms) {
   const long long answered = p.done + p.failed;
   const long long end = p.in_flight > 0 || p.pending > 0 ? now_ms : p.last_ended_ms;
@@ -245,9 +265,13 @@ json batch_json(const Batch& b, const Progress& p, long long now_ms) {
 
 Result<std::unique_ptr<Service>> Service::open(ServiceOptions options) {
   TARMAC_TRY_ASSIGN(auto db, BatchDb::open(options.db_path));
-  auto service = std::unique_ptr<Service>(new Service(std::move(options), std::move(db)));
+  if (options.dispatch.db_path.empty()) options.dispatch.db_path = options.db_path;
+  if (!options.dispatch.log) options.dispatch.log = options.log;
+  TARMAC_TRY_ASSIGN(auto dispatcher, Dispatcher::open(options.dispatch));
+  auto service = std::unique_ptr<Service>(new Service(std::move(options), std::move(db), std::move(dispatcher)));
   TARMAC_TRY_ASSIGN(auto unfinished, service->db_.batches(BatchDb::Which::Unfinished));
   for (auto& b : unfinished) {
+    b.state = BatchState::Queued;  // nothing sends it until its output is handed over again
     b.reason = fmt::format("the agent restarted: its output waits to be handed over again (tarmac backfill resume {} "
                            "--output FILE)",
                            b.id);
@@ -272,6 +296,23 @@ std::optional<json> Service::answer(const sched::Peer& peer, std::vector<util::F
   return std::nullopt;
 }
 
+json Service::answer_batch(long long id) {
+  auto batch = db_.batch(id);
+  if (!batch.ok()) return failure("io", batch.error().message);
+  if (!*batch) return failure("invalid", fmt::format("no batch {}", id));
+  return answer_batch(**batch);
+}
+
+Result<Reconciled> Service::send(const Batch& batch, util::Fd output) {
+  const auto server = opt_.config.servers.find(batch.server);
+  if (server == opt_.config.servers.end()) {
+    return make_error(Error::Code::Invalid, fmt::format("its server '{}' is no longer configured (a "
+                                                        "[backfill.server.{}] table)",
+                                                        batch.server, batch.server));
+  }
+  return dispatcher_->start(batch, server->second, std::move(output));
+}
+
 json Service::answer_batch(const Batch& b) {
   auto p = db_.progress(b.id);
   if (!p.ok()) return failure("io", p.error().message);
@@ -284,6 +325,9 @@ json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const 
   if (!fields.ok()) return failure("invalid", fields.error().message);
   Batch batch = std::move(*fields);
   if (auto room = room_for_a_batch(db_, peer.uid, opt_.quota); !room.ok()) return failure_of(room.error());
+  auto server = pick_server(opt_.config, batch.server);
+  if (!server.ok()) return failure("invalid", server.error().message);
+  batch.server = *server;
   auto output = check_output(fds[1].get(), peer.uid, true);
   if (!output.ok()) return failure("invalid", output.error().message);
   if (auto free = output_is_free(db_, *output); !free.ok()) return failure_of(free.error());
@@ -312,18 +356,24 @@ json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const 
   if (!own.ok()) return failure_of(own.error());
   batch.submitted_ms = util::wall_ms();
   batch.state = BatchState::Queued;
-  batch.reason = "queued: no server sends its requests yet (docs/backfill.md, \"Not built yet\")";
+  batch.reason = fmt::format("queued for server {}", batch.server);
   if (auto r = db_.create(batch, *requests); !r.ok()) {
     return failure("io", fmt::format("cannot record the batch in the store: {}", r.error().message));
   }
-  auto ledger = std::make_unique<Ledger>(db_, batch.id, std::move(*own));
-  if (auto r = ledger->reconcile(Ledger::InFlight::BackToPending); !r.ok()) {
-    log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", batch.id, r.error().message));
-  }
-  ledgers_[batch.id] = std::move(ledger);
-  log(util::LogLevel::Info, fmt::format("backfill: batch {} of {}: {} requests for {}", batch.id, batch.user,
-                                        batch.requests, batch.model));
-  return answer_batch(batch);
+  log(util::LogLevel::Info, fmt::format("backfill: batch {} of {}: {} requests for {} on server {}", batch.id,
+                                        batch.user, batch.requests, batch.model, batch.server));
+  if (auto sent = send(batch, std::move(*own)); !sent.ok()) not_sent(batch, sent.error());
+  return answer_batch(batch.id);
+}
+
+// A batch the dispatcher could not take (libcurl missing, its server gone): it waits, saying why,
+// for its owner to hand its output over again once that is mended.
+void Service::not_sent(Batch& batch, const Error& why) {
+  batch.state = BatchState::Queued;
+  batch.reason = fmt::format("not sent: {}; once that is mended: tarmac backfill resume {} --output FILE", why.message,
+                             batch.id);
+  log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", batch.id, batch.reason));
+  if (auto r = db_.save(batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
 }
 
 Result<Batch> Service::find(const sched::Peer& peer, const json& req) {
@@ -360,11 +410,18 @@ json Service::cancel(const sched::Peer& peer, const json& req) {
   if (ended(batch.state)) {
     return failure("ended", fmt::format("batch {} has already ended ({})", batch.id, to_string(batch.state)));
   }
+  // Nothing more is sent or written (the output is closed); the requests in flight go back to pending.
+  const long long interrupted = dispatcher_->release(batch.id);
+  auto now = db_.batch(batch.id);  // the dispatcher may have ended it meanwhile
+  if (!now.ok() || !*now) return failure("io", now.ok() ? "the batch is gone" : now.error().message);
+  batch = std::move(**now);
+  if (ended(batch.state)) {
+    return failure("ended", fmt::format("batch {} has already ended ({})", batch.id, to_string(batch.state)));
+  }
   batch.state = BatchState::Cancelled;
   batch.ended_ms = util::wall_ms();
-  batch.reason = "cancelled by " + user_name(peer.uid);
+  batch.reason = fmt::format("cancelled by {} ({} requests in flight interrupted)", user_name(peer.uid), interrupted);
   if (auto r = db_.save(batch); !r.ok()) return failure("io", r.error().message);
-  ledgers_.erase(batch.id);  // the output is closed: nothing more is written to it
   return answer_batch(batch);
 }
 
@@ -381,19 +438,18 @@ json Service::resume(const sched::Peer& peer, std::vector<util::Fd>& fds, const 
   if (auto same = check_same_output(db_, batch, fds[0].get(), *output); !same.ok()) {
     return failure("invalid", same.error().message);
   }
-  if (ledgers_.count(batch.id) > 0) return answer_batch(batch);  // the agent holds its output already
+  if (dispatcher_->holds(batch.id)) return answer_batch(batch);  // the agent holds its output already
   auto own = private_description(fds[0].get());
   if (!own.ok()) return failure_of(own.error());
-  auto ledger = std::make_unique<Ledger>(db_, batch.id, std::move(*own));
-  auto reconciled = ledger->reconcile(Ledger::InFlight::BackToPending);
-  if (!reconciled.ok()) return failure("io", reconciled.error().message);
-  ledgers_[batch.id] = std::move(ledger);
-  batch.reason = "queued: no server sends its requests yet (docs/backfill.md, \"Not built yet\")";
-  if (auto r = db_.save(batch); !r.ok()) return failure("io", r.error().message);
+  auto reconciled = send(batch, std::move(*own));
+  if (!reconciled.ok()) {
+    not_sent(batch, reconciled.error());
+    return failure("io", reconciled.error().message);
+  }
   log(util::LogLevel::Info, fmt::format("backfill: batch {}: output handed over again ({} lines adopted, {} bytes cut, "
                                         "{} lines missing sent again)",
                                         batch.id, reconciled->adopted, reconciled->cut_bytes, reconciled->lost));
-  return answer_batch(batch);
+  return answer_batch(batch.id);
 }
 
 }  // namespace tarmac::backfill

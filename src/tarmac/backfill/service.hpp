@@ -13,8 +13,9 @@
 #include <vector>
 
 #include "tarmac/backfill/batch_db.hpp"
-#include "tarmac/backfill/ledger.hpp"
+#include "tarmac/backfill/dispatch.hpp"
 #include "tarmac/backfill/quota.hpp"
+#include "tarmac/backfill/settings.hpp"
 #include "tarmac/sched/wire.hpp"
 #include "tarmac/util/fd.hpp"
 #include "tarmac/util/log.hpp"
@@ -26,7 +27,13 @@ struct ServiceOptions {
   util::LogSink log;
   InputLimits limits;
   BatchQuota quota;
+  BackfillConfig config;     // the servers batches may name
+  DispatchOptions dispatch;  // its db_path and log default to the ones above
 };
+
+// The server a batch that asks for `asked` ("" for the default) is sent to: the one configured of
+// that name; with none asked, the only one configured. The error names what is configured.
+[[nodiscard]] Result<std::string> pick_server(const BackfillConfig& config, const std::string& asked);
 
 // A batch's figures for people and scripts (`tarmac backfill status`), at `now_ms`.
 [[nodiscard]] nlohmann::json batch_json(const Batch& batch, const Progress& progress, long long now_ms);
@@ -37,9 +44,9 @@ struct ServiceOptions {
 
 class Service {
  public:
-  // Opens the batches' tables in the store at options.db_path and reads back the unfinished
-  // batches: their outputs were the agent's before it stopped, so each waits for its owner to hand
-  // it over again (`tarmac backfill resume`).
+  // Opens the batches' tables in the store at options.db_path, starts the dispatcher, and reads
+  // back the unfinished batches: their outputs were the agent's before it stopped, so each waits for
+  // its owner to hand it over again (`tarmac backfill resume`), and is then sent on.
   [[nodiscard]] static Result<std::unique_ptr<Service>> open(ServiceOptions options);
 
   // The answer to a backfill_* request from `peer` with descriptors `fds`; nullopt for other ops.
@@ -47,8 +54,11 @@ class Service {
                                                      const nlohmann::json& req);
 
  private:
-  Service(ServiceOptions options, BatchDb db)
-      : opt_(std::move(options)), db_(std::move(db)), input_rate_(opt_.quota.input_bytes_per_minute) {}
+  Service(ServiceOptions options, BatchDb db, std::unique_ptr<Dispatcher> dispatcher)
+      : opt_(std::move(options)),
+        db_(std::move(db)),
+        dispatcher_(std::move(dispatcher)),
+        input_rate_(opt_.quota.input_bytes_per_minute) {}
   nlohmann::json submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req);
   nlohmann::json status(const sched::Peer& peer, const nlohmann::json& req);
   nlohmann::json cancel(const sched::Peer& peer, const nlohmann::json& req);
@@ -56,11 +66,15 @@ class Service {
   // The batch `id` of the request when `peer` may act on it; else the failure to answer.
   [[nodiscard]] Result<Batch> find(const sched::Peer& peer, const nlohmann::json& req);
   [[nodiscard]] nlohmann::json answer_batch(const Batch& batch);
+  [[nodiscard]] nlohmann::json answer_batch(long long id);
+  // Hands batch `batch`'s output to the dispatcher, which sends its pending requests.
+  [[nodiscard]] Result<Reconciled> send(const Batch& batch, util::Fd output);
+  void not_sent(Batch& batch, const Error& why);
   void log(util::LogLevel level, const std::string& message) const;
 
   ServiceOptions opt_;
   BatchDb db_;
-  std::map<long long, std::unique_ptr<Ledger>> ledgers_;  // batches whose output the agent holds
+  std::unique_ptr<Dispatcher> dispatcher_;  // holds the outputs of the batches being sent
   InputRate input_rate_;
 };
 

@@ -256,11 +256,16 @@ alerts::Notice lease_notice(const sched::LeaseNotice& n) {
   return notice;
 }
 
-// Batches (docs/backfill.md) answered on the scheduler's socket and thread; none when their tables
-// cannot be opened (logged: the queue still runs).
-sched::MoreRequests backfill_requests(const std::string& db_path, const sched::SchedulerConfig& config) {
-  auto service = backfill::Service::open(
-      backfill::ServiceOptions{db_path, log_line, {}, backfill::quota_from(config)});
+// Batches (docs/backfill.md) answered on the scheduler's socket and thread, and sent to the
+// configured servers by the dispatcher's threads; none when their tables cannot be opened (logged:
+// the queue still runs).
+sched::MoreRequests backfill_requests(const std::string& db_path, const config::Config& cfg) {
+  backfill::ServiceOptions options;
+  options.db_path = db_path;
+  options.log = log_line;
+  options.quota = backfill::quota_from(cfg.scheduler);
+  options.config = cfg.backfill;
+  auto service = backfill::Service::open(std::move(options));
   if (!service.ok()) {
     log_line(util::LogLevel::Warning, fmt::format("backfill off: {}", service.error().message));
     return {};
@@ -285,7 +290,7 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
   dopts.open_backend = [&global] { return open_backend(global); };
   dopts.log = log_line;
   dopts.notify = [&alerter](const sched::LeaseNotice& n) { alerter.announce(lease_notice(n)); };
-  dopts.more_requests = backfill_requests(dopts.db_path, s.cfg.scheduler);
+  dopts.more_requests = backfill_requests(dopts.db_path, s.cfg);
   auto started = sched::Daemon::start(std::move(dopts));
   if (!started.ok()) {
     log_line(util::LogLevel::Warning,

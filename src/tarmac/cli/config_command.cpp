@@ -52,6 +52,14 @@ std::string config_toml(const config::Config& cfg, const std::vector<std::string
     }
     out += fmt::format("# {}\n{} = {}\n", key.doc, key.name, util::terminal_text(config::value_text(cfg, key)));
   }
+  // Each configured server: its name is a letters-and-digits word (config refuses any other).
+  for (const auto& [name, server] : cfg.backfill.servers) {
+    out += fmt::format("\n[backfill.server.{}]\n", name);
+    for (const auto& key : config::server_keys()) {
+      out += fmt::format("# {}\n{} = {}\n", key.doc, key.name,
+                         util::terminal_text(config::server_value_text(server, key)));
+    }
+  }
   return out;
 }
 
@@ -59,6 +67,12 @@ nlohmann::json config_json(const config::Loaded& loaded) {
   nlohmann::json values = nlohmann::json::object();
   for (const auto& key : config::keys()) {
     values[fmt::format("{}.{}", key.section, key.name)] = nlohmann::json::parse(config::value_text(loaded.config, key));
+  }
+  for (const auto& [name, server] : loaded.config.backfill.servers) {
+    for (const auto& key : config::server_keys()) {
+      values[fmt::format("backfill.server.{}.{}", name, key.name)] =
+          nlohmann::json::parse(config::server_value_text(server, key));
+    }
   }
   return nlohmann::json{{"files", loaded.files}, {"warnings", loaded.warnings}, {"values", values}};
 }

@@ -6,6 +6,7 @@
 #include "tarmac/config/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "tarmac/alerts/sinks.hpp"
+#include "tarmac/net/http_client.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/trusted_file.hpp"
 #include "tarmac/util/units.hpp"
@@ -441,7 +443,215 @@ Result<void> check_reaper(reap::ReaperConfig& reaper, bool warn_after_set, const
                                 util::format_duration_ms(reaper.idle_for_ms)));
 }
 
+// A key of a [backfill.server.NAME] table: read like the fixed keys (its Key gives the kind, the
+// bounds, the choices and the check; its setters are unused), set on one server.
+struct ServerKey {
+  Key key;
+  std::function<void(backfill::ServerConfig&, long long)> set;
+  std::function<long long(const backfill::ServerConfig&)> get;
+  std::function<void(backfill::ServerConfig&, const std::string&)> set_text;
+  std::function<std::string(const backfill::ServerConfig&)> get_text;
+};
+
+constexpr std::string_view kServerSection = "backfill.server.NAME";
+
+template <typename T>
+ServerKey server_number(std::string_view name, Kind kind, std::string_view doc, long long min, long long max,
+                        T backfill::ServerConfig::*member) {
+  return ServerKey{Key{{kServerSection, name, kind, doc}, min, max, nullptr, nullptr, nullptr, nullptr, {}, nullptr},
+                   [member](backfill::ServerConfig& s, long long v) { s.*member = static_cast<T>(v); },
+                   [member](const backfill::ServerConfig& s) { return static_cast<long long>(s.*member); },
+                   nullptr,
+                   nullptr};
+}
+
+ServerKey server_text(std::string_view name, Kind kind, std::string_view doc, std::vector<std::string_view> choices,
+                      std::function<void(backfill::ServerConfig&, const std::string&)> set,
+                      std::function<std::string(const backfill::ServerConfig&)> get,
+                      std::function<std::optional<std::string>(const std::string&)> check) {
+  return ServerKey{text_key(kServerSection, name, kind, doc, std::move(choices), nullptr, nullptr, std::move(check)),
+                   nullptr, nullptr, std::move(set), std::move(get)};
+}
+
+const std::vector<ServerKey>& server_table() {
+  using backfill::ServerConfig;
+  using backfill::ServerKind;
+  using backfill::ServerProtocol;
+  static const std::vector<ServerKey> keys = {
+      server_text(
+          "kind", Kind::Choice,
+          "\"external\": a server already running at url, which tarmac only sends to; \"managed\" (a server tarmac "
+          "starts on idle GPUs) is not built yet",
+          {"external", "managed"},
+          [](ServerConfig& s, const std::string& v) { s.kind = v == "managed" ? ServerKind::Managed : ServerKind::External; },
+          [](const ServerConfig& s) { return std::string(s.kind == ServerKind::Managed ? "managed" : "external"); },
+          [](const std::string& v) -> std::optional<std::string> {
+            if (v != "managed") return std::nullopt;
+            return "managed servers (started by tarmac on idle GPUs) are not built yet: start the server yourself "
+                   "and give its url (kind = \"external\")";
+          }),
+      server_text(
+          "protocol", Kind::Choice,
+          "\"openai\": /v1/chat/completions and /v1/completions (llama-server, vLLM and Ollama serve them); "
+          "\"ollama\" (Ollama's native /api/chat) is not built yet",
+          {"openai", "ollama"},
+          [](ServerConfig& s, const std::string& v) {
+            s.protocol = v == "ollama" ? ServerProtocol::Ollama : ServerProtocol::OpenAi;
+          },
+          [](const ServerConfig& s) { return std::string(s.protocol == ServerProtocol::Ollama ? "ollama" : "openai"); },
+          [](const std::string& v) -> std::optional<std::string> {
+            if (v != "ollama") return std::nullopt;
+            return "Ollama's native protocol is not built yet: Ollama serves the OpenAI one too (protocol = "
+                   "\"openai\", url = \"http://127.0.0.1:11434\")";
+          }),
+      server_text("url", Kind::Text,
+                  "the server's base URL, http:// or https://, such as \"http://127.0.0.1:8080\": each request's url "
+                  "(/v1/chat/completions) is appended to it; required",
+                  {}, [](ServerConfig& s, const std::string& v) { s.url = v; },
+                  [](const ServerConfig& s) { return s.url; },
+                  [](const std::string& v) -> std::optional<std::string> {
+                    if (auto ok = net::check_url(v); !ok.ok()) return ok.error().message;
+                    if (v.find_first_of("?#") != std::string::npos) return "'" + v + "': no query or fragment";
+                    return std::nullopt;
+                  }),
+      server_number("timeout", Kind::Duration,
+                    "the longest one request may take, connecting included; past it the request is sent again "
+                    "(retries), then written with error \"timeout\"",
+                    100, 24LL * 3600 * 1000, &ServerConfig::timeout_ms),
+      server_number("retries", Kind::Count,
+                    "how often a request is sent again after a 5xx answer, a failed connection or a timeout, waiting "
+                    "1s, 2s, 4s ... (at most 1m) in between; then its error is written",
+                    0, 100, &ServerConfig::retries),
+      server_number("max_parallel", Kind::Count,
+                    "the most requests in flight to this server for one batch, whatever its --parallel asks", 1, 256,
+                    &ServerConfig::max_parallel),
+  };
+  return keys;
+}
+
+const ServerKey* find_server_key(std::string_view name) {
+  for (const auto& k : server_table()) {
+    if (k.key.info.name == name) return &k;
+  }
+  return nullptr;
+}
+
+bool valid_server_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_';
+  });
+}
+
+// One [backfill.server.NAME] table over `server`; an error names the line, a warning an unknown key.
+Result<void> parse_server(const toml::table& table, const std::string& file, const std::string& name,
+                          backfill::ServerConfig& server, std::vector<std::pair<std::size_t, std::string>>& found) {
+  for (const auto& [key, value] : table) {
+    const auto at = value.source().begin;
+    const ServerKey* k = find_server_key(key.str());
+    if (k == nullptr) {
+      found.emplace_back(key.source().begin.line, fmt::format("{}:{}: unknown key 'backfill.server.{}.{}' (ignored)",
+                                                              file, key.source().begin.line, name, key.str()));
+      continue;
+    }
+    const auto bad = [&](const Error& e) {
+      return make_error(Error::Code::Invalid, fmt::format("{}:{}:{}: backfill.server.{}.{}: {}", file, at.line,
+                                                          at.column, name, key.str(), e.message));
+    };
+    if (is_text(k->key)) {
+      auto t = read_text(value, k->key);
+      if (!t.ok()) return bad(t.error());
+      k->set_text(server, *t);
+    } else {
+      auto v = read_value(value, k->key);
+      if (!v.ok()) return bad(v.error());
+      k->set(server, *v);
+    }
+  }
+  return {};
+}
+
+// The [backfill] section: only server tables, each merged over the same server of an earlier file.
+Result<void> parse_backfill(const toml::table& section, const std::string& file, backfill::BackfillConfig& out,
+                            std::vector<std::pair<std::size_t, std::string>>& found) {
+  for (const auto& [key, value] : section) {
+    const auto line = key.source().begin.line;
+    const auto* servers = value.as_table();
+    if (key.str() != "server" || servers == nullptr) {
+      found.emplace_back(line, fmt::format("{}:{}: unknown key 'backfill.{}' (ignored; servers are "
+                                           "[backfill.server.NAME] tables)",
+                                           file, line, key.str()));
+      continue;
+    }
+    for (const auto& [name, table] : *servers) {
+      const auto at = name.source().begin;
+      const auto* t = table.as_table();
+      if (t == nullptr || !valid_server_name(name.str())) {
+        return make_error(Error::Code::Invalid,
+                          fmt::format("{}:{}:{}: backfill.server.{}: a server is a [backfill.server.NAME] table, its "
+                                      "NAME 1 to 64 letters, digits, - and _",
+                                      file, at.line, at.column, name.str()));
+      }
+      const std::string server_name(name.str());
+      backfill::ServerConfig& server = out.servers[server_name];
+      TARMAC_TRY(parse_server(*t, file, server_name, server, found));
+      if (server.url.empty()) {
+        return make_error(Error::Code::Invalid, fmt::format("{}:{}:{}: backfill.server.{}: no url (the server's base "
+                                                            "URL, such as \"http://127.0.0.1:8080\")",
+                                                            file, at.line, at.column, server_name));
+      }
+    }
+  }
+  return {};
+}
+
+// A value as the file has it: a string quoted so that both TOML and JSON read it back, control
+// characters (a "\u001b" written in the file) as \u escapes, so that `tarmac config` neither prints
+// them raw nor writes what --json cannot parse; a number in its kind's unit.
+std::string quoted_text(const std::string& text) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7F) {
+      quoted += fmt::format("\\u{:04x}", byte);
+      continue;
+    }
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+std::string number_text(Kind kind, long long v) {
+  switch (kind) {
+    case Kind::Duration: return fmt::format("\"{}\"", util::format_duration_ms(v));
+    case Kind::Size: {
+      const auto bytes = static_cast<std::uint64_t>(v);
+      if (bytes % util::kGiB == 0) return fmt::format("\"{}GiB\"", bytes / util::kGiB);
+      if (bytes % util::kMiB == 0) return fmt::format("\"{}MiB\"", bytes / util::kMiB);
+      return fmt::format("\"{}KiB\"", bytes / 1024);
+    }
+    case Kind::Bool: return v != 0 ? "true" : "false";
+    default: return std::to_string(v);
+  }
+}
+
 }  // namespace
+
+const std::vector<KeyInfo>& server_keys() {
+  static const std::vector<KeyInfo> infos = [] {
+    std::vector<KeyInfo> out;
+    for (const auto& k : server_table()) out.push_back(k.key.info);
+    return out;
+  }();
+  return infos;
+}
+
+std::string server_value_text(const backfill::ServerConfig& server, const KeyInfo& info) {
+  const ServerKey* k = find_server_key(info.name);
+  if (k == nullptr) return "";
+  return is_text(k->key) ? quoted_text(k->get_text(server)) : number_text(info.kind, k->get(server));
+}
 
 const std::vector<KeyInfo>& keys() {
   static const std::vector<KeyInfo> infos = [] {
@@ -455,33 +665,7 @@ const std::vector<KeyInfo>& keys() {
 std::string value_text(const Config& config, const KeyInfo& info) {
   const Key* k = find_key(info.section, info.name);
   if (k == nullptr) return "";
-  if (is_text(*k)) {
-    // A string both TOML and JSON read back: control characters (a "\u001b" written in the file)
-    // as \u escapes, so that `tarmac config` neither prints them raw nor writes what --json cannot parse.
-    std::string quoted = "\"";
-    for (char c : k->get_text(config)) {
-      const auto byte = static_cast<unsigned char>(c);
-      if (byte < 0x20 || byte == 0x7F) {
-        quoted += fmt::format("\\u{:04x}", byte);
-        continue;
-      }
-      if (c == '"' || c == '\\') quoted += '\\';
-      quoted += c;
-    }
-    return quoted + "\"";
-  }
-  const long long v = k->get(config);
-  switch (info.kind) {
-    case Kind::Duration: return fmt::format("\"{}\"", util::format_duration_ms(v));
-    case Kind::Size: {
-      const auto bytes = static_cast<std::uint64_t>(v);
-      if (bytes % util::kGiB == 0) return fmt::format("\"{}GiB\"", bytes / util::kGiB);
-      if (bytes % util::kMiB == 0) return fmt::format("\"{}MiB\"", bytes / util::kMiB);
-      return fmt::format("\"{}KiB\"", bytes / 1024);
-    }
-    case Kind::Bool: return v != 0 ? "true" : "false";
-    default: return std::to_string(v);
-  }
+  return is_text(*k) ? quoted_text(k->get_text(config)) : number_text(info.kind, k->get(config));
 }
 
 Result<Config> parse(std::string_view text, const std::string& file, const Config& base,
@@ -498,6 +682,10 @@ Result<Config> parse(std::string_view text, const std::string& file, const Confi
   for (const auto& [section, node] : parsed.table()) {
     const auto line = section.source().begin.line;
     const auto* sub = node.as_table();
+    if (sub != nullptr && section.str() == "backfill") {
+      TARMAC_TRY(parse_backfill(*sub, file, out.backfill, found));
+      continue;
+    }
     if (sub == nullptr || !known_section(section.str())) {
       found.emplace_back(line, fmt::format("{}:{}: unknown {} '{}' (ignored)", file, line, sub ? "section" : "key",
                                            section.str()));

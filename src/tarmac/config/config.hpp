@@ -12,6 +12,7 @@
 
 #include "tarmac/agent/agent.hpp"
 #include "tarmac/alerts/rules.hpp"
+#include "tarmac/backfill/settings.hpp"
 #include "tarmac/sched/settings.hpp"
 #include "tarmac/diagnose/doctor.hpp"
 #include "tarmac/gpu/activity.hpp"
@@ -41,6 +42,8 @@ struct Config {
   sched::SchedulerConfig scheduler;
   // `tarmac reap`'s rules and defaults (docs/reap.md).
   reap::ReaperConfig reaper;
+  // The LLM servers batches are sent to, [backfill.server.NAME] (docs/backfill.md).
+  backfill::BackfillConfig backfill;
 };
 
 // The kinds of value a key takes, as written in the file.
@@ -70,6 +73,11 @@ struct KeyInfo {
 
 // A key's value in `config`, written as it would be in the file ("30", "\"10m\"", "\"2GiB\"").
 [[nodiscard]] std::string value_text(const Config& config, const KeyInfo& key);
+
+// The keys of each [backfill.server.NAME] table (their section is "backfill.server.NAME"), in
+// documentation order, and one of them's value in `server`, written as in the file.
+[[nodiscard]] const std::vector<KeyInfo>& server_keys();
+[[nodiscard]] std::string server_value_text(const backfill::ServerConfig& server, const KeyInfo& key);
 
 // "127.0.0.1:9478" -> ("127.0.0.1", 9478); "[::1]:80" -> ("::1", 80); nullopt when it is not host:port.
 [[nodiscard]] std::optional<std::pair<std::string, unsigned>> split_address(std::string_view text);

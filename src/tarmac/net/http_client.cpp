@@ -199,12 +199,16 @@ Result<Response> perform(const Request& request) {
   const CURLcode rc = c.easy_perform(e);
   if (rc != CURLE_OK) {
     if (transfer.too_large) {
-      return make_error(Error::Code::Io, fmt::format("the answer is larger than {} bytes", request.max_body_bytes));
+      return make_error(Error::Code::Io, fmt::format("the answer is larger than {} bytes", request.max_body_bytes),
+                        Failure::Refused);
     }
-    if (transfer.stopped) return make_error(Error::Code::Io, "stopped while reading the answer");
-    if (rc == CURLE_ABORTED_BY_CALLBACK) return make_error(Error::Code::Io, "cancelled");
-    if (rc == CURLE_OPERATION_TIMEDOUT) return make_error(Error::Code::Io, fmt::format("timed out after {} ms", timeout));
-    return make_error(Error::Code::Io, detail[0] != '\0' ? std::string(detail) : std::string(c.easy_strerror(rc)));
+    if (transfer.stopped) return make_error(Error::Code::Io, "stopped while reading the answer", Failure::Refused);
+    if (rc == CURLE_ABORTED_BY_CALLBACK) return make_error(Error::Code::Io, "cancelled", Failure::Cancelled);
+    if (rc == CURLE_OPERATION_TIMEDOUT) {
+      return make_error(Error::Code::Io, fmt::format("timed out after {} ms", timeout), Failure::Timeout);
+    }
+    return make_error(Error::Code::Io, detail[0] != '\0' ? std::string(detail) : std::string(c.easy_strerror(rc)),
+                      Failure::Connection);
   }
   Response response;
   c.easy_getinfo(e, CURLINFO_RESPONSE_CODE, &response.status);

@@ -36,6 +36,15 @@ struct Response {
   std::string body;  // empty when on_data took it
 };
 
+// What went wrong with a request that got no answer, as the cause of perform()'s Io errors
+// (Error::cause_as<Failure>()): a caller retries Connection and Timeout, not the others.
+enum class Failure {
+  Connection,  // resolving, connecting, TLS, or the connection lost before the whole answer
+  Timeout,     // the request's deadline passed
+  Cancelled,   // the cancel flag was set
+  Refused,     // the answer was over max_body_bytes, or on_data said stop
+};
+
 // Whether `url` is one this client will send to: http:// or https://, a host, no credentials in
 // it, no whitespace or control characters. The error names what is wrong.
 [[nodiscard]] Result<void> check_url(std::string_view url);
@@ -43,7 +52,7 @@ struct Response {
 // Sends `request` and waits for the whole answer (or the deadline, or the cancel flag). Any HTTP
 // status is a Response: the caller decides what a 4xx or 5xx means. Errors: Invalid (a bad url or
 // header), NotFound (libcurl is not installed), Io (resolving, connecting, TLS, a timeout, a
-// cancel, an answer over max_body_bytes).
+// cancel, an answer over max_body_bytes; its cause a Failure).
 [[nodiscard]] Result<Response> perform(const Request& request);
 
 // Whether libcurl could be loaded, or why not (the message names libcurl.so.4).

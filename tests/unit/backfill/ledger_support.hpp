@@ -34,7 +34,7 @@ class BatchFixture {
     std::vector<BatchRequest> requests;
     for (std::size_t i = 0; i < n; ++i) {
       requests.push_back({"req-" + std::to_string(i), Endpoint::ChatCompletions,
-                          R"({"model":"m","messages":[{"role":"user","content":"hi"}]})", i + 1});
+                          R"({"model":"m","messages":[{"role":"user","content":"hi req-)" + std::to_string(i) + R"("}]})", i + 1});
     }
     Batch batch;
     batch.user = "amy";

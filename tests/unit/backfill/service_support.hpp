@@ -42,6 +42,9 @@ inline std::string request_lines(int n, const std::string& prefix = "r", std::si
   return out;
 }
 
+// Midday, while the fixture's clock says midnight.
+inline constexpr const char* kClosedWindow = "12:00-13:00";
+
 class ServiceFixture : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -57,7 +60,12 @@ class ServiceFixture : public ::testing::Test {
   }
   void open_service() {
     service_.reset();
-    auto s = Service::open(ServiceOptions{dir_ + "/tarmac.db", {}, limits_, quota_});
+    ServiceOptions options{dir_ + "/tarmac.db", {}, limits_, quota_};
+    // A server nobody listens on, and a clock always outside the batches' window (kClosedWindow):
+    // what these tests check is the agent's answers, and nothing is ever sent.
+    options.config.servers["local"].url = "http://127.0.0.1:9";
+    options.dispatch.local_minute = [] { return 0; };
+    auto s = Service::open(std::move(options));
     ASSERT_TRUE(s.ok()) << s.error().message;
     service_ = std::move(*s);
   }
@@ -81,7 +89,7 @@ class ServiceFixture : public ::testing::Test {
     fds.push_back(std::move(input));
     fds.push_back(std::move(out));
     return ask(uid, std::move(fds),
-               {{"op", "backfill_submit"}, {"model", "m"}, {"output_path", dir_ + "/" + name}});
+               {{"op", "backfill_submit"}, {"model", "m"}, {"output_path", dir_ + "/" + name}, {"window", kClosedWindow}});
   }
   // A batch of `n` requests from `uid` with its own new output `name`.
   nlohmann::json submit_new(uid_t uid, const std::string& name, int n = 1, std::size_t pad = 0) {

@@ -171,6 +171,63 @@ TEST(Config, TheReaperWarnsBeforeItEnds) {
   EXPECT_TRUE(parse_text("[reaper]\nidle_for = \"3m\"\nwarn_after = \"1m\"\n", warnings).ok());
 }
 
+TEST(Config, ReadsBackfillServers) {
+  std::vector<std::string> warnings;
+  auto c = parse_text(R"(
+[backfill.server.night]
+url = "http://127.0.0.1:11434"
+timeout = "90s"
+retries = 5
+max_parallel = 2
+colour = "blue"
+
+[backfill.server.llama-1]
+url = "https://gpu7.example.com:8080"
+)",
+                      warnings);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_EQ(c->backfill.servers.size(), 2U);
+  const auto& night = c->backfill.servers.at("night");
+  EXPECT_EQ(night.url, "http://127.0.0.1:11434");
+  EXPECT_EQ(night.timeout_ms, 90 * 1000);
+  EXPECT_EQ(night.retries, 5U);
+  EXPECT_EQ(night.max_parallel, 2U);
+  EXPECT_EQ(night.kind, backfill::ServerKind::External);
+  EXPECT_EQ(c->backfill.servers.at("llama-1").max_parallel, backfill::ServerConfig{}.max_parallel);
+  ASSERT_EQ(warnings.size(), 1U);
+  EXPECT_EQ(warnings[0], "t.toml:7: unknown key 'backfill.server.night.colour' (ignored)");
+  // A later file changes one key of a server and keeps the others.
+  auto later = parse("[backfill.server.night]\nretries = 0\n", "user.toml", *c, warnings);
+  ASSERT_TRUE(later.ok()) << later.error().message;
+  EXPECT_EQ(later->backfill.servers.at("night").retries, 0U);
+  EXPECT_EQ(later->backfill.servers.at("night").url, "http://127.0.0.1:11434");
+  // What is written back reads back the same.
+  for (const auto& k : server_keys()) EXPECT_NE(server_value_text(night, k), "") << k.name;
+  EXPECT_EQ(server_value_text(night, server_keys()[3]), "\"90s\"");
+}
+
+TEST(Config, RefusesBadBackfillServers) {
+  std::vector<std::string> warnings;
+  const auto refused = [&](const std::string& text, const std::string& why) {
+    auto c = parse_text(text, warnings);
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_NE(c.error().message.find(why), std::string::npos) << c.error().message;
+  };
+  refused("[backfill.server.a]\ntimeout = \"1m\"\n", "t.toml:1:18: backfill.server.a: no url");
+  refused("[backfill.server.a]\nurl = \"ftp://x/\"\n", "t.toml:2:7: backfill.server.a.url:");
+  refused("[backfill.server.a]\nurl = \"http://u:p@x/\"\n", "credentials");
+  refused("[backfill.server.a]\nurl = \"http://x/?q=1\"\n", "no query");
+  refused("[backfill.server.a]\nurl = \"http://x\"\nmax_parallel = 0\n", "out of range");
+  refused("[backfill.server.a]\nurl = \"http://x\"\nkind = \"managed\"\n", "not built yet");
+  refused("[backfill.server.a]\nurl = \"http://x\"\nprotocol = \"ollama\"\n", "not built yet");
+  refused("[backfill.server.\"a b\"]\nurl = \"http://x\"\n", "letters, digits");
+  warnings.clear();
+  auto stray = parse_text("[backfill]\nserver = 3\n", warnings);
+  ASSERT_TRUE(stray.ok()) << stray.error().message;
+  ASSERT_EQ(warnings.size(), 1U);
+  EXPECT_NE(warnings[0].find("t.toml:2: unknown key 'backfill.server'"), std::string::npos) << warnings[0];
+}
+
 TEST(Config, EveryKeyIsDocumentedWithItsDefault) {
   std::ifstream doc(TARMAC_SOURCE_DIR "/docs/configuration.md");
   ASSERT_TRUE(doc.good()) << "docs/configuration.md is missing";
@@ -181,6 +238,11 @@ TEST(Config, EveryKeyIsDocumentedWithItsDefault) {
     // A table row: | `section.name` | default | ...
     const std::string row = "| `" + std::string(k.section) + "." + std::string(k.name) + "` | `" +
                             value_text(Config{}, k) + "` |";
+    EXPECT_NE(text.find(row), std::string::npos) << "docs/configuration.md lacks the row " << row;
+  }
+  for (const auto& k : server_keys()) {
+    const std::string row = "| `" + std::string(k.section) + "." + std::string(k.name) + "` | `" +
+                            server_value_text(backfill::ServerConfig{}, k) + "` |";
     EXPECT_NE(text.find(row), std::string::npos) << "docs/configuration.md lacks the row " << row;
   }
 }

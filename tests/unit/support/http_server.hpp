@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +18,20 @@
 #include <vector>
 
 namespace tarmac::testing {
+
+// A listening TCP socket on 127.0.0.1 and a port the kernel chose (set in `port`).
+inline int listen_on_loopback(int backlog, unsigned& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::listen(fd, backlog);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  port = ntohs(addr.sin_port);
+  return fd;
+}
 
 class HttpServer {
  public:
@@ -45,15 +60,7 @@ class HttpServer {
 
  private:
   HttpServer(bool silent, std::string answer) : answer_(std::move(answer)), silent_(silent) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    ::listen(fd_, 8);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    fd_ = listen_on_loopback(8, port_);
     thread_ = std::thread([this] { serve(); });
   }
 
@@ -99,6 +106,145 @@ class HttpServer {
   mutable std::mutex mutex_;
   std::vector<std::string> requests_;
   std::thread thread_;
+};
+
+inline std::string body_of(const std::string& request);
+
+// A fake OpenAI-compatible LLM server for the dispatcher's tests: each connection on a thread of its
+// own (so requests in flight at once can be counted), each request answered by `handler` from its
+// number (0, 1, ... in arrival order) and its text. A reply can hang: the connection is then held
+// until the client closes it, which the server sees and counts (a closed connection is how
+// llama-server and Ollama learn that a generation is cancelled).
+class FakeLlm {
+ public:
+  struct Reply {
+    std::string status = "200 OK";
+    std::string body;
+    bool hang = false;  // answer nothing; wait for the client to close the connection
+  };
+  using Handler = std::function<Reply(int number, const std::string& request)>;
+
+  explicit FakeLlm(Handler handler) : handler_(std::move(handler)) {
+    fd_ = listen_on_loopback(128, port_);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  FakeLlm(const FakeLlm&) = delete;
+  FakeLlm& operator=(const FakeLlm&) = delete;
+  ~FakeLlm() {
+    stop_ = true;
+    acceptor_.join();
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mutex_);
+      threads.swap(connections_);
+    }
+    for (auto& t : threads) t.join();
+    ::close(fd_);
+  }
+
+  [[nodiscard]] std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  [[nodiscard]] int requests() const { return requests_; }
+  [[nodiscard]] int max_in_flight() const { return max_in_flight_; }
+  [[nodiscard]] int in_flight() const { return in_flight_; }
+  [[nodiscard]] int hanging() const { return hanging_; }
+  [[nodiscard]] int closed_by_client() const { return closed_by_client_; }
+  [[nodiscard]] std::vector<std::string> bodies() const {
+    std::lock_guard lock(mutex_);
+    return bodies_;
+  }
+  // Waits (polling every 5 ms, up to `limit_ms`) until `done()`; returns its last value.
+  template <typename F>
+  static bool wait_for(F done, int limit_ms = 10000) {
+    for (int waited = 0; waited < limit_ms; waited += 5) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return done();
+  }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      std::lock_guard lock(mutex_);
+      connections_.emplace_back([this, c] { serve(c); });
+    }
+  }
+
+  // The whole request: headers, then Content-Length bytes of body; empty when the client went away.
+  std::string read_request(int c) {
+    std::string got;
+    char buf[8192];
+    for (;;) {
+      const auto head_end = got.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        const auto cl = got.find("Content-Length: ");
+        const std::size_t length = cl == std::string::npos ? 0 : std::stoul(got.substr(cl + 16));
+        if (got.size() >= head_end + 4 + length) return got;
+      }
+      pollfd q{c, POLLIN, 0};
+      if (::poll(&q, 1, 100) <= 0) {
+        if (stop_) return "";
+        continue;
+      }
+      const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) return "";
+      got.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+
+  void serve(int c) {
+    const std::string request = read_request(c);
+    if (request.empty()) {
+      ::close(c);
+      return;
+    }
+    const int number = requests_++;
+    {
+      std::lock_guard lock(mutex_);
+      bodies_.push_back(body_of(request));
+    }
+    const int now = ++in_flight_;
+    for (int seen = max_in_flight_; now > seen && !max_in_flight_.compare_exchange_weak(seen, now);) {
+    }
+    const Reply reply = handler_(number, request);
+    if (reply.hang) {
+      ++hanging_;
+      // Held until the client closes (recv answers 0) or the server stops.
+      for (;;) {
+        pollfd q{c, POLLIN, 0};
+        if (::poll(&q, 1, 20) > 0) {
+          char b[256];
+          if (::recv(c, b, sizeof b, 0) <= 0) {
+            ++closed_by_client_;
+            break;
+          }
+        }
+        if (stop_) break;
+      }
+      --hanging_;
+      --in_flight_;
+    } else {
+      --in_flight_;  // before the answer goes: the client may send its next request at once
+      const std::string answer = "HTTP/1.1 " + reply.status + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                                 std::to_string(reply.body.size()) + "\r\nConnection: close\r\n\r\n" + reply.body;
+      (void)::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+    }
+    ::close(c);
+  }
+
+  Handler handler_;
+  int fd_ = -1;
+  unsigned port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> requests_{0}, in_flight_{0}, max_in_flight_{0}, hanging_{0}, closed_by_client_{0};
+  mutable std::mutex mutex_;
+  std::vector<std::string> bodies_;
+  std::vector<std::thread> connections_;
+  std::thread acceptor_;
 };
 
 // The body of an HTTP request.

@@ -1,0 +1,443 @@
+// The dispatcher's threads (dispatch.hpp, docs/backfill.md "Dispatch").
+#include "tarmac/backfill/dispatch.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <deque>
+#include <fmt/format.h>
+#include <optional>
+
+#include "tarmac/net/http_client.hpp"
+#include "tarmac/util/clock.hpp"
+
+namespace tarmac::backfill {
+
+namespace {
+
+int minute_of(std::string_view hh_mm) {
+  return ((hh_mm[0] - '0') * 10 + (hh_mm[1] - '0')) * 60 + (hh_mm[3] - '0') * 10 + (hh_mm[4] - '0');
+}
+
+int local_minute_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  return tm.tm_hour * 60 + tm.tm_min;
+}
+
+// The server's base URL and the request's path, without a doubled '/'.
+std::string request_url(const ServerConfig& server, Endpoint endpoint) {
+  std::string base = server.url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return base + std::string(to_url(endpoint));
+}
+
+long long backoff(const DispatchOptions& opt, int retry) {
+  long long wait = std::max(1LL, opt.backoff_ms);
+  for (int i = 1; i < retry && wait < opt.max_backoff_ms; ++i) wait *= 2;
+  return std::min(wait, opt.max_backoff_ms);
+}
+
+// What one send came to: an answer to write, one to write unless a retry is left, or nothing (the
+// request was cancelled by stop()).
+struct Outcome {
+  enum class Kind { Final, Retryable, Cancelled } kind = Kind::Final;
+  Answer answer;
+};
+
+Outcome outcome_of(const Sendable& request, Result<net::Response> sent) {
+  Outcome out;
+  out.answer.index = request.row.index;
+  out.answer.custom_id = request.row.custom_id;
+  if (sent.ok()) {
+    out.answer.status = sent->status;
+    out.answer.body = std::move(sent->body);
+    if (sent->status < 200 || sent->status > 299) {
+      out.answer.error_code = fmt::format("http_{}", sent->status);
+      out.answer.error_message = fmt::format("the server answered HTTP {}", sent->status);
+      // A server error may pass (a restart, an overload); the client's own error will not.
+      if (sent->status >= 500) out.kind = Outcome::Kind::Retryable;
+    }
+    return out;
+  }
+  const Error& e = sent.error();
+  const auto* failure = e.cause_as<net::Failure>();
+  out.answer.error_message = e.message;
+  if (failure == nullptr) {
+    out.answer.error_code = "request";  // libcurl missing, a bad URL: sending again changes nothing
+    return out;
+  }
+  switch (*failure) {
+    case net::Failure::Cancelled: out.kind = Outcome::Kind::Cancelled; break;
+    case net::Failure::Timeout:
+      out.answer.error_code = "timeout";
+      out.kind = Outcome::Kind::Retryable;
+      break;
+    case net::Failure::Connection:
+      out.answer.error_code = "connection";
+      out.kind = Outcome::Kind::Retryable;
+      break;
+    case net::Failure::Refused: out.answer.error_code = "answer_too_large"; break;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool in_window(std::string_view window, int minute) {
+  if (window.size() != 11) return true;
+  const int start = minute_of(window.substr(0, 5));
+  const int end = minute_of(window.substr(6, 5));
+  return start < end ? (minute >= start && minute < end) : (minute >= start || minute < end);
+}
+
+int minutes_until_open(std::string_view window, int minute) {
+  if (in_window(window, minute)) return 0;
+  const int start = minute_of(window.substr(0, 5));
+  return (start - minute + 24 * 60) % (24 * 60);
+}
+
+// One batch being sent: its workers, and what they share.
+struct Dispatcher::Run {
+  Batch batch;
+  ServerConfig server;
+  std::unique_ptr<Ledger> ledger;  // under the dispatcher's db_mutex_
+  std::atomic<bool> cancel{false};  // every request in flight watches it (net::Request::cancel)
+  std::mutex m;                     // guards what follows
+  std::condition_variable cv;       // stop(), a window, a backoff
+  bool stopping = false;
+  bool stopped = false;             // by stop(): its workers have ended; go() starts them again
+  bool waiting_for_window = false;
+  unsigned workers_left = 0;  // threads not yet ended: the senders and the writer
+  unsigned senders_left = 0;
+  unsigned in_flight = 0;
+  long long interrupted = 0;
+  // Answers the senders got, for the writer: a sender goes on to its next request while the
+  // ledger writes, fsyncs and commits (the server's slot is not left idle meanwhile). Their
+  // requests stay in flight in the store until written: a crash sends them again.
+  std::deque<Answer> to_write;
+  std::vector<std::thread> workers;  // the senders and the writer
+};
+
+Result<std::unique_ptr<Dispatcher>> Dispatcher::open(DispatchOptions options) {
+  TARMAC_TRY_ASSIGN(auto db, BatchDb::open(options.db_path));
+  if (!options.local_minute) options.local_minute = local_minute_now;
+  return std::unique_ptr<Dispatcher>(new Dispatcher(std::move(options), std::move(db)));
+}
+
+Dispatcher::Dispatcher(DispatchOptions options, BatchDb db) : opt_(std::move(options)), db_(std::move(db)) {}
+
+Dispatcher::~Dispatcher() {
+  std::vector<long long> ids;
+  {
+    std::lock_guard lock(runs_mutex_);
+    for (const auto& [id, run] : runs_) ids.push_back(id);
+  }
+  for (const long long id : ids) (void)release(id);
+}
+
+void Dispatcher::log(util::LogLevel level, const std::string& message) const {
+  if (opt_.log) opt_.log(level, message);
+}
+
+Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& server, util::Fd output) {
+  // Without libcurl every request would fail the same way: say so once, and send nothing.
+  TARMAC_TRY(net::available());
+  reap_finished();
+  {
+    std::lock_guard lock(runs_mutex_);
+    if (runs_.count(batch.id) > 0) {
+      return make_error(Error::Code::Invalid, fmt::format("batch {} is being sent already", batch.id));
+    }
+  }
+  auto run = std::make_unique<Run>();
+  run->batch = batch;
+  run->server = server;
+  Reconciled reconciled;
+  {
+    std::lock_guard db_lock(db_mutex_);
+    run->ledger = std::make_unique<Ledger>(db_, batch.id, std::move(output), opt_.io, opt_.hook);
+    TARMAC_TRY_ASSIGN(reconciled, run->ledger->reconcile(Ledger::InFlight::BackToPending));
+    run->batch.state = BatchState::Running;
+    if (run->batch.started_ms == 0) run->batch.started_ms = util::wall_ms();
+    run->batch.reason = fmt::format("sending to server {} ({})", batch.server, server.url);
+    TARMAC_TRY(db_.save_run(run->batch));
+  }
+  start_workers(*run);
+  std::lock_guard lock(runs_mutex_);
+  runs_[batch.id] = std::move(run);
+  return reconciled;
+}
+
+// min(--parallel, max_parallel) workers for `run`, which has none running.
+void Dispatcher::start_workers(Run& run) {
+  const unsigned n = std::max(1U, std::min(run.batch.parallel, run.server.max_parallel));
+  std::lock_guard lock(run.m);
+  run.stopping = false;
+  run.stopped = false;
+  run.cancel = false;
+  run.waiting_for_window = false;
+  run.workers.clear();
+  run.senders_left = n;
+  run.workers_left = n + 1;
+  for (unsigned i = 0; i < n; ++i) run.workers.emplace_back([this, &run] { work(run); });
+  run.workers.emplace_back([this, &run] { write_answers(run); });
+}
+
+long long Dispatcher::stop(long long id) {
+  // The map is not held while the workers end (up to a second); only this thread removes runs.
+  Run* run = nullptr;
+  {
+    std::lock_guard lock(runs_mutex_);
+    const auto it = runs_.find(id);
+    if (it == runs_.end()) return 0;
+    run = it->second.get();
+    std::lock_guard run_lock(run->m);
+    if (run->stopped || run->stopping) return 0;
+    run->stopping = true;
+    run->cancel = true;
+  }
+  run->cv.notify_all();
+  for (auto& t : run->workers) t.join();
+  std::lock_guard lock(run->m);
+  run->stopped = true;
+  run->workers.clear();
+  const long long interrupted = run->interrupted;
+  run->interrupted = 0;
+  return interrupted;
+}
+
+Result<void> Dispatcher::go(long long id) {
+  Run* run = nullptr;
+  {
+    std::lock_guard lock(runs_mutex_);
+    const auto it = runs_.find(id);
+    if (it == runs_.end()) return make_error(Error::Code::NotFound, fmt::format("batch {} is not held", id));
+    run = it->second.get();
+    std::lock_guard run_lock(run->m);
+    if (!run->stopped) return {};  // being sent
+  }
+  set_reason(*run, fmt::format("sending to server {} ({})", run->batch.server, run->server.url));
+  start_workers(*run);
+  return {};
+}
+
+long long Dispatcher::release(long long id) {
+  const long long interrupted = stop(id);
+  std::unique_ptr<Run> run;
+  {
+    std::lock_guard lock(runs_mutex_);
+    const auto it = runs_.find(id);
+    if (it == runs_.end()) return interrupted;
+    run = std::move(it->second);
+    runs_.erase(it);
+  }
+  std::lock_guard db_lock(db_mutex_);  // the ledger (and the output with it) goes under the lock it is used under
+  run.reset();
+  return interrupted;
+}
+
+bool Dispatcher::holds(long long id) {
+  reap_finished();
+  std::lock_guard lock(runs_mutex_);
+  return runs_.count(id) > 0;
+}
+
+// Batches whose every request is answered: their threads have ended, their outputs are closed here.
+void Dispatcher::reap_finished() {
+  std::vector<std::unique_ptr<Run>> done;
+  {
+    std::lock_guard lock(runs_mutex_);
+    for (auto it = runs_.begin(); it != runs_.end();) {
+      std::lock_guard run_lock(it->second->m);
+      if (it->second->workers_left == 0 && !it->second->stopping && !it->second->stopped) {
+        done.push_back(std::move(it->second));
+        it = runs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& run : done) {
+    for (auto& t : run->workers) t.join();
+    std::lock_guard db_lock(db_mutex_);
+    run.reset();
+  }
+}
+
+// A worker: takes one pending request at a time and sends it until the batch has none left, or is stopped.
+void Dispatcher::work(Run& run) {
+  for (;;) {
+    if (!wait_for_window(run)) break;
+    std::optional<Sendable> request;
+    bool failed = false;
+    {
+      std::lock_guard db_lock(db_mutex_);
+      auto taken = db_.take_pending(run.batch.id, 1, util::wall_ms());
+      if (!taken.ok()) {
+        log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", run.batch.id, taken.error().message));
+        failed = true;  // the store is busy or failing: try again after a wait
+      } else if (!taken->empty()) {
+        request = std::move(taken->front());
+      }
+    }
+    std::unique_lock lock(run.m);
+    if (!request && !failed) break;  // nothing left to send
+    if (request) {
+      ++run.in_flight;
+      lock.unlock();
+      send(run, *request);
+      lock.lock();
+      --run.in_flight;
+    } else {
+      // The store failed: wait, as for a retry.
+      run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, 1)), [&] { return run.stopping; });
+    }
+  }
+  std::lock_guard lock(run.m);
+  --run.senders_left;
+  --run.workers_left;
+  run.cv.notify_all();  // the writer ends once the senders have and their answers are written
+}
+
+// False when the batch is stopped while it waits for its window.
+bool Dispatcher::wait_for_window(Run& run) {
+  std::unique_lock lock(run.m);
+  for (;;) {
+    if (run.stopping) return false;
+    const int minute = opt_.local_minute();
+    if (in_window(run.batch.window, minute)) {
+      if (run.waiting_for_window) {
+        run.waiting_for_window = false;
+        lock.unlock();
+        set_reason(run, fmt::format("sending to server {} ({}), inside its window {}", run.batch.server,
+                                    run.server.url, run.batch.window));
+        lock.lock();
+      }
+      return true;
+    }
+    if (!run.waiting_for_window && run.in_flight == 0) {
+      run.waiting_for_window = true;
+      lock.unlock();
+      set_reason(run, fmt::format("waiting for its window {} (local time)", run.batch.window));
+      lock.lock();
+    }
+    // Looked at again at least every window_recheck_ms: a clock set forward or back is seen that soon.
+    const long long wait = std::min<long long>(opt_.window_recheck_ms,
+                                               std::max(1, minutes_until_open(run.batch.window, minute)) * 60000LL);
+    run.cv.wait_for(lock, std::chrono::milliseconds(std::max(1LL, wait)), [&] { return run.stopping; });
+  }
+}
+
+void Dispatcher::set_reason(Run& run, const std::string& reason) {
+  std::lock_guard db_lock(db_mutex_);
+  run.batch.reason = reason;
+  if (auto r = db_.save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+}
+
+// Sends `request` (again after a retryable failure, up to the server's retries) and hands its
+// answer to the writer; a request cancelled by stop() goes back to pending.
+void Dispatcher::send(Run& run, const Sendable& request) {
+  net::Request http;
+  http.method = "POST";
+  http.url = request_url(run.server, request.row.endpoint);
+  http.headers = {"Content-Type: application/json"};
+  http.body = request.body;
+  http.timeout_ms = run.server.timeout_ms;
+  http.cancel = &run.cancel;
+  http.max_body_bytes = opt_.max_answer_bytes;
+  Outcome outcome;
+  for (unsigned attempt = 0;; ++attempt) {
+    outcome = outcome_of(request, net::perform(http));
+    if (outcome.kind != Outcome::Kind::Retryable || attempt >= run.server.retries) break;
+    std::unique_lock lock(run.m);
+    if (run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, static_cast<int>(attempt) + 1)),
+                        [&] { return run.stopping; })) {
+      outcome.kind = Outcome::Kind::Cancelled;
+      break;
+    }
+  }
+  if (outcome.kind == Outcome::Kind::Cancelled) {
+    put_back(run, request.row.index, "interrupted: the batch's sending was stopped");
+    std::lock_guard lock(run.m);
+    ++run.interrupted;
+    return;
+  }
+  outcome.answer.ended_ms = util::wall_ms();
+  std::lock_guard lock(run.m);
+  run.to_write.push_back(std::move(outcome.answer));
+  run.cv.notify_all();
+}
+
+void Dispatcher::put_back(Run& run, long long index, const std::string& why) {
+  std::lock_guard db_lock(db_mutex_);
+  if (auto r = db_.back_to_pending(run.batch.id, index, why); !r.ok()) {
+    log(util::LogLevel::Warning, r.error().message);  // still in flight in the store: resume puts it back
+  }
+}
+
+// The writer: each answer through the ledger, in the order they came, until the senders have ended
+// and every answer is written; then, unless stopped, the batch is done.
+void Dispatcher::write_answers(Run& run) {
+  std::unique_lock lock(run.m);
+  for (;;) {
+    run.cv.wait(lock, [&] { return !run.to_write.empty() || run.senders_left == 0; });
+    if (run.to_write.empty()) break;
+    Answer answer = std::move(run.to_write.front());
+    run.to_write.pop_front();
+    lock.unlock();
+    write_answer(run, answer);
+    lock.lock();
+  }
+  const bool stopping = run.stopping;
+  lock.unlock();
+  if (!stopping) mark_done(run);
+  lock.lock();
+  --run.workers_left;
+}
+
+// Writes `answer` (ledger.hpp), again after a wait while it fails (a full disk): the server's answer
+// is kept rather than asked for again. Once the batch is stopped, a failure puts it back to pending.
+void Dispatcher::write_answer(Run& run, const Answer& answer) {
+  for (int failures = 1;; ++failures) {
+    auto written = [&] {
+      std::lock_guard db_lock(db_mutex_);
+      return run.ledger->complete(answer);
+    }();
+    if (written.ok()) return;
+    if (failures == 1) {
+      log(util::LogLevel::Warning, fmt::format("backfill: batch {}: the answer to {} cannot be written yet: {}",
+                                               run.batch.id, answer.custom_id, written.error().message));
+    }
+    std::unique_lock lock(run.m);
+    if (run.stopping || run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, failures)),
+                                        [&] { return run.stopping; })) {
+      lock.unlock();
+      put_back(run, answer.index, written.error().message);
+      return;
+    }
+  }
+}
+
+// Every request answered: the batch is done.
+void Dispatcher::mark_done(Run& run) {
+  bool done = false;
+  {
+    std::lock_guard db_lock(db_mutex_);
+    auto progress = db_.progress(run.batch.id);
+    if (progress.ok() && progress->pending == 0 && progress->in_flight == 0) {
+      run.batch.state = BatchState::Done;
+      run.batch.ended_ms = util::wall_ms();
+      run.batch.reason = fmt::format("done: {} answered, {} of them with an error", progress->done + progress->failed,
+                                     progress->failed);
+      if (auto r = db_.save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+      done = true;
+    } else if (!progress.ok()) {
+      log(util::LogLevel::Warning, progress.error().message);
+    }
+  }
+  if (done && opt_.on_done) opt_.on_done(run.batch.id);
+}
+
+}  // namespace tarmac::backfill

@@ -1,0 +1,110 @@
+// Sends batches' requests to their LLM servers (docs/backfill.md "Dispatch"): for each batch whose
+// output the agent holds, up to min(--parallel, the server's max_parallel) requests at once, each on
+// a worker thread of its own with net::perform (so neither the socket's thread nor the sampler ever
+// waits on a server), only inside the batch's --window. Every answer goes through the batch's
+// Ledger on the batch's writer thread, one at a time (the ledger's writes and the store's commits
+// are serialized, and a sender goes on to its next request meanwhile), so each custom_id is in the
+// output exactly once. A 5xx answer, a lost connection and a timeout are sent
+// again after 1s, 2s, 4s ... up to the server's `retries`, then written with their error; any other
+// answer is written at once.
+//
+// stop() is the one way a batch's sending ends early (cancel, and later the yield of its GPUs): no
+// request is sent any more, the in-flight ones are cancelled (their connections closed, which is how
+// llama-server and Ollama cancel a generation), and they go back to pending. The output stays with
+// the dispatcher: go() sends again (after a yield), release() closes it (cancel).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tarmac/backfill/batch_db.hpp"
+#include "tarmac/backfill/ledger.hpp"
+#include "tarmac/backfill/settings.hpp"
+#include "tarmac/util/fd.hpp"
+#include "tarmac/util/log.hpp"
+#include "tarmac/util/result.hpp"
+
+namespace tarmac::backfill {
+
+struct DispatchOptions {
+  std::string db_path;  // the agent's store: the dispatcher has a connection of its own
+  util::LogSink log;
+  long long backoff_ms = 1000;          // the wait before the first retry; doubled for each next one
+  long long max_backoff_ms = 60 * 1000;
+  std::size_t max_answer_bytes = 16 << 20;  // an answer's body kept; a larger one is written as an error
+  // Minutes since local midnight now, for --window; empty: the clock. Tests inject one.
+  std::function<int()> local_minute;
+  long long window_recheck_ms = 60 * 1000;  // outside its window, a batch looks at the clock this often
+  // Tests: the output's system calls and the ledger's steps (ledger.hpp).
+  OutputIo io;
+  LedgerHook hook;
+  // Called (from a worker thread) when a batch has ended: every request answered. For the agent's log.
+  std::function<void(long long batch)> on_done;
+};
+
+// Whether local minute `minute` (0 to 1439) is inside `window` ("HH:MM-HH:MM", the end excluded, over
+// midnight when the end is before the start); an empty window is always open.
+[[nodiscard]] bool in_window(std::string_view window, int minute);
+// Minutes from `minute` until `window` opens (0 when open).
+[[nodiscard]] int minutes_until_open(std::string_view window, int minute);
+
+// start(), stop(), go(), release() and holds() are called from one thread (the agent's socket
+// thread); the dispatcher's own threads only send, write and mark batches done.
+class Dispatcher {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<Dispatcher>> open(DispatchOptions options);
+  ~Dispatcher();  // stops every batch (their requests back to pending) and waits for the threads
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // Takes batch `batch`'s output, checks it against the store (Ledger::reconcile: after a restart
+  // nothing is in flight any more), and starts sending the batch's pending requests to `server`.
+  [[nodiscard]] Result<Reconciled> start(const Batch& batch, const ServerConfig& server, util::Fd output);
+
+  // Stops batch `id`'s sending: nothing more is sent, and the requests in flight are cancelled
+  // (their connections closed) and go back to pending. The output stays held (go() sends again).
+  // Returns once the batch's threads have ended: within about a second (libcurl looks at the cancel
+  // flag that often while nothing arrives). How many requests were interrupted; 0 for a batch not
+  // being sent.
+  long long stop(long long id);
+  // Sends stopped batch `id` again; an error when the dispatcher does not hold it.
+  [[nodiscard]] Result<void> go(long long id);
+  // stop(), then closes the output: the dispatcher lets batch `id` go (cancel).
+  long long release(long long id);
+
+  // Whether the dispatcher holds batch `id`'s output (being sent, or stopped).
+  [[nodiscard]] bool holds(long long id);
+
+  struct Run;  // one batch being sent (dispatch.cpp)
+
+ private:
+  explicit Dispatcher(DispatchOptions options, BatchDb db);
+  void reap_finished();
+  void start_workers(Run& run);
+  void work(Run& run);
+  [[nodiscard]] bool wait_for_window(Run& run);
+  void set_reason(Run& run, const std::string& reason);
+  void send(Run& run, const Sendable& request);
+  void put_back(Run& run, long long index, const std::string& why);
+  void write_answers(Run& run);
+  void write_answer(Run& run, const Answer& answer);
+  void mark_done(Run& run);
+  void log(util::LogLevel level, const std::string& message) const;
+
+  DispatchOptions opt_;
+  // The dispatcher's own connection and the ledgers over it: used under db_mutex_ only, by the
+  // workers and by start()/stop().
+  std::mutex db_mutex_;
+  BatchDb db_;
+  std::mutex runs_mutex_;
+  std::map<long long, std::unique_ptr<Run>> runs_;
+};
+
+}  // namespace tarmac::backfill

@@ -1,0 +1,372 @@
+// The dispatcher (src/tarmac/backfill/dispatch.cpp) against a fake OpenAI-compatible server
+// (tests/unit/support/http_server.hpp): answers, retries, timeouts, the bound on parallel requests,
+// stop() mid-flight, and kill -9 of a process running it mid-batch.
+#include "tarmac/backfill/dispatch.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <fmt/format.h>
+#include <map>
+#include <set>
+
+#include "../support/http_server.hpp"
+#include "ledger_support.hpp"
+#include "tarmac/util/clock.hpp"
+
+namespace tarmac::backfill {
+namespace {
+
+using json = nlohmann::json;
+using test_support::BatchFixture;
+using test_support::expect_exactly_once;
+using test_support::output_ids;
+using testing::FakeLlm;
+
+// The custom id a request's body names ("hi req-N" is its message, ledger_support.hpp).
+std::string custom_id_of(const std::string& request) {
+  const std::string body = testing::body_of(request);
+  const auto at = body.find("hi req-");
+  return at == std::string::npos ? "" : body.substr(at + 3, body.find('"', at) - at - 3);
+}
+
+std::string completion(int tokens) {
+  return fmt::format(R"({{"object":"chat.completion","choices":[{{"message":{{"role":"assistant","content":"x"}}}}],)"
+                     R"("usage":{{"prompt_tokens":3,"completion_tokens":{}}}}})",
+                     tokens);
+}
+
+DispatchOptions quick(const BatchFixture& f) {
+  DispatchOptions o;
+  o.db_path = f.db_path();
+  o.backoff_ms = 5;
+  o.max_backoff_ms = 20;
+  o.window_recheck_ms = 10;
+  return o;
+}
+
+ServerConfig server_at(const FakeLlm& fake, unsigned max_parallel = 4, unsigned retries = 3) {
+  ServerConfig s;
+  s.url = fake.url();
+  s.max_parallel = max_parallel;
+  s.retries = retries;
+  s.timeout_ms = 5000;
+  return s;
+}
+
+Batch batch_of(const BatchFixture& f, unsigned parallel, const std::string& window = "") {
+  auto db = f.open_db();
+  auto b = db.batch(f.id());
+  EXPECT_TRUE(b.ok() && b->has_value());
+  Batch batch = **b;
+  batch.parallel = parallel;
+  batch.server = "fake";
+  batch.window = window;
+  return batch;
+}
+
+// Waits until the batch has ended (every request answered), up to 20 s.
+bool wait_done(const BatchFixture& f) {
+  auto db = f.open_db();
+  return FakeLlm::wait_for(
+      [&] {
+        auto b = db.batch(f.id());
+        return b.ok() && b->has_value() && (*b)->state == BatchState::Done;
+      },
+      20000);
+}
+
+std::vector<json> output_lines(const BatchFixture& f) {
+  std::vector<json> lines;
+  const std::string out = f.output();
+  for (std::size_t from = 0; from < out.size(); from = out.find('\n', from) + 1) {
+    lines.push_back(json::parse(out.substr(from, out.find('\n', from) - from)));
+  }
+  return lines;
+}
+
+TEST(Dispatch, SendsEveryRequestAndWritesEachAnswerOnce) {
+  BatchFixture f(12);
+  FakeLlm fake([](int, const std::string& request) {
+    EXPECT_NE(request.find("POST /v1/chat/completions HTTP/1.1"), std::string::npos) << request;
+    EXPECT_NE(request.find("Content-Type: application/json"), std::string::npos);
+    return FakeLlm::Reply{"200 OK", completion(7)};
+  });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  auto started = (*d)->start(batch_of(f, 3), server_at(fake), f.open_output());
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 12);
+  auto db = f.open_db();
+  auto progress = db.progress(f.id());
+  ASSERT_TRUE(progress.ok());
+  EXPECT_EQ(progress->done, 12);
+  EXPECT_EQ(progress->completion_tokens, 12 * 7);  // from each answer's usage
+  EXPECT_EQ(progress->prompt_tokens, 12 * 3);
+  const auto lines = output_lines(f);
+  EXPECT_EQ(lines[0]["response"]["status_code"], 200);
+  EXPECT_TRUE(lines[0]["error"].is_null());
+  EXPECT_FALSE((*d)->holds(f.id())) << "a batch that ended is let go, its output closed";
+}
+
+// The most requests in flight at once while a batch of `n` with --parallel `parallel` is sent to a
+// server allowing `max_parallel`, each answer taking 15 ms.
+int most_in_flight(int n, unsigned parallel, unsigned max_parallel) {
+  BatchFixture f(static_cast<std::size_t>(n));
+  FakeLlm fake([](int, const std::string&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    return FakeLlm::Reply{"200 OK", completion(1)};
+  });
+  auto d = Dispatcher::open(quick(f));
+  EXPECT_TRUE(d.ok());
+  EXPECT_TRUE((*d)->start(batch_of(f, parallel), server_at(fake, max_parallel), f.open_output()).ok());
+  EXPECT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  return fake.max_in_flight();
+}
+
+TEST(Dispatch, NeverHasMoreInFlightThanTheServerAllows) {
+  EXPECT_EQ(most_in_flight(24, 8, 3), 3) << "--parallel 8, bounded by the server's max_parallel 3";
+  EXPECT_EQ(most_in_flight(12, 2, 8), 2) << "bounded by the batch's --parallel 2";
+}
+
+TEST(Dispatch, AServerErrorIsSentAgainAndTheAnswerAfterItKept) {
+  BatchFixture f(6);
+  std::mutex m;
+  std::set<std::string> failed_once;
+  FakeLlm fake([&](int, const std::string& request) {
+    std::lock_guard lock(m);
+    if (failed_once.insert(custom_id_of(request)).second) return FakeLlm::Reply{"500 Internal Server Error", "{}"};
+    return FakeLlm::Reply{"200 OK", completion(2)};
+  });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 2), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 12) << "each request: a 500, then the answer";
+  for (const auto& line : output_lines(f)) {
+    EXPECT_EQ(line["response"]["status_code"], 200) << line;
+    EXPECT_TRUE(line["error"].is_null());
+  }
+}
+
+TEST(Dispatch, AServerErrorThatLastsIsWrittenWithItsErrorAfterTheRetries) {
+  BatchFixture f(3);
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"503 Service Unavailable", R"({"error":"busy"})"}; });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake, 4, 2), f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 9) << "each request sent once and retried twice";
+  for (const auto& line : output_lines(f)) {
+    EXPECT_EQ(line["response"]["status_code"], 503);
+    EXPECT_EQ(line["response"]["body"]["error"], "busy");
+    EXPECT_EQ(line["error"]["code"], "http_503");
+  }
+  auto db = f.open_db();
+  EXPECT_EQ(db.progress(f.id())->failed, 3);
+}
+
+TEST(Dispatch, AClientErrorIsWrittenAtOnceWithItsBody) {
+  BatchFixture f(2);
+  FakeLlm fake([](int, const std::string&) {
+    return FakeLlm::Reply{"400 Bad Request", R"({"error":{"message":"context too long"}})"};
+  });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  EXPECT_EQ(fake.requests(), 2) << "a 4xx is the request's own fault: never sent again";
+  const auto lines = output_lines(f);
+  EXPECT_EQ(lines[0]["response"]["body"]["error"]["message"], "context too long");
+  EXPECT_EQ(lines[0]["error"]["code"], "http_400");
+}
+
+TEST(Dispatch, AnAnswerThatCannotBeWrittenIsKeptAndWrittenLaterNotAskedForAgain) {
+  BatchFixture f(5);
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
+  DispatchOptions o = quick(f);
+  std::atomic<int> writes{0};
+  o.io.pwrite = [&](int fd, const void* data, std::size_t n, off_t at) -> ssize_t {
+    if (++writes <= 4) {  // the disk is full for the first four writes
+      errno = ENOSPC;
+      return -1;
+    }
+    return ::pwrite(fd, data, n, at);
+  };
+  auto d = Dispatcher::open(o);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 2), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 5) << "each answer was kept while the disk was full";
+}
+
+TEST(Dispatch, AServerThatHangsIsCutAtTheTimeoutRetriedThenWrittenAsATimeout) {
+  BatchFixture f(1);
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", "", true}; });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ServerConfig s = server_at(fake, 4, 1);
+  s.timeout_ms = 300;
+  const long long t0 = util::monotonic_ms();
+  ASSERT_TRUE((*d)->start(batch_of(f, 1), s, f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  EXPECT_LT(util::monotonic_ms() - t0, 3000);
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 2);
+  EXPECT_TRUE(FakeLlm::wait_for([&] { return fake.closed_by_client() == 2; }))
+      << "each timed-out request's connection is closed: the server stops generating";
+  const auto lines = output_lines(f);
+  EXPECT_TRUE(lines[0]["response"].is_null());
+  EXPECT_EQ(lines[0]["error"]["code"], "timeout");
+}
+
+TEST(Dispatch, AServerThatIsNotThereIsAConnectionErrorAfterTheRetries) {
+  BatchFixture f(1);
+  std::string url;
+  {
+    FakeLlm gone([](int, const std::string&) { return FakeLlm::Reply{}; });
+    url = gone.url();
+  }
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ServerConfig s;
+  s.url = url;
+  s.retries = 1;
+  ASSERT_TRUE((*d)->start(batch_of(f, 1), s, f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  EXPECT_EQ(output_lines(f)[0]["error"]["code"], "connection");
+}
+
+TEST(Dispatch, StopClosesTheConnectionsInFlightAndPutsTheirRequestsBackToPending) {
+  BatchFixture f(10);
+  std::atomic<bool> hang{true};
+  FakeLlm fake([&](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1), hang.load()}; });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 3), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return fake.hanging() == 3; }));
+  const long long t0 = util::monotonic_ms();
+  EXPECT_EQ((*d)->stop(f.id()), 3);
+  EXPECT_LT(util::monotonic_ms() - t0, 1500) << "libcurl sees the cancel flag within about a second";
+  EXPECT_TRUE(FakeLlm::wait_for([&] { return fake.closed_by_client() == 3; }))
+      << "the server sees each connection closed, which cancels its generation";
+  auto db = f.open_db();
+  auto progress = db.progress(f.id());
+  ASSERT_TRUE(progress.ok());
+  EXPECT_EQ(progress->pending, 10);
+  EXPECT_EQ(progress->in_flight, 0);
+  EXPECT_EQ(f.output(), "");
+  EXPECT_EQ(fake.requests(), 3) << "nothing more is sent";
+  EXPECT_EQ((*d)->stop(f.id()), 0) << "a batch not being sent";
+
+  // The output stays held: go() sends the rest (what a yield's end will do), each once.
+  EXPECT_TRUE((*d)->holds(f.id()));
+  hang = false;
+  ASSERT_TRUE((*d)->go(f.id()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 13);
+  EXPECT_FALSE((*d)->go(12345).ok());
+}
+
+TEST(Dispatch, ReleaseStopsAndClosesTheOutput) {
+  BatchFixture f(4);
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", "", true}; });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 2), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return fake.hanging() == 2; }));
+  EXPECT_EQ((*d)->release(f.id()), 2);
+  EXPECT_FALSE((*d)->holds(f.id()));
+  EXPECT_EQ(f.open_db().progress(f.id())->pending, 4);
+  EXPECT_EQ((*d)->release(f.id()), 0);
+}
+
+TEST(Dispatch, SendsOnlyInsideTheBatchsWindow) {
+  EXPECT_TRUE(in_window("", 0));
+  EXPECT_TRUE(in_window("00:00-06:00", 0));
+  EXPECT_TRUE(in_window("00:00-06:00", 359));
+  EXPECT_FALSE(in_window("00:00-06:00", 360));
+  EXPECT_TRUE(in_window("22:00-02:00", 23 * 60));
+  EXPECT_TRUE(in_window("22:00-02:00", 60));
+  EXPECT_FALSE(in_window("22:00-02:00", 12 * 60));
+  EXPECT_EQ(minutes_until_open("22:00-02:00", 21 * 60 + 30), 30);
+  EXPECT_EQ(minutes_until_open("00:00-06:00", 23 * 60), 60);
+
+  BatchFixture f(4);
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
+  std::atomic<int> minute{12 * 60};  // noon: outside 22:00-02:00
+  DispatchOptions o = quick(f);
+  o.local_minute = [&] { return minute.load(); };
+  auto d = Dispatcher::open(o);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 2, "22:00-02:00"), server_at(fake), f.open_output()).ok());
+  auto db = f.open_db();
+  ASSERT_TRUE(FakeLlm::wait_for([&] {
+    auto b = db.batch(f.id());
+    return b.ok() && (*b)->reason.find("waiting for its window 22:00-02:00") != std::string::npos;
+  }));
+  EXPECT_EQ(fake.requests(), 0);
+  minute = 23 * 60;
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+}
+
+// kill -9 of a child process that runs a dispatcher, mid-batch; then a dispatcher in this process
+// takes the output over (as `tarmac backfill resume` does): every custom_id exactly once, and no
+// request whose line was in the output is sent again.
+TEST(Dispatch, Kill9MidBatchThenRecoveryHasEveryCustomIdOnce) {
+  constexpr int kRequests = 40;
+  BatchFixture f(kRequests);
+  std::atomic<bool> recovering{false};
+  std::mutex m;
+  std::vector<std::string> sent_after;
+  FakeLlm fake([&](int, const std::string& request) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (recovering) {
+      std::lock_guard lock(m);
+      sent_after.push_back(custom_id_of(request));
+    }
+    return FakeLlm::Reply{"200 OK", completion(1)};
+  });
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto d = Dispatcher::open(quick(f));
+    if (!d.ok() || !(*d)->start(batch_of(f, 4), server_at(fake), f.open_output()).ok()) ::_exit(1);
+    for (;;) ::pause();
+  }
+  ASSERT_GT(child, 0);
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return fake.requests() >= kRequests / 2; }));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const auto before = output_ids(f.output());
+  EXPECT_GT(before.size(), 0U);
+  EXPECT_LT(before.size(), static_cast<std::size_t>(kRequests));
+  recovering = true;
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 4), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  std::lock_guard lock(m);
+  // Lines of the output before recovery could be one more than the store knew (written, not yet
+  // committed): recovery adopts them; none of them is sent again.
+  for (const auto& id : before) {
+    EXPECT_EQ(std::count(sent_after.begin(), sent_after.end(), id), 0) << id << " was answered before the kill";
+  }
+}
+
+}  // namespace
+}  // namespace tarmac::backfill

@@ -1,0 +1,34 @@
+// Which server a submission is sent to (src/tarmac/backfill/service.cpp, pick_server).
+#include <gtest/gtest.h>
+
+#include "tarmac/backfill/service.hpp"
+
+namespace tarmac::backfill {
+namespace {
+
+TEST(PickServer, TheOnlyServerIsTheDefaultAndANamedOneMustBeConfigured) {
+  BackfillConfig none;
+  auto nothing = pick_server(none, "");
+  ASSERT_FALSE(nothing.ok());
+  EXPECT_NE(nothing.error().message.find("[backfill.server.NAME]"), std::string::npos) << nothing.error().message;
+
+  BackfillConfig one;
+  one.servers["night"].url = "http://127.0.0.1:11434";
+  EXPECT_EQ(pick_server(one, "").value(), "night");
+  EXPECT_EQ(pick_server(one, "night").value(), "night");
+  auto unknown = pick_server(one, "day");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("no server 'day' is configured (configured: night)"), std::string::npos)
+      << unknown.error().message;
+
+  BackfillConfig two = one;
+  two.servers["day"].url = "http://127.0.0.1:8080";
+  auto which = pick_server(two, "");
+  ASSERT_FALSE(which.ok());
+  EXPECT_NE(which.error().message.find("name the server with --server (configured: day, night)"), std::string::npos)
+      << which.error().message;
+  EXPECT_EQ(pick_server(two, "day").value(), "day");
+}
+
+}  // namespace
+}  // namespace tarmac::backfill
