@@ -141,7 +141,7 @@ void Dispatcher::log(util::LogLevel level, const std::string& message) const {
   if (opt_.log) opt_.log(level, message);
 }
 
-Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& server, util::Fd output) {
+Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& server, util::Fd output, bool paused) {
   // Without libcurl every request would fail the same way: say so once, and send nothing.
   TARMAC_TRY(net::available());
   reap_finished();
@@ -161,10 +161,15 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
     TARMAC_TRY_ASSIGN(reconciled, run->ledger->reconcile(Ledger::InFlight::BackToPending));
     run->batch.state = BatchState::Running;
     if (run->batch.started_ms == 0) run->batch.started_ms = util::wall_ms();
-    run->batch.reason = fmt::format("sending to server {} ({})", batch.server, server.url);
+    run->batch.reason = paused ? fmt::format("waiting for server {} to be started on idle GPUs", batch.server)
+                               : fmt::format("sending to server {} ({})", batch.server, server.url);
     TARMAC_TRY(db_.save_run(run->batch));
   }
-  start_workers(*run);
+  if (paused) {
+    run->stopped = true;  // as after stop(): go() starts its workers
+  } else {
+    start_workers(*run);
+  }
   std::lock_guard lock(runs_mutex_);
   runs_[batch.id] = std::move(run);
   return reconciled;
@@ -208,7 +213,7 @@ long long Dispatcher::stop(long long id) {
   return interrupted;
 }
 
-Result<void> Dispatcher::go(long long id) {
+Result<void> Dispatcher::go(long long id, const std::string& url) {
   Run* run = nullptr;
   {
     std::lock_guard lock(runs_mutex_);
@@ -217,10 +222,22 @@ Result<void> Dispatcher::go(long long id) {
     run = it->second.get();
     std::lock_guard run_lock(run->m);
     if (!run->stopped) return {};  // being sent
+    if (!url.empty()) run->server.url = url;  // stopped: no worker reads it now
   }
   set_reason(*run, fmt::format("sending to server {} ({})", run->batch.server, run->server.url));
   start_workers(*run);
   return {};
+}
+
+void Dispatcher::note(long long id, const std::string& reason) {
+  Run* run = nullptr;
+  {
+    std::lock_guard lock(runs_mutex_);
+    const auto it = runs_.find(id);
+    if (it == runs_.end()) return;
+    run = it->second.get();
+  }
+  set_reason(*run, reason);  // only this thread removes runs: `run` outlives the call
 }
 
 long long Dispatcher::release(long long id) {

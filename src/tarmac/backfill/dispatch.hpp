@@ -66,7 +66,10 @@ class Dispatcher {
 
   // Takes batch `batch`'s output, checks it against the store (Ledger::reconcile: after a restart
   // nothing is in flight any more), and starts sending the batch's pending requests to `server`.
-  [[nodiscard]] Result<Reconciled> start(const Batch& batch, const ServerConfig& server, util::Fd output);
+  // `paused`: the output is taken and checked, but nothing is sent until go() (a managed server,
+  // which runs only while its GPUs are idle: go() names its url then).
+  [[nodiscard]] Result<Reconciled> start(const Batch& batch, const ServerConfig& server, util::Fd output,
+                                         bool paused = false);
 
   // Stops batch `id`'s sending: nothing more is sent, and the requests in flight are cancelled
   // (their connections closed) and go back to pending. The output stays held (go() sends again).
@@ -74,8 +77,13 @@ class Dispatcher {
   // flag that often while nothing arrives). How many requests were interrupted; 0 for a batch not
   // being sent.
   long long stop(long long id);
-  // Sends stopped batch `id` again; an error when the dispatcher does not hold it.
-  [[nodiscard]] Result<void> go(long long id);
+  // Sends stopped batch `id` again (to `url` when one is given: a managed server's, known once it
+  // runs); an error when the dispatcher does not hold it.
+  [[nodiscard]] Result<void> go(long long id, const std::string& url = "");
+  // Records `reason` as batch `id`'s (what `status` shows) when the dispatcher holds it.
+  void note(long long id, const std::string& reason);
+  // Local minutes since midnight now, as the batches' windows are read (DispatchOptions::local_minute).
+  [[nodiscard]] int local_minute() const { return opt_.local_minute(); }
   // stop(), then closes the output: the dispatcher lets batch `id` go (cancel).
   long long release(long long id);
 

@@ -267,6 +267,8 @@ Result<std::unique_ptr<Service>> Service::open(ServiceOptions options) {
   TARMAC_TRY_ASSIGN(auto db, BatchDb::open(options.db_path));
   if (options.dispatch.db_path.empty()) options.dispatch.db_path = options.db_path;
   if (!options.dispatch.log) options.dispatch.log = options.log;
+  options.managed.config = options.config;
+  if (!options.managed.log) options.managed.log = options.log;
   TARMAC_TRY_ASSIGN(auto dispatcher, Dispatcher::open(options.dispatch));
   auto service = std::unique_ptr<Service>(new Service(std::move(options), std::move(db), std::move(dispatcher)));
   TARMAC_TRY_ASSIGN(auto unfinished, service->db_.batches(BatchDb::Which::Unfinished));
@@ -310,7 +312,8 @@ Result<Reconciled> Service::send(const Batch& batch, util::Fd output) {
                                                         "[backfill.server.{}] table)",
                                                         batch.server, batch.server));
   }
-  return dispatcher_->start(batch, server->second, std::move(output));
+  // A managed server's batch waits until its server runs on idle GPUs (ManagedServers::tick sends it).
+  return dispatcher_->start(batch, server->second, std::move(output), managed_->manages(batch.server));
 }
 
 json Service::answer_batch(const Batch& b) {

@@ -14,6 +14,7 @@
 
 #include "tarmac/backfill/batch_db.hpp"
 #include "tarmac/backfill/dispatch.hpp"
+#include "tarmac/backfill/managed.hpp"
 #include "tarmac/backfill/quota.hpp"
 #include "tarmac/backfill/settings.hpp"
 #include "tarmac/sched/wire.hpp"
@@ -29,6 +30,7 @@ struct ServiceOptions {
   BatchQuota quota;
   BackfillConfig config;     // the servers batches may name
   DispatchOptions dispatch;  // its db_path and log default to the ones above
+  ManagedOptions managed;    // its config and log are the ones above
 };
 
 // The server a batch that asks for `asked` ("" for the default) is sent to: the one configured of
@@ -52,12 +54,18 @@ class Service {
   // The answer to a backfill_* request from `peer` with descriptors `fds`; nullopt for other ops.
   [[nodiscard]] std::optional<nlohmann::json> answer(const sched::Peer& peer, std::vector<util::Fd>& fds,
                                                      const nlohmann::json& req);
+  // The scheduler's thread, about every 250 ms (sched::DaemonOptions::agent_tick): the managed
+  // servers are started, followed and stopped for the batches that want them.
+  void tick(sched::AgentJobs& jobs) { managed_->tick(jobs); }
+  // The scheduler's thread, before it signals a preempted job of the agent's (DaemonOptions::before_preempt).
+  void before_preempt(const sched::Job& job, const sched::Job& for_job) { managed_->before_preempt(job, for_job); }
 
  private:
   Service(ServiceOptions options, BatchDb db, std::unique_ptr<Dispatcher> dispatcher)
       : opt_(std::move(options)),
         db_(std::move(db)),
         dispatcher_(std::move(dispatcher)),
+        managed_(std::make_unique<ManagedServers>(opt_.managed, db_, *dispatcher_)),
         input_rate_(opt_.quota.input_bytes_per_minute) {}
   nlohmann::json submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req);
   nlohmann::json status(const sched::Peer& peer, const nlohmann::json& req);
@@ -75,6 +83,7 @@ class Service {
   ServiceOptions opt_;
   BatchDb db_;
   std::unique_ptr<Dispatcher> dispatcher_;  // holds the outputs of the batches being sent
+  std::unique_ptr<ManagedServers> managed_;  // before the dispatcher in destruction: it stops its sending
   InputRate input_rate_;
 };
 

@@ -256,23 +256,28 @@ alerts::Notice lease_notice(const sched::LeaseNotice& n) {
   return notice;
 }
 
-// Batches (docs/backfill.md) answered on the scheduler's socket and thread, and sent to the
-// configured servers by the dispatcher's threads; none when their tables cannot be opened (logged:
-// the queue still runs).
-sched::MoreRequests backfill_requests(const std::string& db_path, const config::Config& cfg) {
+// Batches (docs/backfill.md) answered on the scheduler's socket and thread, sent to the configured
+// servers by the dispatcher's threads, their managed servers run as the scheduler's backfill jobs
+// (followed on its tick, let go of before a preemption); none when their tables cannot be opened
+// (logged: the queue still runs).
+void wire_backfill(sched::DaemonOptions& dopts, const config::Config& cfg) {
   backfill::ServiceOptions options;
-  options.db_path = db_path;
+  options.db_path = dopts.db_path;
   options.log = log_line;
   options.quota = backfill::quota_from(cfg.scheduler);
   options.config = cfg.backfill;
   auto service = backfill::Service::open(std::move(options));
   if (!service.ok()) {
     log_line(util::LogLevel::Warning, fmt::format("backfill off: {}", service.error().message));
-    return {};
+    return;
   }
   std::shared_ptr<backfill::Service> shared = std::move(*service);
-  return [shared](const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req) {
+  dopts.more_requests = [shared](const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req) {
     return shared->answer(peer, fds, req);
+  };
+  dopts.agent_tick = [shared](sched::AgentJobs& jobs) { shared->tick(jobs); };
+  dopts.before_preempt = [shared](const sched::Job& job, const sched::Job& for_job) {
+    shared->before_preempt(job, for_job);
   };
 }
 
@@ -290,7 +295,7 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
   dopts.open_backend = [&global] { return open_backend(global); };
   dopts.log = log_line;
   dopts.notify = [&alerter](const sched::LeaseNotice& n) { alerter.announce(lease_notice(n)); };
-  dopts.more_requests = backfill_requests(dopts.db_path, s.cfg);
+  wire_backfill(dopts, s.cfg);
   auto started = sched::Daemon::start(std::move(dopts));
   if (!started.ok()) {
     log_line(util::LogLevel::Warning,

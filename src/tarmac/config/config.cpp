@@ -15,6 +15,7 @@
 
 #include "tarmac/alerts/sinks.hpp"
 #include "tarmac/net/http_client.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/trusted_file.hpp"
 #include "tarmac/util/units.hpp"
@@ -480,16 +481,12 @@ const std::vector<ServerKey>& server_table() {
   static const std::vector<ServerKey> keys = {
       server_text(
           "kind", Kind::Choice,
-          "\"external\": a server already running at url, which tarmac only sends to; \"managed\" (a server tarmac "
-          "starts on idle GPUs) is not built yet",
+          "\"external\": a server already running at url, which tarmac only sends to; \"managed\": a server tarmac "
+          "starts as a backfill job on idle GPUs (command or preset, user) and stops when a normal job needs them",
           {"external", "managed"},
           [](ServerConfig& s, const std::string& v) { s.kind = v == "managed" ? ServerKind::Managed : ServerKind::External; },
           [](const ServerConfig& s) { return std::string(s.kind == ServerKind::Managed ? "managed" : "external"); },
-          [](const std::string& v) -> std::optional<std::string> {
-            if (v != "managed") return std::nullopt;
-            return "managed servers (started by tarmac on idle GPUs) are not built yet: start the server yourself "
-                   "and give its url (kind = \"external\")";
-          }),
+          nullptr),
       server_text(
           "protocol", Kind::Choice,
           "\"openai\": /v1/chat/completions and /v1/completions (llama-server, vLLM and Ollama serve them); "
@@ -514,6 +511,36 @@ const std::vector<ServerKey>& server_table() {
                     if (v.find_first_of("?#") != std::string::npos) return "'" + v + "': no query or fragment";
                     return std::nullopt;
                   }),
+      server_text("command", Kind::Text,
+                  "managed: the server's argv as an array of strings, \"{port}\" and \"{model}\" replaced in each "
+                  "(no shell), such as [\"/usr/bin/llama-server\", \"-m\", \"{model}\", \"--port\", \"{port}\"]",
+                  {}, nullptr, [](const ServerConfig& s) { return util::json_text(nlohmann::json(s.command)); },
+                  nullptr),
+      server_text("preset", Kind::Choice,
+                  "managed: a known server's command and health path instead of command: \"llama-server\", "
+                  "\"ollama\" or \"vllm\"",
+                  {"llama-server", "ollama", "vllm"}, [](ServerConfig& s, const std::string& v) { s.preset = v; },
+                  [](const ServerConfig& s) { return s.preset; }, nullptr),
+      server_text("binary", Kind::Path, "managed: the preset's program, when it is not on the agent's PATH", {},
+                  [](ServerConfig& s, const std::string& v) { s.binary = v; },
+                  [](const ServerConfig& s) { return s.binary; }, nullptr),
+      server_text("user", Kind::Text,
+                  "managed: the account the server runs as (it runs users' prompts); required, never root", {},
+                  [](ServerConfig& s, const std::string& v) { s.user = v; },
+                  [](const ServerConfig& s) { return s.user; },
+                  [](const std::string& v) -> std::optional<std::string> {
+                    if (v == "root" || v == "0") {
+                      return "a managed server never runs as root (it runs users' prompts): name an account of its own";
+                    }
+                    if (v.empty() || v.size() > 32) return "an account name of 1 to 32 characters";
+                    return std::nullopt;
+                  }),
+      server_number("gpus", Kind::Count, "managed: how many idle GPUs the server runs on", 1, 64,
+                    &ServerConfig::gpus),
+      server_number("ready_timeout", Kind::Duration,
+                    "managed: the longest from the server's start until its health path answers; then it is "
+                    "stopped and tried again later",
+                    100, 24LL * 3600 * 1000, &ServerConfig::ready_timeout_ms),
       server_number("timeout", Kind::Duration,
                     "the longest one request may take, connecting included; past it the request is sent again "
                     "(retries), then written with error \"timeout\"",
@@ -543,11 +570,57 @@ bool valid_server_name(std::string_view name) {
   });
 }
 
+// A managed server's `command`: a non-empty array of strings, its program an absolute path (the agent's
+// PATH is not the user's, and no shell reads it).
+Result<std::vector<std::string>> read_command(const toml::node& value, const std::string& file, const std::string& name) {
+  const auto at = value.source().begin;
+  const auto bad = [&](std::string_view why) {
+    return make_error(Error::Code::Invalid,
+                      fmt::format("{}:{}:{}: backfill.server.{}.command: {}", file, at.line, at.column, name, why));
+  };
+  const auto* array = value.as_array();
+  if (array == nullptr || array->empty() || array->size() > 256) return bad("expected an array of 1 to 256 strings");
+  std::vector<std::string> argv;
+  for (const auto& word : *array) {
+    const auto* text = word.as_string();
+    if (text == nullptr || text->get().size() > 4096 || text->get().find('\0') != std::string::npos) {
+      return bad("each word must be a string (at most 4096 bytes)");
+    }
+    argv.push_back(text->get());
+  }
+  if (argv.front().empty() || argv.front().front() != '/') return bad("the program (its first word) must be an absolute path");
+  return argv;
+}
+
+// What a managed server needs besides its kind: a way to start (command or preset, not both) and an
+// account that is not root; an external one, its url.
+Result<void> check_server(const backfill::ServerConfig& server, const std::string& where) {
+  const auto bad = [&](std::string_view why) {
+    return make_error(Error::Code::Invalid, fmt::format("{}: {}", where, why));
+  };
+  if (server.kind == backfill::ServerKind::External) {
+    if (server.url.empty()) return bad("no url (the server's base URL, such as \"http://127.0.0.1:8080\")");
+    return {};
+  }
+  if (server.command.empty() == server.preset.empty()) {
+    return bad("a managed server needs command (its argv) or preset (\"llama-server\", \"ollama\", \"vllm\"), one of them");
+  }
+  if (server.user.empty()) {
+    return bad("a managed server needs user: the account it runs as (never root: it runs users' prompts)");
+  }
+  if (!server.url.empty()) return bad("a managed server has no url: tarmac gives it a free loopback port");
+  return {};
+}
+
 // One [backfill.server.NAME] table over `server`; an error names the line, a warning an unknown key.
 Result<void> parse_server(const toml::table& table, const std::string& file, const std::string& name,
                           backfill::ServerConfig& server, std::vector<std::pair<std::size_t, std::string>>& found) {
   for (const auto& [key, value] : table) {
     const auto at = value.source().begin;
+    if (key.str() == "command") {
+      TARMAC_TRY_ASSIGN(server.command, read_command(value, file, name));
+      continue;
+    }
     const ServerKey* k = find_server_key(key.str());
     if (k == nullptr) {
       found.emplace_back(key.source().begin.line, fmt::format("{}:{}: unknown key 'backfill.server.{}.{}' (ignored)",
@@ -595,11 +668,7 @@ Result<void> parse_backfill(const toml::table& section, const std::string& file,
       const std::string server_name(name.str());
       backfill::ServerConfig& server = out.servers[server_name];
       TARMAC_TRY(parse_server(*t, file, server_name, server, found));
-      if (server.url.empty()) {
-        return make_error(Error::Code::Invalid, fmt::format("{}:{}:{}: backfill.server.{}: no url (the server's base "
-                                                            "URL, such as \"http://127.0.0.1:8080\")",
-                                                            file, at.line, at.column, server_name));
-      }
+      TARMAC_TRY(check_server(server, fmt::format("{}:{}:{}: backfill.server.{}", file, at.line, at.column, server_name)));
     }
   }
   return {};
@@ -650,6 +719,7 @@ const std::vector<KeyInfo>& server_keys() {
 std::string server_value_text(const backfill::ServerConfig& server, const KeyInfo& info) {
   const ServerKey* k = find_server_key(info.name);
   if (k == nullptr) return "";
+  if (info.name == "command") return k->get_text(server);  // an array, which TOML and JSON both read
   return is_text(k->key) ? quoted_text(k->get_text(server)) : number_text(info.kind, k->get(server));
 }
 

@@ -44,6 +44,7 @@ Daemon::State::State(DaemonOptions options, JobDb db, LeaseDir dir, Listener lis
               [this](long long id) { return table.find(id) != nullptr; }, opt.log),
       wake_fd(std::move(wake)) {
   table.on_event([this](const Job& job, JobEvent event) { on_job_event(job, event); });
+  pass.before_preempt(opt.before_preempt);
 }
 
 void Daemon::State::on_job_event(const Job& job, JobEvent event) {
@@ -169,6 +170,7 @@ void Daemon::State::slow_tick() {
   idle.check(seen, last_slow_tick_ms, util::wall_ms());
   outside.check(seen);
   for (long long id : wrappers.ended_without_pidfd(table)) on_wrapper_gone(table.jobs().at(id));
+  if (opt.agent_tick) opt.agent_tick(*this);
 }
 
 Daemon::Daemon(std::unique_ptr<State> state) : state_(std::move(state)) {}

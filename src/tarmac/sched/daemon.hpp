@@ -16,6 +16,7 @@
 #include "tarmac/util/log.hpp"
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/backend.hpp"
+#include "tarmac/sched/job.hpp"
 #include "tarmac/sched/settings.hpp"
 #include "tarmac/sched/wire.hpp"
 #include "tarmac/util/fd.hpp"
@@ -41,6 +42,25 @@ struct LeaseNotice {
 using MoreRequests =
     std::function<std::optional<nlohmann::json>(const Peer&, std::vector<util::Fd>&, const nlohmann::json&)>;
 
+// Jobs the agent runs on its own behalf (backfill's managed servers): queued, started, preempted
+// and requeued like any job of the queue (a backfill one runs only on GPUs idle for
+// scheduler.backfill_idle and yields to normal jobs), but asked for by a part of the agent rather
+// than on the socket, as the account the part names. Used on the scheduler's thread only, from
+// DaemonOptions::agent_tick.
+class AgentJobs {
+ public:
+  virtual ~AgentJobs() = default;
+  // Queues `job` (what to run, as whom, how many GPUs); it is marked the agent's, detached (its
+  // output to the scheduler's log of it). Root (uid 0) is refused. The job's id.
+  [[nodiscard]] virtual Result<long long> submit(Job job) = 0;
+  // Ends job `id`: a queued one at once, a running one by SIGTERM, grace, SIGKILL.
+  virtual void cancel(long long id, const std::string& why) = 0;
+  // The job as the queue has it now; nullptr once it has ended.
+  [[nodiscard]] virtual const Job* find(long long id) const = 0;
+  // The agent's jobs that have not ended (after a restart, those no part of the agent knows).
+  [[nodiscard]] virtual std::vector<long long> unfinished() const = 0;
+};
+
 struct DaemonOptions {
   SchedulerConfig config;
   std::string socket_path;
@@ -58,6 +78,13 @@ struct DaemonOptions {
   // Tests inject one.
   std::function<long long()> monotonic_ms;
   MoreRequests more_requests;
+  // Called on the scheduler's thread about every 250 ms, for parts of the agent that run jobs of
+  // their own (AgentJobs); it must not block for long: the queue waits meanwhile.
+  std::function<void(AgentJobs&)> agent_tick;
+  // Called on the scheduler's thread when `backfill`, an agent's job, is preempted for `for_job`,
+  // before its SIGTERM: the part of the agent that runs it lets go of it first (backfill stops
+  // sending to the server). The queue waits meanwhile: it should take about a second at most.
+  std::function<void(const Job& backfill, const Job& for_job)> before_preempt;
 };
 
 class Daemon {

@@ -18,6 +18,7 @@
 namespace tarmac::sched {
 
 using detail::read_small;
+using detail::user_name;
 using nlohmann::json;
 
 bool Daemon::State::write_spec(const Job& job, const std::vector<unsigned>& chosen,
@@ -170,6 +171,48 @@ void Daemon::State::record_end(Job& job) {
     log(util::LogLevel::Warning, fmt::format("scheduler: job {} lost: {}", id, lost.reason));
   }
   table.remove_job_files(id);
+}
+
+// A job of the agent's own goes through the same record as a submission (the store, its
+// environment, the queue), detached, marked the agent's; never as root: the agent's jobs run what
+// users send (their prompts), so they run as an account of their own.
+Result<long long> Daemon::State::submit(Job job) {
+  if (job.uid == 0) return make_error(Error::Code::Invalid, "the agent runs no job of its own as root");
+  if (job.path.empty() || job.path.front() != '/') {
+    return make_error(Error::Code::Invalid, fmt::format("the program '{}' must be an absolute path", job.path));
+  }
+  job.kind = JobKind::Job;
+  job.agent = true;
+  job.detach = true;
+  job.user = user_name(job.uid);
+  job.grace_ms = std::min(job.grace_ms, opt.config.max_grace_ms);
+  auto recorded = requests.record(std::move(job), {});
+  if (const auto* bad = std::get_if<nlohmann::json>(&recorded)) {
+    return make_error(Error::Code::Io, bad->value("error", std::string("the job could not be queued")));
+  }
+  const Job& stored = *std::get<Job*>(recorded);
+  log(util::LogLevel::Info, fmt::format("scheduler: job {} queued for the agent ({}, as {})", stored.id, stored.name,
+                                        stored.user));
+  return stored.id;
+}
+
+void Daemon::State::cancel(long long id, const std::string& why) {
+  Job* job = table.find(id);
+  if (job != nullptr && job->agent && job->kind == JobKind::Job) requests.end_job(*job, why);
+}
+
+const Job* Daemon::State::find(long long id) const {
+  const auto& jobs = table.jobs();
+  const auto it = jobs.find(id);
+  return it == jobs.end() || has_ended(it->second.state) ? nullptr : &it->second;
+}
+
+std::vector<long long> Daemon::State::unfinished() const {
+  std::vector<long long> out;
+  for (const auto& [id, job] : table.jobs()) {
+    if (job.agent && !has_ended(job.state)) out.push_back(id);
+  }
+  return out;
 }
 
 }  // namespace tarmac::sched

@@ -156,6 +156,9 @@ void Pass::preempt(Round& round, Job& backfill, const Job& job) {
   backfill.preempted_for = job.id;
   backfill.reason = fmt::format("preempted for job {}", job.id);
   table_.persist(backfill);
+  // The agent's own server (backfill's managed one) is let go of first: its batches stop sending,
+  // their requests in flight go back to pending, before the server is signalled.
+  if (backfill.agent && before_preempt_) before_preempt_(backfill, job);
   (void)wrappers_.signal(backfill, SIGTERM);  // a wrapper already gone is seen by its pidfd
   log(util::LogLevel::Info, fmt::format("scheduler: preempting backfill job {} for job {}", backfill.id, job.id));
   for (const auto& g : backfill.gpu_uuids) round.backfill_gpus.erase(g);

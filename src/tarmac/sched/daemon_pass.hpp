@@ -31,6 +31,10 @@ class Pass {
       : config_(config), table_(table), gpus_(gpus), files_(files), wrappers_(wrappers), start_(std::move(start)),
         log_(std::move(log)) {}
 
+  // Called before an agent's backfill job is sent SIGTERM to make room (DaemonOptions::before_preempt).
+  using BeforePreempt = std::function<void(const Job& backfill, const Job& for_job)>;
+  void before_preempt(BeforePreempt hook) { before_preempt_ = std::move(hook); }
+
   // Something changed (a submission, an end): a pass is due soon (a burst of them is one pass).
   void want() { dirty_ = true; }
   // A job ended at `now_ms`: a pass is due in a moment, whatever else is due.
@@ -77,6 +81,7 @@ class Pass {
   Wrappers& wrappers_;
   Start start_;
   util::LogSink log_;
+  BeforePreempt before_preempt_;
 
   bool dirty_ = true;             // something changed: run a pass
   long long last_pass_ms_ = 0;

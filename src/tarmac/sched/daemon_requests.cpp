@@ -148,6 +148,19 @@ json Requests::submit(Client& c, const json& req) {
 }
 
 json Requests::queue(Client& c, Job job) {
+  std::vector<util::Fd> output;
+  if (!job.detach) {
+    // Its stdout and stderr are the job's until it starts; any other descriptor is closed with the request.
+    for (std::size_t i = 0; i < 2; ++i) output.push_back(std::move(c.fds[i]));
+  }
+  auto recorded = record(std::move(job), std::move(output));
+  if (auto* bad = std::get_if<json>(&recorded)) return *bad;
+  const Job& stored = *std::get<Job*>(recorded);
+  if (!stored.detach) c.watching = stored.id;
+  return job_answer(stored);
+}
+
+std::variant<Job*, json> Requests::record(Job job, std::vector<util::Fd> output) {
   job.submitted_ms = util::wall_ms();
   job.state = JobState::Queued;
   job.reason = "queued";
@@ -165,15 +178,11 @@ json Requests::queue(Client& c, Job job) {
     job.log = table_.log_file(job.id);
     table_.persist(job);
   } else {
-    // Its stdout and stderr are the job's until it starts; any other descriptor is closed with the request.
-    std::vector<util::Fd> output;
-    for (std::size_t i = 0; i < 2; ++i) output.push_back(std::move(c.fds[i]));
     wrappers_.hold_output(job.id, std::move(output));
-    c.watching = job.id;
   }
-  const Job& stored = table_.add(std::move(job));
+  Job& stored = table_.add(std::move(job));
   pass_.want();
-  return job_answer(stored);
+  return &stored;
 }
 
 json Requests::list(const json& req) {
@@ -224,12 +233,21 @@ json Requests::cancel(Client& c, const json& req) {
     return job_answer(end_lease(table_, files_, job, JobState::Released, "released by " + user_name(c.uid()), clock_()));
   }
   if (job.state == JobState::Queued) return job_answer(table_.end(job, JobState::Cancelled, "cancelled before it started"));
+  end_job(job, "cancelled by " + user_name(c.uid()));
+  return job_answer(job);
+}
+
+void Requests::end_job(Job& job, const std::string& why) {
+  if (job.state == JobState::Queued) {
+    (void)table_.end(job, JobState::Cancelled, why);  // `job` is gone from the table now
+    return;
+  }
+  if (job.state == JobState::Stopping && job.stopping_for == StopReason::Cancel) return;
   job.state = JobState::Stopping;
   job.stopping_for = StopReason::Cancel;
-  job.reason = "cancelled by " + user_name(c.uid());
+  job.reason = why;
   table_.persist(job);
   (void)wrappers_.signal(job, SIGTERM);
-  return job_answer(job);
 }
 
 json Requests::reserve(Client& c, const json& req) {

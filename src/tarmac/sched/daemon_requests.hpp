@@ -36,6 +36,13 @@ class Requests {
   // The answer to `req` from client `c`: {"ok": true, ...}, or a failure with its code and words.
   [[nodiscard]] json answer(Client& c, const json& req);
 
+  // Records `job` (checked) in the store and the queue; `output` is its stdout and stderr until it
+  // starts (empty: detached, its output to its log). The table's job, or the failure to answer.
+  [[nodiscard]] std::variant<Job*, json> record(Job job, std::vector<util::Fd> output);
+  // Ends job `job`: a queued one at once (it leaves the table: `job` is gone after), a running one
+  // by SIGTERM (then its grace, SIGKILL).
+  void end_job(Job& job, const std::string& why);
+
  private:
   json submit(Client& c, const json& req);
   // Records `job` (checked) in the store and the queue; an attached job takes c's stdout and stderr.

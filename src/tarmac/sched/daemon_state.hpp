@@ -39,7 +39,8 @@ namespace tarmac::sched {
 
 using Runtime = Wrappers::Runtime;  // start_job's name for a job's runtime
 
-struct Daemon::State {
+// The State is also the AgentJobs a part of the agent is handed on its tick (DaemonOptions::agent_tick).
+struct Daemon::State final : AgentJobs {
   // The store, the lock directory and the socket are opened by Daemon::start; `wake` is the eventfd
   // that stops the loop's wait.
   State(DaemonOptions options, JobDb db, LeaseDir dir, Listener listener, util::Fd wake);
@@ -87,6 +88,13 @@ struct Daemon::State {
   void on_wrapper_gone(Job& job);
   // How `job` ended, from its ID.exit (or lost, without one).
   void record_end(Job& job);
+
+  // --- the agent's own jobs (AgentJobs, daemon_jobs.cpp) ---
+
+  [[nodiscard]] Result<long long> submit(Job job) override;
+  void cancel(long long id, const std::string& why) override;
+  [[nodiscard]] const Job* find(long long id) const override;
+  [[nodiscard]] std::vector<long long> unfinished() const override;
 
   // --- recovery (daemon.cpp) ---
 

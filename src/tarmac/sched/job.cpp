@@ -113,6 +113,7 @@ json to_json(const Job& job) {
       {"grace_ms", job.grace_ms},
       {"backfill", job.backfill},
       {"detach", job.detach},
+      {"agent", job.agent},
       {"gpus", job.gpus},
       {"uuids", job.gpu_uuids},
       {"submitted_unix_ms", opt(job.submitted_ms)},
@@ -141,7 +142,8 @@ json spec_json(const Job& job) {
               {"grace_ms", job.grace_ms},
               {"backfill", job.backfill},
               {"uuids", job.uuids},
-              {"detach", job.detach}};
+              {"detach", job.detach},
+              {"agent", job.agent}};
 }
 
 void apply_spec_json(const json& spec, Job& job) {
@@ -159,6 +161,7 @@ void apply_spec_json(const json& spec, Job& job) {
   job.backfill = value_or<bool>(spec, "backfill", false);
   job.uuids = value_or<bool>(spec, "uuids", false);
   job.detach = value_or<bool>(spec, "detach", false);
+  job.agent = value_or<bool>(spec, "agent", false);
 }
 
 }  // namespace tarmac::sched

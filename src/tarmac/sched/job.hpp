@@ -55,6 +55,9 @@ struct Job {
   bool backfill = false;
   bool uuids = false;   // CUDA_VISIBLE_DEVICES as UUIDs
   bool detach = false;  // output to `log` rather than the submitter's stdout and stderr
+  // Run for the agent itself (backfill's managed servers, Daemon's AgentJobs), never asked for on
+  // the socket: the part of the agent that asked is told before the job is preempted.
+  bool agent = false;
   // What happened.
   std::vector<unsigned> gpus;
   std::vector<std::string> gpu_uuids;
