@@ -1,0 +1,185 @@
+"""A managed server (docs/backfill.md "Managed servers"): the agent starts the real llama-server
+(llama.cpp, on CPU, with the tiny random-weight model) as a backfill job of its scheduler on a
+simulated idle GPU, as an account of its own (the second user, never root), sends a batch to it
+once its /health answers, and stops it when the batch is done. Then the yield: a normal job that
+needs every GPU arrives mid-batch; the batch stops sending (its requests in flight back to
+pending), the server is stopped, the job starts, and when the job ends the server is started again
+and the batch finishes, each custom_id exactly once. The yield time (the normal job's submission to
+its start) is printed.
+
+llama-server comes from the peers cache (`scripts/peers.sh --llama-server`); the cache lives in
+root's home, which the second user cannot enter, so the test links it into a folder of its own."""
+import collections
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from agent_support import wait_for
+from devtools import second_user
+from test_backfill_llama import LLAMA_SERVER, MODEL, TOKENS
+from test_sched_agent import SLOW, AgentQueueTest
+
+TEXTS = 50
+
+
+def server_tree(into):
+    """The peers cache's llama-server under INTO (hard links where one file system allows, else a copy),
+    its wrapper script rewritten to the new place; the wrapper's path."""
+    source = LLAMA_SERVER.parent.parent
+    target = pathlib.Path(into) / "llama-server"
+    if subprocess.run(["cp", "-al", str(source), str(target)], capture_output=True).returncode != 0:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(source, target, symlinks=True)
+    # peers.sh links ggml's CPU backends beside the loader with absolute links into the cache: point
+    # them at the linked tree, which the second user can reach.
+    for link in target.rglob("*"):
+        if link.is_symlink() and os.readlink(link).startswith(str(source)):
+            pointed = os.readlink(link).replace(str(source), str(target))
+            link.unlink()
+            link.symlink_to(pointed)
+    wrapper = target / "bin" / "llama-server"
+    text = wrapper.read_text().replace(str(source), str(target))
+    wrapper.unlink()  # a hard link: the cache's own wrapper must stay as it is
+    wrapper.write_text(text)
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def kill_under(folder):
+    """SIGKILL to every process whose command line names FOLDER (the servers this test started)."""
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if str(folder).encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
+            continue
+
+
+@unittest.skipUnless(LLAMA_SERVER.exists(),
+                     f"llama-server is not in the peers cache ({LLAMA_SERVER}): run scripts/peers.sh --llama-server")
+@unittest.skipUnless(os.geteuid() == 0, "needs root: the agent runs the managed server as another account")
+class ManagedLlamaServer(AgentQueueTest):
+    def setUp(self):
+        self.peer_dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-managed-"))
+        self.peer_dir.chmod(0o755)
+        self.addCleanup(shutil.rmtree, str(self.peer_dir), True)
+        self.addCleanup(kill_under, self.peer_dir)
+        user = second_user(self).pw_name
+        wrapper = server_tree(self.peer_dir)
+        self.model = self.peer_dir / "tiny.gguf"
+        shutil.copyfile(MODEL, self.model)
+        self.model.chmod(0o644)
+        command = [str(wrapper), "-m", "{model}", "--port", "{port}", "--host", "127.0.0.1", "-np", "4", "-c", "2048",
+                   "-n", str(TOKENS), "-t", "1"]
+        self.config = ('backfill_idle = "1s"\n\n[backfill.server.llama]\nkind = "managed"\n'
+                       f"command = {json.dumps(command)}\nuser = \"{user}\"\nready_timeout = \"30s\"\n"
+                       'timeout = "30s"\nretries = 6\nmax_parallel = 4\n')
+        super().setUp()
+
+    def status(self, batch_id):
+        r = self.tarmac("--json", "backfill", "status", str(batch_id))
+        self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
+        return json.loads(r.stdout)
+
+    def server_jobs(self):
+        return [j for j in self.jobs().values() if j["name"] == "backfill-server-llama"]
+
+    def submit_texts(self, name):
+        texts = self.tmp / f"{name}.json"
+        texts.write_text(json.dumps([f"document number {i} about the water" for i in range(TEXTS)]))
+        out = self.tmp / f"{name}.jsonl"
+        r = self.tarmac("--json", "backfill", "submit", "--model", str(self.model), "--texts", str(texts),
+                        "--template", "Summarise: {text}", "--output", str(out), "--parallel", "4")
+        self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
+        return json.loads(r.stdout)["id"], out
+
+    def wait_status(self, batch_id, predicate, what, timeout=60):
+        last = {}
+
+        def check():
+            last.update(self.status(batch_id))
+            return predicate(last)
+        self.assertTrue(wait_for(check, timeout=timeout * SLOW, step=0.05),
+                        f"{what}: {last}\n{self.agent_log()}\n{self.server_logs()}")
+        return last
+
+    def server_logs(self):
+        out = ""
+        for log in sorted((self.state / "logs").glob("*.log")):
+            out += f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}\n"
+        return out
+
+    def check_output(self, batch_id, out):
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+        counts = collections.Counter(line["custom_id"] for line in lines)
+        self.assertEqual(set(counts), {f"text-{i}" for i in range(TEXTS)})
+        self.assertEqual([c for c in counts.values() if c != 1], [], "every custom_id exactly once")
+        for line in lines:
+            self.assertIsNone(line["error"], line)
+            self.assertEqual(line["response"]["body"]["usage"]["completion_tokens"], TOKENS)
+        final = self.status(batch_id)
+        self.assertEqual((final["done"], final["failed"], final["pending"]), (TEXTS, 0, 0))
+
+    def wait_server_stopped(self):
+        self.assertTrue(wait_for(lambda: all(j["state"] in ("done", "cancelled") for j in self.server_jobs()),
+                                 timeout=30 * SLOW, step=0.1),
+                        f"the server's job did not end once its batch was done: {self.server_jobs()}\n"
+                        f"{self.agent_log()}")
+
+    def test_a_batch_runs_on_a_managed_server_started_on_an_idle_gpu(self):
+        t0 = time.monotonic()
+        batch_id, out = self.submit_texts("first")
+        self.wait_status(batch_id, lambda s: s["state"] == "done", "the batch did not complete")
+        elapsed = time.monotonic() - t0
+        self.check_output(batch_id, out)
+        servers = self.server_jobs()
+        self.assertEqual(len(servers), 1, servers)
+        self.assertTrue(servers[0]["backfill"], servers[0])
+        self.assertEqual(servers[0]["user"], second_user(self).pw_name, "never root")
+        self.wait_server_stopped()
+        print(f"\n{TEXTS} requests through a managed llama-server, started on an idle GPU: {elapsed:.1f} s",
+              flush=True)
+
+    def test_a_normal_job_takes_the_gpu_back_mid_batch_and_the_batch_finishes_after(self):
+        batch_id, out = self.submit_texts("yield")
+        self.wait_status(batch_id, lambda s: s["done"] >= 10, "the batch did not start")
+        submitted = time.time()
+        job = self.submit("/bin/sleep", "1", n=4)  # every GPU: the server's must be given back
+
+        def started():
+            return self.job(job)["started_unix_ms"] is not None
+        self.assertTrue(wait_for(started, timeout=30 * SLOW, step=0.02),
+                        f"the normal job did not start: {self.jobs()}\n{self.agent_log()}")
+        j = self.job(job)
+        yield_s = j["started_unix_ms"] / 1000 - submitted
+        mid = self.status(batch_id)
+        self.assertLess(mid["done"], TEXTS, "the normal job arrived mid-batch")
+        self.assertEqual(mid["in_flight"], 0, f"nothing in flight while the server is stopped: {mid}")
+        self.wait_status(batch_id, lambda s: s["state"] == "done", "the batch did not finish after the job")
+        self.check_output(batch_id, out)
+        servers = self.server_jobs()
+        self.assertEqual(len(servers), 1, servers)
+        self.assertGreaterEqual(servers[0]["requeues"], 1, servers)
+        log = self.log_path.read_text(errors="replace")
+        yields = [line.split("info: ", 1)[-1] for line in log.splitlines() if "backfill: yield: server llama" in line]
+        self.assertEqual(len(yields), 1, log)
+        order = [line for line in log.splitlines() if "preempting backfill job" in line or "yields to job" in line]
+        self.assertEqual(len(order), 2, log)
+        # The batches stop sending (requests in flight back to pending) before the server is signalled
+        # (the scheduler logs its SIGTERM after sending it).
+        self.assertIn("yields to job", order[0], log)
+        self.assertIn("preempting", order[1], log)
+        self.wait_server_stopped()
+        print(f"\nyield: normal job submitted -> started in {yield_s:.2f} s; {yields[0]}", flush=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
