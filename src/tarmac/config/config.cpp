@@ -511,6 +511,17 @@ const std::vector<ServerKey>& server_table() {
                     if (v.find_first_of("?#") != std::string::npos) return "'" + v + "': no query or fragment";
                     return std::nullopt;
                   }),
+      server_number("timeout", Kind::Duration,
+                    "the longest one request may take, connecting included; past it the request is sent again "
+                    "(retries), then written with error \"timeout\"",
+                    100, 24LL * 3600 * 1000, &ServerConfig::timeout_ms),
+      server_number("retries", Kind::Count,
+                    "how often a request is sent again after a 5xx answer, a failed connection or a timeout, waiting "
+                    "1s, 2s, 4s ... (at most 1m) in between; then its error is written",
+                    0, 100, &ServerConfig::retries),
+      server_number("max_parallel", Kind::Count,
+                    "the most requests in flight to this server for one batch, whatever its --parallel asks", 1, 256,
+                    &ServerConfig::max_parallel),
       server_text("command", Kind::Text,
                   "managed: the server's argv as an array of strings, \"{port}\" and \"{model}\" replaced in each "
                   "(no shell), such as [\"/usr/bin/llama-server\", \"-m\", \"{model}\", \"--port\", \"{port}\"]",
@@ -541,17 +552,6 @@ const std::vector<ServerKey>& server_table() {
                     "managed: the longest from the server's start until its health path answers; then it is "
                     "stopped and tried again later",
                     100, 24LL * 3600 * 1000, &ServerConfig::ready_timeout_ms),
-      server_number("timeout", Kind::Duration,
-                    "the longest one request may take, connecting included; past it the request is sent again "
-                    "(retries), then written with error \"timeout\"",
-                    100, 24LL * 3600 * 1000, &ServerConfig::timeout_ms),
-      server_number("retries", Kind::Count,
-                    "how often a request is sent again after a 5xx answer, a failed connection or a timeout, waiting "
-                    "1s, 2s, 4s ... (at most 1m) in between; then its error is written",
-                    0, 100, &ServerConfig::retries),
-      server_number("max_parallel", Kind::Count,
-                    "the most requests in flight to this server for one batch, whatever its --parallel asks", 1, 256,
-                    &ServerConfig::max_parallel),
   };
   return keys;
 }

@@ -218,7 +218,19 @@ TEST(Config, RefusesBadBackfillServers) {
   refused("[backfill.server.a]\nurl = \"http://u:p@x/\"\n", "credentials");
   refused("[backfill.server.a]\nurl = \"http://x/?q=1\"\n", "no query");
   refused("[backfill.server.a]\nurl = \"http://x\"\nmax_parallel = 0\n", "out of range");
-  refused("[backfill.server.a]\nurl = \"http://x\"\nkind = \"managed\"\n", "not built yet");
+  refused("[backfill.server.a]\nkind = \"managed\"\nuser = \"llm\"\n", "needs command (its argv) or preset");
+  refused("[backfill.server.a]\nkind = \"managed\"\npreset = \"llama-server\"\ncommand = [\"/x\"]\nuser = \"llm\"\n",
+          "needs command (its argv) or preset");
+  refused("[backfill.server.a]\nkind = \"managed\"\npreset = \"tgi\"\nuser = \"llm\"\n", "backfill.server.a.preset");
+  refused("[backfill.server.a]\nkind = \"managed\"\npreset = \"ollama\"\n", "needs user");
+  refused("[backfill.server.a]\nkind = \"managed\"\npreset = \"ollama\"\nuser = \"root\"\n", "never runs as root");
+  refused("[backfill.server.a]\nkind = \"managed\"\npreset = \"ollama\"\nuser = \"0\"\n", "never runs as root");
+  refused("[backfill.server.a]\nkind = \"managed\"\npreset = \"ollama\"\nuser = \"llm\"\nurl = \"http://x\"\n",
+          "has no url");
+  refused("[backfill.server.a]\nkind = \"managed\"\ncommand = []\nuser = \"llm\"\n", "array of 1 to 256 strings");
+  refused("[backfill.server.a]\nkind = \"managed\"\ncommand = [\"llama-server\"]\nuser = \"llm\"\n", "absolute path");
+  refused("[backfill.server.a]\nkind = \"managed\"\ncommand = [\"/x\", 3]\nuser = \"llm\"\n", "must be a string");
+  refused("[backfill.server.a]\nkind = \"managed\"\ncommand = \"/x -m\"\nuser = \"llm\"\n", "array of 1 to 256");
   refused("[backfill.server.a]\nurl = \"http://x\"\nprotocol = \"ollama\"\n", "not built yet");
   refused("[backfill.server.\"a b\"]\nurl = \"http://x\"\n", "letters, digits");
   warnings.clear();
@@ -226,6 +238,32 @@ TEST(Config, RefusesBadBackfillServers) {
   ASSERT_TRUE(stray.ok()) << stray.error().message;
   ASSERT_EQ(warnings.size(), 1U);
   EXPECT_NE(warnings[0].find("t.toml:2: unknown key 'backfill.server'"), std::string::npos) << warnings[0];
+}
+
+TEST(Config, ReadsAManagedServer) {
+  std::vector<std::string> warnings;
+  auto c = parse_text("[backfill.server.llm]\nkind = \"managed\"\n"
+                      "command = [\"/opt/llama-server\", \"-m\", \"{model}\", \"--port\", \"{port}\"]\n"
+                      "user = \"llm\"\ngpus = 2\nready_timeout = \"45s\"\n",
+                      warnings);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  const auto& s = c->backfill.servers.at("llm");
+  EXPECT_EQ(s.kind, backfill::ServerKind::Managed);
+  EXPECT_EQ(s.command, (std::vector<std::string>{"/opt/llama-server", "-m", "{model}", "--port", "{port}"}));
+  EXPECT_EQ(s.user, "llm");
+  EXPECT_EQ(s.gpus, 2U);
+  EXPECT_EQ(s.ready_timeout_ms, 45000);
+  EXPECT_TRUE(s.url.empty());
+  EXPECT_TRUE(warnings.empty());
+  // Written back as an array that TOML (and JSON) read again.
+  for (const auto& k : server_keys()) {
+    if (k.name == "command") {
+      EXPECT_EQ(server_value_text(s, k), R"(["/opt/llama-server","-m","{model}","--port","{port}"])");
+    }
+  }
+  auto preset = parse_text("[backfill.server.o]\nkind = \"managed\"\npreset = \"ollama\"\nuser = \"llm\"\n", warnings);
+  ASSERT_TRUE(preset.ok()) << preset.error().message;
+  EXPECT_EQ(preset->backfill.servers.at("o").preset, "ollama");
 }
 
 TEST(Config, EveryKeyIsDocumentedWithItsDefault) {
