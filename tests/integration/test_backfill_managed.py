@@ -181,5 +181,40 @@ class ManagedLlamaServer(AgentQueueTest):
         print(f"\nyield: normal job submitted -> started in {yield_s:.2f} s; {yields[0]}", flush=True)
 
 
+@unittest.skipUnless(os.geteuid() == 0, "needs root: the agent runs the managed server as another account")
+class ManagedServerNeverReady(AgentQueueTest):
+    """A managed server whose health path never answers (a program that only sleeps): stopped after
+    its ready_timeout, the batch saying why, and tried again later; nothing is sent."""
+
+    def setUp(self):
+        user = second_user(self).pw_name
+        self.config = ('backfill_idle = "1s"\n\n[backfill.server.mute]\nkind = "managed"\n'
+                       'command = ["/bin/sleep", "600", "{port}"]\n'
+                       f'user = "{user}"\nready_timeout = "1s"\n')
+        super().setUp()
+
+    def test_a_server_that_never_answers_is_stopped_and_the_batch_says_why(self):
+        texts = self.tmp / "texts.json"
+        texts.write_text(json.dumps(["a", "b"]))
+        r = self.tarmac("--json", "backfill", "submit", "--model", "m", "--texts", str(texts), "--template",
+                        "{text}", "--output", str(self.tmp / "out.jsonl"))
+        self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
+        batch_id = json.loads(r.stdout)["id"]
+        last = {}
+
+        def told():
+            r = self.tarmac("--json", "backfill", "status", str(batch_id))
+            last.update(json.loads(r.stdout))
+            return "did not answer /health within its ready_timeout 1s" in last["reason"]
+        self.assertTrue(wait_for(told, timeout=30 * SLOW, step=0.1), f"{last}\n{self.agent_log()}")
+        self.assertIn("tried again in 30s", last["reason"])
+        self.assertEqual((last["done"], last["failed"], last["pending"]), (0, 0, 2), "nothing was sent")
+        servers = [j for j in self.jobs().values() if j["name"] == "backfill-server-mute"]
+        self.assertEqual(len(servers), 1, servers)
+        self.assertTrue(wait_for(lambda: self.job(servers[0]["id"])["state"] == "cancelled", timeout=30 * SLOW,
+                                 step=0.1), f"{self.job(servers[0]['id'])}\n{self.agent_log()}")
+        self.assertEqual(self.job(servers[0]["id"])["user"], second_user(self).pw_name)
+
+
 if __name__ == "__main__":
     unittest.main()
