@@ -243,5 +243,75 @@ TEST_F(DaemonJobs, ARestartedAgentTakesBackTheGpusOfAJobItDiedStarting) {
   ASSERT_TRUE(reaches(id, "done"));
 }
 
+// A part of the agent runs a job of its own (backfill's managed server) through AgentJobs on the
+// scheduler's tick: as the account it names (root refused), marked the agent's, a backfill job
+// like any; and when a normal job preempts it, the part is told before the job's SIGTERM (the
+// stand-in wrapper writes its exit on SIGTERM: none yet when the part is told).
+TEST_F(DaemonJobs, AnAgentsJobIsQueuedOnItsTickAndItsPartIsToldBeforeItsPreemption) {
+  std::mutex m;
+  long long agent_job = 0;
+  std::string root_refused;
+  bool cancel_now = false;
+  std::vector<std::pair<long long, long long>> told;  // (preempted, for)
+  bool signalled_before_told = false;
+  options_.agent_tick = [&](AgentJobs& jobs) {
+    std::lock_guard lock(m);
+    if (agent_job == 0) {
+      Job as_root;
+      as_root.path = "/bin/true";
+      as_root.argv = {"/bin/true"};
+      auto refused = jobs.submit(as_root);
+      root_refused = refused.ok() ? "" : refused.error().message;
+      Job server;
+      server.uid = 65534;
+      server.gid = 65534;
+      server.path = "/bin/true";
+      server.argv = {"/bin/true", "--port", "1"};
+      server.request.n = 2;
+      server.backfill = true;
+      server.name = "backfill-server-x";
+      auto id = jobs.submit(server);
+      agent_job = id.ok() ? *id : -1;
+    }
+    if (cancel_now && jobs.find(agent_job) != nullptr) jobs.cancel(agent_job, "its batches are done");
+  };
+  options_.before_preempt = [&](const Job& job, const Job& for_job) {
+    std::lock_guard lock(m);
+    told.emplace_back(job.id, for_job.id);
+    signalled_before_told = std::filesystem::exists(job_file(job.id, "exit"));
+  };
+  start();
+  all_gpus_idle();
+  now_ += 60'001;
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(m);
+    return agent_job != 0;
+  }));
+  const long long id = agent_job;
+  ASSERT_GT(id, 0);
+  EXPECT_NE(root_refused.find("no job of its own as root"), std::string::npos) << root_refused;
+  ASSERT_TRUE(reaches(id, "running")) << job(id).dump();
+  EXPECT_EQ(job(id)["agent"], true);
+  EXPECT_EQ(job(id)["uid"], 65534);
+  EXPECT_EQ(job(id)["detach"], true);
+  ASSERT_TRUE(wrapper_ready(id));
+  const long long normal = submit(2);
+  ASSERT_TRUE(reaches(normal, "running")) << job(normal).dump() << job(id).dump();
+  {
+    std::lock_guard lock(m);
+    EXPECT_EQ(told, (std::vector<std::pair<long long, long long>>{{id, normal}}));
+    EXPECT_FALSE(signalled_before_told) << "the part is told before the job's SIGTERM";
+  }
+  EXPECT_EQ(job(id)["state"], "queued");
+  EXPECT_EQ(job(id)["requeues"], 1);
+  {
+    std::lock_guard lock(m);
+    cancel_now = true;
+  }
+  EXPECT_TRUE(reaches(id, "cancelled")) << job(id).dump();
+  end_wrapper(normal, "exit 0");
+  EXPECT_TRUE(reaches(normal, "done"));
+}
+
 }  // namespace
 }  // namespace tarmac::sched
