@@ -25,6 +25,17 @@ TOKENS = 8  # each answer's length: the tiny model never samples its end token (
 TEXTS = 200
 
 
+def answered_once(test, out, texts):
+    """The output OUT's lines, each of text-0 ... text-(TEXTS-1) answered exactly once, without an error."""
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    counts = collections.Counter(line["custom_id"] for line in lines)
+    test.assertEqual(set(counts), {f"text-{i}" for i in range(texts)})
+    test.assertEqual([c for c in counts.values() if c != 1], [], "every custom_id exactly once")
+    for line in lines:
+        test.assertIsNone(line["error"], line)
+    return lines
+
+
 class LlamaServer:
     """llama-server on 127.0.0.1:PORT with the tiny model: one thread, 4 slots, TOKENS per answer."""
 
@@ -124,12 +135,8 @@ class BackfillOnLlamaServer(AgentQueueTest):
                         f"{self.status(batch_id)}\n{self.agent_log()}\n{self.llama.log()}")
         elapsed = time.monotonic() - t0
 
-        lines = [json.loads(line) for line in out.read_text().splitlines()]
-        counts = collections.Counter(line["custom_id"] for line in lines)
-        self.assertEqual(set(counts), {f"text-{i}" for i in range(TEXTS)})
-        self.assertEqual([c for c in counts.values() if c != 1], [], "every custom_id exactly once")
+        lines = answered_once(self, out, TEXTS)
         for line in lines:
-            self.assertIsNone(line["error"], line)
             self.assertEqual(line["response"]["status_code"], 200)
             body = line["response"]["body"]
             self.assertEqual(body["object"], "chat.completion")

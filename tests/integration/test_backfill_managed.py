@@ -9,7 +9,6 @@ its start) is printed.
 
 llama-server comes from the peers cache (`scripts/peers.sh --llama-server`); the cache lives in
 root's home, which the second user cannot enter, so the test links it into a folder of its own."""
-import collections
 import json
 import os
 import pathlib
@@ -22,7 +21,7 @@ import unittest
 
 from agent_support import wait_for
 from devtools import second_user
-from test_backfill_llama import LLAMA_SERVER, MODEL, TOKENS
+from test_backfill_llama import LLAMA_SERVER, MODEL, TOKENS, answered_once
 from test_sched_agent import SLOW, AgentQueueTest
 
 TEXTS = 50
@@ -118,12 +117,7 @@ class ManagedLlamaServer(AgentQueueTest):
         return out
 
     def check_output(self, batch_id, out):
-        lines = [json.loads(line) for line in out.read_text().splitlines()]
-        counts = collections.Counter(line["custom_id"] for line in lines)
-        self.assertEqual(set(counts), {f"text-{i}" for i in range(TEXTS)})
-        self.assertEqual([c for c in counts.values() if c != 1], [], "every custom_id exactly once")
-        for line in lines:
-            self.assertIsNone(line["error"], line)
+        for line in answered_once(self, out, TEXTS):
             self.assertEqual(line["response"]["body"]["usage"]["completion_tokens"], TOKENS)
         final = self.status(batch_id)
         self.assertEqual((final["done"], final["failed"], final["pending"]), (TEXTS, 0, 0))
