@@ -4,8 +4,8 @@ simulated idle GPU, as an account of its own (the second user, never root), send
 once its /health answers, and stops it when the batch is done. Then the yield: a normal job that
 needs every GPU arrives mid-batch; the batch stops sending (its requests in flight back to
 pending), the server is stopped, the job starts, and when the job ends the server is started again
-and the batch finishes, each custom_id exactly once. The yield time (the normal job's submission to
-its start) is printed.
+and the batch finishes, each custom_id exactly once; three times in one batch. The yield times (the
+normal job's submission to its start) are printed.
 
 llama-server comes from the peers cache (`scripts/peers.sh --llama-server`); the cache lives in
 root's home, which the second user cannot enter, so the test links it into a folder of its own."""
@@ -91,9 +91,9 @@ class ManagedLlamaServer(AgentQueueTest):
     def server_jobs(self):
         return [j for j in self.jobs().values() if j["name"] == "backfill-server-llama"]
 
-    def submit_texts(self, name):
+    def submit_texts(self, name, count=TEXTS):
         texts = self.tmp / f"{name}.json"
-        texts.write_text(json.dumps([f"document number {i} about the water" for i in range(TEXTS)]))
+        texts.write_text(json.dumps([f"document number {i} about the water" for i in range(count)]))
         out = self.tmp / f"{name}.jsonl"
         r = self.tarmac("--json", "backfill", "submit", "--model", str(self.model), "--texts", str(texts),
                         "--template", "Summarise: {text}", "--output", str(out), "--parallel", "4")
@@ -116,11 +116,11 @@ class ManagedLlamaServer(AgentQueueTest):
             out += f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}\n"
         return out
 
-    def check_output(self, batch_id, out):
-        for line in answered_once(self, out, TEXTS):
+    def check_output(self, batch_id, out, count=TEXTS):
+        for line in answered_once(self, out, count):
             self.assertEqual(line["response"]["body"]["usage"]["completion_tokens"], TOKENS)
         final = self.status(batch_id)
-        self.assertEqual((final["done"], final["failed"], final["pending"]), (TEXTS, 0, 0))
+        self.assertEqual((final["done"], final["failed"], final["pending"]), (count, 0, 0))
 
     def wait_server_stopped(self):
         self.assertTrue(wait_for(lambda: all(j["state"] in ("done", "cancelled") for j in self.server_jobs()),
@@ -142,38 +142,37 @@ class ManagedLlamaServer(AgentQueueTest):
         print(f"\n{TEXTS} requests through a managed llama-server, started on an idle GPU: {elapsed:.1f} s",
               flush=True)
 
-    def test_a_normal_job_takes_the_gpu_back_mid_batch_and_the_batch_finishes_after(self):
-        batch_id, out = self.submit_texts("yield")
-        self.wait_status(batch_id, lambda s: s["done"] >= 10, "the batch did not start")
-        submitted = time.time()
-        job = self.submit("/bin/sleep", "1", n=4)  # every GPU: the server's must be given back
-
-        def started():
-            return self.job(job)["started_unix_ms"] is not None
-        self.assertTrue(wait_for(started, timeout=30 * SLOW, step=0.02),
-                        f"the normal job did not start: {self.jobs()}\n{self.agent_log()}")
-        j = self.job(job)
-        yield_s = j["started_unix_ms"] / 1000 - submitted
-        mid = self.status(batch_id)
-        self.assertLess(mid["done"], TEXTS, "the normal job arrived mid-batch")
-        self.assertEqual(mid["in_flight"], 0, f"nothing in flight while the server is stopped: {mid}")
-        self.wait_status(batch_id, lambda s: s["state"] == "done", "the batch did not finish after the job")
-        self.check_output(batch_id, out)
+    def test_normal_jobs_take_the_gpu_back_mid_batch_three_times_and_the_batch_finishes_after(self):
+        count = 3 * TEXTS
+        batch_id, out = self.submit_texts("yield", count)
+        yield_s = []
+        for answered in (10, 50, 90):
+            self.wait_status(batch_id, lambda s: s["done"] >= answered and s["in_flight"] > 0,
+                             f"the batch did not reach {answered} answers with requests in flight")
+            submitted = time.time()
+            job = self.submit("/bin/sleep", "0.5", n=4)  # every GPU: the server's must be given back
+            self.assertTrue(wait_for(lambda: self.job(job)["started_unix_ms"] is not None, timeout=30 * SLOW,
+                                     step=0.02),
+                            f"the normal job did not start: {self.jobs()}\n{self.agent_log()}")
+            yield_s.append(self.job(job)["started_unix_ms"] / 1000 - submitted)
+            mid = self.status(batch_id)
+            self.assertLess(mid["done"], count, "the normal job arrived mid-batch")
+            self.assertEqual(mid["in_flight"], 0, f"nothing in flight while the server is stopped: {mid}")
+        self.wait_status(batch_id, lambda s: s["state"] == "done", "the batch did not finish after the jobs")
+        self.check_output(batch_id, out, count)
         servers = self.server_jobs()
         self.assertEqual(len(servers), 1, servers)
-        self.assertGreaterEqual(servers[0]["requeues"], 1, servers)
+        self.assertEqual(servers[0]["requeues"], 3, servers)
         log = self.log_path.read_text(errors="replace")
         yields = [line.split("info: ", 1)[-1] for line in log.splitlines() if "backfill: yield: server llama" in line]
-        self.assertEqual(len(yields), 1, log)
+        self.assertEqual(len(yields), 3, log)
+        # Each time the batches stop sending (requests in flight back to pending) before the server is
+        # signalled (the scheduler logs its SIGTERM after sending it).
         order = [line for line in log.splitlines() if "preempting backfill job" in line or "yields to job" in line]
-        self.assertEqual(len(order), 2, log)
-        # The batches stop sending (requests in flight back to pending) before the server is signalled
-        # (the scheduler logs its SIGTERM after sending it).
-        self.assertIn("yields to job", order[0], log)
-        self.assertIn("preempting", order[1], log)
+        self.assertEqual(["yields to job" in line for line in order], [True, False] * 3, log)
         self.wait_server_stopped()
-        print(f"\nyield: normal job submitted -> started in {yield_s:.2f} s; {yields[0]}", flush=True)
-
+        print("\nyields: normal job submitted -> started in " + ", ".join(f"{y:.2f}" for y in yield_s) + " s\n  "
+              + "\n  ".join(yields), flush=True)
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root: the agent runs the managed server as another account")
 class ManagedServerNeverReady(AgentQueueTest):

@@ -49,6 +49,7 @@ Daemon::State::State(DaemonOptions options, JobDb db, LeaseDir dir, Listener lis
 
 void Daemon::State::on_job_event(const Job& job, JobEvent event) {
   clients.tell_followers(job, event);
+  if (job.agent) agent_tick_due = true;  // its part hears of it in this turn of the loop, not a tick later
   if (event == JobEvent::Ended) wrappers.forget(job.id);
   if (event != JobEvent::Started) pass.want();
 }
@@ -161,6 +162,7 @@ void Daemon::State::run() {
     const long long now = clock();
     if (now - last_slow_tick_ms >= kTickMs) slow_tick();
     pass.run_if_due(now, util::wall_ms());
+    if (agent_tick_due) tick_agent();
   }
 }
 
@@ -170,6 +172,11 @@ void Daemon::State::slow_tick() {
   idle.check(seen, last_slow_tick_ms, util::wall_ms());
   outside.check(seen);
   for (long long id : wrappers.ended_without_pidfd(table)) on_wrapper_gone(table.jobs().at(id));
+  tick_agent();
+}
+
+void Daemon::State::tick_agent() {
+  agent_tick_due = false;
   if (opt.agent_tick) opt.agent_tick(*this);
 }
 

@@ -78,8 +78,9 @@ struct DaemonOptions {
   // Tests inject one.
   std::function<long long()> monotonic_ms;
   MoreRequests more_requests;
-  // Called on the scheduler's thread about every 250 ms, for parts of the agent that run jobs of
-  // their own (AgentJobs); it must not block for long: the queue waits meanwhile.
+  // Called on the scheduler's thread about every 250 ms, and at once after one of the agent's jobs
+  // started, was requeued or ended, for parts of the agent that run jobs of their own (AgentJobs);
+  // it must not block for long: the queue waits meanwhile.
   std::function<void(AgentJobs&)> agent_tick;
   // Called on the scheduler's thread when `backfill`, an agent's job, is preempted for `for_job`,
   // before its SIGTERM: the part of the agent that runs it lets go of it first (backfill stops

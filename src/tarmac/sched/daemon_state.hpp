@@ -59,6 +59,9 @@ struct Daemon::State final : AgentJobs {
   std::atomic<bool> stop{false};
   std::thread thread;
   long long last_slow_tick_ms = 0;  // clock()
+  // An agent's job started, was requeued or ended: its part's tick runs at the end of this turn of
+  // the loop (outside the pass, which holds pointers into the table), not up to kTickMs later.
+  bool agent_tick_due = false;
 
   // Monotonic milliseconds for the loop's timers and the clients' clocks (DaemonOptions::monotonic_ms,
   // injected by tests); wall time (util::wall_ms) only for what is recorded or shown.
@@ -108,8 +111,11 @@ struct Daemon::State final : AgentJobs {
   // --- the loop (daemon.cpp) ---
 
   void run();
-  // Every kTickMs: idle leases, jobs outside their GPUs, wrappers watched without a pidfd.
+  // Every kTickMs: idle leases, jobs outside their GPUs, wrappers watched without a pidfd, the
+  // agent's tick.
   void slow_tick();
+  // DaemonOptions::agent_tick with this State as the AgentJobs.
+  void tick_agent();
 };
 
 }  // namespace tarmac::sched
