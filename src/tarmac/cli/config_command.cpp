@@ -56,6 +56,7 @@ std::string config_toml(const config::Config& cfg, const std::vector<std::string
   for (const auto& [name, server] : cfg.backfill.servers) {
     out += fmt::format("\n[backfill.server.{}]\n", name);
     for (const auto& key : config::server_keys()) {
+      if (!config::server_key_applies(server, key)) continue;
       out += fmt::format("# {}\n{} = {}\n", key.doc, key.name,
                          util::terminal_text(config::server_value_text(server, key)));
     }

@@ -723,6 +723,16 @@ std::string server_value_text(const backfill::ServerConfig& server, const KeyInf
   return is_text(k->key) ? quoted_text(k->get_text(server)) : number_text(info.kind, k->get(server));
 }
 
+bool server_key_applies(const backfill::ServerConfig& server, const KeyInfo& key) {
+  const bool managed = server.kind == backfill::ServerKind::Managed;
+  if (key.name == "url") return !managed;
+  if (key.name == "command") return managed && !server.command.empty();
+  if (key.name == "preset") return managed && !server.preset.empty();
+  if (key.name == "binary") return managed && !server.binary.empty();
+  if (key.name == "user" || key.name == "gpus" || key.name == "ready_timeout") return managed;
+  return true;
+}
+
 const std::vector<KeyInfo>& keys() {
   static const std::vector<KeyInfo> infos = [] {
     std::vector<KeyInfo> out;

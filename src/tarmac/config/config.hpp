@@ -78,6 +78,10 @@ struct KeyInfo {
 // documentation order, and one of them's value in `server`, written as in the file.
 [[nodiscard]] const std::vector<KeyInfo>& server_keys();
 [[nodiscard]] std::string server_value_text(const backfill::ServerConfig& server, const KeyInfo& key);
+// Whether `key` says something of `server` as written back (`tarmac config`): an external server
+// has no managed keys, a managed one no url, and command, preset and binary only when set; what is
+// written back then reads back the same.
+[[nodiscard]] bool server_key_applies(const backfill::ServerConfig& server, const KeyInfo& key);
 
 // "127.0.0.1:9478" -> ("127.0.0.1", 9478); "[::1]:80" -> ("::1", 80); nullopt when it is not host:port.
 [[nodiscard]] std::optional<std::pair<std::string, unsigned>> split_address(std::string_view text);

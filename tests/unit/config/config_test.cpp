@@ -261,6 +261,16 @@ TEST(Config, ReadsAManagedServer) {
       EXPECT_EQ(server_value_text(s, k), R"(["/opt/llama-server","-m","{model}","--port","{port}"])");
     }
   }
+  // What applies to it, written back, reads back the same (an external server's own keys are not written).
+  std::string text = "[backfill.server.llm]\n";
+  for (const auto& k : server_keys()) {
+    if (server_key_applies(s, k)) text += std::string(k.name) + " = " + server_value_text(s, k) + "\n";
+  }
+  EXPECT_EQ(text.find("url ="), std::string::npos) << text;
+  auto again = parse_text(text, warnings);
+  ASSERT_TRUE(again.ok()) << again.error().message << "\n" << text;
+  EXPECT_EQ(again->backfill.servers.at("llm").command, s.command);
+  EXPECT_EQ(again->backfill.servers.at("llm").ready_timeout_ms, 45000);
   auto preset = parse_text("[backfill.server.o]\nkind = \"managed\"\npreset = \"ollama\"\nuser = \"llm\"\n", warnings);
   ASSERT_TRUE(preset.ok()) << preset.error().message;
   EXPECT_EQ(preset->backfill.servers.at("o").preset, "ollama");
