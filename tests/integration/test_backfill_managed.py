@@ -134,13 +134,18 @@ class ManagedLlamaServer(AgentQueueTest):
         self.wait_status(batch_id, lambda s: s["state"] == "done", "the batch did not complete")
         elapsed = time.monotonic() - t0
         self.check_output(batch_id, out)
+        # Its server's GPU time, from its start to the batch's end, is the batch's (written on the
+        # agent's tick after the batch ended): at most the whole test.
+        gpu_s = self.wait_status(batch_id, lambda s: s["gpu_hours"] > 0, "no GPU time")["gpu_hours"] * 3600
+        self.assertGreater(gpu_s, 0.1, self.status(batch_id))
+        self.assertLess(gpu_s, elapsed + 1, self.status(batch_id))
         servers = self.server_jobs()
         self.assertEqual(len(servers), 1, servers)
         self.assertTrue(servers[0]["backfill"], servers[0])
         self.assertEqual(servers[0]["user"], second_user(self).pw_name, "never root")
         self.wait_server_stopped()
-        print(f"\n{TEXTS} requests through a managed llama-server, started on an idle GPU: {elapsed:.1f} s",
-              flush=True)
+        print(f"\n{TEXTS} requests through a managed llama-server, started on an idle GPU: {elapsed:.1f} s, "
+              f"{gpu_s:.1f} GPU-seconds", flush=True)
 
     def test_normal_jobs_take_the_gpu_back_mid_batch_three_times_and_the_batch_finishes_after(self):
         count = 3 * TEXTS

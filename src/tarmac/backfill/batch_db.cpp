@@ -217,18 +217,23 @@ Result<void> BatchDb::save(const Batch& batch) {
 Result<void> BatchDb::save_run(const Batch& batch) {
   const auto update = [&]() -> Result<void> {
     TARMAC_TRY_ASSIGN(auto s, db_.prepare("UPDATE backfill_batch SET state = ?2, reason = ?3, started_unix_ms = ?4, "
-                                          "ended_unix_ms = ?5, gpu_ms = ?6, windows = ?7 WHERE id = ?1"));
+                                          "ended_unix_ms = ?5 WHERE id = ?1"));
     s.bind(1, batch.id);
     s.bind(2, to_string(batch.state));
     s.bind(3, std::string_view(batch.reason));
     s.bind(4, positive(batch.started_ms));
     s.bind(5, positive(batch.ended_ms));
-    s.bind(6, batch.gpu_ms);
-    s.bind(7, std::string_view(batch.windows));
     TARMAC_TRY(s.run());
     return drop_bodies_if_ended(batch);
   };
   return in_transaction(update);
+}
+
+Result<void> BatchDb::add_gpu_ms(long long id, long long ms) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare("UPDATE backfill_batch SET gpu_ms = gpu_ms + ?2 WHERE id = ?1"));
+  s.bind(1, id);
+  s.bind(2, ms);
+  return s.run();
 }
 
 Result<void> BatchDb::drop_bodies_if_ended(const Batch& batch) {

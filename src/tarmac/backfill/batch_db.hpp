@@ -62,10 +62,12 @@ class BatchDb {
   // ended drops its requests' bodies in the same transaction: nothing will send them, and the
   // store must not keep every prompt forever.
   [[nodiscard]] Result<void> save(const Batch& batch);
-  // Writes only what sending a batch moves: its state, reason, start, end, GPU time and windows
-  // (the dispatcher's copy of a batch must not write back the rest, which the socket's thread may
-  // have changed meanwhile). Drops the bodies of a batch that has ended, as save() does.
+  // Writes only what sending a batch moves: its state, reason, start and end (the dispatcher's copy
+  // of a batch must not write back the rest, which the socket's thread may have changed meanwhile:
+  // its GPU time among them, add_gpu_ms). Drops the bodies of a batch that has ended, as save() does.
   [[nodiscard]] Result<void> save_run(const Batch& batch);
+  // Adds `ms` GPU-milliseconds to batch `id` (a managed server's time, shared by its batches).
+  [[nodiscard]] Result<void> add_gpu_ms(long long id, long long ms);
 
   // What the unfinished batches of `uid` (nullopt: of everyone) hold.
   [[nodiscard]] Result<Holding> holding(std::optional<uid_t> uid);

@@ -25,6 +25,7 @@ namespace tarmac::backfill {
 namespace {
 
 constexpr long long kProbeTimeoutMs = 2000;  // one health request; a server loading its model may be slow
+constexpr long long kAccountMs = 10 * 1000;   // a running server's GPU time is written this often
 
 std::string replace_all(std::string word, std::string_view from, const std::string& to) {
   for (std::size_t at = word.find(from); at != std::string::npos; at = word.find(from, at + to.size())) {
@@ -219,6 +220,11 @@ void ManagedServers::tick(sched::AgentJobs& jobs) {
     for (const long long id : jobs.unfinished()) jobs.cancel(id, "the agent restarted: its servers start afresh");
   }
   for (auto& [name, s] : servers_) {
+    // Shared out every kAccountMs, and before a batch that ended leaves `sending`.
+    const bool one_ended = std::any_of(s.sending.begin(), s.sending.end(), [&](long long id) {
+      return !dispatcher_.holds(id);
+    });
+    if (one_ended || (s.accounted_ms != 0 && util::monotonic_ms() - s.accounted_ms >= kAccountMs)) account(s);
     for (auto it = s.sending.begin(); it != s.sending.end();) {
       it = dispatcher_.holds(*it) ? std::next(it) : s.sending.erase(it);  // done or cancelled
     }
@@ -321,6 +327,7 @@ void ManagedServers::on_running(Server& s, sched::AgentJobs& jobs, const sched::
     // A new run (the first, or after a yield): ask its health until it answers.
     s.run_started = job.started_ms;
     s.phase = Phase::Starting;
+    s.accounted_ms = util::monotonic_ms();  // its GPUs are held from now: the batches it serves pay for its start
     s.probe = std::make_unique<Probe>(url + s.health_path, s.config.ready_timeout_ms, opt_.probe_every_ms);
     note(s, wanted, fmt::format("server {} starting on GPU {} (job {}): waiting for {} to answer", s.name,
                                 fmt::join(job.gpus, ","), s.job, s.health_path));
@@ -357,7 +364,20 @@ void ManagedServers::send_to(Server& s, const std::vector<Batch>& wanted) {
   }
 }
 
+void ManagedServers::account(Server& s) {
+  const long long now = util::monotonic_ms();
+  if (s.accounted_ms == 0 || s.sending.empty()) return;  // not running, or nothing to charge yet
+  const long long share = (now - s.accounted_ms) * static_cast<long long>(s.config.gpus) /
+                          static_cast<long long>(s.sending.size());
+  for (const long long id : s.sending) {
+    if (auto r = db_.add_gpu_ms(id, share); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+  }
+  s.accounted_ms = now;
+}
+
 long long ManagedServers::stop_sending(Server& s) {
+  account(s);
+  s.accounted_ms = 0;  // its GPUs are being given back (a server that runs on is accounted again by on_running)
   long long interrupted = 0;
   for (const long long id : s.sending) interrupted += dispatcher_.stop(id);
   s.sending.clear();

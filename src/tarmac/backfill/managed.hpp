@@ -116,6 +116,7 @@ class ManagedServers {
     std::set<long long> sending;  // batches sent to it now
     long long yield_started_ms = 0;
     Yield yield;
+    long long accounted_ms = 0;  // its GPU time is shared out to its batches up to then; 0: not running
     long long retry_at_ms = 0;
     int failures = 0;
     std::string last_note;  // what its batches were last told
@@ -130,6 +131,8 @@ class ManagedServers {
   void finish_yield(Server& s, const std::vector<Batch>& wanted);
   void send_to(Server& s, const std::vector<Batch>& wanted);
   long long stop_sending(Server& s);
+  // Shares the GPU time the server held since accounted_ms among the batches sent to it.
+  void account(Server& s);
   void stop_server(Server& s, sched::AgentJobs& jobs, const std::string& why);
   void retry_later(Server& s, const std::string& why);
   void note(Server& s, const std::vector<Batch>& batches, const std::string& reason);
