@@ -6,10 +6,12 @@
 #include <ctime>
 #include <deque>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/util/clock.hpp"
+#include "tarmac/util/escape.hpp"
 
 namespace tarmac::backfill {
 
@@ -118,6 +120,14 @@ struct Dispatcher::Run {
   // requests stay in flight in the store until written: a crash sends them again.
   std::deque<Answer> to_write;
   std::vector<std::thread> workers;  // the senders and the writer
+  // What was answered since the batch was started or sent again (record_stint). Under db_mutex_.
+  struct Stint {
+    long long since_ms = 0;
+    long long done = 0;
+    long long failed = 0;
+    long long prompt_tokens = 0;
+    long long completion_tokens = 0;
+  } stint;
 };
 
 Result<std::unique_ptr<Dispatcher>> Dispatcher::open(DispatchOptions options) {
@@ -163,6 +173,7 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
     if (run->batch.started_ms == 0) run->batch.started_ms = util::wall_ms();
     run->batch.reason = fmt::format("sending to server {} ({})", batch.server, server.url);
     TARMAC_TRY(db_.save_run(run->batch));
+    run->stint = Run::Stint{util::wall_ms()};
   }
   start_workers(*run);
   std::lock_guard lock(runs_mutex_);
@@ -200,6 +211,10 @@ long long Dispatcher::stop(long long id) {
   }
   run->cv.notify_all();
   for (auto& t : run->workers) t.join();
+  {
+    std::lock_guard db_lock(db_mutex_);
+    record_stint(*run, "stopped");
+  }
   std::lock_guard lock(run->m);
   run->stopped = true;
   run->workers.clear();
@@ -219,6 +234,10 @@ Result<void> Dispatcher::go(long long id) {
     if (!run->stopped) return {};  // being sent
   }
   set_reason(*run, fmt::format("sending to server {} ({})", run->batch.server, run->server.url));
+  {
+    std::lock_guard db_lock(db_mutex_);
+    run->stint = Run::Stint{util::wall_ms()};
+  }
   start_workers(*run);
   return {};
 }
@@ -242,6 +261,23 @@ bool Dispatcher::holds(long long id) {
   reap_finished();
   std::lock_guard lock(runs_mutex_);
   return runs_.count(id) > 0;
+}
+
+DispatchCounters Dispatcher::counters() {
+  DispatchCounters c;
+  c.done = totals_.done;
+  c.failed = totals_.failed;
+  c.retried = totals_.retried;
+  c.interrupted = totals_.interrupted;
+  c.prompt_tokens = totals_.prompt_tokens;
+  c.completion_tokens = totals_.completion_tokens;
+  c.in_flight = totals_.in_flight;
+  std::lock_guard lock(runs_mutex_);
+  for (const auto& [id, run] : runs_) {
+    std::lock_guard run_lock(run->m);
+    if (!run->stopped && !run->stopping && run->workers_left > 0) ++c.batches_sending;
+  }
+  return c;
 }
 
 // Batches whose every request is answered: their threads have ended, their outputs are closed here.
@@ -286,10 +322,12 @@ void Dispatcher::work(Run& run) {
     if (!request && !failed) break;  // nothing left to send
     if (request) {
       ++run.in_flight;
+      ++totals_.in_flight;
       lock.unlock();
       send(run, *request);
       lock.lock();
       --run.in_flight;
+      --totals_.in_flight;
     } else {
       // The store failed: wait, as for a retry.
       run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, 1)), [&] { return run.stopping; });
@@ -351,6 +389,7 @@ void Dispatcher::send(Run& run, const Sendable& request) {
   for (unsigned attempt = 0;; ++attempt) {
     outcome = outcome_of(request, net::perform(http));
     if (outcome.kind != Outcome::Kind::Retryable || attempt >= run.server.retries) break;
+    ++totals_.retried;
     std::unique_lock lock(run.m);
     if (run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, static_cast<int>(attempt) + 1)),
                         [&] { return run.stopping; })) {
@@ -362,6 +401,7 @@ void Dispatcher::send(Run& run, const Sendable& request) {
     put_back(run, request.row.index, "interrupted: the batch's sending was stopped");
     std::lock_guard lock(run.m);
     ++run.interrupted;
+    ++totals_.interrupted;
     return;
   }
   outcome.answer.ended_ms = util::wall_ms();
@@ -403,7 +443,10 @@ void Dispatcher::write_answer(Run& run, const Answer& answer) {
   for (int failures = 1;; ++failures) {
     auto written = [&] {
       std::lock_guard db_lock(db_mutex_);
-      return run.ledger->complete(answer);
+      Ledger::Tokens tokens;
+      auto r = run.ledger->complete(answer, &tokens);
+      if (r.ok() && *r != Ledger::Completion::AlreadyAnswered) count_answer(run, answer, tokens);
+      return r;
     }();
     if (written.ok()) return;
     if (failures == 1) {
@@ -432,12 +475,46 @@ void Dispatcher::mark_done(Run& run) {
       run.batch.reason = fmt::format("done: {} answered, {} of them with an error", progress->done + progress->failed,
                                      progress->failed);
       if (auto r = db_.save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+      record_stint(run, "done");
       done = true;
     } else if (!progress.ok()) {
       log(util::LogLevel::Warning, progress.error().message);
     }
   }
   if (done && opt_.on_done) opt_.on_done(run.batch.id);
+}
+
+void Dispatcher::count_answer(Run& run, const Answer& answer, const Ledger::Tokens& tokens) {
+  const bool failed = !answer.error_code.empty();
+  ++(failed ? totals_.failed : totals_.done);
+  totals_.prompt_tokens += tokens.prompt;
+  totals_.completion_tokens += tokens.completion;
+  ++(failed ? run.stint.failed : run.stint.done);
+  run.stint.prompt_tokens += tokens.prompt;
+  run.stint.completion_tokens += tokens.completion;
+}
+
+void Dispatcher::record_stint(Run& run, const char* why) {
+  const Run::Stint s = run.stint;
+  const long long now = util::wall_ms();
+  run.stint = Run::Stint{now};
+  if (s.done + s.failed == 0) return;  // nothing was answered: nothing to count
+  const nlohmann::json detail = {{"batch", run.batch.id},
+                                 {"user", run.batch.user},
+                                 {"model", run.batch.model},
+                                 {"server", run.batch.server},
+                                 {"done", s.done},
+                                 {"failed", s.failed},
+                                 {"prompt_tokens", s.prompt_tokens},
+                                 {"completion_tokens", s.completion_tokens},
+                                 {"since_unix_ms", s.since_ms},
+                                 {"busy_ms", std::max(0LL, now - s.since_ms)},
+                                 {"gpus", 0},  // an external server's GPUs are not tarmac's to know
+                                 {"why", why}};
+  if (auto r = db_.add_event(now, "backfill", util::json_text(detail)); !r.ok()) {
+    log(util::LogLevel::Warning, fmt::format("backfill: batch {}: its work is not recorded: {}", run.batch.id,
+                                             r.error().message));
+  }
 }
 
 }  // namespace tarmac::backfill

@@ -49,6 +49,19 @@ struct DispatchOptions {
   std::function<void(long long batch)> on_done;
 };
 
+// What the dispatcher has done since it was opened (the agent started), for /metrics
+// (docs/metrics.md), and what it is doing now.
+struct DispatchCounters {
+  long long done = 0;         // requests answered and written
+  long long failed = 0;       // ... written with an error (after their retries)
+  long long retried = 0;      // sends tried again after a retryable failure
+  long long interrupted = 0;  // requests in flight when their batch was stopped: pending again
+  long long prompt_tokens = 0;
+  long long completion_tokens = 0;
+  long long in_flight = 0;         // now
+  long long batches_sending = 0;   // now: held and not stopped
+};
+
 // Whether local minute `minute` (0 to 1439) is inside `window` ("HH:MM-HH:MM", the end excluded, over
 // midnight when the end is before the start); an empty window is always open.
 [[nodiscard]] bool in_window(std::string_view window, int minute);
@@ -82,6 +95,9 @@ class Dispatcher {
   // Whether the dispatcher holds batch `id`'s output (being sent, or stopped).
   [[nodiscard]] bool holds(long long id);
 
+  // Safe from any thread (the HTTP endpoint's).
+  [[nodiscard]] DispatchCounters counters();
+
   struct Run;  // one batch being sent (dispatch.cpp)
 
  private:
@@ -96,6 +112,11 @@ class Dispatcher {
   void write_answers(Run& run);
   void write_answer(Run& run, const Answer& answer);
   void mark_done(Run& run);
+  // Records what `run` did since it was started or sent again as a "backfill" event in the store
+  // (the report's "idle hours turned into work"), and starts counting anew. Under db_mutex_.
+  void record_stint(Run& run, const char* why);
+  // An answer written: counted in the totals and the run's stint. Under db_mutex_.
+  void count_answer(Run& run, const Answer& answer, const Ledger::Tokens& tokens);
   void log(util::LogLevel level, const std::string& message) const;
 
   DispatchOptions opt_;
@@ -105,6 +126,10 @@ class Dispatcher {
   BatchDb db_;
   std::mutex runs_mutex_;
   std::map<long long, std::unique_ptr<Run>> runs_;
+  struct Totals {
+    std::atomic<long long> done{0}, failed{0}, retried{0}, interrupted{0}, prompt_tokens{0}, completion_tokens{0},
+        in_flight{0};
+  } totals_;
 };
 
 }  // namespace tarmac::backfill

@@ -53,6 +53,9 @@ class Service {
   [[nodiscard]] std::optional<nlohmann::json> answer(const sched::Peer& peer, std::vector<util::Fd>& fds,
                                                      const nlohmann::json& req);
 
+  // What the dispatcher has done and is doing (/metrics); safe from any thread.
+  [[nodiscard]] DispatchCounters counters() { return dispatcher_->counters(); }
+
  private:
   Service(ServiceOptions options, BatchDb db, std::unique_ptr<Dispatcher> dispatcher)
       : opt_(std::move(options)),

@@ -157,6 +157,69 @@ TEST(Dispatch, AServerErrorIsSentAgainAndTheAnswerAfterItKept) {
   }
 }
 
+// The "backfill" events in the fixture's store (record_stint), their details parsed.
+std::vector<json> backfill_events(const BatchFixture& f) {
+  auto db = f.open_db();
+  auto s = db.database().prepare("SELECT detail FROM event WHERE kind = 'backfill' ORDER BY ts_ms");
+  EXPECT_TRUE(s.ok());
+  std::vector<json> out;
+  for (;;) {
+    auto row = s->step();
+    if (!row.ok() || !*row) break;
+    out.push_back(json::parse(s->text(0)));
+  }
+  return out;
+}
+
+TEST(Dispatch, CountsItsWorkForMetricsAndRecordsEachStintInTheStore) {
+  BatchFixture f(6);
+  std::mutex m;
+  std::set<std::string> failed_once;
+  std::atomic<bool> hang{false};
+  FakeLlm fake([&](int, const std::string& request) {
+    std::lock_guard lock(m);
+    if (failed_once.insert(custom_id_of(request)).second) return FakeLlm::Reply{"500 Internal Server Error", "{}"};
+    return FakeLlm::Reply{"200 OK", completion(2), hang.load() && failed_once.size() > 4};
+  });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  // The first stint: the fifth request and after hang, and stop() ends it with 4 answered.
+  hang = true;
+  ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return fake.hanging() == 1; }));
+  EXPECT_EQ((*d)->counters().batches_sending, 1);
+  EXPECT_EQ((*d)->counters().in_flight, 1);
+  EXPECT_EQ((*d)->stop(f.id()), 1);
+  auto c = (*d)->counters();
+  EXPECT_EQ(c.done, 4);
+  EXPECT_EQ(c.interrupted, 1);
+  EXPECT_EQ(c.in_flight, 0);
+  EXPECT_EQ(c.batches_sending, 0) << "stopped";
+  auto events = backfill_events(f);
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(events[0]["why"], "stopped");
+  EXPECT_EQ(events[0]["done"], 4);
+  EXPECT_EQ(events[0]["completion_tokens"], 8);
+  EXPECT_EQ(events[0]["prompt_tokens"], 12);
+  // The second: the rest, once each.
+  hang = false;
+  ASSERT_TRUE((*d)->go(f.id()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  c = (*d)->counters();
+  EXPECT_EQ(c.done, 6);
+  EXPECT_EQ(c.failed, 0);
+  EXPECT_EQ(c.retried, 6) << "each request failed once with a 500";
+  EXPECT_EQ(c.completion_tokens, 12);
+  EXPECT_EQ(c.prompt_tokens, 18);
+  events = backfill_events(f);
+  ASSERT_EQ(events.size(), 2U);
+  EXPECT_EQ(events[1]["why"], "done");
+  EXPECT_EQ(events[1]["done"], 2);
+  EXPECT_EQ(events[1]["batch"], f.id());
+  EXPECT_GE(events[1]["busy_ms"].get<long long>(), 0);
+}
+
 TEST(Dispatch, AServerErrorThatLastsIsWrittenWithItsErrorAfterTheRetries) {
   BatchFixture f(3);
   FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"503 Service Unavailable", R"({"error":"busy"})"}; });
