@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <system_error>
 
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/util/clock.hpp"
@@ -58,8 +59,9 @@ Outcome outcome_of(const Sendable& request, Result<net::Response> sent) {
     if (sent->status < 200 || sent->status > 299) {
       out.answer.error_code = fmt::format("http_{}", sent->status);
       out.answer.error_message = fmt::format("the server answered HTTP {}", sent->status);
-      // A server error may pass (a restart, an overload); the client's own error will not.
-      if (sent->status >= 500) out.kind = Outcome::Kind::Retryable;
+      // A server error may pass (a restart, an overload), and so may "too many requests"; the
+      // client's own error will not.
+      if (sent->status >= 500 || sent->status == 429) out.kind = Outcome::Kind::Retryable;
     }
     return out;
   }
@@ -130,6 +132,27 @@ struct Dispatcher::Run {
   } stint;
 };
 
+// The requests in flight to one server, all its batches together, and the most it takes.
+struct Dispatcher::ServerSlots {
+  std::mutex m;
+  std::condition_variable cv;
+  unsigned in_use = 0;
+  unsigned limit = 1;
+};
+
+// One slot of a server, given back when it goes.
+struct Dispatcher::SlotHold {
+  std::shared_ptr<ServerSlots> slots;
+  SlotHold(const SlotHold&) = delete;
+  SlotHold& operator=(const SlotHold&) = delete;
+  explicit SlotHold(std::shared_ptr<ServerSlots> s) : slots(std::move(s)) {}
+  ~SlotHold() {
+    std::lock_guard lock(slots->m);
+    --slots->in_use;
+    slots->cv.notify_one();
+  }
+};
+
 Result<std::unique_ptr<Dispatcher>> Dispatcher::open(DispatchOptions options) {
   TARMAC_TRY_ASSIGN(auto db, BatchDb::open(options.db_path));
   if (!options.local_minute) options.local_minute = local_minute_now;
@@ -175,16 +198,37 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
     TARMAC_TRY(db_.save_run(run->batch));
     run->stint = Run::Stint{util::wall_ms()};
   }
-  start_workers(*run);
+  if (auto started = start_workers(*run); !started.ok()) {
+    std::lock_guard db_lock(db_mutex_);  // the ledger goes under the lock it is used under
+    run.reset();
+    return started.take_error();
+  }
   std::lock_guard lock(runs_mutex_);
   runs_[batch.id] = std::move(run);
   return reconciled;
 }
 
-// min(--parallel, max_parallel) workers for `run`, which has none running.
-void Dispatcher::start_workers(Run& run) {
-  const unsigned n = std::max(1U, std::min(run.batch.parallel, run.server.max_parallel));
-  std::lock_guard lock(run.m);
+unsigned Dispatcher::claim_threads(unsigned wanted) {
+  unsigned have = threads_.load();
+  for (;;) {
+    const unsigned left = have >= opt_.max_threads ? 0 : opt_.max_threads - have;
+    if (left < 2) return 0;
+    const unsigned senders = std::min(wanted, left - 1);
+    if (threads_.compare_exchange_weak(have, have + senders + 1)) return senders;
+  }
+}
+
+// min(--parallel, max_parallel) senders (fewer when the dispatcher runs max_threads) and a writer
+// for `run`, which has none running. A thread the system will not make (its task limit) ends the
+// ones made already: the batch is left stopped, and the agent goes on.
+Result<void> Dispatcher::start_workers(Run& run) {
+  const unsigned n = claim_threads(std::max(1U, std::min(run.batch.parallel, run.server.max_parallel)));
+  if (n == 0) {
+    return make_error(Error::Code::Io, fmt::format("the agent runs as many backfill threads as it may ({}); it "
+                                                   "waits for other batches to end",
+                                                   opt_.max_threads));
+  }
+  std::unique_lock lock(run.m);  // held while they are made: none of them sends before all are
   run.stopping = false;
   run.stopped = false;
   run.cancel = false;
@@ -192,8 +236,52 @@ void Dispatcher::start_workers(Run& run) {
   run.workers.clear();
   run.senders_left = n;
   run.workers_left = n + 1;
-  for (unsigned i = 0; i < n; ++i) run.workers.emplace_back([this, &run] { work(run); });
-  run.workers.emplace_back([this, &run] { write_answers(run); });
+  try {
+    for (unsigned i = 0; i < n; ++i) run.workers.emplace_back([this, &run] { work(run); });
+    run.workers.emplace_back([this, &run] { write_answers(run); });
+    return {};
+  } catch (const std::system_error& e) {
+    const auto made = static_cast<unsigned>(run.workers.size());  // senders only: the writer is made last
+    threads_ -= n + 1 - made;
+    run.stopping = true;
+    run.senders_left = made;
+    run.workers_left = made;
+    lock.unlock();
+    run.cv.notify_all();
+    for (auto& t : run.workers) t.join();
+    lock.lock();
+    run.workers.clear();
+    run.stopped = true;
+    log(util::LogLevel::Warning, fmt::format("backfill: batch {}: cannot start its threads: {}", run.batch.id, e.what()));
+    return make_error(Error::Code::Io, fmt::format("the agent cannot start the batch's threads now ({})", e.what()));
+  }
+}
+
+std::unique_ptr<Dispatcher::SlotHold> Dispatcher::take_slot(Run& run) {
+  std::shared_ptr<ServerSlots> slots;
+  {
+    std::lock_guard lock(slots_mutex_);
+    auto& s = slots_[run.batch.server];
+    if (!s) s = std::make_shared<ServerSlots>();
+    s->limit = std::max(1U, run.server.max_parallel);
+    slots = s;
+  }
+  for (;;) {
+    {
+      std::unique_lock lock(slots->m);
+      // A slot given back wakes one waiter; a stopped batch is seen within 100 ms (stop() does
+      // not know which server's slots its senders wait for).
+      if (slots->in_use >= slots->limit) {
+        slots->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return slots->in_use < slots->limit; });
+      }
+      if (slots->in_use < slots->limit) {
+        ++slots->in_use;
+        return std::make_unique<SlotHold>(slots);
+      }
+    }
+    std::lock_guard lock(run.m);
+    if (run.stopping) return nullptr;
+  }
 }
 
 long long Dispatcher::stop(long long id) {
@@ -238,8 +326,7 @@ Result<void> Dispatcher::go(long long id) {
     std::lock_guard db_lock(db_mutex_);
     run->stint = Run::Stint{util::wall_ms()};
   }
-  start_workers(*run);
-  return {};
+  return start_workers(*run);
 }
 
 long long Dispatcher::release(long long id) {
@@ -306,6 +393,8 @@ void Dispatcher::reap_finished() {
 void Dispatcher::work(Run& run) {
   for (;;) {
     if (!wait_for_window(run)) break;
+    const auto slot = take_slot(run);
+    if (!slot) break;
     std::optional<Sendable> request;
     bool failed = false;
     {
@@ -336,6 +425,7 @@ void Dispatcher::work(Run& run) {
   std::lock_guard lock(run.m);
   --run.senders_left;
   --run.workers_left;
+  --threads_;
   run.cv.notify_all();  // the writer ends once the senders have and their answers are written
 }
 
@@ -435,6 +525,7 @@ void Dispatcher::write_answers(Run& run) {
   if (!stopping) mark_done(run);
   lock.lock();
   --run.workers_left;
+  --threads_;
 }
 
 // Writes `answer` (ledger.hpp), again after a wait while it fails (a full disk): the server's answer

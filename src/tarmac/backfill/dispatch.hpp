@@ -42,6 +42,9 @@ struct DispatchOptions {
   // Minutes since local midnight now, for --window; empty: the clock. Tests inject one.
   std::function<int()> local_minute;
   long long window_recheck_ms = 60 * 1000;  // outside its window, a batch looks at the clock this often
+  // The most threads the dispatcher runs at once, every batch's senders and writers together: a
+  // batch that would go past it gets fewer senders, and one that cannot have two threads waits.
+  unsigned max_threads = 512;
   // Tests: the output's system calls and the ledger's steps (ledger.hpp).
   OutputIo io;
   LedgerHook hook;
@@ -79,6 +82,8 @@ class Dispatcher {
 
   // Takes batch `batch`'s output, checks it against the store (Ledger::reconcile: after a restart
   // nothing is in flight any more), and starts sending the batch's pending requests to `server`.
+  // At most the server's max_parallel requests are in flight to one server (by name) at once, all
+  // its batches together. An error (the output closed) when its threads cannot be had.
   [[nodiscard]] Result<Reconciled> start(const Batch& batch, const ServerConfig& server, util::Fd output);
 
   // Stops batch `id`'s sending: nothing more is sent, and the requests in flight are cancelled
@@ -87,7 +92,8 @@ class Dispatcher {
   // flag that often while nothing arrives). How many requests were interrupted; 0 for a batch not
   // being sent.
   long long stop(long long id);
-  // Sends stopped batch `id` again; an error when the dispatcher does not hold it.
+  // Sends stopped batch `id` again; an error when the dispatcher does not hold it, or when its
+  // threads cannot be had (it stays held, stopped).
   [[nodiscard]] Result<void> go(long long id);
   // stop(), then closes the output: the dispatcher lets batch `id` go (cancel).
   long long release(long long id);
@@ -103,7 +109,14 @@ class Dispatcher {
  private:
   explicit Dispatcher(DispatchOptions options, BatchDb db);
   void reap_finished();
-  void start_workers(Run& run);
+  [[nodiscard]] Result<void> start_workers(Run& run);
+  // Up to `wanted` senders, and a writer, out of max_threads: how many senders were granted (0: none).
+  [[nodiscard]] unsigned claim_threads(unsigned wanted);
+  struct ServerSlots;
+  struct SlotHold;
+  // A slot of `run`'s server (max_parallel of them), waited for: nullptr when the batch is stopped
+  // meanwhile.
+  [[nodiscard]] std::unique_ptr<SlotHold> take_slot(Run& run);
   void work(Run& run);
   [[nodiscard]] bool wait_for_window(Run& run);
   void set_reason(Run& run, const std::string& reason);
@@ -126,6 +139,9 @@ class Dispatcher {
   BatchDb db_;
   std::mutex runs_mutex_;
   std::map<long long, std::unique_ptr<Run>> runs_;
+  std::mutex slots_mutex_;
+  std::map<std::string, std::shared_ptr<ServerSlots>> slots_;  // by server name
+  std::atomic<unsigned> threads_{0};
   struct Totals {
     std::atomic<long long> done{0}, failed{0}, retried{0}, interrupted{0}, prompt_tokens{0}, completion_tokens{0},
         in_flight{0};

@@ -220,6 +220,67 @@ TEST(Dispatch, CountsItsWorkForMetricsAndRecordsEachStintInTheStore) {
   EXPECT_GE(events[1]["busy_ms"].get<long long>(), 0);
 }
 
+TEST(Dispatch, OneServersMaxParallelBoundsAllItsBatchesTogether) {
+  BatchFixture a(12);
+  BatchFixture b(12, &a);
+  FakeLlm fake([](int, const std::string&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    return FakeLlm::Reply{"200 OK", completion(1)};
+  });
+  auto d = Dispatcher::open(quick(a));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(a, 4), server_at(fake, 2), a.open_output()).ok());
+  ASSERT_TRUE((*d)->start(batch_of(b, 4), server_at(fake, 2), b.open_output()).ok());
+  ASSERT_TRUE(wait_done(a));
+  ASSERT_TRUE(wait_done(b));
+  expect_exactly_once(a);
+  expect_exactly_once(b);
+  EXPECT_EQ(fake.max_in_flight(), 2) << "max_parallel 2 for both batches together, not 2 each";
+}
+
+TEST(Dispatch, TooManyRequestsIsSentAgain) {
+  BatchFixture f(3);
+  std::mutex m;
+  std::set<std::string> refused_once;
+  FakeLlm fake([&](int, const std::string& request) {
+    std::lock_guard lock(m);
+    if (refused_once.insert(custom_id_of(request)).second) return FakeLlm::Reply{"429 Too Many Requests", "{}"};
+    return FakeLlm::Reply{"200 OK", completion(1)};
+  });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  for (const auto& line : output_lines(f)) EXPECT_EQ(line["response"]["status_code"], 200) << line;
+  EXPECT_EQ(fake.requests(), 6);
+}
+
+TEST(Dispatch, ItsThreadsAreBoundedAndABatchBeyondThemWaitsWithAReason) {
+  BatchFixture a(6);
+  BatchFixture b(2, &a);
+  std::atomic<bool> hang{true};
+  FakeLlm fake([&](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1), hang.load()}; });
+  auto options = quick(a);
+  options.max_threads = 3;
+  auto d = Dispatcher::open(options);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(a, 4), server_at(fake, 8), a.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return fake.hanging() == 2; })) << "2 senders and the writer";
+  auto second = (*d)->start(batch_of(b, 1), server_at(fake, 8), b.open_output());
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.error().message.find("as many backfill threads as it may (3)"), std::string::npos)
+      << second.error().message;
+  EXPECT_FALSE((*d)->holds(b.id())) << "its output is not kept";
+  hang = false;
+  EXPECT_EQ((*d)->stop(a.id()), 2);
+  ASSERT_TRUE((*d)->go(a.id()).ok());
+  ASSERT_TRUE(wait_done(a));
+  EXPECT_TRUE(FakeLlm::wait_for([&] { return !(*d)->holds(a.id()); }));
+  ASSERT_TRUE((*d)->start(batch_of(b, 1), server_at(fake, 8), b.open_output()).ok()) << "the threads are back";
+  ASSERT_TRUE(wait_done(b));
+  expect_exactly_once(b);
+}
+
 TEST(Dispatch, AServerErrorThatLastsIsWrittenWithItsErrorAfterTheRetries) {
   BatchFixture f(3);
   FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"503 Service Unavailable", R"({"error":"busy"})"}; });
