@@ -10,6 +10,7 @@
 #include <optional>
 #include <system_error>
 
+#include "tarmac/host/tcp_owner.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
@@ -83,6 +84,12 @@ Outcome outcome_of(const Sendable& request, Result<net::Response> sent) {
       out.kind = Outcome::Kind::Retryable;
       break;
     case net::Failure::Refused: out.answer.error_code = "answer_too_large"; break;
+    case net::Failure::Untrusted:
+      // Someone else's process has the server's port (the server is down or restarting): nothing
+      // was sent to it, and the server may be back by the next try.
+      out.answer.error_code = "untrusted_server";
+      out.kind = Outcome::Kind::Retryable;
+      break;
   }
   return out;
 }
@@ -106,6 +113,7 @@ int minutes_until_open(std::string_view window, int minute) {
 struct Dispatcher::Run {
   Batch batch;
   ServerConfig server;
+  std::optional<uid_t> server_uid;  // server_user's: the owner each connection's other end must have
   std::unique_ptr<Ledger> ledger;  // under the dispatcher's db_mutex_
   std::atomic<bool> cancel{false};  // every request in flight watches it (net::Request::cancel)
   std::mutex m;                     // guards what follows
@@ -187,6 +195,9 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
   auto run = std::make_unique<Run>();
   run->batch = batch;
   run->server = server;
+  if (!server.server_user.empty()) {
+    TARMAC_TRY_ASSIGN(run->server_uid, server_user_uid(server.server_user));
+  }
   Reconciled reconciled;
   {
     std::lock_guard db_lock(db_mutex_);
@@ -475,6 +486,11 @@ void Dispatcher::send(Run& run, const Sendable& request) {
   http.timeout_ms = run.server.timeout_ms;
   http.cancel = &run.cancel;
   http.max_body_bytes = opt_.max_answer_bytes;
+  if (run.server_uid) {
+    http.check_connection = [uid = *run.server_uid](const net::Connection& c) {
+      return host::tcp_owner({c.peer_ip, c.peer_port}, {c.local_ip, c.local_port}) == uid;
+    };
+  }
   Outcome outcome;
   for (unsigned attempt = 0;; ++attempt) {
     outcome = outcome_of(request, net::perform(http));

@@ -3,8 +3,13 @@
 // without depending on what backfill does with it.
 #pragma once
 
+#include <pwd.h>
+
 #include <map>
 #include <string>
+#include <vector>
+
+#include "tarmac/util/result.hpp"
 
 namespace tarmac::backfill {
 
@@ -21,8 +26,20 @@ struct ServerConfig {
   std::string url;                     // "http://127.0.0.1:8080": a request's url is appended to it
   long long timeout_ms = 10 * 60 * 1000;  // one request, connecting included: a generation can be long
   unsigned retries = 3;                // a 5xx, a refused connection or a timeout is sent again this often
-  unsigned max_parallel = 4;           // requests in flight at once, whatever a batch's --parallel asks
+  unsigned max_parallel = 4;           // requests in flight at once, all its batches together
+  // The account whose process serves a loopback url: each connection's other end must be its
+  // (host/tcp_owner.hpp), or nothing is sent on it. Empty: not checked.
+  std::string server_user;
 };
+
+// The uid of account `user` (a server's server_user); NotFound names it.
+[[nodiscard]] inline Result<uid_t> server_user_uid(const std::string& user) {
+  passwd pw{};
+  passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) return pw.pw_uid;
+  return make_error(Error::Code::NotFound, "server_user '" + user + "' is no account on this machine");
+}
 
 struct BackfillConfig {
   std::map<std::string, ServerConfig> servers;  // by NAME

@@ -523,8 +523,20 @@ const std::vector<ServerKey>& server_table() {
                     "1s, 2s, 4s ... (at most 1m) in between; then its error is written",
                     0, 100, &ServerConfig::retries),
       server_number("max_parallel", Kind::Count,
-                    "the most requests in flight to this server for one batch, whatever its --parallel asks", 1, 256,
-                    &ServerConfig::max_parallel),
+                    "the most requests in flight to this server at once, all its batches together, whatever their "
+                    "--parallel asks",
+                    1, 256, &ServerConfig::max_parallel),
+      server_text("server_user", Kind::Text,
+                  "the account whose process serves a loopback url: the agent checks each connection's other end "
+                  "is that account's before it sends a prompt on it, so a user who takes the port while the server "
+                  "is down gets nothing; empty: not checked",
+                  {}, [](ServerConfig& s, const std::string& v) { s.server_user = v; },
+                  [](const ServerConfig& s) { return s.server_user; },
+                  [](const std::string& v) -> std::optional<std::string> {
+                    if (v.empty()) return std::nullopt;
+                    if (auto uid = backfill::server_user_uid(v); !uid.ok()) return uid.error().message;
+                    return std::nullopt;
+                  }),
   };
   return keys;
 }
@@ -599,6 +611,12 @@ Result<void> parse_backfill(const toml::table& section, const std::string& file,
         return make_error(Error::Code::Invalid, fmt::format("{}:{}:{}: backfill.server.{}: no url (the server's base "
                                                             "URL, such as \"http://127.0.0.1:8080\")",
                                                             file, at.line, at.column, server_name));
+      }
+      if (!server.server_user.empty() && !net::is_loopback_url(server.url)) {
+        return make_error(Error::Code::Invalid,
+                          fmt::format("{}:{}:{}: backfill.server.{}: server_user is checked on this machine only: the "
+                                      "url must be a loopback one (127.0.0.1, [::1], localhost), not {}",
+                                      file, at.line, at.column, server_name, server.url));
       }
     }
   }

@@ -281,6 +281,35 @@ TEST(Dispatch, ItsThreadsAreBoundedAndABatchBeyondThemWaitsWithAReason) {
   expect_exactly_once(b);
 }
 
+TEST(Dispatch, NothingIsSentToAServerWhoseListenerIsNotServerUsers) {
+  if (::getuid() != 0) GTEST_SKIP() << "names root as the fake's owner and another account as the expected one";
+  BatchFixture f(2);
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  auto server = server_at(fake, 4, 1);
+  server.server_user = "nobody";  // the fake is root's: as if a user had taken the port
+  ASSERT_TRUE((*d)->start(batch_of(f, 2), server, f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 0) << "no prompt reached the impostor";
+  for (const auto& line : output_lines(f)) EXPECT_EQ(line["error"]["code"], "untrusted_server") << line;
+
+  BatchFixture g(2);
+  auto d2 = Dispatcher::open(quick(g));
+  ASSERT_TRUE(d2.ok());
+  server.server_user = "root";
+  ASSERT_TRUE((*d2)->start(batch_of(g, 2), server, g.open_output()).ok());
+  ASSERT_TRUE(wait_done(g));
+  EXPECT_EQ(fake.requests(), 2) << "the server's own account: sent";
+  for (const auto& line : output_lines(g)) EXPECT_TRUE(line["error"].is_null()) << line;
+
+  server.server_user = "no-such-user-x";
+  auto unknown = (*d2)->start(batch_of(g, 2), server, g.open_output());
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("no-such-user-x"), std::string::npos);
+}
+
 TEST(Dispatch, AServerErrorThatLastsIsWrittenWithItsErrorAfterTheRetries) {
   BatchFixture f(3);
   FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"503 Service Unavailable", R"({"error":"busy"})"}; });

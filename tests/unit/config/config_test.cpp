@@ -221,6 +221,9 @@ TEST(Config, RefusesBadBackfillServers) {
   refused("[backfill.server.a]\nurl = \"http://x\"\nkind = \"managed\"\n", "not built yet");
   refused("[backfill.server.a]\nurl = \"http://x\"\nprotocol = \"ollama\"\n", "not built yet");
   refused("[backfill.server.\"a b\"]\nurl = \"http://x\"\n", "letters, digits");
+  refused("[backfill.server.a]\nurl = \"http://10.1.1.1:8080\"\nserver_user = \"root\"\n", "must be a loopback one");
+  refused("[backfill.server.a]\nurl = \"http://127.0.0.1:8080\"\nserver_user = \"no-such-user-x\"\n",
+          "t.toml:3:15: backfill.server.a.server_user: server_user 'no-such-user-x' is no account");
   warnings.clear();
   auto stray = parse_text("[backfill]\nserver = 3\n", warnings);
   ASSERT_TRUE(stray.ok()) << stray.error().message;
