@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <optional>
 
+#include "tarmac/backfill/ollama.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/util/clock.hpp"
 
@@ -24,13 +25,6 @@ int local_minute_now() {
   std::tm tm{};
   localtime_r(&now, &tm);
   return tm.tm_hour * 60 + tm.tm_min;
-}
-
-// The server's base URL and the request's path, without a doubled '/'.
-std::string request_url(const ServerConfig& server, Endpoint endpoint) {
-  std::string base = server.url;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  return base + std::string(to_url(endpoint));
 }
 
 long long backoff(const DispatchOptions& opt, int retry) {
@@ -341,7 +335,7 @@ void Dispatcher::set_reason(Run& run, const std::string& reason) {
 void Dispatcher::send(Run& run, const Sendable& request) {
   net::Request http;
   http.method = "POST";
-  http.url = request_url(run.server, request.row.endpoint);
+  http.url = server_url(run.server.url, to_url(request.row.endpoint));
   http.headers = {"Content-Type: application/json"};
   http.body = request.body;
   http.timeout_ms = run.server.timeout_ms;
@@ -349,7 +343,10 @@ void Dispatcher::send(Run& run, const Sendable& request) {
   http.max_body_bytes = opt_.max_answer_bytes;
   Outcome outcome;
   for (unsigned attempt = 0;; ++attempt) {
-    outcome = outcome_of(request, net::perform(http));
+    // The one place the protocols differ: Ollama's native one is translated both ways (ollama.hpp).
+    outcome = outcome_of(request, run.server.protocol == ServerProtocol::Ollama
+                                      ? ollama::perform(http, run.server.url, request.row.endpoint, request.body)
+                                      : net::perform(http));
     if (outcome.kind != Outcome::Kind::Retryable || attempt >= run.server.retries) break;
     std::unique_lock lock(run.m);
     if (run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, static_cast<int>(attempt) + 1)),

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace tarmac::backfill {
 
@@ -12,7 +13,7 @@ namespace tarmac::backfill {
 // sending to it. managed: a command tarmac starts on idle GPUs (issue 16, not built yet).
 enum class ServerKind { External, Managed };
 // openai: /v1/chat/completions and /v1/completions (llama-server, vLLM, Ollama all serve them).
-// ollama: Ollama's native /api/generate and /api/chat (not built yet).
+// ollama: Ollama's native /api/chat and /api/generate, streamed (ollama.hpp).
 enum class ServerProtocol { OpenAi, Ollama };
 
 struct ServerConfig {
@@ -23,6 +24,12 @@ struct ServerConfig {
   unsigned retries = 3;                // a 5xx, a refused connection or a timeout is sent again this often
   unsigned max_parallel = 4;           // requests in flight at once, whatever a batch's --parallel asks
 };
+
+// The server's base URL and `path` ("/v1/completions", "/api/ps"), without a doubled '/'.
+[[nodiscard]] inline std::string server_url(std::string_view base, std::string_view path) {
+  while (!base.empty() && base.back() == '/') base.remove_suffix(1);
+  return std::string(base) + std::string(path);
+}
 
 struct BackfillConfig {
   std::map<std::string, ServerConfig> servers;  // by NAME
