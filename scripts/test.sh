@@ -170,10 +170,12 @@ finish_background_build() {
   return "$rc"
 }
 
-# llama-server (sid's, for the backfill tests) comes after the NVML peers and on its own: a failure
-# there (sid moves) is a failed step, and its test is skipped, but every other test still runs.
+# llama-server (sid's) and Ollama's JavaScript client (npm), for the backfill tests, come after the
+# NVML peers and on their own: a failure there (sid moves, no npm) is a failed step, and its test is
+# skipped, but every other test still runs.
 if step deps bash scripts/deps.sh --test && step peers bash scripts/peers.sh; then
   step llama-server bash scripts/peers.sh --llama-server
+  step ollama-js bash scripts/peers.sh --ollama-js
   read -r -a preset_list <<<"$presets"
   for ((i = 0; i < ${#preset_list[@]}; i++)); do
     preset=${preset_list[i]}
