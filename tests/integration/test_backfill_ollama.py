@@ -8,12 +8,17 @@ test_fake_ollama.py):
   (chat.completion, text_completion, usage), as they would be from an OpenAI-protocol server; an
   {"error": ...} line mid-stream is a failed request, sent again up to the server's retries;
 - `tarmac backfill cancel` mid-batch closes the streams in flight: the fake sees its connections
-  closed and stops generating."""
+  closed and stops generating;
+- while the fake holds its model loaded it holds simulated GPU memory (a tarmac-sim-load on GPU 0,
+  started and ended by its load and unload hooks), seen through NVML (`tarmac query`), and freed
+  once the model is unloaded with keep_alive 0: what the yield will wait for."""
 import collections
 import json
+import subprocess
 import unittest
+import urllib.request
 
-from agent_support import wait_for
+from agent_support import BUILD, end_process, wait_for
 from fake_ollama import FakeOllama
 from test_sched_agent import SLOW, AgentQueueTest
 
@@ -123,6 +128,51 @@ class CancelOnOllama(BackfillOnOllama):
                         f"cancelled {self.fake.cancelled}, active {self.fake.active}\n{self.agent_log()}")
         self.assertEqual(self.fake.completed, 0)
         self.assertEqual(self.status(batch_id)["state"], "cancelled")
+
+
+class MemoryOnOllama(BackfillOnOllama):
+    MODEL_MIB = 3072
+
+    def setUp(self):
+        self.loads = {}
+        super().setUp()
+        self.fake.on_load = self.hold_memory
+        self.fake.on_unload = self.free_memory
+
+    def hold_memory(self, name):
+        self.loads[name] = subprocess.Popen(
+            [str(BUILD / "sim" / "tarmac-sim-load"), "--mem", f"{self.MODEL_MIB}MiB", "--util", "0"],
+            env=self.sim.env({"CUDA_VISIBLE_DEVICES": "0"}), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(end_process, self.loads[name])
+
+    def free_memory(self, name):
+        load = self.loads.pop(name, None)
+        if load is not None:
+            end_process(load)
+
+    def used_mib(self):
+        r = subprocess.run([str(BUILD / "tarmac"), "query", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                            "-i", "0"], env=self.sim.env(), capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return int(r.stdout.strip())
+
+    def test_a_loaded_model_holds_gpu_memory_until_unloaded(self):
+        before = self.used_mib()
+        batch_id, _ = self.submit([chat_line("a", "hello")], parallel=1)
+        self.assertTrue(wait_for(lambda: self.status(batch_id)["state"] == "done", timeout=30 * SLOW, step=0.1),
+                        f"{self.status(batch_id)}\n{self.agent_log()}")
+        # Ollama keeps a model loaded after its last request (keep_alive, 5m by default).
+        self.assertTrue(wait_for(lambda: self.used_mib() >= before + self.MODEL_MIB, timeout=20 * SLOW, step=0.1),
+                        f"{self.used_mib()} MiB used, {before} before")
+        self.assertEqual([m["name"] for m in self.fake.ps()["models"]], ["tiny:latest"])
+        # The unload a yield sends (ollama::unload): no prompt, keep_alive 0.
+        request = urllib.request.Request(self.fake.url + "/api/generate", method="POST",
+                                         data=json.dumps({"model": "tiny", "keep_alive": 0}).encode())
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            self.assertEqual(json.loads(answer.read())["done_reason"], "unload")
+        self.assertTrue(wait_for(lambda: self.used_mib() <= before, timeout=20 * SLOW, step=0.1),
+                        f"{self.used_mib()} MiB used, {before} before")
+        self.assertEqual(self.fake.ps()["models"], [])
 
 
 if __name__ == "__main__":
