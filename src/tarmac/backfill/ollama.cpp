@@ -142,6 +142,9 @@ Result<NativeRequest> to_native(Endpoint endpoint, std::string_view openai_body)
   if (const auto n = body.find("n"); n != body.end() && !n->is_null() && *n != json(1)) {
     return invalid("body.n is not 1: the ollama protocol answers with one choice");
   }
+  if (const auto tools = body.find("tools"); tools != body.end() && !tools->is_null() && !tools->empty()) {
+    return invalid("body.tools: tool calls are not translated to the ollama protocol here");
+  }
   json native{{"model", *model}, {"stream", true}};
   TARMAC_TRY_ASSIGN(json options, options_of(body));
   if (!options.empty()) native["options"] = std::move(options);

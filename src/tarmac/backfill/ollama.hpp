@@ -25,7 +25,7 @@ namespace tarmac::backfill::ollama {
 // The native request for an OpenAI request body of `endpoint`: its path (/api/chat, /api/generate)
 // and its body, with stream: true and the sampling settings in `options` (max_tokens ->
 // num_predict, temperature, top_p, stop, seed, presence_penalty, frequency_penalty). Invalid for
-// what Ollama's protocol cannot say: n > 1, several prompts, message parts other than text.
+// what is not translated: n > 1, several prompts, message parts other than text, tools.
 struct NativeRequest {
   std::string path;
   std::string body;

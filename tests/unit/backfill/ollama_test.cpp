@@ -69,6 +69,7 @@ TEST(Ollama, RefusesWhatItsProtocolCannotSay) {
   refused(Endpoint::ChatCompletions, R"({"model":"m","messages":[{"content":"x"}]})", "role");
   refused(Endpoint::ChatCompletions, R"({"model":"m","messages":[],"temperature":"hot"})", "temperature");
   refused(Endpoint::ChatCompletions, R"({"messages":[]})", "body.model");
+  refused(Endpoint::ChatCompletions, R"({"model":"m","messages":[],"tools":[{"type":"function"}]})", "body.tools");
   refused(Endpoint::ChatCompletions, std::string(100, '[') + std::string(100, ']'), "nested");
 }
 
