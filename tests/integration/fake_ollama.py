@@ -12,7 +12,8 @@ What it serves, as Ollama's API documentation (docs/api.md) describes it:
   keep_alive: a duration ("5m", "10s", "0") or seconds; 0 unloads the model after the request, a
        negative one keeps it loaded for ever; a request with no prompt (no messages) only loads the
        model, or, with keep_alive 0, unloads it (done_reason "load" / "unload").
-  cancel: a generation stops when its client closes the connection, as Ollama's does; counted.
+  cancel: a generation stops when its client closes the connection, as Ollama's does; counted
+       (GET /_fake/stats, the fake's own, says how many were).
 
 Answers are words of the prompt repeated, one "token" a line, `token_delay` seconds apart.
 A prompt holding FAIL_MIDSTREAM gets one token and then an {"error": ...} line, as a crashed runner.
@@ -229,6 +230,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, fake.tags())
         elif self.path == "/api/ps":
             self._send_json(200, fake.ps())
+        elif self.path == "/_fake/stats":  # not Ollama's: what a test's client asks of the fake itself
+            with fake.lock:
+                self._send_json(200, {"started": fake.started, "completed": fake.completed,
+                                      "cancelled": fake.cancelled, "active": fake.active})
         else:
             self._error(404, "404 page not found")
 

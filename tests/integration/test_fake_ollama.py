@@ -103,6 +103,7 @@ class FakeOllamaWithOfficialClient(unittest.TestCase):
             self.assertEqual(out["chat_stream"]["last"], {"done": True, "done_reason": "length"})
             self.assertEqual(out["ps"], [{"name": "tiny:latest", "size_vram": 1 << 30}])
             self.assertEqual(out["abort"], "AbortError")
+            self.assertTrue(out["server_saw_close"], "abort() closed the stream's connection while the client ran")
             self.assertEqual(out["unload"], "unload")
             self.assertEqual(out["ps_after_unload"], 0)
             self.assertEqual(out["missing"]["status"], 404)

@@ -42,6 +42,13 @@ async function main() {
   } catch (e) {
     out.abort = e.name;  // AbortError
   }
+  // While this client is still running (its exit would close the connection too): the fake saw it.
+  out.server_saw_close = false;
+  for (let i = 0; i < 200 && !out.server_saw_close; i++) {
+    const stats = await (await fetch(`${host}/_fake/stats`)).json();
+    out.server_saw_close = stats.cancelled === 1 && stats.active === 0;
+    if (!out.server_saw_close) await new Promise((r) => setTimeout(r, 25));
+  }
   out.unload = (await ollama.generate({ model: 'tiny', prompt: '', keep_alive: 0 })).done_reason;
   out.ps_after_unload = (await ollama.ps()).models.length;
   try {
