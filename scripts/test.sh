@@ -18,7 +18,7 @@
 # Compilations go through ccache (scripts/deps.sh installs it; cmake/ccache.cmake), its cache in
 # ~/.cache/ccache, so that the next run on the same machine, from any clone, compiles little.
 #
-# Environment: TARMAC_PEERS (cache of third-party clients and llama-server, default ~/.cache/tarmac-peers),
+# Environment: TARMAC_PEERS (cache of third-party clients, llama-server and the ollama JS client, default ~/.cache/tarmac-peers),
 # TARMAC_TEST_PRESETS (default "dev asan"), CTEST_PARALLEL_LEVEL (default: number of CPUs + 1:
 # the integration tests spend much of their time waiting on processes they start),
 # TARMAC_TEST_TIMEOUT (seconds per test without its own limit, default 120), CCACHE_DIR (default
