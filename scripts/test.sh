@@ -18,7 +18,7 @@
 # Compilations go through ccache (scripts/deps.sh installs it; cmake/ccache.cmake), its cache in
 # ~/.cache/ccache, so that the next run on the same machine, from any clone, compiles little.
 #
-# Environment: TARMAC_PEERS (cache of third-party clients and llama-server, default ~/.cache/tarmac-peers),
+# Environment: TARMAC_PEERS (cache of third-party clients, llama-server and the ollama JS client, default ~/.cache/tarmac-peers),
 # TARMAC_TEST_PRESETS (default "dev asan"), CTEST_PARALLEL_LEVEL (default: number of CPUs + 1:
 # the integration tests spend much of their time waiting on processes they start),
 # TARMAC_TEST_TIMEOUT (seconds per test without its own limit, default 120), CCACHE_DIR (default
@@ -170,10 +170,12 @@ finish_background_build() {
   return "$rc"
 }
 
-# llama-server (sid's, for the backfill tests) comes after the NVML peers and on its own: a failure
-# there (sid moves) is a failed step, and its test is skipped, but every other test still runs.
+# llama-server (sid's) and Ollama's JavaScript client (npm), for the backfill tests, come after the
+# NVML peers and on their own: a failure there (sid moves, no npm) is a failed step, and its test is
+# skipped, but every other test still runs.
 if step deps bash scripts/deps.sh --test && step peers bash scripts/peers.sh; then
   step llama-server bash scripts/peers.sh --llama-server
+  step ollama-js bash scripts/peers.sh --ollama-js
   read -r -a preset_list <<<"$presets"
   for ((i = 0; i < ${#preset_list[@]}; i++)); do
     preset=${preset_list[i]}

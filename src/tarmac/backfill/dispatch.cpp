@@ -10,6 +10,7 @@
 #include <optional>
 #include <system_error>
 
+#include "tarmac/backfill/ollama.hpp"
 #include "tarmac/host/tcp_owner.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/util/clock.hpp"
@@ -28,13 +29,6 @@ int local_minute_now() {
   std::tm tm{};
   localtime_r(&now, &tm);
   return tm.tm_hour * 60 + tm.tm_min;
-}
-
-// The server's base URL and the request's path, without a doubled '/'.
-std::string request_url(const ServerConfig& server, Endpoint endpoint) {
-  std::string base = server.url;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  return base + std::string(to_url(endpoint));
 }
 
 long long backoff(const DispatchOptions& opt, int retry) {
@@ -480,7 +474,7 @@ void Dispatcher::set_reason(Run& run, const std::string& reason) {
 void Dispatcher::send(Run& run, const Sendable& request) {
   net::Request http;
   http.method = "POST";
-  http.url = request_url(run.server, request.row.endpoint);
+  http.url = server_url(run.server.url, to_url(request.row.endpoint));
   http.headers = {"Content-Type: application/json"};
   http.body = request.body;
   http.timeout_ms = run.server.timeout_ms;
@@ -493,7 +487,10 @@ void Dispatcher::send(Run& run, const Sendable& request) {
   }
   Outcome outcome;
   for (unsigned attempt = 0;; ++attempt) {
-    outcome = outcome_of(request, net::perform(http));
+    // The one place the protocols differ: Ollama's native one is translated both ways (ollama.hpp).
+    outcome = outcome_of(request, run.server.protocol == ServerProtocol::Ollama
+                                      ? ollama::perform(http, run.server.url, request.row.endpoint, request.body)
+                                      : net::perform(http));
     if (outcome.kind != Outcome::Kind::Retryable || attempt >= run.server.retries) break;
     ++totals_.retried;
     std::unique_lock lock(run.m);

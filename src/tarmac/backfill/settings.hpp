@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tarmac/util/result.hpp"
@@ -17,7 +18,7 @@ namespace tarmac::backfill {
 // sending to it. managed: a command tarmac starts on idle GPUs (issue 16, not built yet).
 enum class ServerKind { External, Managed };
 // openai: /v1/chat/completions and /v1/completions (llama-server, vLLM, Ollama all serve them).
-// ollama: Ollama's native /api/generate and /api/chat (not built yet).
+// ollama: Ollama's native /api/chat and /api/generate, streamed (ollama.hpp).
 enum class ServerProtocol { OpenAi, Ollama };
 
 struct ServerConfig {
@@ -39,6 +40,12 @@ struct ServerConfig {
   std::vector<char> buf(16384);
   if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) return pw.pw_uid;
   return make_error(Error::Code::NotFound, "server_user '" + user + "' is no account on this machine");
+}
+
+// The server's base URL and `path` ("/v1/completions", "/api/ps"), without a doubled '/'.
+[[nodiscard]] inline std::string server_url(std::string_view base, std::string_view path) {
+  while (!base.empty() && base.back() == '/') base.remove_suffix(1);
+  return std::string(base) + std::string(path);
 }
 
 struct BackfillConfig {

@@ -493,17 +493,13 @@ const std::vector<ServerKey>& server_table() {
       server_text(
           "protocol", Kind::Choice,
           "\"openai\": /v1/chat/completions and /v1/completions (llama-server, vLLM and Ollama serve them); "
-          "\"ollama\" (Ollama's native /api/chat) is not built yet",
+          "\"ollama\": Ollama's native /api/chat and /api/generate, streamed, answers written in OpenAI's shape",
           {"openai", "ollama"},
           [](ServerConfig& s, const std::string& v) {
             s.protocol = v == "ollama" ? ServerProtocol::Ollama : ServerProtocol::OpenAi;
           },
           [](const ServerConfig& s) { return std::string(s.protocol == ServerProtocol::Ollama ? "ollama" : "openai"); },
-          [](const std::string& v) -> std::optional<std::string> {
-            if (v != "ollama") return std::nullopt;
-            return "Ollama's native protocol is not built yet: Ollama serves the OpenAI one too (protocol = "
-                   "\"openai\", url = \"http://127.0.0.1:11434\")";
-          }),
+          nullptr),
       server_text("url", Kind::Text,
                   "the server's base URL, http:// or https://, such as \"http://127.0.0.1:8080\": each request's url "
                   "(/v1/chat/completions) is appended to it; required",
