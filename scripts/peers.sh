@@ -46,6 +46,23 @@ if [[ ${1:-} == --llama-server ]]; then
   WANT=(sid:llama.cpp-tools sid:libllama0 sid:libggml0 sid:libc6 sid:libstdc++6 sid:libgcc-s1 sid:libgomp1
         sid:libssl3t64 sid:libzstd1 sid:zlib1g)
 fi
+# `peers.sh --ollama-js`: Ollama's official JavaScript client (npm "ollama", pinned), which checks
+# the fake Ollama server of the backfill tests (tests/integration/test_fake_ollama.py), into its
+# own cache folder ($P/ollama-js) with npm --prefix: nothing global, nothing in the repository.
+if [[ ${1:-} == --ollama-js ]]; then
+  OLLAMA_JS_VERSION=0.6.3
+  dir=$P/ollama-js
+  if [[ -f $dir/node_modules/ollama/package.json ]] &&
+    grep -q "\"version\": \"$OLLAMA_JS_VERSION\"" "$dir/node_modules/ollama/package.json"; then
+    echo "$dir"
+    exit 0
+  fi
+  command -v npm >/dev/null || { echo "peers: npm is needed for the ollama JavaScript client (apt install npm)" >&2; exit 1; }
+  mkdir -p "$dir"
+  npm install --prefix "$dir" --no-audit --no-fund --no-save --package-lock=false "ollama@$OLLAMA_JS_VERSION" >&2
+  echo "$dir"
+  exit 0
+fi
 spec=$(printf '%s\n' "${WANT[@]}")
 
 # system_mirror: the Debian archive of this machine's apt sources, or nothing. A release suite

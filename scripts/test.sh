@@ -18,7 +18,7 @@
 # Compilations go through ccache (scripts/deps.sh installs it; cmake/ccache.cmake), its cache in
 # ~/.cache/ccache, so that the next run on the same machine, from any clone, compiles little.
 #
-# Environment: TARMAC_PEERS (cache of third-party clients and llama-server, default ~/.cache/tarmac-peers),
+# Environment: TARMAC_PEERS (cache of third-party clients, llama-server and the ollama JS client, default ~/.cache/tarmac-peers),
 # TARMAC_TEST_PRESETS (default "dev asan"), CTEST_PARALLEL_LEVEL (default: number of CPUs + 1:
 # the integration tests spend much of their time waiting on processes they start),
 # TARMAC_TEST_TIMEOUT (seconds per test without its own limit, default 120), CCACHE_DIR (default
@@ -152,28 +152,60 @@ start_background_build() {
   ) &
   background_pid=$!
 }
-# Waits for the background build; its status.
-finish_background_build() {
-  local rc line file
-  wait "$background_pid"
-  note "(built in the background while the tests ran)"
-  cat "$background_dir/log"
-  rc=$(cat "$background_dir/rc" 2>/dev/null || echo 1)
-  while IFS= read -r line; do summary+=("$line (in the background)"); done <"$background_dir/summary"
+# collect_background DIR WHAT: prints a background job's log and adds its steps to this shell's.
+collect_background() {
+  local dir=$1 what=$2 line file
+  note "($what)"
+  cat "$dir/log"
+  while IFS= read -r line; do summary+=("$line (in the background)"); done <"$dir/summary"
   for file in failed ccache; do
-    [[ -f $background_dir/$file ]] || continue
+    [[ -f $dir/$file ]] || continue
     while IFS= read -r line; do
       if [[ $file == failed ]]; then failed_steps+=("$line"); else ccache_lines+=("$line"); fi
-    done <"$background_dir/$file"
+    done <"$dir/$file"
   done
+}
+
+# Waits for the background build; its status.
+finish_background_build() {
+  local rc
+  wait "$background_pid"
+  collect_background "$background_dir" "built in the background while the tests ran"
+  rc=$(cat "$background_dir/rc" 2>/dev/null || echo 1)
   rm -rf "$background_dir"
   return "$rc"
 }
 
-# llama-server (sid's, for the backfill tests) comes after the NVML peers and on its own: a failure
-# there (sid moves) is a failed step, and its test is skipped, but every other test still runs.
+# llama-server (sid's) and Ollama's JavaScript client (npm), for the backfill tests, are fetched
+# while the first preset builds: downloading and unpacking take the network, not the CPU (a cold
+# fetch of llama-server took about 110 s). They come after the NVML peers and on their own: a
+# failure there (sid moves, no npm) is a failed step, and its tests are skipped, but every other
+# test still runs. Collected before the first tests start.
+fetch_dir=''
+fetch_pid=''
+start_backfill_peers() {
+  fetch_dir=$(mktemp -d)
+  (
+    summary=() failed_steps=()
+    {
+      step llama-server bash scripts/peers.sh --llama-server
+      step ollama-js bash scripts/peers.sh --ollama-js
+    } >"$fetch_dir/log" 2>&1
+    printf '%s\n' "${summary[@]}" >"$fetch_dir/summary"
+    ((${#failed_steps[@]})) && printf '%s\n' "${failed_steps[@]}" >"$fetch_dir/failed"
+  ) &
+  fetch_pid=$!
+}
+finish_backfill_peers() {
+  [[ -n $fetch_pid ]] || return 0
+  wait "$fetch_pid"
+  collect_background "$fetch_dir" "backfill's peers, fetched while the first preset built"
+  rm -rf "$fetch_dir"
+  fetch_pid=''
+}
+
 if step deps bash scripts/deps.sh --test && step peers bash scripts/peers.sh; then
-  step llama-server bash scripts/peers.sh --llama-server
+  start_backfill_peers
   read -r -a preset_list <<<"$presets"
   for ((i = 0; i < ${#preset_list[@]}; i++)); do
     preset=${preset_list[i]}
@@ -184,6 +216,7 @@ if step deps bash scripts/deps.sh --test && step peers bash scripts/peers.sh; th
       finish_background_build
     fi
     built=$?
+    finish_backfill_peers
     if [[ -n $next && ${TARMAC_TEST_OVERLAP:-1} != 0 ]]; then start_background_build "$next"; fi
     if ((built == 0)); then
       step "$preset ctest" run_ctest "$preset"
@@ -192,6 +225,7 @@ if step deps bash scripts/deps.sh --test && step peers bash scripts/peers.sh; th
       ctest_lines+=("$(printf '%-6s %s' "$preset:" "not run: configure or build failed")")
     fi
   done
+  finish_backfill_peers  # with no preset to build (TARMAC_TEST_PRESETS set and empty)
 else
   count_as_failed_test
 fi

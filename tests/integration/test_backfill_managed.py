@@ -19,7 +19,7 @@ import tempfile
 import time
 import unittest
 
-from agent_support import wait_for
+from agent_support import query, wait_for
 from devtools import second_user
 from test_backfill_llama import LLAMA_SERVER, MODEL, TOKENS, answered_once
 from test_sched_agent import SLOW, AgentQueueTest
@@ -175,6 +175,10 @@ class ManagedLlamaServer(AgentQueueTest):
         # signalled (the scheduler logs its SIGTERM after sending it).
         order = [line for line in log.splitlines() if "preempting backfill job" in line or "yields to job" in line]
         self.assertEqual(["yields to job" in line for line in order], [True, False] * 3, log)
+        # Each yield is an event in the store, with its duration.
+        events = [json.loads(d) for (d,) in query(self.db, "SELECT detail FROM event WHERE kind = 'backfill_yield' "
+                                                           "ORDER BY ts_ms")]
+        self.assertEqual([(e["server"], e["for_job"] > 0, e["ms"] >= 0) for e in events], [("llama", True, True)] * 3)
         self.wait_server_stopped()
         print("\nyields: normal job submitted -> started in " + ", ".join(f"{y:.2f}" for y in yield_s) + " s\n  "
               + "\n  ".join(yields), flush=True)

@@ -236,6 +236,14 @@ Result<void> BatchDb::add_gpu_ms(long long id, long long ms) {
   return s.run();
 }
 
+Result<void> BatchDb::add_event(long long ts_ms, const std::string& kind, const std::string& detail) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare("INSERT INTO event(ts_ms, gpu, kind, detail) VALUES(?1, NULL, ?2, ?3)"));
+  s.bind(1, ts_ms);
+  s.bind(2, std::string_view(kind));
+  s.bind(3, std::string_view(detail));
+  return s.run();
+}
+
 Result<void> BatchDb::drop_bodies_if_ended(const Batch& batch) {
   if (!ended(batch.state)) return {};
   TARMAC_TRY_ASSIGN(auto drop, db_.prepare("UPDATE backfill_request SET body = '' WHERE batch = ?1 AND body != ''"));

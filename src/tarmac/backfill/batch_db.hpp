@@ -90,6 +90,9 @@ class BatchDb {
   // with `error` kept as its last error.
   [[nodiscard]] Result<void> back_to_pending(long long id, long long index, const std::string& error);
 
+  // An event in the store's event table (store/rows.hpp Event), as the recorder writes them.
+  [[nodiscard]] Result<void> add_event(long long ts_ms, const std::string& kind, const std::string& detail);
+
   // `commit` for batch `id`, in one transaction.
   [[nodiscard]] Result<void> commit(long long id, const Commit& commit);
 

@@ -6,10 +6,15 @@
 #include <ctime>
 #include <deque>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <system_error>
 
+#include "tarmac/backfill/ollama.hpp"
+#include "tarmac/host/tcp_owner.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/util/clock.hpp"
+#include "tarmac/util/escape.hpp"
 
 namespace tarmac::backfill {
 
@@ -24,13 +29,6 @@ int local_minute_now() {
   std::tm tm{};
   localtime_r(&now, &tm);
   return tm.tm_hour * 60 + tm.tm_min;
-}
-
-// The server's base URL and the request's path, without a doubled '/'.
-std::string request_url(const ServerConfig& server, Endpoint endpoint) {
-  std::string base = server.url;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  return base + std::string(to_url(endpoint));
 }
 
 long long backoff(const DispatchOptions& opt, int retry) {
@@ -56,8 +54,9 @@ Outcome outcome_of(const Sendable& request, Result<net::Response> sent) {
     if (sent->status < 200 || sent->status > 299) {
       out.answer.error_code = fmt::format("http_{}", sent->status);
       out.answer.error_message = fmt::format("the server answered HTTP {}", sent->status);
-      // A server error may pass (a restart, an overload); the client's own error will not.
-      if (sent->status >= 500) out.kind = Outcome::Kind::Retryable;
+      // A server error may pass (a restart, an overload), and so may "too many requests"; the
+      // client's own error will not.
+      if (sent->status >= 500 || sent->status == 429) out.kind = Outcome::Kind::Retryable;
     }
     return out;
   }
@@ -79,6 +78,12 @@ Outcome outcome_of(const Sendable& request, Result<net::Response> sent) {
       out.kind = Outcome::Kind::Retryable;
       break;
     case net::Failure::Refused: out.answer.error_code = "answer_too_large"; break;
+    case net::Failure::Untrusted:
+      // Someone else's process has the server's port (the server is down or restarting): nothing
+      // was sent to it, and the server may be back by the next try.
+      out.answer.error_code = "untrusted_server";
+      out.kind = Outcome::Kind::Retryable;
+      break;
   }
   return out;
 }
@@ -102,6 +107,7 @@ int minutes_until_open(std::string_view window, int minute) {
 struct Dispatcher::Run {
   Batch batch;
   ServerConfig server;
+  std::optional<uid_t> server_uid;  // server_user's: the owner each connection's other end must have
   std::unique_ptr<Ledger> ledger;  // under the dispatcher's db_mutex_
   std::atomic<bool> cancel{false};  // every request in flight watches it (net::Request::cancel)
   std::mutex m;                     // guards what follows
@@ -118,6 +124,35 @@ struct Dispatcher::Run {
   // requests stay in flight in the store until written: a crash sends them again.
   std::deque<Answer> to_write;
   std::vector<std::thread> workers;  // the senders and the writer
+  // What was answered since the batch was started or sent again (record_stint). Under db_mutex_.
+  struct Stint {
+    long long since_ms = 0;
+    long long done = 0;
+    long long failed = 0;
+    long long prompt_tokens = 0;
+    long long completion_tokens = 0;
+  } stint;
+};
+
+// The requests in flight to one server, all its batches together, and the most it takes.
+struct Dispatcher::ServerSlots {
+  std::mutex m;
+  std::condition_variable cv;
+  unsigned in_use = 0;
+  unsigned limit = 1;
+};
+
+// One slot of a server, given back when it goes.
+struct Dispatcher::SlotHold {
+  std::shared_ptr<ServerSlots> slots;
+  SlotHold(const SlotHold&) = delete;
+  SlotHold& operator=(const SlotHold&) = delete;
+  explicit SlotHold(std::shared_ptr<ServerSlots> s) : slots(std::move(s)) {}
+  ~SlotHold() {
+    std::lock_guard lock(slots->m);
+    --slots->in_use;
+    slots->cv.notify_one();
+  }
 };
 
 Result<std::unique_ptr<Dispatcher>> Dispatcher::open(DispatchOptions options) {
@@ -154,6 +189,9 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
   auto run = std::make_unique<Run>();
   run->batch = batch;
   run->server = server;
+  if (!server.server_user.empty()) {
+    TARMAC_TRY_ASSIGN(run->server_uid, server_user_uid(server.server_user));
+  }
   Reconciled reconciled;
   {
     std::lock_guard db_lock(db_mutex_);
@@ -164,21 +202,41 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
     run->batch.reason = paused ? fmt::format("waiting for server {} to be started on idle GPUs", batch.server)
                                : fmt::format("sending to server {} ({})", batch.server, server.url);
     TARMAC_TRY(db_.save_run(run->batch));
+    run->stint = Run::Stint{util::wall_ms()};
   }
   if (paused) {
     run->stopped = true;  // as after stop(): go() starts its workers
-  } else {
-    start_workers(*run);
+  } else if (auto started = start_workers(*run); !started.ok()) {
+    std::lock_guard db_lock(db_mutex_);  // the ledger goes under the lock it is used under
+    run.reset();
+    return started.take_error();
   }
   std::lock_guard lock(runs_mutex_);
   runs_[batch.id] = std::move(run);
   return reconciled;
 }
 
-// min(--parallel, max_parallel) workers for `run`, which has none running.
-void Dispatcher::start_workers(Run& run) {
-  const unsigned n = std::max(1U, std::min(run.batch.parallel, run.server.max_parallel));
-  std::lock_guard lock(run.m);
+unsigned Dispatcher::claim_threads(unsigned wanted) {
+  unsigned have = threads_.load();
+  for (;;) {
+    const unsigned left = have >= opt_.max_threads ? 0 : opt_.max_threads - have;
+    if (left < 2) return 0;
+    const unsigned senders = std::min(wanted, left - 1);
+    if (threads_.compare_exchange_weak(have, have + senders + 1)) return senders;
+  }
+}
+
+// min(--parallel, max_parallel) senders (fewer when the dispatcher runs max_threads) and a writer
+// for `run`, which has none running. A thread the system will not make (its task limit) ends the
+// ones made already: the batch is left stopped, and the agent goes on.
+Result<void> Dispatcher::start_workers(Run& run) {
+  const unsigned n = claim_threads(std::max(1U, std::min(run.batch.parallel, run.server.max_parallel)));
+  if (n == 0) {
+    return make_error(Error::Code::Io, fmt::format("the agent runs as many backfill threads as it may ({}); it "
+                                                   "waits for other batches to end",
+                                                   opt_.max_threads));
+  }
+  std::unique_lock lock(run.m);  // held while they are made: none of them sends before all are
   run.stopping = false;
   run.stopped = false;
   run.cancel = false;
@@ -186,8 +244,52 @@ void Dispatcher::start_workers(Run& run) {
   run.workers.clear();
   run.senders_left = n;
   run.workers_left = n + 1;
-  for (unsigned i = 0; i < n; ++i) run.workers.emplace_back([this, &run] { work(run); });
-  run.workers.emplace_back([this, &run] { write_answers(run); });
+  try {
+    for (unsigned i = 0; i < n; ++i) run.workers.emplace_back([this, &run] { work(run); });
+    run.workers.emplace_back([this, &run] { write_answers(run); });
+    return {};
+  } catch (const std::system_error& e) {
+    const auto made = static_cast<unsigned>(run.workers.size());  // senders only: the writer is made last
+    threads_ -= n + 1 - made;
+    run.stopping = true;
+    run.senders_left = made;
+    run.workers_left = made;
+    lock.unlock();
+    run.cv.notify_all();
+    for (auto& t : run.workers) t.join();
+    lock.lock();
+    run.workers.clear();
+    run.stopped = true;
+    log(util::LogLevel::Warning, fmt::format("backfill: batch {}: cannot start its threads: {}", run.batch.id, e.what()));
+    return make_error(Error::Code::Io, fmt::format("the agent cannot start the batch's threads now ({})", e.what()));
+  }
+}
+
+std::unique_ptr<Dispatcher::SlotHold> Dispatcher::take_slot(Run& run) {
+  std::shared_ptr<ServerSlots> slots;
+  {
+    std::lock_guard lock(slots_mutex_);
+    auto& s = slots_[run.batch.server];
+    if (!s) s = std::make_shared<ServerSlots>();
+    s->limit = std::max(1U, run.server.max_parallel);
+    slots = s;
+  }
+  for (;;) {
+    {
+      std::unique_lock lock(slots->m);
+      // A slot given back wakes one waiter; a stopped batch is seen within 100 ms (stop() does
+      // not know which server's slots its senders wait for).
+      if (slots->in_use >= slots->limit) {
+        slots->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return slots->in_use < slots->limit; });
+      }
+      if (slots->in_use < slots->limit) {
+        ++slots->in_use;
+        return std::make_unique<SlotHold>(slots);
+      }
+    }
+    std::lock_guard lock(run.m);
+    if (run.stopping) return nullptr;
+  }
 }
 
 long long Dispatcher::stop(long long id) {
@@ -205,6 +307,10 @@ long long Dispatcher::stop(long long id) {
   }
   run->cv.notify_all();
   for (auto& t : run->workers) t.join();
+  {
+    std::lock_guard db_lock(db_mutex_);
+    record_stint(*run, "stopped");
+  }
   std::lock_guard lock(run->m);
   run->stopped = true;
   run->workers.clear();
@@ -225,8 +331,11 @@ Result<void> Dispatcher::go(long long id, const std::string& url) {
     if (!url.empty()) run->server.url = url;  // stopped: no worker reads it now
   }
   set_reason(*run, fmt::format("sending to server {} ({})", run->batch.server, run->server.url));
-  start_workers(*run);
-  return {};
+  {
+    std::lock_guard db_lock(db_mutex_);
+    run->stint = Run::Stint{util::wall_ms()};
+  }
+  return start_workers(*run);
 }
 
 void Dispatcher::note(long long id, const std::string& reason) {
@@ -261,6 +370,23 @@ bool Dispatcher::holds(long long id) {
   return runs_.count(id) > 0;
 }
 
+DispatchCounters Dispatcher::counters() {
+  DispatchCounters c;
+  c.done = totals_.done;
+  c.failed = totals_.failed;
+  c.retried = totals_.retried;
+  c.interrupted = totals_.interrupted;
+  c.prompt_tokens = totals_.prompt_tokens;
+  c.completion_tokens = totals_.completion_tokens;
+  c.in_flight = totals_.in_flight;
+  std::lock_guard lock(runs_mutex_);
+  for (const auto& [id, run] : runs_) {
+    std::lock_guard run_lock(run->m);
+    if (!run->stopped && !run->stopping && run->workers_left > 0) ++c.batches_sending;
+  }
+  return c;
+}
+
 // Batches whose every request is answered: their threads have ended, their outputs are closed here.
 void Dispatcher::reap_finished() {
   std::vector<std::unique_ptr<Run>> done;
@@ -287,6 +413,8 @@ void Dispatcher::reap_finished() {
 void Dispatcher::work(Run& run) {
   for (;;) {
     if (!wait_for_window(run)) break;
+    const auto slot = take_slot(run);
+    if (!slot) break;
     std::optional<Sendable> request;
     bool failed = false;
     {
@@ -303,10 +431,12 @@ void Dispatcher::work(Run& run) {
     if (!request && !failed) break;  // nothing left to send
     if (request) {
       ++run.in_flight;
+      ++totals_.in_flight;
       lock.unlock();
       send(run, *request);
       lock.lock();
       --run.in_flight;
+      --totals_.in_flight;
     } else {
       // The store failed: wait, as for a retry.
       run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, 1)), [&] { return run.stopping; });
@@ -315,6 +445,7 @@ void Dispatcher::work(Run& run) {
   std::lock_guard lock(run.m);
   --run.senders_left;
   --run.workers_left;
+  --threads_;
   run.cv.notify_all();  // the writer ends once the senders have and their answers are written
 }
 
@@ -358,16 +489,25 @@ void Dispatcher::set_reason(Run& run, const std::string& reason) {
 void Dispatcher::send(Run& run, const Sendable& request) {
   net::Request http;
   http.method = "POST";
-  http.url = request_url(run.server, request.row.endpoint);
+  http.url = server_url(run.server.url, to_url(request.row.endpoint));
   http.headers = {"Content-Type: application/json"};
   http.body = request.body;
   http.timeout_ms = run.server.timeout_ms;
   http.cancel = &run.cancel;
   http.max_body_bytes = opt_.max_answer_bytes;
+  if (run.server_uid) {
+    http.check_connection = [uid = *run.server_uid](const net::Connection& c) {
+      return host::tcp_owner({c.peer_ip, c.peer_port}, {c.local_ip, c.local_port}) == uid;
+    };
+  }
   Outcome outcome;
   for (unsigned attempt = 0;; ++attempt) {
-    outcome = outcome_of(request, net::perform(http));
+    // The one place the protocols differ: Ollama's native one is translated both ways (ollama.hpp).
+    outcome = outcome_of(request, run.server.protocol == ServerProtocol::Ollama
+                                      ? ollama::perform(http, run.server.url, request.row.endpoint, request.body)
+                                      : net::perform(http));
     if (outcome.kind != Outcome::Kind::Retryable || attempt >= run.server.retries) break;
+    ++totals_.retried;
     std::unique_lock lock(run.m);
     if (run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, static_cast<int>(attempt) + 1)),
                         [&] { return run.stopping; })) {
@@ -379,6 +519,7 @@ void Dispatcher::send(Run& run, const Sendable& request) {
     put_back(run, request.row.index, "interrupted: the batch's sending was stopped");
     std::lock_guard lock(run.m);
     ++run.interrupted;
+    ++totals_.interrupted;
     return;
   }
   outcome.answer.ended_ms = util::wall_ms();
@@ -412,6 +553,7 @@ void Dispatcher::write_answers(Run& run) {
   if (!stopping) mark_done(run);
   lock.lock();
   --run.workers_left;
+  --threads_;
 }
 
 // Writes `answer` (ledger.hpp), again after a wait while it fails (a full disk): the server's answer
@@ -420,7 +562,10 @@ void Dispatcher::write_answer(Run& run, const Answer& answer) {
   for (int failures = 1;; ++failures) {
     auto written = [&] {
       std::lock_guard db_lock(db_mutex_);
-      return run.ledger->complete(answer);
+      Ledger::Tokens tokens;
+      auto r = run.ledger->complete(answer, &tokens);
+      if (r.ok() && *r != Ledger::Completion::AlreadyAnswered) count_answer(run, answer, tokens);
+      return r;
     }();
     if (written.ok()) return;
     if (failures == 1) {
@@ -449,12 +594,48 @@ void Dispatcher::mark_done(Run& run) {
       run.batch.reason = fmt::format("done: {} answered, {} of them with an error", progress->done + progress->failed,
                                      progress->failed);
       if (auto r = db_.save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+      record_stint(run, "done");
       done = true;
     } else if (!progress.ok()) {
       log(util::LogLevel::Warning, progress.error().message);
     }
   }
   if (done && opt_.on_done) opt_.on_done(run.batch.id);
+}
+
+void Dispatcher::count_answer(Run& run, const Answer& answer, const Ledger::Tokens& tokens) {
+  const bool failed = !answer.error_code.empty();
+  ++(failed ? totals_.failed : totals_.done);
+  totals_.prompt_tokens += tokens.prompt;
+  totals_.completion_tokens += tokens.completion;
+  ++(failed ? run.stint.failed : run.stint.done);
+  run.stint.prompt_tokens += tokens.prompt;
+  run.stint.completion_tokens += tokens.completion;
+}
+
+void Dispatcher::record_stint(Run& run, const char* why) {
+  const Run::Stint s = run.stint;
+  const long long now = util::wall_ms();
+  run.stint = Run::Stint{now};
+  if (s.done + s.failed == 0) return;  // nothing was answered: nothing to count
+  const nlohmann::json detail = {{"batch", run.batch.id},
+                                 {"user", run.batch.user},
+                                 {"model", run.batch.model},
+                                 {"server", run.batch.server},
+                                 {"done", s.done},
+                                 {"failed", s.failed},
+                                 {"prompt_tokens", s.prompt_tokens},
+                                 {"completion_tokens", s.completion_tokens},
+                                 {"since_unix_ms", s.since_ms},
+                                 {"busy_ms", std::max(0LL, now - s.since_ms)},
+                                 // A managed server's GPUs are the ones the scheduler gave it; an
+                                 // external server's are not tarmac's to know.
+                                 {"gpus", run.server.kind == ServerKind::Managed ? run.server.gpus : 0U},
+                                 {"why", why}};
+  if (auto r = db_.add_event(now, "backfill", util::json_text(detail)); !r.ok()) {
+    log(util::LogLevel::Warning, fmt::format("backfill: batch {}: its work is not recorded: {}", run.batch.id,
+                                             r.error().message));
+  }
 }
 
 }  // namespace tarmac::backfill

@@ -42,11 +42,27 @@ struct DispatchOptions {
   // Minutes since local midnight now, for --window; empty: the clock. Tests inject one.
   std::function<int()> local_minute;
   long long window_recheck_ms = 60 * 1000;  // outside its window, a batch looks at the clock this often
+  // The most threads the dispatcher runs at once, every batch's senders and writers together: a
+  // batch that would go past it gets fewer senders, and one that cannot have two threads waits.
+  unsigned max_threads = 512;
   // Tests: the output's system calls and the ledger's steps (ledger.hpp).
   OutputIo io;
   LedgerHook hook;
   // Called (from a worker thread) when a batch has ended: every request answered. For the agent's log.
   std::function<void(long long batch)> on_done;
+};
+
+// What the dispatcher has done since it was opened (the agent started), for /metrics
+// (docs/metrics.md), and what it is doing now.
+struct DispatchCounters {
+  long long done = 0;         // requests answered and written
+  long long failed = 0;       // ... written with an error (after their retries)
+  long long retried = 0;      // sends tried again after a retryable failure
+  long long interrupted = 0;  // requests in flight when their batch was stopped: pending again
+  long long prompt_tokens = 0;
+  long long completion_tokens = 0;
+  long long in_flight = 0;         // now
+  long long batches_sending = 0;   // now: held and not stopped
 };
 
 // Whether local minute `minute` (0 to 1439) is inside `window` ("HH:MM-HH:MM", the end excluded, over
@@ -66,6 +82,8 @@ class Dispatcher {
 
   // Takes batch `batch`'s output, checks it against the store (Ledger::reconcile: after a restart
   // nothing is in flight any more), and starts sending the batch's pending requests to `server`.
+  // At most the server's max_parallel requests are in flight to one server (by name) at once, all
+  // its batches together. An error (the output closed) when its threads cannot be had.
   // `paused`: the output is taken and checked, but nothing is sent until go() (a managed server,
   // which runs only while its GPUs are idle: go() names its url then).
   [[nodiscard]] Result<Reconciled> start(const Batch& batch, const ServerConfig& server, util::Fd output,
@@ -78,7 +96,8 @@ class Dispatcher {
   // being sent.
   long long stop(long long id);
   // Sends stopped batch `id` again (to `url` when one is given: a managed server's, known once it
-  // runs); an error when the dispatcher does not hold it.
+  // runs); an error when the dispatcher does not hold it, or when its threads cannot be had (it
+  // stays held, stopped).
   [[nodiscard]] Result<void> go(long long id, const std::string& url = "");
   // Records `reason` as batch `id`'s (what `status` shows) when the dispatcher holds it.
   void note(long long id, const std::string& reason);
@@ -90,12 +109,22 @@ class Dispatcher {
   // Whether the dispatcher holds batch `id`'s output (being sent, or stopped).
   [[nodiscard]] bool holds(long long id);
 
+  // Safe from any thread (the HTTP endpoint's).
+  [[nodiscard]] DispatchCounters counters();
+
   struct Run;  // one batch being sent (dispatch.cpp)
 
  private:
   explicit Dispatcher(DispatchOptions options, BatchDb db);
   void reap_finished();
-  void start_workers(Run& run);
+  [[nodiscard]] Result<void> start_workers(Run& run);
+  // Up to `wanted` senders, and a writer, out of max_threads: how many senders were granted (0: none).
+  [[nodiscard]] unsigned claim_threads(unsigned wanted);
+  struct ServerSlots;
+  struct SlotHold;
+  // A slot of `run`'s server (max_parallel of them), waited for: nullptr when the batch is stopped
+  // meanwhile.
+  [[nodiscard]] std::unique_ptr<SlotHold> take_slot(Run& run);
   void work(Run& run);
   [[nodiscard]] bool wait_for_window(Run& run);
   void set_reason(Run& run, const std::string& reason);
@@ -104,6 +133,11 @@ class Dispatcher {
   void write_answers(Run& run);
   void write_answer(Run& run, const Answer& answer);
   void mark_done(Run& run);
+  // Records what `run` did since it was started or sent again as a "backfill" event in the store
+  // (the report's "idle hours turned into work"), and starts counting anew. Under db_mutex_.
+  void record_stint(Run& run, const char* why);
+  // An answer written: counted in the totals and the run's stint. Under db_mutex_.
+  void count_answer(Run& run, const Answer& answer, const Ledger::Tokens& tokens);
   void log(util::LogLevel level, const std::string& message) const;
 
   DispatchOptions opt_;
@@ -113,6 +147,13 @@ class Dispatcher {
   BatchDb db_;
   std::mutex runs_mutex_;
   std::map<long long, std::unique_ptr<Run>> runs_;
+  std::mutex slots_mutex_;
+  std::map<std::string, std::shared_ptr<ServerSlots>> slots_;  // by server name
+  std::atomic<unsigned> threads_{0};
+  struct Totals {
+    std::atomic<long long> done{0}, failed{0}, retried{0}, interrupted{0}, prompt_tokens{0}, completion_tokens{0},
+        in_flight{0};
+  } totals_;
 };
 
 }  // namespace tarmac::backfill

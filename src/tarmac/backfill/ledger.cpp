@@ -203,7 +203,7 @@ Result<void> Ledger::clear_append() {
   return {};
 }
 
-Result<Ledger::Completion> Ledger::complete(const Answer& answer) {
+Result<Ledger::Completion> Ledger::complete(const Answer& answer, Tokens* tokens) {
   if (dirty_ || changed_under_us()) {
     TARMAC_TRY(clear_append());
     TARMAC_TRY(reconcile(InFlight::Keep));
@@ -234,6 +234,7 @@ Result<Ledger::Completion> Ledger::complete(const Answer& answer) {
   a.error = answer.error_message;
   a.out_offset = offset;
   a.out_len = static_cast<long long>(line.size());
+  if (tokens != nullptr) *tokens = Tokens{a.prompt_tokens.value_or(0), a.completion_tokens.value_or(0)};
   if (!db_.commit(batch_, Commit{{a}, {}, false, offset + a.out_len}).ok()) {
     dirty_ = true;  // the line is there: the next step adopts it
     return Completion::Written;

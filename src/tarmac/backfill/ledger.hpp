@@ -75,9 +75,16 @@ class Ledger {
   // Checks the output against the store (the header's comment) and records what it finds.
   [[nodiscard]] Result<Reconciled> reconcile(InFlight in_flight);
 
+  // The tokens an answer's usage reported (0 where it said nothing).
+  struct Tokens {
+    long long prompt = 0;
+    long long completion = 0;
+  };
+
   // Writes `answer`'s line and records it (steps 1 and 2). An error means nothing of it is in the
-  // output: the request is to be sent again.
-  [[nodiscard]] Result<Completion> complete(const Answer& answer);
+  // output: the request is to be sent again. `tokens`, when given, gets the answer's usage once it
+  // is recorded or written.
+  [[nodiscard]] Result<Completion> complete(const Answer& answer, Tokens* tokens = nullptr);
 
   [[nodiscard]] long long output_bytes() const { return output_bytes_; }
   [[nodiscard]] int fd() const { return output_.get(); }

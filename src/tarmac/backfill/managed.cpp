@@ -15,7 +15,9 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "tarmac/backfill/ollama.hpp"
 #include "tarmac/net/http_client.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/fd.hpp"
 #include "tarmac/util/units.hpp"
@@ -26,6 +28,7 @@ namespace {
 
 constexpr long long kProbeTimeoutMs = 2000;  // one health request; a server loading its model may be slow
 constexpr long long kAccountMs = 10 * 1000;   // a running server's GPU time is written this often
+constexpr long long kUnloadTimeoutMs = 5000;  // Ollama's unload on a yield; the SIGTERM follows whatever it answers
 
 std::string replace_all(std::string word, std::string_view from, const std::string& to) {
   for (std::size_t at = word.find(from); at != std::string::npos; at = word.find(from, at + to.size())) {
@@ -274,6 +277,13 @@ void ManagedServers::follow(Server& s, sched::AgentJobs& jobs, const std::vector
 void ManagedServers::finish_yield(Server& s, const std::vector<Batch>& wanted) {
   s.yield.ms = util::monotonic_ms() - s.yield_started_ms;
   yields_.push_back(s.yield);
+  const nlohmann::json detail = {{"server", s.name},        {"job", s.yield.job},
+                                 {"for_job", s.yield.for_job}, {"interrupted", s.yield.interrupted},
+                                 {"ms", s.yield.ms},          {"gpus", s.config.gpus}};
+  if (auto r = db_.add_event(util::wall_ms(), "backfill_yield", util::json_text(detail)); !r.ok()) {
+    log(util::LogLevel::Warning, fmt::format("backfill: server {}: its yield is not recorded: {}", s.name,
+                                             r.error().message));
+  }
   log(util::LogLevel::Info, fmt::format("backfill: yield: server {} (job {}) gave its GPUs to job {} in {} ms ({} "
                                         "requests in flight sent back to pending)",
                                         s.name, s.job, s.yield.for_job, s.yield.ms, s.yield.interrupted));
@@ -414,6 +424,18 @@ void ManagedServers::note(Server& s, const std::vector<Batch>& batches, const st
   for (const auto& b : batches) dispatcher_.note(b.id, reason);
 }
 
+// Where the protocol has one, the model is unloaded before the server is signalled (Ollama: a
+// request with keep_alive 0), so its GPU memory is given back by the server itself.
+void ManagedServers::unload(Server& s, const std::string& url) {
+  if (s.config.protocol != ServerProtocol::Ollama || s.phase != Phase::Ready) return;
+  ServerConfig server = s.config;
+  server.url = url;
+  if (auto r = ollama::unload(server, s.model, kUnloadTimeoutMs); !r.ok()) {
+    log(util::LogLevel::Warning, fmt::format("backfill: server {}: unload of {}: {}", s.name, s.model,
+                                             r.error().message));
+  }
+}
+
 void ManagedServers::before_preempt(const sched::Job& job, const sched::Job& for_job) {
   for (auto& [name, s] : servers_) {
     if (s.job != job.id) continue;
@@ -424,7 +446,9 @@ void ManagedServers::before_preempt(const sched::Job& job, const sched::Job& for
     const std::vector<long long> batches(s.sending.begin(), s.sending.end());
     const long long interrupted = stop_sending(s);
     s.probe.reset();
-    if (opt_.unload) opt_.unload(s.name, fmt::format("http://127.0.0.1:{}", s.port), job);
+    const std::string url = fmt::format("http://127.0.0.1:{}", s.port);
+    unload(s, url);
+    if (opt_.unload) opt_.unload(s.name, url, job);
     s.yield = Yield{.server = s.name, .job = job.id, .for_job = for_job.id, .interrupted = interrupted, .ms = 0};
     s.phase = Phase::Yielding;
     s.last_note.clear();

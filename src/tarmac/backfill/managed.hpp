@@ -77,9 +77,9 @@ struct ManagedOptions {
   long long retry_ms = 30 * 1000;       // after a server that never became ready or ended by itself; doubled
   long long max_retry_ms = 30 * 60 * 1000;
   long long probe_every_ms = 100;       // the health path is asked this often until it answers
-  // Called on a yield after the batches stopped sending, before the scheduler's SIGTERM: where a
-  // protocol unloads its model (Ollama's keep_alive 0) and NVML confirms its memory is gone
-  // (issue 16). Empty: the server is stopped as it is.
+  // Called on a yield after the batches stopped sending (and, with protocol "ollama", the model
+  // unloaded: keep_alive 0), before the scheduler's SIGTERM: where NVML may confirm the server's
+  // memory is gone (issue 16, not built). Empty: the server is stopped as it is.
   std::function<void(const std::string& server, const std::string& url, const sched::Job& job)> unload;
   FindProgram find = find_on_path;
 };
@@ -136,6 +136,7 @@ class ManagedServers {
   void stop_server(Server& s, sched::AgentJobs& jobs, const std::string& why);
   void retry_later(Server& s, const std::string& why);
   void note(Server& s, const std::vector<Batch>& batches, const std::string& reason);
+  void unload(Server& s, const std::string& url);
   void log(util::LogLevel level, const std::string& message) const;
 
   ManagedOptions opt_;

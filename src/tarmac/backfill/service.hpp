@@ -60,6 +60,9 @@ class Service {
   // The scheduler's thread, before it signals a preempted job of the agent's (DaemonOptions::before_preempt).
   void before_preempt(const sched::Job& job, const sched::Job& for_job) { managed_->before_preempt(job, for_job); }
 
+  // What the dispatcher has done and is doing (/metrics); safe from any thread.
+  [[nodiscard]] DispatchCounters counters() { return dispatcher_->counters(); }
+
  private:
   Service(ServiceOptions options, BatchDb db, std::unique_ptr<Dispatcher> dispatcher)
       : opt_(std::move(options)),

@@ -214,10 +214,49 @@ std::vector<serve::FiringAlert> firing_alerts(const alerts::Alerter& alerter) {
   return out;
 }
 
+// Batches (docs/backfill.md), answered on the scheduler's socket and thread and sent to the
+// configured servers by the dispatcher's threads; nullptr when the scheduler is off or their tables
+// cannot be opened (logged: the queue still runs).
+std::shared_ptr<backfill::Service> open_batches(const AgentSettings& s) {
+  if (!s.scheduler_on()) return nullptr;
+  backfill::ServiceOptions options;
+  options.db_path = store::database_path(s.options.state_dir);
+  options.log = log_line;
+  options.quota = backfill::quota_from(s.cfg.scheduler);
+  options.config = s.cfg.backfill;
+  auto service = backfill::Service::open(std::move(options));
+  if (!service.ok()) {
+    log_line(util::LogLevel::Warning, fmt::format("backfill off: {}", service.error().message));
+    return nullptr;
+  }
+  return std::move(*service);
+}
+
+// The scheduler's hooks for batches: their requests on its socket, their managed servers run as its
+// backfill jobs (followed on its tick, let go of before a preemption).
+void wire_backfill(sched::DaemonOptions& dopts, const std::shared_ptr<backfill::Service>& batches) {
+  if (!batches) return;
+  dopts.more_requests = [batches](const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req) {
+    return batches->answer(peer, fds, req);
+  };
+  dopts.agent_tick = [batches](sched::AgentJobs& jobs) { batches->tick(jobs); };
+  dopts.before_preempt = [batches](const sched::Job& job, const sched::Job& for_job) {
+    batches->before_preempt(job, for_job);
+  };
+}
+
+// The dispatcher's counters as /metrics writes them (serve knows no backfill).
+serve::BackfillMetrics backfill_metrics(backfill::Service& batches) {
+  const auto c = batches.counters();
+  return {c.done, c.failed, c.retried, c.interrupted, c.prompt_tokens, c.completion_tokens, c.in_flight,
+          c.batches_sending};
+}
+
 // The HTTP endpoint on http.listen, serving `live`; nullptr when it is off. Fails (a usage error:
 // the address is the user's) when it cannot listen.
 Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, serve::LiveState& live,
-                                                      const alerts::Alerter& alerter, const AgentReaper& reaper) {
+                                                      const alerts::Alerter& alerter, const AgentReaper& reaper,
+                                                      const std::shared_ptr<backfill::Service>& batches) {
   if (s.cfg.http_listen.empty()) return std::unique_ptr<serve::Service>();
   const auto address = config::split_address(s.cfg.http_listen);
   serve::ServiceOptions sopts;
@@ -227,6 +266,7 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   sopts.hostname = util::host_name();
   sopts.alerts = [&alerter] { return firing_alerts(alerter); };
   sopts.reaper = [&reaper] { return std::optional<serve::ReaperMetrics>(reaper.metrics()); };
+  if (batches) sopts.backfill = [batches] { return std::optional<serve::BackfillMetrics>(backfill_metrics(*batches)); };
   auto service = std::make_unique<serve::Service>(live, sopts);
   if (auto r = service->start(); !r.ok()) {
     return make_error(Error::Code::Invalid, r.error().message + " (set http.listen, or --listen off)");
@@ -256,35 +296,11 @@ alerts::Notice lease_notice(const sched::LeaseNotice& n) {
   return notice;
 }
 
-// Batches (docs/backfill.md) answered on the scheduler's socket and thread, sent to the configured
-// servers by the dispatcher's threads, their managed servers run as the scheduler's backfill jobs
-// (followed on its tick, let go of before a preemption); none when their tables cannot be opened
-// (logged: the queue still runs).
-void wire_backfill(sched::DaemonOptions& dopts, const config::Config& cfg) {
-  backfill::ServiceOptions options;
-  options.db_path = dopts.db_path;
-  options.log = log_line;
-  options.quota = backfill::quota_from(cfg.scheduler);
-  options.config = cfg.backfill;
-  auto service = backfill::Service::open(std::move(options));
-  if (!service.ok()) {
-    log_line(util::LogLevel::Warning, fmt::format("backfill off: {}", service.error().message));
-    return;
-  }
-  std::shared_ptr<backfill::Service> shared = std::move(*service);
-  dopts.more_requests = [shared](const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req) {
-    return shared->answer(peer, fds, req);
-  };
-  dopts.agent_tick = [shared](sched::AgentJobs& jobs) { shared->tick(jobs); };
-  dopts.before_preempt = [shared](const sched::Job& job, const sched::Job& for_job) {
-    shared->before_preempt(job, for_job);
-  };
-}
-
 // The scheduler: the queue over the socket (docs/scheduler.md); nullptr when it is off. A
 // scheduler that cannot start is logged; the agent still records.
 std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, const AgentSettings& s,
-                                               alerts::Alerter& alerter) {
+                                               alerts::Alerter& alerter,
+                                               const std::shared_ptr<backfill::Service>& batches) {
   if (!s.scheduler_on()) return nullptr;
   sched::DaemonOptions dopts;
   dopts.config = s.cfg.scheduler;
@@ -295,7 +311,7 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
   dopts.open_backend = [&global] { return open_backend(global); };
   dopts.log = log_line;
   dopts.notify = [&alerter](const sched::LeaseNotice& n) { alerter.announce(lease_notice(n)); };
-  wire_backfill(dopts, s.cfg);
+  wire_backfill(dopts, batches);
   auto started = sched::Daemon::start(std::move(dopts));
   if (!started.ok()) {
     log_line(util::LogLevel::Warning,
@@ -355,12 +371,13 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
   alerts::Alerter alerter(s.cfg.alerts, s.cfg.activity, log_line);
   serve::LiveState live;  // the live view for the HTTP endpoints, fed by the sampling loop
   AgentReaper reaper(reaper_options(global, s, alerter));
-  auto service = start_service(s, live, alerter, reaper);
+  const std::shared_ptr<backfill::Service> batches = open_batches(s);
+  auto service = start_service(s, live, alerter, reaper, batches);
   if (!service.ok()) {
     print_error(service.error());
     return kExitUsage;
   }
-  std::unique_ptr<sched::Daemon> scheduler = start_scheduler(global, s, alerter);
+  std::unique_ptr<sched::Daemon> scheduler = start_scheduler(global, s, alerter, batches);
   const long long start_unix_ms = util::wall_ms();
   s.options.on_sample = [&](const agent::SampleView& v) {
     serve::AgentStats stats;

@@ -490,17 +490,13 @@ const std::vector<ServerKey>& server_table() {
       server_text(
           "protocol", Kind::Choice,
           "\"openai\": /v1/chat/completions and /v1/completions (llama-server, vLLM and Ollama serve them); "
-          "\"ollama\" (Ollama's native /api/chat) is not built yet",
+          "\"ollama\": Ollama's native /api/chat and /api/generate, streamed, answers written in OpenAI's shape",
           {"openai", "ollama"},
           [](ServerConfig& s, const std::string& v) {
             s.protocol = v == "ollama" ? ServerProtocol::Ollama : ServerProtocol::OpenAi;
           },
           [](const ServerConfig& s) { return std::string(s.protocol == ServerProtocol::Ollama ? "ollama" : "openai"); },
-          [](const std::string& v) -> std::optional<std::string> {
-            if (v != "ollama") return std::nullopt;
-            return "Ollama's native protocol is not built yet: Ollama serves the OpenAI one too (protocol = "
-                   "\"openai\", url = \"http://127.0.0.1:11434\")";
-          }),
+          nullptr),
       server_text("url", Kind::Text,
                   "the server's base URL, http:// or https://, such as \"http://127.0.0.1:8080\": each request's url "
                   "(/v1/chat/completions) is appended to it; required",
@@ -520,8 +516,20 @@ const std::vector<ServerKey>& server_table() {
                     "1s, 2s, 4s ... (at most 1m) in between; then its error is written",
                     0, 100, &ServerConfig::retries),
       server_number("max_parallel", Kind::Count,
-                    "the most requests in flight to this server for one batch, whatever its --parallel asks", 1, 256,
-                    &ServerConfig::max_parallel),
+                    "the most requests in flight to this server at once, all its batches together, whatever their "
+                    "--parallel asks",
+                    1, 256, &ServerConfig::max_parallel),
+      server_text("server_user", Kind::Text,
+                  "the account whose process serves a loopback url: the agent checks each connection's other end "
+                  "is that account's before it sends a prompt on it, so a user who takes the port while the server "
+                  "is down gets nothing; empty: not checked",
+                  {}, [](ServerConfig& s, const std::string& v) { s.server_user = v; },
+                  [](const ServerConfig& s) { return s.server_user; },
+                  [](const std::string& v) -> std::optional<std::string> {
+                    if (v.empty()) return std::nullopt;
+                    if (auto uid = backfill::server_user_uid(v); !uid.ok()) return uid.error().message;
+                    return std::nullopt;
+                  }),
       server_text("command", Kind::Text,
                   "managed: the server's argv as an array of strings, \"{port}\" and \"{model}\" replaced in each "
                   "(no shell), such as [\"/usr/bin/llama-server\", \"-m\", \"{model}\", \"--port\", \"{port}\"]",
@@ -600,7 +608,15 @@ Result<void> check_server(const backfill::ServerConfig& server, const std::strin
   };
   if (server.kind == backfill::ServerKind::External) {
     if (server.url.empty()) return bad("no url (the server's base URL, such as \"http://127.0.0.1:8080\")");
+    if (!server.server_user.empty() && !net::is_loopback_url(server.url)) {
+      return bad(fmt::format("server_user is checked on this machine only: the url must be a loopback one "
+                             "(127.0.0.1, [::1], localhost), not {}",
+                             server.url));
+    }
     return {};
+  }
+  if (!server.server_user.empty()) {
+    return bad("a managed server's connections are checked against its user: no server_user");
   }
   if (server.command.empty() == server.preset.empty()) {
     return bad("a managed server needs command (its argv) or preset (\"llama-server\", \"ollama\", \"vllm\"), one of them");
@@ -725,7 +741,7 @@ std::string server_value_text(const backfill::ServerConfig& server, const KeyInf
 
 bool server_key_applies(const backfill::ServerConfig& server, const KeyInfo& key) {
   const bool managed = server.kind == backfill::ServerKind::Managed;
-  if (key.name == "url") return !managed;
+  if (key.name == "url" || key.name == "server_user") return !managed;
   if (key.name == "command") return managed && !server.command.empty();
   if (key.name == "preset") return managed && !server.preset.empty();
   if (key.name == "binary") return managed && !server.binary.empty();

@@ -1,5 +1,6 @@
 #include "tarmac/net/http_client.hpp"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <dlfcn.h>
 
@@ -82,6 +83,7 @@ struct Transfer {
   std::string body;
   bool too_large = false;
   bool stopped = false;  // on_data said stop
+  bool untrusted = false;  // check_connection said no
 };
 
 std::size_t on_write(char* data, std::size_t size, std::size_t count, void* user) {
@@ -107,6 +109,16 @@ std::size_t on_write(char* data, std::size_t size, std::size_t count, void* user
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   const auto* t = static_cast<Transfer*>(user);
   return t->request->cancel != nullptr && t->request->cancel->load() ? 1 : 0;
+}
+
+// Once the connection is made, before the request is sent: check_connection's say.
+int on_prereq(void* user, char* peer_ip, char* local_ip, int peer_port, int local_port) {
+  auto* t = static_cast<Transfer*>(user);
+  const Connection c{peer_ip != nullptr ? peer_ip : "", static_cast<unsigned>(std::max(0, peer_port)),
+                     local_ip != nullptr ? local_ip : "", static_cast<unsigned>(std::max(0, local_port))};
+  if (t->request->check_connection(c)) return CURL_PREREQFUNC_OK;
+  t->untrusted = true;
+  return CURL_PREREQFUNC_ABORT;
 }
 
 struct EasyDeleter {
@@ -136,6 +148,22 @@ Result<void> check_url(std::string_view url) {
   // Credentials in a URL end up in logs and process listings: give them as headers instead.
   if (authority.find('@') != std::string_view::npos) return bad("credentials (user@) in the URL are not accepted");
   return {};
+}
+
+bool is_loopback_url(std::string_view url) {
+  if (!check_url(url).ok()) return false;
+  std::string_view rest = url.substr(url.find("://") + 3);
+  rest = rest.substr(0, rest.find_first_of("/?#"));
+  std::string_view host;
+  if (rest.starts_with("[")) {
+    host = rest.substr(1, rest.find(']') == std::string_view::npos ? 0 : rest.find(']') - 1);
+  } else {
+    host = rest.substr(0, rest.find(':'));
+  }
+  if (host == "localhost" || host == "::1") return true;
+  in_addr v4{};
+  const std::string text(host);
+  return ::inet_pton(AF_INET, text.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
 Result<void> available() {
@@ -194,6 +222,14 @@ Result<Response> perform(const Request& request) {
   c.easy_setopt(e, CURLOPT_XFERINFOFUNCTION, &on_progress);
   c.easy_setopt(e, CURLOPT_XFERINFODATA, &transfer);
   c.easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+  if (request.check_connection) {
+    if (c.easy_setopt(e, CURLOPT_PREREQFUNCTION, &on_prereq) != CURLE_OK ||
+        c.easy_setopt(e, CURLOPT_PREREQDATA, &transfer) != CURLE_OK) {
+      return make_error(Error::Code::Unsupported,
+                        "this libcurl cannot check who serves the connection (it needs 7.80 or later): nothing was sent",
+                        Failure::Untrusted);
+    }
+  }
   char detail[CURL_ERROR_SIZE] = {};  // libcurl's own account: "SSL certificate problem: ..."
   c.easy_setopt(e, CURLOPT_ERRORBUFFER, detail);
   const CURLcode rc = c.easy_perform(e);
@@ -203,6 +239,11 @@ Result<Response> perform(const Request& request) {
                         Failure::Refused);
     }
     if (transfer.stopped) return make_error(Error::Code::Io, "stopped while reading the answer", Failure::Refused);
+    if (transfer.untrusted) {
+      return make_error(Error::Code::Io, "the process at the other end of the connection is not the server's: nothing "
+                                         "was sent",
+                        Failure::Untrusted);
+    }
     if (rc == CURLE_ABORTED_BY_CALLBACK) return make_error(Error::Code::Io, "cancelled", Failure::Cancelled);
     if (rc == CURLE_OPERATION_TIMEDOUT) {
       return make_error(Error::Code::Io, fmt::format("timed out after {} ms", timeout), Failure::Timeout);

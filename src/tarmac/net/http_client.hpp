@@ -16,6 +16,14 @@
 
 namespace tarmac::net {
 
+// The two ends of a request's connection as libcurl has them, once it is made.
+struct Connection {
+  std::string peer_ip;  // the server's end: "127.0.0.1", "::1"
+  unsigned peer_port = 0;
+  std::string local_ip;  // ours
+  unsigned local_port = 0;
+};
+
 struct Request {
   std::string method = "POST";           // GET or POST
   std::string url;                       // http:// or https:// only
@@ -29,6 +37,10 @@ struct Request {
   // (an Error of code Io saying it was stopped). Without it, the body is kept in Response::body.
   std::function<bool(std::string_view)> on_data;
   std::size_t max_body_bytes = 1 << 20;  // kept in Response::body; more is an error
+  // Called once the connection is made, before anything is sent on it; false: nothing is sent and
+  // the request fails (Failure::Untrusted). Needs libcurl 7.80 (CURLOPT_PREREQFUNCTION): with an
+  // older one the request fails rather than go unchecked.
+  std::function<bool(const Connection&)> check_connection;
 };
 
 struct Response {
@@ -43,11 +55,16 @@ enum class Failure {
   Timeout,     // the request's deadline passed
   Cancelled,   // the cancel flag was set
   Refused,     // the answer was over max_body_bytes, or on_data said stop
+  Untrusted,   // check_connection refused the connection: nothing was sent
 };
 
 // Whether `url` is one this client will send to: http:// or https://, a host, no credentials in
 // it, no whitespace or control characters. The error names what is wrong.
 [[nodiscard]] Result<void> check_url(std::string_view url);
+
+// Whether `url`'s host is a loopback address (127.0.0.0/8, [::1], localhost): one whose other end
+// this machine's /proc can name (host/tcp_owner.hpp). False for a url check_url refuses.
+[[nodiscard]] bool is_loopback_url(std::string_view url);
 
 // Sends `request` and waits for the whole answer (or the deadline, or the cancel flag). Any HTTP
 // status is a Response: the caller decides what a 4xx or 5xx means. Errors: Invalid (a bad url or

@@ -85,6 +85,11 @@ std::string render_json(const Report& r) {
                                       {"command", a.command}, {"outcome", a.outcome},
                                       {"freed_bytes", a.freed_bytes ? nlohmann::json(*a.freed_bytes) : nlohmann::json(nullptr)}});
   }
+  const auto& b = r.backfill;
+  j["backfill"] = {{"batches", b.batches},          {"requests", b.requests},
+                   {"failed", b.failed},            {"prompt_tokens", b.prompt_tokens},
+                   {"completion_tokens", b.completion_tokens}, {"busy_hours", b.busy_hours},
+                   {"gpu_hours", b.gpu_hours}};
   return util::json_text(j, 2) + "\n";
 }
 

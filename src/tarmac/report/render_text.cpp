@@ -108,6 +108,13 @@ std::string render_text(const Report& r, bool color) {
                          p.mem_used_mib_max, util::terminal_text(p.command));
     }
   }
+  if (const auto& b = r.backfill; b.requests > 0) {
+    out += fmt::format("\nIdle hours turned into work (docs/backfill.md): {} requests of {} batches answered ({} with "
+                       "an error), {} tokens, {} sending",
+                       b.requests, b.batches, b.failed, b.prompt_tokens + b.completion_tokens,
+                       format_hours(b.busy_hours));
+    out += b.gpu_hours > 0 ? fmt::format(" on {} GPU-hours\n", format_hours(b.gpu_hours)) : "\n";
+  }
   const auto& z = r.zombies;
   out += fmt::format("\nZombies (docs/reap.md): {} found, {} reaped, {} freed", z.found, z.reaped,
                      util::format_bytes(z.freed_bytes));

@@ -245,6 +245,37 @@ Zombies zombies_of(const std::vector<store::Event>& events, const std::vector<un
   return z;
 }
 
+// A "backfill" event's count `key` (dispatch.cpp record_stint; hostile: missing, negative, of
+// another type or absurd is 0).
+long long count_of(const nlohmann::json& j, const char* key) {
+  constexpr long long kMost = 1LL << 50;
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return 0;
+  const auto v = it->get<long long>();
+  return v < 0 || v > kMost ? 0 : v;
+}
+
+// Events with no GPU (an external server's work) count only in a report of every GPU.
+BackfillWork backfill_of(const std::vector<store::Event>& events, const std::vector<unsigned>& gpus) {
+  BackfillWork w;
+  std::set<long long> batches;
+  for (const auto& e : events) {
+    if (e.kind != "backfill" || (e.gpu ? !wanted(*e.gpu, gpus) : !gpus.empty())) continue;
+    const auto j = nlohmann::json::parse(e.detail, nullptr, false);
+    if (!j.is_object()) continue;
+    batches.insert(count_of(j, "batch"));
+    w.requests += count_of(j, "done") + count_of(j, "failed");
+    w.failed += count_of(j, "failed");
+    w.prompt_tokens += count_of(j, "prompt_tokens");
+    w.completion_tokens += count_of(j, "completion_tokens");
+    const double hours = static_cast<double>(count_of(j, "busy_ms")) / 3600e3;
+    w.busy_hours += hours;
+    w.gpu_hours += hours * static_cast<double>(std::min(count_of(j, "gpus"), 1024LL));
+  }
+  w.batches = batches.size();
+  return w;
+}
+
 }  // namespace
 
 double ClassHours::of(gpu::Activity a) const { return hours[class_slot(a)]; }
@@ -280,6 +311,7 @@ Report compute(const ReportInput& in, const ReportOptions& options) {
     if (e.kind == "fault" || e.kind == "lost" || e.kind == "throttle-start") ++report.fault_events;
   }
   report.zombies = zombies_of(in.events, options.gpus);
+  report.backfill = backfill_of(in.events, options.gpus);
   return report;
 }
 

@@ -90,6 +90,18 @@ struct Zombies {
   std::vector<ZombieAction> recent; // the actions, newest first, at most 20
 };
 
+// Idle hours turned into work (docs/backfill.md): the agent's "backfill" events, one per stint of a
+// batch's sending (started or sent again, until done or stopped), recorded at its end.
+struct BackfillWork {
+  std::size_t batches = 0;          // distinct batches
+  long long requests = 0;           // answered, errors included
+  long long failed = 0;             // ... with an error
+  long long prompt_tokens = 0;
+  long long completion_tokens = 0;
+  double busy_hours = 0;            // sending, summed over the stints
+  double gpu_hours = 0;             // busy hours x the GPUs of the server, where tarmac knows them
+};
+
 struct Report {
   long long since_ms = 0;
   long long until_ms = 0;
@@ -108,6 +120,7 @@ struct Report {
   std::vector<HoldingIncident> holding;   // longest first, at most 20
   std::size_t fault_events = 0;           // fault, lost, throttle-start events in the range
   Zombies zombies;
+  BackfillWork backfill;
 };
 
 struct ReportOptions {

@@ -145,6 +145,13 @@ const std::vector<Family>& own_families() {
       {"tarmac_reaper_passes_total", Type::Counter, "Passes (surveys) the agent's reaper has run since it started."},
       {"tarmac_reaped_processes_total", Type::Counter,
        "Holders the agent's reaper acted on since it started, by outcome (docs/reap.md)."},
+      {"tarmac_backfill_requests_total", Type::Counter,
+       "Backfill requests since the agent started, by state: done, failed (written with an error), retried (sent "
+       "again), interrupted (back to pending when their batch stopped)."},
+      {"tarmac_backfill_tokens_total", Type::Counter,
+       "Tokens of the backfill answers written since the agent started, by kind (prompt, completion)."},
+      {"tarmac_backfill_requests_in_flight", Type::Gauge, "Backfill requests being answered by their servers now."},
+      {"tarmac_backfill_batches_sending", Type::Gauge, "Backfill batches whose requests are being sent now."},
       {"tarmac_agent_start_time_seconds", Type::Gauge, "When the agent started (Unix time)."},
       {"tarmac_agent_samples_total", Type::Counter, "GPU-samples taken since the agent started."},
       {"tarmac_agent_nvml_errors_total", Type::Counter, "NVML reads that failed since the agent started."},
@@ -369,6 +376,23 @@ void write_reaper(Writer& w, const LiveView& view, const ReaperMetrics& reaper, 
   }
 }
 
+void write_backfill(Writer& w, const BackfillMetrics& b, const std::string& hostname) {
+  const std::string host = label("hostname", hostname);
+  w.begin(own_family("tarmac_backfill_requests_total"));
+  for (const auto& [state, n] : {std::pair{"done", b.done}, std::pair{"failed", b.failed},
+                                 std::pair{"retried", b.retried}, std::pair{"interrupted", b.interrupted}}) {
+    w.sample("tarmac_backfill_requests_total", label("state", state) + "," + host, static_cast<double>(n));
+  }
+  w.begin(own_family("tarmac_backfill_tokens_total"));
+  w.sample("tarmac_backfill_tokens_total", label("kind", "prompt") + "," + host, static_cast<double>(b.prompt_tokens));
+  w.sample("tarmac_backfill_tokens_total", label("kind", "completion") + "," + host,
+           static_cast<double>(b.completion_tokens));
+  w.begin(own_family("tarmac_backfill_requests_in_flight"));
+  w.sample("tarmac_backfill_requests_in_flight", host, static_cast<double>(b.in_flight));
+  w.begin(own_family("tarmac_backfill_batches_sending"));
+  w.sample("tarmac_backfill_batches_sending", host, static_cast<double>(b.batches_sending));
+}
+
 }  // namespace
 
 std::vector<std::string> metric_names() {
@@ -424,6 +448,7 @@ std::string render_agent_metrics(const LiveView& view, const MetricsExtras& extr
   begin("tarmac_agent_http_accept_failures_total");
   w.sample("tarmac_agent_http_accept_failures_total", "", static_cast<double>(extras.http_accept_failures));
   if (extras.reaper) write_reaper(w, view, *extras.reaper, extras.hostname);
+  if (extras.backfill) write_backfill(w, *extras.backfill, extras.hostname);
   return w.take();
 }
 

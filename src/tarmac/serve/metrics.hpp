@@ -36,6 +36,18 @@ struct ReaperMetrics {
   std::vector<Reaped> reaped;  // one per (GPU, outcome) seen
 };
 
+// The agent's LLM batches (docs/backfill.md), through the CLI's wiring: serve knows no backfill.
+struct BackfillMetrics {
+  long long done = 0;         // requests answered and written, since the agent started
+  long long failed = 0;       // ... written with an error
+  long long retried = 0;      // sends tried again
+  long long interrupted = 0;  // in flight when their batch was stopped: pending again
+  long long prompt_tokens = 0;
+  long long completion_tokens = 0;
+  long long in_flight = 0;        // now
+  long long batches_sending = 0;  // now
+};
+
 // What /metrics says beyond the live view: the host, alerts, and the agent's own cost.
 struct MetricsExtras {
   std::string hostname;
@@ -47,6 +59,7 @@ struct MetricsExtras {
   long long http_accept_failures = 0;
   long long now_unix_ms = 0;
   std::optional<ReaperMetrics> reaper;  // nullopt: no reaper runs (nothing written)
+  std::optional<BackfillMetrics> backfill;  // nullopt: no batches are served (nothing written)
 };
 
 [[nodiscard]] std::string render_metrics(const LiveView& view, const MetricsExtras& extras);

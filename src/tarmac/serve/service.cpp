@@ -83,6 +83,7 @@ Response Service::metrics() {
   extras.http_accept_failures = server_.stats().accept_failures.load();
   extras.now_unix_ms = unix_ms();
   if (options_.reaper) extras.reaper = options_.reaper();
+  if (options_.backfill) extras.backfill = options_.backfill();
   Response r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body.reserve(rendered_.size() + 2048);

@@ -26,6 +26,8 @@ struct ServiceOptions {
   std::function<std::vector<FiringAlert>()> alerts;
   // The reaper's numbers (docs/reap.md "As a service"), read at every scrape; unset: none written.
   std::function<std::optional<ReaperMetrics>()> reaper;
+  // The batches' numbers (docs/backfill.md), read at every scrape; unset: none written.
+  std::function<std::optional<BackfillMetrics>()> backfill;
   // A sample older than this (real time) makes /healthz answer 503.
   long long stale_after_ms = 60'000;
 };

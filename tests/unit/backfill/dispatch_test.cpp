@@ -157,6 +157,159 @@ TEST(Dispatch, AServerErrorIsSentAgainAndTheAnswerAfterItKept) {
   }
 }
 
+// The "backfill" events in the fixture's store (record_stint), their details parsed.
+std::vector<json> backfill_events(const BatchFixture& f) {
+  auto db = f.open_db();
+  auto s = db.database().prepare("SELECT detail FROM event WHERE kind = 'backfill' ORDER BY ts_ms");
+  EXPECT_TRUE(s.ok());
+  std::vector<json> out;
+  for (;;) {
+    auto row = s->step();
+    if (!row.ok() || !*row) break;
+    out.push_back(json::parse(s->text(0)));
+  }
+  return out;
+}
+
+TEST(Dispatch, CountsItsWorkForMetricsAndRecordsEachStintInTheStore) {
+  BatchFixture f(6);
+  std::mutex m;
+  std::set<std::string> failed_once;
+  std::atomic<bool> hang{false};
+  FakeLlm fake([&](int, const std::string& request) {
+    std::lock_guard lock(m);
+    if (failed_once.insert(custom_id_of(request)).second) return FakeLlm::Reply{"500 Internal Server Error", "{}"};
+    return FakeLlm::Reply{"200 OK", completion(2), hang.load() && failed_once.size() > 4};
+  });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  // The first stint: the fifth request and after hang, and stop() ends it with 4 answered.
+  hang = true;
+  ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return fake.hanging() == 1; }));
+  EXPECT_EQ((*d)->counters().batches_sending, 1);
+  EXPECT_EQ((*d)->counters().in_flight, 1);
+  EXPECT_EQ((*d)->stop(f.id()), 1);
+  auto c = (*d)->counters();
+  EXPECT_EQ(c.done, 4);
+  EXPECT_EQ(c.interrupted, 1);
+  EXPECT_EQ(c.in_flight, 0);
+  EXPECT_EQ(c.batches_sending, 0) << "stopped";
+  auto events = backfill_events(f);
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(events[0]["why"], "stopped");
+  EXPECT_EQ(events[0]["done"], 4);
+  EXPECT_EQ(events[0]["completion_tokens"], 8);
+  EXPECT_EQ(events[0]["prompt_tokens"], 12);
+  // The second: the rest, once each.
+  hang = false;
+  ASSERT_TRUE((*d)->go(f.id()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  c = (*d)->counters();
+  EXPECT_EQ(c.done, 6);
+  EXPECT_EQ(c.failed, 0);
+  EXPECT_EQ(c.retried, 6) << "each request failed once with a 500";
+  EXPECT_EQ(c.completion_tokens, 12);
+  EXPECT_EQ(c.prompt_tokens, 18);
+  events = backfill_events(f);
+  ASSERT_EQ(events.size(), 2U);
+  EXPECT_EQ(events[1]["why"], "done");
+  EXPECT_EQ(events[1]["done"], 2);
+  EXPECT_EQ(events[1]["batch"], f.id());
+  EXPECT_GE(events[1]["busy_ms"].get<long long>(), 0);
+}
+
+TEST(Dispatch, OneServersMaxParallelBoundsAllItsBatchesTogether) {
+  BatchFixture a(12);
+  BatchFixture b(12, &a);
+  FakeLlm fake([](int, const std::string&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    return FakeLlm::Reply{"200 OK", completion(1)};
+  });
+  auto d = Dispatcher::open(quick(a));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(a, 4), server_at(fake, 2), a.open_output()).ok());
+  ASSERT_TRUE((*d)->start(batch_of(b, 4), server_at(fake, 2), b.open_output()).ok());
+  ASSERT_TRUE(wait_done(a));
+  ASSERT_TRUE(wait_done(b));
+  expect_exactly_once(a);
+  expect_exactly_once(b);
+  EXPECT_EQ(fake.max_in_flight(), 2) << "max_parallel 2 for both batches together, not 2 each";
+}
+
+TEST(Dispatch, TooManyRequestsIsSentAgain) {
+  BatchFixture f(3);
+  std::mutex m;
+  std::set<std::string> refused_once;
+  FakeLlm fake([&](int, const std::string& request) {
+    std::lock_guard lock(m);
+    if (refused_once.insert(custom_id_of(request)).second) return FakeLlm::Reply{"429 Too Many Requests", "{}"};
+    return FakeLlm::Reply{"200 OK", completion(1)};
+  });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  for (const auto& line : output_lines(f)) EXPECT_EQ(line["response"]["status_code"], 200) << line;
+  EXPECT_EQ(fake.requests(), 6);
+}
+
+TEST(Dispatch, ItsThreadsAreBoundedAndABatchBeyondThemWaitsWithAReason) {
+  BatchFixture a(6);
+  BatchFixture b(2, &a);
+  std::atomic<bool> hang{true};
+  FakeLlm fake([&](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1), hang.load()}; });
+  auto options = quick(a);
+  options.max_threads = 3;
+  auto d = Dispatcher::open(options);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(a, 4), server_at(fake, 8), a.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return fake.hanging() == 2; })) << "2 senders and the writer";
+  auto second = (*d)->start(batch_of(b, 1), server_at(fake, 8), b.open_output());
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.error().message.find("as many backfill threads as it may (3)"), std::string::npos)
+      << second.error().message;
+  EXPECT_FALSE((*d)->holds(b.id())) << "its output is not kept";
+  hang = false;
+  EXPECT_EQ((*d)->stop(a.id()), 2);
+  ASSERT_TRUE((*d)->go(a.id()).ok());
+  ASSERT_TRUE(wait_done(a));
+  EXPECT_TRUE(FakeLlm::wait_for([&] { return !(*d)->holds(a.id()); }));
+  ASSERT_TRUE((*d)->start(batch_of(b, 1), server_at(fake, 8), b.open_output()).ok()) << "the threads are back";
+  ASSERT_TRUE(wait_done(b));
+  expect_exactly_once(b);
+}
+
+TEST(Dispatch, NothingIsSentToAServerWhoseListenerIsNotServerUsers) {
+  if (::getuid() != 0) GTEST_SKIP() << "names root as the fake's owner and another account as the expected one";
+  BatchFixture f(2);
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
+  auto d = Dispatcher::open(quick(f));
+  ASSERT_TRUE(d.ok());
+  auto server = server_at(fake, 4, 1);
+  server.server_user = "nobody";  // the fake is root's: as if a user had taken the port
+  ASSERT_TRUE((*d)->start(batch_of(f, 2), server, f.open_output()).ok());
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 0) << "no prompt reached the impostor";
+  for (const auto& line : output_lines(f)) EXPECT_EQ(line["error"]["code"], "untrusted_server") << line;
+
+  BatchFixture g(2);
+  auto d2 = Dispatcher::open(quick(g));
+  ASSERT_TRUE(d2.ok());
+  server.server_user = "root";
+  ASSERT_TRUE((*d2)->start(batch_of(g, 2), server, g.open_output()).ok());
+  ASSERT_TRUE(wait_done(g));
+  EXPECT_EQ(fake.requests(), 2) << "the server's own account: sent";
+  for (const auto& line : output_lines(g)) EXPECT_TRUE(line["error"].is_null()) << line;
+
+  server.server_user = "no-such-user-x";
+  auto unknown = (*d2)->start(batch_of(g, 2), server, g.open_output());
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("no-such-user-x"), std::string::npos);
+}
+
 TEST(Dispatch, AServerErrorThatLastsIsWrittenWithItsErrorAfterTheRetries) {
   BatchFixture f(3);
   FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"503 Service Unavailable", R"({"error":"busy"})"}; });

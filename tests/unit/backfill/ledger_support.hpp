@@ -23,11 +23,12 @@ namespace tarmac::backfill::test_support {
 
 class BatchFixture {
  public:
-  explicit BatchFixture(std::size_t n) {
+  // A batch of `n` requests in a store of its own, or in `same_store`'s (its output still its own).
+  explicit BatchFixture(std::size_t n, const BatchFixture* same_store = nullptr) {
     char tmpl[] = "/tmp/tarmac-backfill-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) std::abort();
     dir_ = tmpl;
-    db_path_ = dir_ + "/tarmac.db";
+    db_path_ = same_store != nullptr ? same_store->db_path_ : dir_ + "/tarmac.db";
     output_path_ = dir_ + "/out.jsonl";
     auto db = BatchDb::open(db_path_);
     EXPECT_TRUE(db.ok()) << db.error().message;

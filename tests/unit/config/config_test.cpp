@@ -206,6 +206,13 @@ url = "https://gpu7.example.com:8080"
   EXPECT_EQ(server_value_text(night, server_keys()[3]), "\"90s\"");
 }
 
+TEST(Config, AcceptsOllamaProtocol) {
+  std::vector<std::string> warnings;
+  auto c = parse_text("[backfill.server.o]\nurl = \"http://127.0.0.1:11434\"\nprotocol = \"ollama\"\n", warnings);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->backfill.servers.at("o").protocol, backfill::ServerProtocol::Ollama);
+}
+
 TEST(Config, RefusesBadBackfillServers) {
   std::vector<std::string> warnings;
   const auto refused = [&](const std::string& text, const std::string& why) {
@@ -231,8 +238,13 @@ TEST(Config, RefusesBadBackfillServers) {
   refused("[backfill.server.a]\nkind = \"managed\"\ncommand = [\"llama-server\"]\nuser = \"llm\"\n", "absolute path");
   refused("[backfill.server.a]\nkind = \"managed\"\ncommand = [\"/x\", 3]\nuser = \"llm\"\n", "must be a string");
   refused("[backfill.server.a]\nkind = \"managed\"\ncommand = \"/x -m\"\nuser = \"llm\"\n", "array of 1 to 256");
-  refused("[backfill.server.a]\nurl = \"http://x\"\nprotocol = \"ollama\"\n", "not built yet");
+  refused("[backfill.server.a]\nkind = \"managed\"\npreset = \"ollama\"\nuser = \"llm\"\nserver_user = \"nobody\"\n",
+          "no server_user");
+  refused("[backfill.server.a]\nurl = \"http://x\"\nprotocol = \"grpc\"\n", "t.toml:3:12");
   refused("[backfill.server.\"a b\"]\nurl = \"http://x\"\n", "letters, digits");
+  refused("[backfill.server.a]\nurl = \"http://10.1.1.1:8080\"\nserver_user = \"root\"\n", "must be a loopback one");
+  refused("[backfill.server.a]\nurl = \"http://127.0.0.1:8080\"\nserver_user = \"no-such-user-x\"\n",
+          "t.toml:3:15: backfill.server.a.server_user: server_user 'no-such-user-x' is no account");
   warnings.clear();
   auto stray = parse_text("[backfill]\nserver = 3\n", warnings);
   ASSERT_TRUE(stray.ok()) << stray.error().message;

@@ -31,6 +31,47 @@ TEST(CheckUrl, HttpAndHttpsOnlyWithAHostAndNoCredentials) {
   }
 }
 
+TEST(CheckUrl, LoopbackUrlsAreTheOnesThisMachineCanName) {
+  for (const char* url : {"http://127.0.0.1:8080", "http://127.1.2.3/x", "http://[::1]:11434/", "http://localhost:1",
+                          "https://localhost"}) {
+    EXPECT_TRUE(is_loopback_url(url)) << url;
+  }
+  for (const char* url : {"http://10.0.0.1:8080", "http://128.0.0.1", "http://localhost.evil.com", "http://[::2]",
+                          "http://127.0.0.1.nip.io", "ftp://127.0.0.1", "http://u@127.0.0.1", ""}) {
+    EXPECT_FALSE(is_loopback_url(url)) << url;
+  }
+}
+
+TEST(Perform, ACheckedConnectionSendsOnlyWhenTheCheckSaysSo) {
+  const auto server = HttpServer::answering(answer("yes"));
+  Request request;
+  request.url = server->url("/v1/x");
+  Connection seen;
+  request.check_connection = [&](const Connection& c) {
+    seen = c;
+    return false;
+  };
+  const auto refused = perform(request);
+  ASSERT_FALSE(refused.ok());
+  ASSERT_NE(refused.error().cause_as<Failure>(), nullptr);
+  EXPECT_EQ(*refused.error().cause_as<Failure>(), Failure::Untrusted) << refused.error().message;
+  const auto posts = [&] {
+    int n = 0;
+    for (const auto& r : server->requests()) n += r.find("POST") != std::string::npos ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(posts(), 0) << "nothing was sent on the connection";
+  EXPECT_EQ(seen.peer_ip, "127.0.0.1");
+  EXPECT_EQ(request.url, server->url("/v1/x"));
+  EXPECT_NE(seen.local_port, 0U);
+  EXPECT_NE(seen.peer_port, 0U);
+  request.check_connection = [](const Connection&) { return true; };
+  const auto sent = perform(request);
+  ASSERT_TRUE(sent.ok()) << sent.error().message;
+  EXPECT_EQ(sent->body, "yes");
+  EXPECT_EQ(posts(), 1);
+}
+
 TEST(Perform, PostsTheBodyAndHeadersAndReadsTheAnswer) {
   const auto server = HttpServer::answering(answer(R"({"ok":true})", "201 Created"));
   Request request;

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "tarmac/report/format.hpp"
 #include "tarmac/report/report.hpp"
@@ -372,6 +373,35 @@ TEST(Compute, FaultEventsCountFaultsLossesAndThrottling) {
                {kD, 0u, "throttle-end", ""},    {kD, 0u, "fault-cleared", ""}, {kD, 0u, "process-start", ""},
                {kD, std::nullopt, "agent-start", ""}};
   EXPECT_EQ(compute(in, day()).fault_events, 3U);
+}
+
+TEST(Compute, BackfillWorkIsTheSumOfItsStintsReadAsHostile) {
+  ReportInput in;
+  in.gpus = two_gpus();
+  in.events = {
+      {kD + 1, std::nullopt, "backfill",
+       R"({"batch":1,"done":40,"failed":2,"prompt_tokens":400,"completion_tokens":900,"busy_ms":1800000,"gpus":0})"},
+      {kD + 2, std::nullopt, "backfill", R"({"batch":1,"done":8,"failed":0,"busy_ms":360000})"},
+      {kD + 3, 2u, "backfill", R"({"batch":7,"done":10,"busy_ms":3600000,"gpus":2})"},
+      {kD + 4, std::nullopt, "backfill", R"({"batch":9,"done":-5,"failed":"3","busy_ms":1e300})"},  // hostile: 0s
+      {kD + 5, std::nullopt, "backfill", "not json"},
+      {kD + 6, std::nullopt, "reap", R"({"batch":3,"done":100})"},  // another kind
+  };
+  const Report r = compute(in, day());
+  EXPECT_EQ(r.backfill.batches, 3U) << "1, 7 and the hostile 9";
+  EXPECT_EQ(r.backfill.requests, 40 + 2 + 8 + 10);
+  EXPECT_EQ(r.backfill.failed, 2);
+  EXPECT_EQ(r.backfill.prompt_tokens, 400);
+  EXPECT_EQ(r.backfill.completion_tokens, 900);
+  EXPECT_DOUBLE_EQ(r.backfill.busy_hours, 0.5 + 0.1 + 1.0);
+  EXPECT_DOUBLE_EQ(r.backfill.gpu_hours, 2.0) << "only the managed server's stint knows its GPUs";
+  const Report gpu2 = compute(in, {day().range, std::nullopt, {2}});
+  EXPECT_EQ(gpu2.backfill.requests, 10) << "a report of some GPUs counts only work placed on them";
+  EXPECT_NE(render_text(r, false).find("Idle hours turned into work (docs/backfill.md): 60 requests of 3 batches"),
+            std::string::npos)
+      << render_text(r, false);
+  EXPECT_EQ(nlohmann::json::parse(render_json(r))["backfill"]["requests"], 60);
+  EXPECT_NE(render_html(r).find("<h2>Idle hours turned into work</h2>"), std::string::npos);
 }
 
 TEST(Compute, ZombiesFoundAreHoldEventsAndReapedAreReapEventsThatFreedMemory) {

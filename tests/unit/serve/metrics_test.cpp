@@ -188,6 +188,29 @@ TEST(Metrics, TheReapersHoldersAndActionsByGpuAndOutcome) {
   EXPECT_NE(text.find("# TYPE tarmac_holding_processes gauge\n"), std::string::npos);
 }
 
+TEST(Metrics, TheBatchesRequestsByStateTokensAndWhatIsInFlight) {
+  const auto view = view_of({a100(0, 0)}, {{0, gpu::Activity::Busy}});
+  MetricsExtras extras{.hostname = "node1"};
+  EXPECT_EQ(render_metrics(view, extras).find("tarmac_backfill"), std::string::npos) << "no batches, no series";
+  extras.backfill = BackfillMetrics{.done = 7, .failed = 2, .retried = 3, .interrupted = 1, .prompt_tokens = 40,
+                                    .completion_tokens = 90, .in_flight = 4, .batches_sending = 1};
+  const auto text = render_metrics(view, extras);
+  EXPECT_EQ(samples(text, "tarmac_backfill_requests_total"),
+            (std::vector<std::string>{R"(tarmac_backfill_requests_total{state="done",hostname="node1"} 7)",
+                                      R"(tarmac_backfill_requests_total{state="failed",hostname="node1"} 2)",
+                                      R"(tarmac_backfill_requests_total{state="retried",hostname="node1"} 3)",
+                                      R"(tarmac_backfill_requests_total{state="interrupted",hostname="node1"} 1)"}));
+  EXPECT_EQ(samples(text, "tarmac_backfill_tokens_total"),
+            (std::vector<std::string>{R"(tarmac_backfill_tokens_total{kind="prompt",hostname="node1"} 40)",
+                                      R"(tarmac_backfill_tokens_total{kind="completion",hostname="node1"} 90)"}));
+  EXPECT_EQ(samples(text, "tarmac_backfill_requests_in_flight"),
+            std::vector<std::string>{R"(tarmac_backfill_requests_in_flight{hostname="node1"} 4)"});
+  EXPECT_EQ(samples(text, "tarmac_backfill_batches_sending"),
+            std::vector<std::string>{R"(tarmac_backfill_batches_sending{hostname="node1"} 1)"});
+  EXPECT_NE(text.find("# TYPE tarmac_backfill_requests_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE tarmac_backfill_requests_in_flight gauge\n"), std::string::npos);
+}
+
 TEST(LiveState, CountsSecondsInTheClassThatHeldAndIdleStreaks) {
   LiveState live;
   EXPECT_EQ(live.view(), nullptr);
