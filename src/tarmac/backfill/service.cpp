@@ -312,8 +312,13 @@ Result<Reconciled> Service::send(const Batch& batch, util::Fd output) {
                                                         "[backfill.server.{}] table)",
                                                         batch.server, batch.server));
   }
-  // A managed server's batch waits until its server runs on idle GPUs (ManagedServers::tick sends it).
-  return dispatcher_->start(batch, server->second, std::move(output), managed_->manages(batch.server));
+  // A managed server's batch waits until its server runs on idle GPUs (ManagedServers::tick sends it);
+  // each connection's other end must then be its account's (a user who takes its port between two
+  // runs gets no prompt).
+  const bool managed = managed_->manages(batch.server);
+  ServerConfig config = server->second;
+  if (managed) config.server_user = config.user;
+  return dispatcher_->start(batch, config, std::move(output), managed);
 }
 
 json Service::answer_batch(const Batch& b) {
