@@ -108,7 +108,12 @@ struct Dispatcher::Run {
   Batch batch;
   ServerConfig server;
   std::optional<uid_t> server_uid;  // server_user's: the owner each connection's other end must have
-  std::unique_ptr<Ledger> ledger;  // under the dispatcher's db_mutex_
+  // The batch's own connection to the store, and the ledger over it, used under db_mutex: the
+  // senders, the writer and stop()/go() of this batch only, so a write that hangs on one batch's
+  // output (a hung NFS server) holds no other batch, nor the socket's thread starting another.
+  std::unique_ptr<BatchDb> db;
+  std::mutex db_mutex;
+  std::unique_ptr<Ledger> ledger;
   std::atomic<bool> cancel{false};  // every request in flight watches it (net::Request::cancel)
   std::mutex m;                     // guards what follows
   std::condition_variable cv;       // stop(), a window, a backoff
@@ -116,6 +121,7 @@ struct Dispatcher::Run {
   bool stopped = false;             // by stop(): its workers have ended; go() starts them again
   bool waiting_for_window = false;
   unsigned workers_left = 0;  // threads not yet ended: the senders and the writer
+  unsigned senders = 1;       // started by the last start_workers()
   unsigned senders_left = 0;
   unsigned in_flight = 0;
   long long interrupted = 0;
@@ -124,7 +130,7 @@ struct Dispatcher::Run {
   // requests stay in flight in the store until written: a crash sends them again.
   std::deque<Answer> to_write;
   std::vector<std::thread> workers;  // the senders and the writer
-  // What was answered since the batch was started or sent again (record_stint). Under db_mutex_.
+  // What was answered since the batch was started or sent again (record_stint). Under db_mutex.
   struct Stint {
     long long since_ms = 0;
     long long done = 0;
@@ -156,12 +162,13 @@ struct Dispatcher::SlotHold {
 };
 
 Result<std::unique_ptr<Dispatcher>> Dispatcher::open(DispatchOptions options) {
-  TARMAC_TRY_ASSIGN(auto db, BatchDb::open(options.db_path));
+  // Each batch has a connection of its own (Run::db); this one only finds a store it cannot use now.
+  TARMAC_TRY(BatchDb::open(options.db_path));
   if (!options.local_minute) options.local_minute = local_minute_now;
-  return std::unique_ptr<Dispatcher>(new Dispatcher(std::move(options), std::move(db)));
+  return std::unique_ptr<Dispatcher>(new Dispatcher(std::move(options)));
 }
 
-Dispatcher::Dispatcher(DispatchOptions options, BatchDb db) : opt_(std::move(options)), db_(std::move(db)) {}
+Dispatcher::Dispatcher(DispatchOptions options) : opt_(std::move(options)) {}
 
 Dispatcher::~Dispatcher() {
   std::vector<long long> ids;
@@ -192,22 +199,20 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
   if (!server.server_user.empty()) {
     TARMAC_TRY_ASSIGN(run->server_uid, server_user_uid(server.server_user));
   }
+  TARMAC_TRY_ASSIGN(auto db, BatchDb::open(opt_.db_path));
+  run->db = std::make_unique<BatchDb>(std::move(db));
   Reconciled reconciled;
   {
-    std::lock_guard db_lock(db_mutex_);
-    run->ledger = std::make_unique<Ledger>(db_, batch.id, std::move(output), opt_.io, opt_.hook);
+    std::lock_guard db_lock(run->db_mutex);
+    run->ledger = std::make_unique<Ledger>(*run->db, batch.id, std::move(output), opt_.io, opt_.hook);
     TARMAC_TRY_ASSIGN(reconciled, run->ledger->reconcile(Ledger::InFlight::BackToPending));
     run->batch.state = BatchState::Running;
     if (run->batch.started_ms == 0) run->batch.started_ms = util::wall_ms();
     run->batch.reason = fmt::format("sending to server {} ({})", batch.server, server.url);
-    TARMAC_TRY(db_.save_run(run->batch));
+    TARMAC_TRY(run->db->save_run(run->batch));
     run->stint = Run::Stint{util::wall_ms()};
   }
-  if (auto started = start_workers(*run); !started.ok()) {
-    std::lock_guard db_lock(db_mutex_);  // the ledger goes under the lock it is used under
-    run.reset();
-    return started.take_error();
-  }
+  if (auto started = start_workers(*run); !started.ok()) return started.take_error();  // its threads have ended
   std::lock_guard lock(runs_mutex_);
   runs_[batch.id] = std::move(run);
   return reconciled;
@@ -239,6 +244,7 @@ Result<void> Dispatcher::start_workers(Run& run) {
   run.cancel = false;
   run.waiting_for_window = false;
   run.workers.clear();
+  run.senders = n;
   run.senders_left = n;
   run.workers_left = n + 1;
   try {
@@ -305,7 +311,7 @@ long long Dispatcher::stop(long long id) {
   run->cv.notify_all();
   for (auto& t : run->workers) t.join();
   {
-    std::lock_guard db_lock(db_mutex_);
+    std::lock_guard db_lock(run->db_mutex);
     record_stint(*run, "stopped");
   }
   std::lock_guard lock(run->m);
@@ -328,7 +334,7 @@ Result<void> Dispatcher::go(long long id) {
   }
   set_reason(*run, fmt::format("sending to server {} ({})", run->batch.server, run->server.url));
   {
-    std::lock_guard db_lock(db_mutex_);
+    std::lock_guard db_lock(run->db_mutex);
     run->stint = Run::Stint{util::wall_ms()};
   }
   return start_workers(*run);
@@ -344,8 +350,7 @@ long long Dispatcher::release(long long id) {
     run = std::move(it->second);
     runs_.erase(it);
   }
-  std::lock_guard db_lock(db_mutex_);  // the ledger (and the output with it) goes under the lock it is used under
-  run.reset();
+  run.reset();  // its threads have ended: the ledger and the output close here
   return interrupted;
 }
 
@@ -389,7 +394,6 @@ void Dispatcher::reap_finished() {
   }
   for (auto& run : done) {
     for (auto& t : run->workers) t.join();
-    std::lock_guard db_lock(db_mutex_);
     run.reset();
   }
 }
@@ -403,8 +407,8 @@ void Dispatcher::work(Run& run) {
     std::optional<Sendable> request;
     bool failed = false;
     {
-      std::lock_guard db_lock(db_mutex_);
-      auto taken = db_.take_pending(run.batch.id, 1, util::wall_ms());
+      std::lock_guard db_lock(run.db_mutex);
+      auto taken = run.db->take_pending(run.batch.id, 1, util::wall_ms());
       if (!taken.ok()) {
         log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", run.batch.id, taken.error().message));
         failed = true;  // the store is busy or failing: try again after a wait
@@ -464,9 +468,9 @@ bool Dispatcher::wait_for_window(Run& run) {
 }
 
 void Dispatcher::set_reason(Run& run, const std::string& reason) {
-  std::lock_guard db_lock(db_mutex_);
+  std::lock_guard db_lock(run.db_mutex);
   run.batch.reason = reason;
-  if (auto r = db_.save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+  if (auto r = run.db->save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
 }
 
 // Sends `request` (again after a retryable failure, up to the server's retries) and hands its
@@ -508,14 +512,25 @@ void Dispatcher::send(Run& run, const Sendable& request) {
     return;
   }
   outcome.answer.ended_ms = util::wall_ms();
-  std::lock_guard lock(run.m);
+  std::unique_lock lock(run.m);
+  // At most one answer per sender waits for the writer: while the output cannot be written (a full
+  // disk), the senders wait too, rather than keep every answer of the batch in memory.
+  run.cv.wait(lock, [&] { return run.to_write.size() < run.senders || run.stopping; });
+  if (run.to_write.size() >= run.senders) {  // stopped while waiting: sent again later
+    lock.unlock();
+    put_back(run, request.row.index, "interrupted: the batch's sending was stopped");
+    lock.lock();
+    ++run.interrupted;
+    ++totals_.interrupted;
+    return;
+  }
   run.to_write.push_back(std::move(outcome.answer));
   run.cv.notify_all();
 }
 
 void Dispatcher::put_back(Run& run, long long index, const std::string& why) {
-  std::lock_guard db_lock(db_mutex_);
-  if (auto r = db_.back_to_pending(run.batch.id, index, why); !r.ok()) {
+  std::lock_guard db_lock(run.db_mutex);
+  if (auto r = run.db->back_to_pending(run.batch.id, index, why); !r.ok()) {
     log(util::LogLevel::Warning, r.error().message);  // still in flight in the store: resume puts it back
   }
 }
@@ -529,6 +544,7 @@ void Dispatcher::write_answers(Run& run) {
     if (run.to_write.empty()) break;
     Answer answer = std::move(run.to_write.front());
     run.to_write.pop_front();
+    run.cv.notify_all();  // a sender waiting for room
     lock.unlock();
     write_answer(run, answer);
     lock.lock();
@@ -546,7 +562,7 @@ void Dispatcher::write_answers(Run& run) {
 void Dispatcher::write_answer(Run& run, const Answer& answer) {
   for (int failures = 1;; ++failures) {
     auto written = [&] {
-      std::lock_guard db_lock(db_mutex_);
+      std::lock_guard db_lock(run.db_mutex);
       Ledger::Tokens tokens;
       auto r = run.ledger->complete(answer, &tokens);
       if (r.ok() && *r != Ledger::Completion::AlreadyAnswered) count_answer(run, answer, tokens);
@@ -571,14 +587,14 @@ void Dispatcher::write_answer(Run& run, const Answer& answer) {
 void Dispatcher::mark_done(Run& run) {
   bool done = false;
   {
-    std::lock_guard db_lock(db_mutex_);
-    auto progress = db_.progress(run.batch.id);
+    std::lock_guard db_lock(run.db_mutex);
+    auto progress = run.db->progress(run.batch.id);
     if (progress.ok() && progress->pending == 0 && progress->in_flight == 0) {
       run.batch.state = BatchState::Done;
       run.batch.ended_ms = util::wall_ms();
       run.batch.reason = fmt::format("done: {} answered, {} of them with an error", progress->done + progress->failed,
                                      progress->failed);
-      if (auto r = db_.save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+      if (auto r = run.db->save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
       record_stint(run, "done");
       done = true;
     } else if (!progress.ok()) {
@@ -615,7 +631,7 @@ void Dispatcher::record_stint(Run& run, const char* why) {
                                  {"busy_ms", std::max(0LL, now - s.since_ms)},
                                  {"gpus", 0},  // an external server's GPUs are not tarmac's to know
                                  {"why", why}};
-  if (auto r = db_.add_event(now, "backfill", util::json_text(detail)); !r.ok()) {
+  if (auto r = run.db->add_event(now, "backfill", util::json_text(detail)); !r.ok()) {
     log(util::LogLevel::Warning, fmt::format("backfill: batch {}: its work is not recorded: {}", run.batch.id,
                                              r.error().message));
   }

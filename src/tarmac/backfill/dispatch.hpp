@@ -107,7 +107,7 @@ class Dispatcher {
   struct Run;  // one batch being sent (dispatch.cpp)
 
  private:
-  explicit Dispatcher(DispatchOptions options, BatchDb db);
+  explicit Dispatcher(DispatchOptions options);
   void reap_finished();
   [[nodiscard]] Result<void> start_workers(Run& run);
   // Up to `wanted` senders, and a writer, out of max_threads: how many senders were granted (0: none).
@@ -126,17 +126,13 @@ class Dispatcher {
   void write_answer(Run& run, const Answer& answer);
   void mark_done(Run& run);
   // Records what `run` did since it was started or sent again as a "backfill" event in the store
-  // (the report's "idle hours turned into work"), and starts counting anew. Under db_mutex_.
+  // (the report's "idle hours turned into work"), and starts counting anew. Under run.db_mutex.
   void record_stint(Run& run, const char* why);
-  // An answer written: counted in the totals and the run's stint. Under db_mutex_.
+  // An answer written: counted in the totals and the run's stint. Under run.db_mutex.
   void count_answer(Run& run, const Answer& answer, const Ledger::Tokens& tokens);
   void log(util::LogLevel level, const std::string& message) const;
 
   DispatchOptions opt_;
-  // The dispatcher's own connection and the ledgers over it: used under db_mutex_ only, by the
-  // workers and by start()/stop().
-  std::mutex db_mutex_;
-  BatchDb db_;
   std::mutex runs_mutex_;
   std::map<long long, std::unique_ptr<Run>> runs_;
   std::mutex slots_mutex_;

@@ -4,6 +4,7 @@
 #include "tarmac/backfill/dispatch.hpp"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -236,6 +237,65 @@ TEST(Dispatch, OneServersMaxParallelBoundsAllItsBatchesTogether) {
   expect_exactly_once(a);
   expect_exactly_once(b);
   EXPECT_EQ(fake.max_in_flight(), 2) << "max_parallel 2 for both batches together, not 2 each";
+}
+
+TEST(Dispatch, AnOutputWhoseWritesHangHoldsOnlyItsOwnBatch) {
+  BatchFixture a(3);
+  BatchFixture b(3, &a);
+  struct stat st {};
+  ASSERT_EQ(::stat(a.output_path().c_str(), &st), 0);
+  const ino_t hanging_ino = st.st_ino;
+  std::atomic<bool> unhang{false};
+  std::atomic<int> hung{0};
+  auto options = quick(a);
+  // a's output is on a hung NFS server: its fdatasync does not return until the test says so.
+  options.io.sync = [&](int fd) {
+    struct stat s {};
+    if (::fstat(fd, &s) == 0 && s.st_ino == hanging_ino) {
+      ++hung;
+      while (!unhang) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return ::fdatasync(fd);
+  };
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
+  auto d = Dispatcher::open(options);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(a, 1), server_at(fake), a.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return hung.load() == 1; }));
+  const long long t0 = util::monotonic_ms();
+  ASSERT_TRUE((*d)->start(batch_of(b, 1), server_at(fake), b.open_output()).ok());
+  EXPECT_LT(util::monotonic_ms() - t0, 2000) << "starting another batch does not wait on a's output";
+  ASSERT_TRUE(wait_done(b)) << "b is written while a's write hangs";
+  expect_exactly_once(b);
+  unhang = true;
+  ASSERT_TRUE(wait_done(a));
+  expect_exactly_once(a);
+}
+
+TEST(Dispatch, WhileTheOutputCannotBeWrittenTheSendersWaitInsteadOfKeepingEveryAnswer) {
+  BatchFixture f(20);
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
+  DispatchOptions o = quick(f);
+  std::atomic<bool> full{true};
+  std::atomic<int> failed_writes{0};
+  o.io.pwrite = [&](int fd, const void* data, std::size_t n, off_t at) -> ssize_t {
+    if (full) {
+      ++failed_writes;
+      errno = ENOSPC;
+      return -1;
+    }
+    return ::pwrite(fd, data, n, at);
+  };
+  auto d = Dispatcher::open(o);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 2), server_at(fake), f.open_output()).ok());
+  // The writer has tried its answer again and again (backoff 5-20 ms) while the senders waited.
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return failed_writes.load() >= 12; }));
+  EXPECT_LE(fake.requests(), 5) << "one being written, one queued per sender, one held per sender";
+  full = false;
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  EXPECT_EQ(fake.requests(), 20);
 }
 
 TEST(Dispatch, TooManyRequestsIsSentAgain) {
