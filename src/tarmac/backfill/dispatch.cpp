@@ -40,7 +40,8 @@ long long backoff(const DispatchOptions& opt, int retry) {
 // What one send came to: an answer to write, one to write unless a retry is left, or nothing (the
 // request was cancelled by stop()).
 struct Outcome {
-  enum class Kind { Final, Retryable, Cancelled } kind = Kind::Final;
+  // Unreachable: nothing was sent (no server listens, or not server_user's): the request waits.
+  enum class Kind { Final, Retryable, Cancelled, Unreachable } kind = Kind::Final;
   Answer answer;
 };
 
@@ -78,11 +79,11 @@ Outcome outcome_of(const Sendable& request, Result<net::Response> sent) {
       out.kind = Outcome::Kind::Retryable;
       break;
     case net::Failure::Refused: out.answer.error_code = "answer_too_large"; break;
+    case net::Failure::Unreachable:
     case net::Failure::Untrusted:
-      // Someone else's process has the server's port (the server is down or restarting): nothing
-      // was sent to it, and the server may be back by the next try.
-      out.answer.error_code = "untrusted_server";
-      out.kind = Outcome::Kind::Retryable;
+      // No server (down, restarting), or someone else's process has its port: nothing was sent, so
+      // the request is no worse for it and waits for the server rather than spend its retries.
+      out.kind = Outcome::Kind::Unreachable;
       break;
   }
   return out;
@@ -124,6 +125,9 @@ struct Dispatcher::Run {
   unsigned senders = 1;       // started by the last start_workers()
   unsigned senders_left = 0;
   unsigned in_flight = 0;
+  long long busy_since_ms = 0;  // monotonic: when in_flight last went from 0 to 1
+  long long busy_ms = 0;        // time with a request in flight, since the stint began
+  int unreachable = 0;          // sends in a row that no server took (wait_for_server)
   long long interrupted = 0;
   // Answers the senders got, for the writer: a sender goes on to its next request while the
   // ledger writes, fsyncs and commits (the server's slot is not left idle meanwhile). Their
@@ -274,8 +278,11 @@ std::unique_ptr<Dispatcher::SlotHold> Dispatcher::take_slot(Run& run) {
     std::lock_guard lock(slots_mutex_);
     auto& s = slots_[run.batch.server];
     if (!s) s = std::make_shared<ServerSlots>();
-    s->limit = std::max(1U, run.server.max_parallel);
     slots = s;
+  }
+  {
+    std::lock_guard lock(slots->m);  // read under it by every sender of the server
+    slots->limit = std::max(1U, run.server.max_parallel);
   }
   for (;;) {
     {
@@ -402,34 +409,39 @@ void Dispatcher::reap_finished() {
 void Dispatcher::work(Run& run) {
   for (;;) {
     if (!wait_for_window(run)) break;
-    const auto slot = take_slot(run);
-    if (!slot) break;
-    std::optional<Sendable> request;
-    bool failed = false;
+    Sent sent;
     {
-      std::lock_guard db_lock(run.db_mutex);
-      auto taken = run.db->take_pending(run.batch.id, 1, util::wall_ms());
-      if (!taken.ok()) {
-        log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", run.batch.id, taken.error().message));
-        failed = true;  // the store is busy or failing: try again after a wait
-      } else if (!taken->empty()) {
-        request = std::move(taken->front());
+      const auto slot = take_slot(run);  // given back before the answer waits for the writer
+      if (!slot) break;
+      std::optional<Sendable> request;
+      bool failed = false;
+      {
+        std::lock_guard db_lock(run.db_mutex);
+        auto taken = run.db->take_pending(run.batch.id, 1, util::wall_ms());
+        if (!taken.ok()) {
+          log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", run.batch.id, taken.error().message));
+          failed = true;  // the store is busy or failing: try again after a wait
+        } else if (!taken->empty()) {
+          request = std::move(taken->front());
+        }
       }
-    }
-    std::unique_lock lock(run.m);
-    if (!request && !failed) break;  // nothing left to send
-    if (request) {
-      ++run.in_flight;
+      std::unique_lock lock(run.m);
+      if (!request && !failed) break;  // nothing left to send
+      if (!request) {
+        // The store failed: wait, as for a retry.
+        run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, 1)), [&] { return run.stopping; });
+        continue;
+      }
+      if (run.in_flight++ == 0) run.busy_since_ms = util::monotonic_ms();
       ++totals_.in_flight;
       lock.unlock();
-      send(run, *request);
+      sent = send(run, *request);
       lock.lock();
-      --run.in_flight;
+      if (--run.in_flight == 0) run.busy_ms += util::monotonic_ms() - run.busy_since_ms;
       --totals_.in_flight;
-    } else {
-      // The store failed: wait, as for a retry.
-      run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, 1)), [&] { return run.stopping; });
     }
+    if (sent.kind == Sent::Kind::Answered) hand_to_writer(run, std::move(sent.answer));
+    if (sent.kind == Sent::Kind::Unreachable && !wait_for_server(run, sent.why)) break;
   }
   std::lock_guard lock(run.m);
   --run.senders_left;
@@ -473,9 +485,9 @@ void Dispatcher::set_reason(Run& run, const std::string& reason) {
   if (auto r = run.db->save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
 }
 
-// Sends `request` (again after a retryable failure, up to the server's retries) and hands its
-// answer to the writer; a request cancelled by stop() goes back to pending.
-void Dispatcher::send(Run& run, const Sendable& request) {
+// Sends `request` (again after a retryable failure, up to the server's retries): its answer for the
+// writer; a request cancelled by stop(), or one no server took, goes back to pending.
+Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request) {
   net::Request http;
   http.method = "POST";
   http.url = server_url(run.server.url, to_url(request.row.endpoint));
@@ -509,23 +521,51 @@ void Dispatcher::send(Run& run, const Sendable& request) {
     std::lock_guard lock(run.m);
     ++run.interrupted;
     ++totals_.interrupted;
-    return;
+    return Sent{Sent::Kind::PutBack, {}, {}};
+  }
+  if (outcome.kind == Outcome::Kind::Unreachable) {
+    put_back(run, request.row.index, outcome.answer.error_message);
+    return Sent{Sent::Kind::Unreachable, {}, outcome.answer.error_message};
   }
   outcome.answer.ended_ms = util::wall_ms();
+  return Sent{Sent::Kind::Answered, std::move(outcome.answer), {}};
+}
+
+void Dispatcher::hand_to_writer(Run& run, Answer answer) {
   std::unique_lock lock(run.m);
+  const bool was_waiting = run.unreachable > 0;
+  run.unreachable = 0;
   // At most one answer per sender waits for the writer: while the output cannot be written (a full
   // disk), the senders wait too, rather than keep every answer of the batch in memory.
   run.cv.wait(lock, [&] { return run.to_write.size() < run.senders || run.stopping; });
   if (run.to_write.size() >= run.senders) {  // stopped while waiting: sent again later
     lock.unlock();
-    put_back(run, request.row.index, "interrupted: the batch's sending was stopped");
+    put_back(run, answer.index, "interrupted: the batch's sending was stopped");
     lock.lock();
     ++run.interrupted;
     ++totals_.interrupted;
     return;
   }
-  run.to_write.push_back(std::move(outcome.answer));
+  run.to_write.push_back(std::move(answer));
   run.cv.notify_all();
+  if (was_waiting) {
+    lock.unlock();
+    set_reason(run, fmt::format("sending to server {} ({})", run.batch.server, run.server.url));
+  }
+}
+
+// No server took the last request (why): the batch says so, and its sender waits 1s, 2s, ... (at
+// most max_backoff_ms) before the next try. False when the batch is stopped meanwhile.
+bool Dispatcher::wait_for_server(Run& run, const std::string& why) {
+  std::unique_lock lock(run.m);
+  const int tries = ++run.unreachable;
+  if (tries == 1) {
+    lock.unlock();
+    set_reason(run, fmt::format("waiting for server {} ({}): {}", run.batch.server, run.server.url, why));
+    lock.lock();
+  }
+  return !run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, std::min(tries, 30))),
+                          [&] { return run.stopping; });
 }
 
 void Dispatcher::put_back(Run& run, long long index, const std::string& why) {
@@ -618,6 +658,14 @@ void Dispatcher::record_stint(Run& run, const char* why) {
   const Run::Stint s = run.stint;
   const long long now = util::wall_ms();
   run.stint = Run::Stint{now};
+  long long busy_ms = 0;  // the time a request was in flight: not the waits for a window or a slot
+  {
+    std::lock_guard lock(run.m);
+    const long long mono = util::monotonic_ms();
+    busy_ms = run.busy_ms + (run.in_flight > 0 ? mono - run.busy_since_ms : 0);
+    run.busy_ms = 0;
+    run.busy_since_ms = mono;
+  }
   if (s.done + s.failed == 0) return;  // nothing was answered: nothing to count
   const nlohmann::json detail = {{"batch", run.batch.id},
                                  {"user", run.batch.user},
@@ -628,7 +676,7 @@ void Dispatcher::record_stint(Run& run, const char* why) {
                                  {"prompt_tokens", s.prompt_tokens},
                                  {"completion_tokens", s.completion_tokens},
                                  {"since_unix_ms", s.since_ms},
-                                 {"busy_ms", std::max(0LL, now - s.since_ms)},
+                                 {"busy_ms", std::max(0LL, busy_ms)},
                                  {"gpus", 0},  // an external server's GPUs are not tarmac's to know
                                  {"why", why}};
   if (auto r = run.db->add_event(now, "backfill", util::json_text(detail)); !r.ok()) {

@@ -120,7 +120,16 @@ class Dispatcher {
   void work(Run& run);
   [[nodiscard]] bool wait_for_window(Run& run);
   void set_reason(Run& run, const std::string& reason);
-  void send(Run& run, const Sendable& request);
+  // What one send came to (dispatch.cpp send()).
+  struct Sent {
+    enum class Kind { Answered, PutBack, Unreachable } kind = Kind::PutBack;
+    Answer answer;    // Answered: for the writer
+    std::string why;  // Unreachable: why no server took it
+  };
+  [[nodiscard]] Sent send(Run& run, const Sendable& request);
+  // Queues `answer` for the writer, waiting while one per sender waits already.
+  void hand_to_writer(Run& run, Answer answer);
+  [[nodiscard]] bool wait_for_server(Run& run, const std::string& why);
   void put_back(Run& run, long long index, const std::string& why);
   void write_answers(Run& run);
   void write_answer(Run& run, const Answer& answer);

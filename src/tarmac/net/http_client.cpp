@@ -211,6 +211,9 @@ Result<Response> perform(const Request& request) {
   c.easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
   c.easy_setopt(e, CURLOPT_USERAGENT, "tarmac");
   if (!request.ca_file.empty()) c.easy_setopt(e, CURLOPT_CAINFO, request.ca_file.c_str());
+  // A proxy from the environment (http_proxy) would be the other end of a loopback request, and
+  // check_connection would check it instead of the server.
+  if (is_loopback_url(request.url)) c.easy_setopt(e, CURLOPT_NOPROXY, "*");
   if (headers) c.easy_setopt(e, CURLOPT_HTTPHEADER, headers.get());
   if (request.method == "POST") {
     c.easy_setopt(e, CURLOPT_POST, 1L);
@@ -245,6 +248,10 @@ Result<Response> perform(const Request& request) {
                         Failure::Untrusted);
     }
     if (rc == CURLE_ABORTED_BY_CALLBACK) return make_error(Error::Code::Io, "cancelled", Failure::Cancelled);
+    if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST) {
+      return make_error(Error::Code::Io, detail[0] != '\0' ? std::string(detail) : std::string(c.easy_strerror(rc)),
+                        Failure::Unreachable);
+    }
     if (rc == CURLE_OPERATION_TIMEDOUT) {
       return make_error(Error::Code::Io, fmt::format("timed out after {} ms", timeout), Failure::Timeout);
     }

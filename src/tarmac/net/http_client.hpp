@@ -51,7 +51,8 @@ struct Response {
 // What went wrong with a request that got no answer, as the cause of perform()'s Io errors
 // (Error::cause_as<Failure>()): a caller retries Connection and Timeout, not the others.
 enum class Failure {
-  Connection,  // resolving, connecting, TLS, or the connection lost before the whole answer
+  Unreachable,  // no connection was made (refused, no route, the name not resolved): nothing was sent
+  Connection,  // TLS, or the connection lost before the whole answer
   Timeout,     // the request's deadline passed
   Cancelled,   // the cancel flag was set
   Refused,     // the answer was over max_body_bytes, or on_data said stop

@@ -341,6 +341,12 @@ TEST(Dispatch, ItsThreadsAreBoundedAndABatchBeyondThemWaitsWithAReason) {
   expect_exactly_once(b);
 }
 
+// The batch's reason in the store.
+std::string reason_of(const BatchFixture& f) {
+  auto b = f.open_db().batch(f.id());
+  return b.ok() && b->has_value() ? (*b)->reason : "";
+}
+
 TEST(Dispatch, NothingIsSentToAServerWhoseListenerIsNotServerUsers) {
   if (::getuid() != 0) GTEST_SKIP() << "names root as the fake's owner and another account as the expected one";
   BatchFixture f(2);
@@ -350,10 +356,11 @@ TEST(Dispatch, NothingIsSentToAServerWhoseListenerIsNotServerUsers) {
   auto server = server_at(fake, 4, 1);
   server.server_user = "nobody";  // the fake is root's: as if a user had taken the port
   ASSERT_TRUE((*d)->start(batch_of(f, 2), server, f.open_output()).ok());
-  ASSERT_TRUE(wait_done(f));
-  expect_exactly_once(f);
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return reason_of(f).find("not the server's") != std::string::npos; }))
+      << reason_of(f);
   EXPECT_EQ(fake.requests(), 0) << "no prompt reached the impostor";
-  for (const auto& line : output_lines(f)) EXPECT_EQ(line["error"]["code"], "untrusted_server") << line;
+  EXPECT_EQ(f.output(), "") << "and no error is written for it: the requests wait for the real server";
+  EXPECT_EQ((*d)->stop(f.id()), 0);
 
   BatchFixture g(2);
   auto d2 = Dispatcher::open(quick(g));
@@ -443,21 +450,29 @@ TEST(Dispatch, AServerThatHangsIsCutAtTheTimeoutRetriedThenWrittenAsATimeout) {
   EXPECT_EQ(lines[0]["error"]["code"], "timeout");
 }
 
-TEST(Dispatch, AServerThatIsNotThereIsAConnectionErrorAfterTheRetries) {
-  BatchFixture f(1);
+TEST(Dispatch, ABatchWaitsForAServerThatIsNotThereAndSpendsNoRetryOnIt) {
+  BatchFixture f(3);
+  unsigned port = 0;
   std::string url;
   {
     FakeLlm gone([](int, const std::string&) { return FakeLlm::Reply{}; });
     url = gone.url();
+    port = static_cast<unsigned>(std::stoul(url.substr(url.rfind(':') + 1)));
   }
   auto d = Dispatcher::open(quick(f));
   ASSERT_TRUE(d.ok());
   ServerConfig s;
   s.url = url;
-  s.retries = 1;
+  s.retries = 0;  // a retry spent on a server that is not there would write an error at once
   ASSERT_TRUE((*d)->start(batch_of(f, 1), s, f.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return reason_of(f).starts_with("waiting for server fake"); })) << reason_of(f);
+  EXPECT_EQ(f.output(), "") << "nothing is written while no server is there";
+  // The server comes (back) on its port: the batch goes on by itself, each request answered once.
+  FakeLlm back([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; }, port);
   ASSERT_TRUE(wait_done(f));
-  EXPECT_EQ(output_lines(f)[0]["error"]["code"], "connection");
+  expect_exactly_once(f);
+  for (const auto& line : output_lines(f)) EXPECT_TRUE(line["error"].is_null()) << line;
+  EXPECT_EQ(back.requests(), 3);
 }
 
 TEST(Dispatch, StopClosesTheConnectionsInFlightAndPutsTheirRequestsBackToPending) {
