@@ -494,6 +494,9 @@ Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request) {
   http.headers = {"Content-Type: application/json"};
   http.body = request.body;
   http.timeout_ms = run.server.timeout_ms;
+  // A server that does not even accept the connection is not generating: 10 s, not the whole
+  // request's (often 10 minutes), before the batch waits for it (wait_for_server).
+  http.connect_timeout_ms = std::min(run.server.timeout_ms, 10'000LL);
   http.cancel = &run.cancel;
   http.max_body_bytes = opt_.max_answer_bytes;
   if (run.server_uid) {
