@@ -115,7 +115,7 @@ struct Dispatcher::Run {
   std::unique_ptr<BatchDb> db;
   std::mutex db_mutex;
   std::unique_ptr<Ledger> ledger;
-  std::atomic<bool> cancel{false};  // every request in flight watches it (net::Request::cancel)
+  net::Cancel cancel;  // every request in flight watches it (net::Request::cancel)
   std::mutex m;                     // guards what follows
   std::condition_variable cv;       // stop(), a window, a backoff
   bool stopping = false;
@@ -245,7 +245,7 @@ Result<void> Dispatcher::start_workers(Run& run) {
   std::unique_lock lock(run.m);  // held while they are made: none of them sends before all are
   run.stopping = false;
   run.stopped = false;
-  run.cancel = false;
+  run.cancel.reset();
   run.waiting_for_window = false;
   run.workers.clear();
   run.senders = n;
@@ -313,7 +313,7 @@ long long Dispatcher::stop(long long id) {
     std::lock_guard run_lock(run->m);
     if (run->stopped || run->stopping) return 0;
     run->stopping = true;
-    run->cancel = true;
+    run->cancel.set();  // the connections in flight are shut down now
   }
   run->cv.notify_all();
   for (auto& t : run->workers) t.join();

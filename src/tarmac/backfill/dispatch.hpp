@@ -88,9 +88,8 @@ class Dispatcher {
 
   // Stops batch `id`'s sending: nothing more is sent, and the requests in flight are cancelled
   // (their connections closed) and go back to pending. The output stays held (go() sends again).
-  // Returns once the batch's threads have ended: within about a second (libcurl looks at the cancel
-  // flag that often while nothing arrives). How many requests were interrupted; 0 for a batch not
-  // being sent.
+  // Returns once the batch's threads have ended: at once, their connections shut down (net::Cancel).
+  // How many requests were interrupted; 0 for a batch not being sent.
   long long stop(long long id);
   // Sends stopped batch `id` again; an error when the dispatcher does not hold it, or when its
   // threads cannot be had (it stays held, stopped).
