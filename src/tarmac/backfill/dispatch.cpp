@@ -40,7 +40,8 @@ long long backoff(const DispatchOptions& opt, int retry) {
 // What one send came to: an answer to write, one to write unless a retry is left, or nothing (the
 // request was cancelled by stop()).
 struct Outcome {
-  enum class Kind { Final, Retryable, Cancelled } kind = Kind::Final;
+  // Unreachable: nothing was sent (no server listens, or not server_user's): the request waits.
+  enum class Kind { Final, Retryable, Cancelled, Unreachable } kind = Kind::Final;
   Answer answer;
 };
 
@@ -78,11 +79,11 @@ Outcome outcome_of(const Sendable& request, Result<net::Response> sent) {
       out.kind = Outcome::Kind::Retryable;
       break;
     case net::Failure::Refused: out.answer.error_code = "answer_too_large"; break;
+    case net::Failure::Unreachable:
     case net::Failure::Untrusted:
-      // Someone else's process has the server's port (the server is down or restarting): nothing
-      // was sent to it, and the server may be back by the next try.
-      out.answer.error_code = "untrusted_server";
-      out.kind = Outcome::Kind::Retryable;
+      // No server (down, restarting), or someone else's process has its port: nothing was sent, so
+      // the request is no worse for it and waits for the server rather than spend its retries.
+      out.kind = Outcome::Kind::Unreachable;
       break;
   }
   return out;
@@ -108,23 +109,32 @@ struct Dispatcher::Run {
   Batch batch;
   ServerConfig server;
   std::optional<uid_t> server_uid;  // server_user's: the owner each connection's other end must have
-  std::unique_ptr<Ledger> ledger;  // under the dispatcher's db_mutex_
-  std::atomic<bool> cancel{false};  // every request in flight watches it (net::Request::cancel)
+  // The batch's own connection to the store, and the ledger over it, used under db_mutex: the
+  // senders, the writer and stop()/go() of this batch only, so a write that hangs on one batch's
+  // output (a hung NFS server) holds no other batch, nor the socket's thread starting another.
+  std::unique_ptr<BatchDb> db;
+  std::mutex db_mutex;
+  std::unique_ptr<Ledger> ledger;
+  net::Cancel cancel;  // every request in flight watches it (net::Request::cancel)
   std::mutex m;                     // guards what follows
   std::condition_variable cv;       // stop(), a window, a backoff
   bool stopping = false;
   bool stopped = false;             // by stop(): its workers have ended; go() starts them again
   bool waiting_for_window = false;
   unsigned workers_left = 0;  // threads not yet ended: the senders and the writer
+  unsigned senders = 1;       // started by the last start_workers()
   unsigned senders_left = 0;
   unsigned in_flight = 0;
+  long long busy_since_ms = 0;  // monotonic: when in_flight last went from 0 to 1
+  long long busy_ms = 0;        // time with a request in flight, since the stint began
+  int unreachable = 0;          // sends in a row that no server took (wait_for_server)
   long long interrupted = 0;
   // Answers the senders got, for the writer: a sender goes on to its next request while the
   // ledger writes, fsyncs and commits (the server's slot is not left idle meanwhile). Their
   // requests stay in flight in the store until written: a crash sends them again.
   std::deque<Answer> to_write;
   std::vector<std::thread> workers;  // the senders and the writer
-  // What was answered since the batch was started or sent again (record_stint). Under db_mutex_.
+  // What was answered since the batch was started or sent again (record_stint). Under db_mutex.
   struct Stint {
     long long since_ms = 0;
     long long done = 0;
@@ -156,12 +166,13 @@ struct Dispatcher::SlotHold {
 };
 
 Result<std::unique_ptr<Dispatcher>> Dispatcher::open(DispatchOptions options) {
-  TARMAC_TRY_ASSIGN(auto db, BatchDb::open(options.db_path));
+  // Each batch has a connection of its own (Run::db); this one only finds a store it cannot use now.
+  TARMAC_TRY(BatchDb::open(options.db_path));
   if (!options.local_minute) options.local_minute = local_minute_now;
-  return std::unique_ptr<Dispatcher>(new Dispatcher(std::move(options), std::move(db)));
+  return std::unique_ptr<Dispatcher>(new Dispatcher(std::move(options)));
 }
 
-Dispatcher::Dispatcher(DispatchOptions options, BatchDb db) : opt_(std::move(options)), db_(std::move(db)) {}
+Dispatcher::Dispatcher(DispatchOptions options) : opt_(std::move(options)) {}
 
 Dispatcher::~Dispatcher() {
   std::vector<long long> ids;
@@ -192,24 +203,24 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
   if (!server.server_user.empty()) {
     TARMAC_TRY_ASSIGN(run->server_uid, server_user_uid(server.server_user));
   }
+  TARMAC_TRY_ASSIGN(auto db, BatchDb::open(opt_.db_path));
+  run->db = std::make_unique<BatchDb>(std::move(db));
   Reconciled reconciled;
   {
-    std::lock_guard db_lock(db_mutex_);
-    run->ledger = std::make_unique<Ledger>(db_, batch.id, std::move(output), opt_.io, opt_.hook);
+    std::lock_guard db_lock(run->db_mutex);
+    run->ledger = std::make_unique<Ledger>(*run->db, batch.id, std::move(output), opt_.io, opt_.hook);
     TARMAC_TRY_ASSIGN(reconciled, run->ledger->reconcile(Ledger::InFlight::BackToPending));
     run->batch.state = BatchState::Running;
     if (run->batch.started_ms == 0) run->batch.started_ms = util::wall_ms();
     run->batch.reason = paused ? fmt::format("waiting for server {} to be started on idle GPUs", batch.server)
                                : fmt::format("sending to server {} ({})", batch.server, server.url);
-    TARMAC_TRY(db_.save_run(run->batch));
+    TARMAC_TRY(run->db->save_run(run->batch));
     run->stint = Run::Stint{util::wall_ms()};
   }
   if (paused) {
     run->stopped = true;  // as after stop(): go() starts its workers
   } else if (auto started = start_workers(*run); !started.ok()) {
-    std::lock_guard db_lock(db_mutex_);  // the ledger goes under the lock it is used under
-    run.reset();
-    return started.take_error();
+    return started.take_error();  // its threads have ended
   }
   std::lock_guard lock(runs_mutex_);
   runs_[batch.id] = std::move(run);
@@ -239,9 +250,10 @@ Result<void> Dispatcher::start_workers(Run& run) {
   std::unique_lock lock(run.m);  // held while they are made: none of them sends before all are
   run.stopping = false;
   run.stopped = false;
-  run.cancel = false;
+  run.cancel.reset();
   run.waiting_for_window = false;
   run.workers.clear();
+  run.senders = n;
   run.senders_left = n;
   run.workers_left = n + 1;
   try {
@@ -271,8 +283,11 @@ std::unique_ptr<Dispatcher::SlotHold> Dispatcher::take_slot(Run& run) {
     std::lock_guard lock(slots_mutex_);
     auto& s = slots_[run.batch.server];
     if (!s) s = std::make_shared<ServerSlots>();
-    s->limit = std::max(1U, run.server.max_parallel);
     slots = s;
+  }
+  {
+    std::lock_guard lock(slots->m);  // read under it by every sender of the server
+    slots->limit = std::max(1U, run.server.max_parallel);
   }
   for (;;) {
     {
@@ -303,12 +318,12 @@ long long Dispatcher::stop(long long id) {
     std::lock_guard run_lock(run->m);
     if (run->stopped || run->stopping) return 0;
     run->stopping = true;
-    run->cancel = true;
+    run->cancel.set();  // the connections in flight are shut down now
   }
   run->cv.notify_all();
   for (auto& t : run->workers) t.join();
   {
-    std::lock_guard db_lock(db_mutex_);
+    std::lock_guard db_lock(run->db_mutex);
     record_stint(*run, "stopped");
   }
   std::lock_guard lock(run->m);
@@ -332,7 +347,7 @@ Result<void> Dispatcher::go(long long id, const std::string& url) {
   }
   set_reason(*run, fmt::format("sending to server {} ({})", run->batch.server, run->server.url));
   {
-    std::lock_guard db_lock(db_mutex_);
+    std::lock_guard db_lock(run->db_mutex);
     run->stint = Run::Stint{util::wall_ms()};
   }
   return start_workers(*run);
@@ -359,8 +374,7 @@ long long Dispatcher::release(long long id) {
     run = std::move(it->second);
     runs_.erase(it);
   }
-  std::lock_guard db_lock(db_mutex_);  // the ledger (and the output with it) goes under the lock it is used under
-  run.reset();
+  run.reset();  // its threads have ended: the ledger and the output close here
   return interrupted;
 }
 
@@ -404,7 +418,6 @@ void Dispatcher::reap_finished() {
   }
   for (auto& run : done) {
     for (auto& t : run->workers) t.join();
-    std::lock_guard db_lock(db_mutex_);
     run.reset();
   }
 }
@@ -413,34 +426,39 @@ void Dispatcher::reap_finished() {
 void Dispatcher::work(Run& run) {
   for (;;) {
     if (!wait_for_window(run)) break;
-    const auto slot = take_slot(run);
-    if (!slot) break;
-    std::optional<Sendable> request;
-    bool failed = false;
+    Sent sent;
     {
-      std::lock_guard db_lock(db_mutex_);
-      auto taken = db_.take_pending(run.batch.id, 1, util::wall_ms());
-      if (!taken.ok()) {
-        log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", run.batch.id, taken.error().message));
-        failed = true;  // the store is busy or failing: try again after a wait
-      } else if (!taken->empty()) {
-        request = std::move(taken->front());
+      const auto slot = take_slot(run);  // given back before the answer waits for the writer
+      if (!slot) break;
+      std::optional<Sendable> request;
+      bool failed = false;
+      {
+        std::lock_guard db_lock(run.db_mutex);
+        auto taken = run.db->take_pending(run.batch.id, 1, util::wall_ms());
+        if (!taken.ok()) {
+          log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", run.batch.id, taken.error().message));
+          failed = true;  // the store is busy or failing: try again after a wait
+        } else if (!taken->empty()) {
+          request = std::move(taken->front());
+        }
       }
-    }
-    std::unique_lock lock(run.m);
-    if (!request && !failed) break;  // nothing left to send
-    if (request) {
-      ++run.in_flight;
+      std::unique_lock lock(run.m);
+      if (!request && !failed) break;  // nothing left to send
+      if (!request) {
+        // The store failed: wait, as for a retry.
+        run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, 1)), [&] { return run.stopping; });
+        continue;
+      }
+      if (run.in_flight++ == 0) run.busy_since_ms = util::monotonic_ms();
       ++totals_.in_flight;
       lock.unlock();
-      send(run, *request);
+      sent = send(run, *request);
       lock.lock();
-      --run.in_flight;
+      if (--run.in_flight == 0) run.busy_ms += util::monotonic_ms() - run.busy_since_ms;
       --totals_.in_flight;
-    } else {
-      // The store failed: wait, as for a retry.
-      run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, 1)), [&] { return run.stopping; });
     }
+    if (sent.kind == Sent::Kind::Answered) hand_to_writer(run, std::move(sent.answer));
+    if (sent.kind == Sent::Kind::Unreachable && !wait_for_server(run, sent.why)) break;
   }
   std::lock_guard lock(run.m);
   --run.senders_left;
@@ -479,20 +497,23 @@ bool Dispatcher::wait_for_window(Run& run) {
 }
 
 void Dispatcher::set_reason(Run& run, const std::string& reason) {
-  std::lock_guard db_lock(db_mutex_);
+  std::lock_guard db_lock(run.db_mutex);
   run.batch.reason = reason;
-  if (auto r = db_.save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+  if (auto r = run.db->save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
 }
 
-// Sends `request` (again after a retryable failure, up to the server's retries) and hands its
-// answer to the writer; a request cancelled by stop() goes back to pending.
-void Dispatcher::send(Run& run, const Sendable& request) {
+// Sends `request` (again after a retryable failure, up to the server's retries): its answer for the
+// writer; a request cancelled by stop(), or one no server took, goes back to pending.
+Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request) {
   net::Request http;
   http.method = "POST";
   http.url = server_url(run.server.url, to_url(request.row.endpoint));
   http.headers = {"Content-Type: application/json"};
   http.body = request.body;
   http.timeout_ms = run.server.timeout_ms;
+  // A server that does not even accept the connection is not generating: 10 s, not the whole
+  // request's (often 10 minutes), before the batch waits for it (wait_for_server).
+  http.connect_timeout_ms = std::min(run.server.timeout_ms, 10'000LL);
   http.cancel = &run.cancel;
   http.max_body_bytes = opt_.max_answer_bytes;
   if (run.server_uid) {
@@ -520,17 +541,56 @@ void Dispatcher::send(Run& run, const Sendable& request) {
     std::lock_guard lock(run.m);
     ++run.interrupted;
     ++totals_.interrupted;
-    return;
+    return Sent{Sent::Kind::PutBack, {}, {}};
+  }
+  if (outcome.kind == Outcome::Kind::Unreachable) {
+    put_back(run, request.row.index, outcome.answer.error_message);
+    return Sent{Sent::Kind::Unreachable, {}, outcome.answer.error_message};
   }
   outcome.answer.ended_ms = util::wall_ms();
-  std::lock_guard lock(run.m);
-  run.to_write.push_back(std::move(outcome.answer));
+  return Sent{Sent::Kind::Answered, std::move(outcome.answer), {}};
+}
+
+void Dispatcher::hand_to_writer(Run& run, Answer answer) {
+  std::unique_lock lock(run.m);
+  const bool was_waiting = run.unreachable > 0;
+  run.unreachable = 0;
+  // At most one answer per sender waits for the writer: while the output cannot be written (a full
+  // disk), the senders wait too, rather than keep every answer of the batch in memory.
+  run.cv.wait(lock, [&] { return run.to_write.size() < run.senders || run.stopping; });
+  if (run.to_write.size() >= run.senders) {  // stopped while waiting: sent again later
+    lock.unlock();
+    put_back(run, answer.index, "interrupted: the batch's sending was stopped");
+    lock.lock();
+    ++run.interrupted;
+    ++totals_.interrupted;
+    return;
+  }
+  run.to_write.push_back(std::move(answer));
   run.cv.notify_all();
+  if (was_waiting) {
+    lock.unlock();
+    set_reason(run, fmt::format("sending to server {} ({})", run.batch.server, run.server.url));
+  }
+}
+
+// No server took the last request (why): the batch says so, and its sender waits 1s, 2s, ... (at
+// most max_backoff_ms) before the next try. False when the batch is stopped meanwhile.
+bool Dispatcher::wait_for_server(Run& run, const std::string& why) {
+  std::unique_lock lock(run.m);
+  const int tries = ++run.unreachable;
+  if (tries == 1) {
+    lock.unlock();
+    set_reason(run, fmt::format("waiting for server {} ({}): {}", run.batch.server, run.server.url, why));
+    lock.lock();
+  }
+  return !run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, std::min(tries, 30))),
+                          [&] { return run.stopping; });
 }
 
 void Dispatcher::put_back(Run& run, long long index, const std::string& why) {
-  std::lock_guard db_lock(db_mutex_);
-  if (auto r = db_.back_to_pending(run.batch.id, index, why); !r.ok()) {
+  std::lock_guard db_lock(run.db_mutex);
+  if (auto r = run.db->back_to_pending(run.batch.id, index, why); !r.ok()) {
     log(util::LogLevel::Warning, r.error().message);  // still in flight in the store: resume puts it back
   }
 }
@@ -544,6 +604,7 @@ void Dispatcher::write_answers(Run& run) {
     if (run.to_write.empty()) break;
     Answer answer = std::move(run.to_write.front());
     run.to_write.pop_front();
+    run.cv.notify_all();  // a sender waiting for room
     lock.unlock();
     write_answer(run, answer);
     lock.lock();
@@ -561,7 +622,7 @@ void Dispatcher::write_answers(Run& run) {
 void Dispatcher::write_answer(Run& run, const Answer& answer) {
   for (int failures = 1;; ++failures) {
     auto written = [&] {
-      std::lock_guard db_lock(db_mutex_);
+      std::lock_guard db_lock(run.db_mutex);
       Ledger::Tokens tokens;
       auto r = run.ledger->complete(answer, &tokens);
       if (r.ok() && *r != Ledger::Completion::AlreadyAnswered) count_answer(run, answer, tokens);
@@ -586,14 +647,14 @@ void Dispatcher::write_answer(Run& run, const Answer& answer) {
 void Dispatcher::mark_done(Run& run) {
   bool done = false;
   {
-    std::lock_guard db_lock(db_mutex_);
-    auto progress = db_.progress(run.batch.id);
+    std::lock_guard db_lock(run.db_mutex);
+    auto progress = run.db->progress(run.batch.id);
     if (progress.ok() && progress->pending == 0 && progress->in_flight == 0) {
       run.batch.state = BatchState::Done;
       run.batch.ended_ms = util::wall_ms();
       run.batch.reason = fmt::format("done: {} answered, {} of them with an error", progress->done + progress->failed,
                                      progress->failed);
-      if (auto r = db_.save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+      if (auto r = run.db->save_run(run.batch); !r.ok()) log(util::LogLevel::Warning, r.error().message);
       record_stint(run, "done");
       done = true;
     } else if (!progress.ok()) {
@@ -617,6 +678,14 @@ void Dispatcher::record_stint(Run& run, const char* why) {
   const Run::Stint s = run.stint;
   const long long now = util::wall_ms();
   run.stint = Run::Stint{now};
+  long long busy_ms = 0;  // the time a request was in flight: not the waits for a window or a slot
+  {
+    std::lock_guard lock(run.m);
+    const long long mono = util::monotonic_ms();
+    busy_ms = run.busy_ms + (run.in_flight > 0 ? mono - run.busy_since_ms : 0);
+    run.busy_ms = 0;
+    run.busy_since_ms = mono;
+  }
   if (s.done + s.failed == 0) return;  // nothing was answered: nothing to count
   const nlohmann::json detail = {{"batch", run.batch.id},
                                  {"user", run.batch.user},
@@ -627,12 +696,12 @@ void Dispatcher::record_stint(Run& run, const char* why) {
                                  {"prompt_tokens", s.prompt_tokens},
                                  {"completion_tokens", s.completion_tokens},
                                  {"since_unix_ms", s.since_ms},
-                                 {"busy_ms", std::max(0LL, now - s.since_ms)},
+                                 {"busy_ms", std::max(0LL, busy_ms)},
                                  // A managed server's GPUs are the ones the scheduler gave it; an
                                  // external server's are not tarmac's to know.
                                  {"gpus", run.server.kind == ServerKind::Managed ? run.server.gpus : 0U},
                                  {"why", why}};
-  if (auto r = db_.add_event(now, "backfill", util::json_text(detail)); !r.ok()) {
+  if (auto r = run.db->add_event(now, "backfill", util::json_text(detail)); !r.ok()) {
     log(util::LogLevel::Warning, fmt::format("backfill: batch {}: its work is not recorded: {}", run.batch.id,
                                              r.error().message));
   }

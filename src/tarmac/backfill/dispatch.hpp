@@ -91,9 +91,8 @@ class Dispatcher {
 
   // Stops batch `id`'s sending: nothing more is sent, and the requests in flight are cancelled
   // (their connections closed) and go back to pending. The output stays held (go() sends again).
-  // Returns once the batch's threads have ended: within about a second (libcurl looks at the cancel
-  // flag that often while nothing arrives). How many requests were interrupted; 0 for a batch not
-  // being sent.
+  // Returns once the batch's threads have ended: at once, their connections shut down (net::Cancel).
+  // How many requests were interrupted; 0 for a batch not being sent.
   long long stop(long long id);
   // Sends stopped batch `id` again (to `url` when one is given: a managed server's, known once it
   // runs); an error when the dispatcher does not hold it, or when its threads cannot be had (it
@@ -115,7 +114,7 @@ class Dispatcher {
   struct Run;  // one batch being sent (dispatch.cpp)
 
  private:
-  explicit Dispatcher(DispatchOptions options, BatchDb db);
+  explicit Dispatcher(DispatchOptions options);
   void reap_finished();
   [[nodiscard]] Result<void> start_workers(Run& run);
   // Up to `wanted` senders, and a writer, out of max_threads: how many senders were granted (0: none).
@@ -128,23 +127,28 @@ class Dispatcher {
   void work(Run& run);
   [[nodiscard]] bool wait_for_window(Run& run);
   void set_reason(Run& run, const std::string& reason);
-  void send(Run& run, const Sendable& request);
+  // What one send came to (dispatch.cpp send()).
+  struct Sent {
+    enum class Kind { Answered, PutBack, Unreachable } kind = Kind::PutBack;
+    Answer answer;    // Answered: for the writer
+    std::string why;  // Unreachable: why no server took it
+  };
+  [[nodiscard]] Sent send(Run& run, const Sendable& request);
+  // Queues `answer` for the writer, waiting while one per sender waits already.
+  void hand_to_writer(Run& run, Answer answer);
+  [[nodiscard]] bool wait_for_server(Run& run, const std::string& why);
   void put_back(Run& run, long long index, const std::string& why);
   void write_answers(Run& run);
   void write_answer(Run& run, const Answer& answer);
   void mark_done(Run& run);
   // Records what `run` did since it was started or sent again as a "backfill" event in the store
-  // (the report's "idle hours turned into work"), and starts counting anew. Under db_mutex_.
+  // (the report's "idle hours turned into work"), and starts counting anew. Under run.db_mutex.
   void record_stint(Run& run, const char* why);
-  // An answer written: counted in the totals and the run's stint. Under db_mutex_.
+  // An answer written: counted in the totals and the run's stint. Under run.db_mutex.
   void count_answer(Run& run, const Answer& answer, const Ledger::Tokens& tokens);
   void log(util::LogLevel level, const std::string& message) const;
 
   DispatchOptions opt_;
-  // The dispatcher's own connection and the ledgers over it: used under db_mutex_ only, by the
-  // workers and by start()/stop().
-  std::mutex db_mutex_;
-  BatchDb db_;
   std::mutex runs_mutex_;
   std::map<long long, std::unique_ptr<Run>> runs_;
   std::mutex slots_mutex_;

@@ -39,12 +39,17 @@ json body_value(const std::string& body) {
   return json(util::valid_utf8(body));
 }
 
+constexpr long long kMostTokens = 1LL << 40;
+
 std::optional<long long> usage_of(const json& body, const char* key) {
   if (!body.is_object()) return std::nullopt;
   const auto usage = body.find("usage");
   if (usage == body.end() || !usage->is_object()) return std::nullopt;
   const auto v = usage->find(key);
-  if (v == usage->end() || !v->is_number_integer() || v->get<long long>() < 0) return std::nullopt;
+  // A server's count is believed up to a trillion tokens: sums of more would overflow.
+  if (v == usage->end() || !v->is_number_integer() || v->get<long long>() < 0 || v->get<long long>() > kMostTokens) {
+    return std::nullopt;
+  }
   return v->get<long long>();
 }
 

@@ -146,7 +146,7 @@ Result<int> free_loopback_port() {
 // A server's health path asked every probe_every_ms on a thread of its own (the scheduler's thread
 // never waits on a server) until it answers 200, or ready_timeout passes, or it is let go.
 struct ManagedServers::Probe {
-  std::atomic<bool> cancel{false};
+  net::Cancel cancel;            // its request's sockets are shut down when it is set
   std::atomic<int> result{0};  // 0: asking; 1: ready; -1: not within ready_timeout
   std::thread thread;
 
@@ -154,7 +154,7 @@ struct ManagedServers::Probe {
     thread = std::thread([this, url = std::move(url), timeout_ms, every_ms] { ask(url, timeout_ms, every_ms); });
   }
   ~Probe() {
-    cancel = true;
+    cancel.set();
     if (thread.joinable()) thread.join();
   }
   Probe(const Probe&) = delete;
@@ -168,17 +168,17 @@ struct ManagedServers::Probe {
     get.timeout_ms = kProbeTimeoutMs;
     get.cancel = &cancel;
     get.max_body_bytes = 64 << 10;
-    while (!cancel && util::monotonic_ms() < deadline) {
+    while (!cancel.is_set() && util::monotonic_ms() < deadline) {
       const auto answer = net::perform(get);
       if (answer.ok() && answer->status == 200) {
         result = 1;
         return;
       }
-      for (long long waited = 0; waited < every_ms && !cancel; waited += 10) {
+      for (long long waited = 0; waited < every_ms && !cancel.is_set(); waited += 10) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
-    if (!cancel) result = -1;
+    if (!cancel.is_set()) result = -1;
   }
 };
 

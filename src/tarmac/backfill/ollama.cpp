@@ -129,7 +129,10 @@ std::string error_body(std::string_view message, long status) {
 
 std::optional<long long> count_of(const json& doc, const char* key) {
   const auto it = doc.find(key);
-  if (it == doc.end() || !it->is_number_integer() || it->get<long long>() < 0) return std::nullopt;
+  // Believed up to a trillion tokens: prompt + completion, and the sums of a batch, stay in range.
+  if (it == doc.end() || !it->is_number_integer() || it->get<long long>() < 0 || it->get<long long>() > (1LL << 40)) {
+    return std::nullopt;
+  }
   return it->get<long long>();
 }
 

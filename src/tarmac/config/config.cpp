@@ -628,6 +628,22 @@ Result<void> check_server(const backfill::ServerConfig& server, const std::strin
   return {};
 }
 
+// The port of a url check_url accepts: the one it names, else the scheme's.
+unsigned url_port(std::string_view url) {
+  const bool https = url.starts_with("https://");
+  std::string_view authority = url.substr(url.find("://") + 3);
+  authority = authority.substr(0, authority.find_first_of("/?#"));
+  const auto close = authority.rfind(']');
+  const auto colon = authority.rfind(':');
+  if (colon == std::string_view::npos || (close != std::string_view::npos && colon < close)) return https ? 443 : 80;
+  unsigned port = 0;
+  for (const char c : authority.substr(colon + 1)) {
+    if (c < '0' || c > '9' || port > 65535) return 0;
+    port = port * 10 + static_cast<unsigned>(c - '0');
+  }
+  return port;
+}
+
 // One [backfill.server.NAME] table over `server`; an error names the line, a warning an unknown key.
 Result<void> parse_server(const toml::table& table, const std::string& file, const std::string& name,
                           backfill::ServerConfig& server, std::vector<std::pair<std::size_t, std::string>>& found) {
@@ -685,6 +701,13 @@ Result<void> parse_backfill(const toml::table& section, const std::string& file,
       backfill::ServerConfig& server = out.servers[server_name];
       TARMAC_TRY(parse_server(*t, file, server_name, server, found));
       TARMAC_TRY(check_server(server, fmt::format("{}:{}:{}: backfill.server.{}", file, at.line, at.column, server_name)));
+      if (server.kind == backfill::ServerKind::External && server.server_user.empty() &&
+          net::is_loopback_url(server.url) && url_port(server.url) > 1023) {
+        found.emplace_back(at.line, fmt::format("{}:{}: backfill.server.{}: any local user who listens on port {} "
+                                                "while the server is down gets the prompts sent to it: set "
+                                                "server_user (docs/backfill.md \"Who the server is\")",
+                                                file, at.line, server_name, url_port(server.url)));
+      }
     }
   }
   return {};

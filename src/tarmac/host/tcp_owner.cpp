@@ -36,7 +36,8 @@ std::optional<uid_t> find_owner(const std::string& table, const std::string& loc
     std::string slot, local_field, remote_field, state, queues, timer, retransmits;
     long long uid = -1;
     if (!(fields >> slot >> local_field >> remote_field >> state >> queues >> timer >> retransmits >> uid)) continue;
-    if (local_field == local && remote_field == remote && uid >= 0) return static_cast<uid_t>(uid);
+    // A TIME_WAIT entry (06) is the kernel's, listed as uid 0, not its process's.
+    if (local_field == local && remote_field == remote && state != "06" && uid >= 0) return static_cast<uid_t>(uid);
   }
   return std::nullopt;
 }

@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <dlfcn.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -108,7 +110,20 @@ std::size_t on_write(char* data, std::size_t size, std::size_t count, void* user
 // Called often during a transfer: a non-zero answer aborts it (the cancel flag).
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   const auto* t = static_cast<Transfer*>(user);
-  return t->request->cancel != nullptr && t->request->cancel->load() ? 1 : 0;
+  return t->request->cancel != nullptr && t->request->cancel->is_set() ? 1 : 0;
+}
+
+// A socket libcurl made, before it connects: watched by the request's Cancel.
+int on_socket(void* user, curl_socket_t fd, curlsocktype) {
+  auto* cancel = static_cast<Cancel*>(user);
+  cancel->watch(fd);
+  return cancel->is_set() ? CURL_SOCKOPT_ERROR : CURL_SOCKOPT_OK;
+}
+
+// A socket libcurl closes: forgotten first.
+int on_close(void* user, curl_socket_t fd) {
+  static_cast<Cancel*>(user)->forget(fd);
+  return ::close(fd);
 }
 
 // Once the connection is made, before the request is sent: check_connection's say.
@@ -148,6 +163,23 @@ Result<void> check_url(std::string_view url) {
   // Credentials in a URL end up in logs and process listings: give them as headers instead.
   if (authority.find('@') != std::string_view::npos) return bad("credentials (user@) in the URL are not accepted");
   return {};
+}
+
+void Cancel::set() {
+  flag_ = true;
+  std::lock_guard lock(m_);
+  for (const int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+}
+
+void Cancel::watch(int fd) {
+  std::lock_guard lock(m_);
+  fds_.insert(fd);
+  if (flag_) ::shutdown(fd, SHUT_RDWR);  // set() came between the socket and this
+}
+
+void Cancel::forget(int fd) {
+  std::lock_guard lock(m_);
+  fds_.erase(fd);
 }
 
 bool is_loopback_url(std::string_view url) {
@@ -211,6 +243,9 @@ Result<Response> perform(const Request& request) {
   c.easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
   c.easy_setopt(e, CURLOPT_USERAGENT, "tarmac");
   if (!request.ca_file.empty()) c.easy_setopt(e, CURLOPT_CAINFO, request.ca_file.c_str());
+  // A proxy from the environment (http_proxy) would be the other end of a loopback request, and
+  // check_connection would check it instead of the server.
+  if (is_loopback_url(request.url)) c.easy_setopt(e, CURLOPT_NOPROXY, "*");
   if (headers) c.easy_setopt(e, CURLOPT_HTTPHEADER, headers.get());
   if (request.method == "POST") {
     c.easy_setopt(e, CURLOPT_POST, 1L);
@@ -222,6 +257,12 @@ Result<Response> perform(const Request& request) {
   c.easy_setopt(e, CURLOPT_XFERINFOFUNCTION, &on_progress);
   c.easy_setopt(e, CURLOPT_XFERINFODATA, &transfer);
   c.easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+  if (request.cancel != nullptr) {
+    c.easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, &on_socket);
+    c.easy_setopt(e, CURLOPT_SOCKOPTDATA, request.cancel);
+    c.easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, &on_close);
+    c.easy_setopt(e, CURLOPT_CLOSESOCKETDATA, request.cancel);
+  }
   if (request.check_connection) {
     if (c.easy_setopt(e, CURLOPT_PREREQFUNCTION, &on_prereq) != CURLE_OK ||
         c.easy_setopt(e, CURLOPT_PREREQDATA, &transfer) != CURLE_OK) {
@@ -244,7 +285,14 @@ Result<Response> perform(const Request& request) {
                                          "was sent",
                         Failure::Untrusted);
     }
-    if (rc == CURLE_ABORTED_BY_CALLBACK) return make_error(Error::Code::Io, "cancelled", Failure::Cancelled);
+    // A cancel shuts the connection down: libcurl sees it lost (or its socket refused) at once.
+    if (rc == CURLE_ABORTED_BY_CALLBACK || (request.cancel != nullptr && request.cancel->is_set())) {
+      return make_error(Error::Code::Io, "cancelled", Failure::Cancelled);
+    }
+    if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST) {
+      return make_error(Error::Code::Io, detail[0] != '\0' ? std::string(detail) : std::string(c.easy_strerror(rc)),
+                        Failure::Unreachable);
+    }
     if (rc == CURLE_OPERATION_TIMEDOUT) {
       return make_error(Error::Code::Io, fmt::format("timed out after {} ms", timeout), Failure::Timeout);
     }

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +17,26 @@
 #include "tarmac/util/result.hpp"
 
 namespace tarmac::net {
+
+// What a request watches to end early, set from another thread: set() ends the requests watching it
+// at once, their connections shut down (libcurl alone would look at a flag about once a second
+// while nothing arrives: the whole of a yield's time, before). reset() readies it for the next ones.
+class Cancel {
+ public:
+  void set();
+  void reset() { flag_ = false; }
+  [[nodiscard]] bool is_set() const { return flag_.load(); }
+
+  // perform()'s: the sockets of the requests watching it, shut down by set(). A socket is forgotten
+  // before it is closed, so set() never reaches another's descriptor of the same number.
+  void watch(int fd);
+  void forget(int fd);
+
+ private:
+  std::atomic<bool> flag_{false};
+  std::mutex m_;
+  std::set<int> fds_;
+};
 
 // The two ends of a request's connection as libcurl has them, once it is made.
 struct Connection {
@@ -32,7 +54,7 @@ struct Request {
   long long timeout_ms = 5000;           // the whole request, connecting included
   long long connect_timeout_ms = 0;      // 0: the whole timeout
   std::string ca_file;                   // a PEM bundle to trust instead of the system's
-  const std::atomic<bool>* cancel = nullptr;  // set from another thread: the request ends at once
+  Cancel* cancel = nullptr;              // set from another thread: the request ends at once
   // Called with each piece of the answer's body as it arrives; returning false ends the request
   // (an Error of code Io saying it was stopped). Without it, the body is kept in Response::body.
   std::function<bool(std::string_view)> on_data;
@@ -51,7 +73,8 @@ struct Response {
 // What went wrong with a request that got no answer, as the cause of perform()'s Io errors
 // (Error::cause_as<Failure>()): a caller retries Connection and Timeout, not the others.
 enum class Failure {
-  Connection,  // resolving, connecting, TLS, or the connection lost before the whole answer
+  Unreachable,  // no connection was made (refused, no route, the name not resolved): nothing was sent
+  Connection,  // TLS, or the connection lost before the whole answer
   Timeout,     // the request's deadline passed
   Cancelled,   // the cancel flag was set
   Refused,     // the answer was over max_body_bytes, or on_data said stop

@@ -194,8 +194,15 @@ url = "https://gpu7.example.com:8080"
   EXPECT_EQ(night.max_parallel, 2U);
   EXPECT_EQ(night.kind, backfill::ServerKind::External);
   EXPECT_EQ(c->backfill.servers.at("llama-1").max_parallel, backfill::ServerConfig{}.max_parallel);
-  ASSERT_EQ(warnings.size(), 1U);
-  EXPECT_EQ(warnings[0], "t.toml:7: unknown key 'backfill.server.night.colour' (ignored)");
+  ASSERT_EQ(warnings.size(), 2U);
+  EXPECT_EQ(warnings[1], "t.toml:7: unknown key 'backfill.server.night.colour' (ignored)");
+  EXPECT_NE(warnings[0].find("t.toml:2: backfill.server.night: any local user who listens on port 11434"),
+            std::string::npos)
+      << warnings[0] << ": a loopback port anyone may take, and no server_user";
+  warnings.clear();
+  ASSERT_TRUE(parse_text("[backfill.server.a]\nurl = \"http://127.0.0.1:80\"\n", warnings).ok());
+  ASSERT_TRUE(parse_text("[backfill.server.a]\nurl = \"http://[::1]:8080\"\nserver_user = \"root\"\n", warnings).ok());
+  EXPECT_TRUE(warnings.empty()) << warnings.front() << ": a port below 1024, or the server's account named";
   // A later file changes one key of a server and keeps the others.
   auto later = parse("[backfill.server.night]\nretries = 0\n", "user.toml", *c, warnings);
   ASSERT_TRUE(later.ok()) << later.error().message;

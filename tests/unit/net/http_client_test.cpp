@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "http_server.hpp"
+#include "tarmac/util/clock.hpp"
 
 namespace tarmac::net {
 namespace {
@@ -145,17 +146,26 @@ TEST(Perform, ASilentServerTimesOutAndACancelEndsItAtOnce) {
   EXPECT_EQ(response.error().message, "timed out after 300 ms");
 
   HttpServer hanging("200 OK", true);
-  std::atomic<bool> cancel{false};
+  Cancel cancel;
   request.url = hanging.url();
   request.timeout_ms = 60'000;
   request.cancel = &cancel;
+  std::atomic<long long> set_at{0};
   std::thread canceller([&] {
     // Waits for the request to reach the server, then cancels: an event, not a clock.
     while (hanging.requests().empty()) std::this_thread::yield();
-    cancel = true;
+    set_at = util::monotonic_ms();
+    cancel.set();
   });
   response = perform(request);
+  const long long ended_at = util::monotonic_ms();
   canceller.join();
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.error().message, "cancelled");
+  // The connection is shut down, not left for libcurl's next look at the flag (about a second).
+  EXPECT_LT(ended_at - set_at, 500);
+  // Set before the request: it ends before it is sent.
+  response = perform(request);
   ASSERT_FALSE(response.ok());
   EXPECT_EQ(response.error().message, "cancelled");
 }

@@ -19,12 +19,16 @@
 
 namespace tarmac::testing {
 
-// A listening TCP socket on 127.0.0.1 and a port the kernel chose (set in `port`).
+// A listening TCP socket on 127.0.0.1 and `port`, or a port the kernel chose when it is 0 (set in
+// `port`).
 inline int listen_on_loopback(int backlog, unsigned& port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   ::listen(fd, backlog);
   socklen_t len = sizeof addr;
@@ -124,7 +128,8 @@ class FakeLlm {
   };
   using Handler = std::function<Reply(int number, const std::string& request)>;
 
-  explicit FakeLlm(Handler handler) : handler_(std::move(handler)) {
+  // On `port` (0: one the kernel chooses).
+  explicit FakeLlm(Handler handler, unsigned port = 0) : handler_(std::move(handler)), port_(port) {
     fd_ = listen_on_loopback(128, port_);
     acceptor_ = std::thread([this] { accept_loop(); });
   }
