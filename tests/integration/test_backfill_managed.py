@@ -181,7 +181,7 @@ class ManagedLlamaServer(AgentQueueTest):
         self.assertEqual([(e["server"], e["for_job"] > 0, e["ms"] >= 0) for e in events], [("llama", True, True)] * 3)
         self.wait_server_stopped()
         print("\nyields: normal job submitted -> started in " + ", ".join(f"{y:.2f}" for y in yield_s) + " s\n  "
-              + "\n  ".join(yields), flush=True)
+              + "\n  ".join(yields) + "\n  " + "\n  ".join(o.split("info: ", 1)[-1] for o in order), flush=True)
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root: the agent runs the managed server as another account")
 class ManagedServerNeverReady(AgentQueueTest):
