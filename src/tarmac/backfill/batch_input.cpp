@@ -301,6 +301,9 @@ Result<void> check_model(std::string_view model, const InputLimits& limits) {
   for (const unsigned char c : model) {
     if (c <= 0x20 || c >= 0x7f) return problem(0, "the model's name holds a character other than printable ASCII");
   }
+  // A managed server gets the model as one word of its command line ({model}): one that starts with
+  // '-' would be read as an option of the user's choosing.
+  if (model.front() == '-') return problem(0, "the model's name starts with '-'");
   return {};
 }
 

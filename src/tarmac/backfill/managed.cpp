@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
+#include <system_error>
 
 #include "tarmac/backfill/ollama.hpp"
 #include "tarmac/net/http_client.hpp"
@@ -151,7 +152,11 @@ struct ManagedServers::Probe {
   std::thread thread;
 
   Probe(std::string url, long long timeout_ms, long long every_ms) {
-    thread = std::thread([this, url = std::move(url), timeout_ms, every_ms] { ask(url, timeout_ms, every_ms); });
+    try {
+      thread = std::thread([this, url = std::move(url), timeout_ms, every_ms] { ask(url, timeout_ms, every_ms); });
+    } catch (const std::system_error&) {
+      result = -1;  // the system will not make a thread now (its task limit): not ready, tried again later
+    }
   }
   ~Probe() {
     cancel.set();

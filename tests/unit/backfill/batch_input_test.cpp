@@ -194,6 +194,9 @@ TEST(BatchInput, AnEmptyInputOrABadModelIsRefusedAsAWhole) {
   EXPECT_NE(refusal(parse_jsonl("\n\n", "m")).first.find("no requests"), std::string::npos);
   EXPECT_NE(refusal(parse_jsonl(chat_line("a"), "")).first.find("no --model"), std::string::npos);
   EXPECT_NE(refusal(parse_jsonl(chat_line("a"), "a model")).first.find("printable ASCII"), std::string::npos);
+  EXPECT_NE(refusal(parse_jsonl(chat_line("a"), "--config=/etc/x.yaml")).first.find("starts with '-'"),
+            std::string::npos)
+      << "a managed server's {model} would be an option";
 }
 
 TEST(BatchInput, TextsBecomeChatRequestsThroughTheTemplateWithIdsFromTheirIndex) {
