@@ -109,11 +109,14 @@ struct Dispatcher::Run {
   Batch batch;
   ServerConfig server;
   std::optional<uid_t> server_uid;  // server_user's: the owner each connection's other end must have
-  // The batch's own connection to the store, and the ledger over it, used under db_mutex: the
-  // senders, the writer and stop()/go() of this batch only, so a write that hangs on one batch's
-  // output (a hung NFS server) holds no other batch, nor the socket's thread starting another.
+  // The batch's own connections to the store. `db` is used under db_mutex, by the senders, the
+  // writer's counts and the controls (stop, go, note) for moments only. The ledger, over a
+  // connection of its own, is the writer thread's alone once the batch is started: it writes and
+  // fdatasyncs the user's output with no lock held, so an output whose writes hang (a hung NFS
+  // server) holds only its writer, not the scheduler's thread noting or starting batches.
   std::unique_ptr<BatchDb> db;
   std::mutex db_mutex;
+  std::unique_ptr<BatchDb> ledger_db;
   std::unique_ptr<Ledger> ledger;
   net::Cancel cancel;  // every request in flight watches it (net::Request::cancel)
   std::mutex m;                     // guards what follows
@@ -205,10 +208,12 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
   }
   TARMAC_TRY_ASSIGN(auto db, BatchDb::open(opt_.db_path));
   run->db = std::make_unique<BatchDb>(std::move(db));
+  TARMAC_TRY_ASSIGN(auto ledger_db, BatchDb::open(opt_.db_path));
+  run->ledger_db = std::make_unique<BatchDb>(std::move(ledger_db));
   Reconciled reconciled;
   {
     std::lock_guard db_lock(run->db_mutex);
-    run->ledger = std::make_unique<Ledger>(*run->db, batch.id, std::move(output), opt_.io, opt_.hook);
+    run->ledger = std::make_unique<Ledger>(*run->ledger_db, batch.id, std::move(output), opt_.io, opt_.hook);
     TARMAC_TRY_ASSIGN(reconciled, run->ledger->reconcile(Ledger::InFlight::BackToPending));
     run->batch.state = BatchState::Running;
     if (run->batch.started_ms == 0) run->batch.started_ms = util::wall_ms();
@@ -622,10 +627,12 @@ void Dispatcher::write_answers(Run& run) {
 void Dispatcher::write_answer(Run& run, const Answer& answer) {
   for (int failures = 1;; ++failures) {
     auto written = [&] {
-      std::lock_guard db_lock(run.db_mutex);
       Ledger::Tokens tokens;
-      auto r = run.ledger->complete(answer, &tokens);
-      if (r.ok() && *r != Ledger::Completion::AlreadyAnswered) count_answer(run, answer, tokens);
+      auto r = run.ledger->complete(answer, &tokens);  // no lock: the writer's alone (Run::ledger)
+      if (r.ok() && *r != Ledger::Completion::AlreadyAnswered) {
+        std::lock_guard db_lock(run.db_mutex);
+        count_answer(run, answer, tokens);
+      }
       return r;
     }();
     if (written.ok()) return;

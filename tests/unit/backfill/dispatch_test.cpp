@@ -265,6 +265,8 @@ TEST(Dispatch, AnOutputWhoseWritesHangHoldsOnlyItsOwnBatch) {
   const long long t0 = util::monotonic_ms();
   ASSERT_TRUE((*d)->start(batch_of(b, 1), server_at(fake), b.open_output()).ok());
   EXPECT_LT(util::monotonic_ms() - t0, 2000) << "starting another batch does not wait on a's output";
+  (*d)->note(a.id(), "noted while its output hangs");  // the scheduler's tick: must not wait either
+  EXPECT_EQ(a.open_db().batch(a.id())->value().reason, "noted while its output hangs");
   ASSERT_TRUE(wait_done(b)) << "b is written while a's write hangs";
   expect_exactly_once(b);
   unhang = true;
