@@ -5,6 +5,7 @@
 #include <pwd.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -336,6 +337,11 @@ json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const 
   auto server = pick_server(opt_.config, batch.server);
   if (!server.ok()) return failure("invalid", server.error().message);
   batch.server = *server;
+  if (const auto& models = opt_.config.servers.at(batch.server).models;
+      !models.empty() && std::find(models.begin(), models.end(), batch.model) == models.end()) {
+    return failure("invalid", fmt::format("server {} serves only the models {}: not --model {}", batch.server,
+                                          fmt::join(models, ", "), batch.model));
+  }
   auto output = check_output(fds[1].get(), peer.uid, true);
   if (!output.ok()) return failure("invalid", output.error().message);
   if (auto free = output_is_free(db_, *output); !free.ok()) return failure_of(free.error());

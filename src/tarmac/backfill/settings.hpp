@@ -38,6 +38,9 @@ struct ServerConfig {
   std::string binary;                  // the preset's program, when not found on the agent's PATH
   unsigned gpus = 1;                   // how many idle GPUs it runs on
   std::string user;                    // the account it runs as: required, never root
+  // The models its batches may name (--model); empty: any. A managed server opens the one named
+  // ({model}) as its account: the list keeps users to the models meant for it.
+  std::vector<std::string> models;
   long long ready_timeout_ms = 5 * 60 * 1000;  // from its start until its health path answers 200
 };
 

@@ -535,6 +535,12 @@ const std::vector<ServerKey>& server_table() {
                   "(no shell), such as [\"/usr/bin/llama-server\", \"-m\", \"{model}\", \"--port\", \"{port}\"]",
                   {}, nullptr, [](const ServerConfig& s) { return util::json_text(nlohmann::json(s.command)); },
                   nullptr),
+      server_text("models", Kind::Text,
+                  "the models its batches may name (--model), as an array of strings; a batch naming another is "
+                  "refused at submit. A managed server opens the model named as its account: list the ones meant "
+                  "for it. Empty: any",
+                  {}, nullptr, [](const ServerConfig& s) { return util::json_text(nlohmann::json(s.models)); },
+                  nullptr),
       server_text("preset", Kind::Choice,
                   "managed: a known server's command and health path instead of command: \"llama-server\", "
                   "\"ollama\" or \"vllm\"",
@@ -600,6 +606,30 @@ Result<std::vector<std::string>> read_command(const toml::node& value, const std
   return argv;
 }
 
+// A server's `models`: an array of 1 to 1024 model names, each one word of printable ASCII not
+// starting with '-' (what submit accepts as --model).
+Result<std::vector<std::string>> read_models(const toml::node& value, const std::string& file, const std::string& name) {
+  const auto at = value.source().begin;
+  const auto bad = [&](std::string_view why) {
+    return make_error(Error::Code::Invalid,
+                      fmt::format("{}:{}:{}: backfill.server.{}.models: {}", file, at.line, at.column, name, why));
+  };
+  const auto* array = value.as_array();
+  if (array == nullptr || array->empty() || array->size() > 1024) return bad("expected an array of 1 to 1024 strings");
+  std::vector<std::string> models;
+  for (const auto& word : *array) {
+    const auto* text = word.as_string();
+    const bool printable = text != nullptr && std::all_of(text->get().begin(), text->get().end(), [](char c) {
+      return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
+    });
+    if (!printable || text->get().empty() || text->get().size() > 1024 || text->get().front() == '-') {
+      return bad("each model must be a string of printable ASCII without spaces, not starting with '-'");
+    }
+    models.push_back(text->get());
+  }
+  return models;
+}
+
 // What a managed server needs besides its kind: a way to start (command or preset, not both) and an
 // account that is not root; an external one, its url.
 Result<void> check_server(const backfill::ServerConfig& server, const std::string& where) {
@@ -651,6 +681,10 @@ Result<void> parse_server(const toml::table& table, const std::string& file, con
     const auto at = value.source().begin;
     if (key.str() == "command") {
       TARMAC_TRY_ASSIGN(server.command, read_command(value, file, name));
+      continue;
+    }
+    if (key.str() == "models") {
+      TARMAC_TRY_ASSIGN(server.models, read_models(value, file, name));
       continue;
     }
     const ServerKey* k = find_server_key(key.str());
@@ -708,6 +742,11 @@ Result<void> parse_backfill(const toml::table& section, const std::string& file,
                                                 "server_user (docs/backfill.md \"Who the server is\")",
                                                 file, at.line, server_name, url_port(server.url)));
       }
+      if (server.kind == backfill::ServerKind::Managed && server.models.empty()) {
+        found.emplace_back(at.line, fmt::format("{}:{}: backfill.server.{}: its account opens whatever model path "
+                                                "a batch names: list the models meant for it (models = [...])",
+                                                file, at.line, server_name));
+      }
     }
   }
   return {};
@@ -758,7 +797,7 @@ const std::vector<KeyInfo>& server_keys() {
 std::string server_value_text(const backfill::ServerConfig& server, const KeyInfo& info) {
   const ServerKey* k = find_server_key(info.name);
   if (k == nullptr) return "";
-  if (info.name == "command") return k->get_text(server);  // an array, which TOML and JSON both read
+  if (info.name == "command" || info.name == "models") return k->get_text(server);  // arrays: TOML and JSON read them
   return is_text(k->key) ? quoted_text(k->get_text(server)) : number_text(info.kind, k->get(server));
 }
 
@@ -766,6 +805,7 @@ bool server_key_applies(const backfill::ServerConfig& server, const KeyInfo& key
   const bool managed = server.kind == backfill::ServerKind::Managed;
   if (key.name == "url" || key.name == "server_user") return !managed;
   if (key.name == "command") return managed && !server.command.empty();
+  if (key.name == "models") return !server.models.empty();
   if (key.name == "preset") return managed && !server.preset.empty();
   if (key.name == "binary") return managed && !server.binary.empty();
   if (key.name == "user" || key.name == "gpus" || key.name == "ready_timeout") return managed;

@@ -64,6 +64,7 @@ class ServiceFixture : public ::testing::Test {
     // A server nobody listens on, and a clock always outside the batches' window (kClosedWindow):
     // what these tests check is the agent's answers, and nothing is ever sent.
     options.config.servers["local"].url = "http://127.0.0.1:9";
+    options.config.servers["local"].models = models_;
     options.dispatch.local_minute = [] { return 0; };
     auto s = Service::open(std::move(options));
     ASSERT_TRUE(s.ok()) << s.error().message;
@@ -100,6 +101,7 @@ class ServiceFixture : public ::testing::Test {
   std::string dir_;
   InputLimits limits_;
   BatchQuota quota_;
+  std::vector<std::string> models_;  // the server's `models`; empty: any
   std::unique_ptr<Service> service_;
 };
 

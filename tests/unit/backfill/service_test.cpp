@@ -1,6 +1,7 @@
 // Which server a submission is sent to (src/tarmac/backfill/service.cpp, pick_server).
 #include <gtest/gtest.h>
 
+#include "service_support.hpp"
 #include "tarmac/backfill/service.hpp"
 
 namespace tarmac::backfill {
@@ -28,6 +29,27 @@ TEST(PickServer, TheOnlyServerIsTheDefaultAndANamedOneMustBeConfigured) {
   EXPECT_NE(which.error().message.find("name the server with --server (configured: day, night)"), std::string::npos)
       << which.error().message;
   EXPECT_EQ(pick_server(two, "day").value(), "day");
+}
+
+class ServiceModels : public test_support::ServiceFixture {};
+
+TEST_F(ServiceModels, ABatchMayNameOnlyAModelItsServerLists) {
+  models_ = {"/models/a.gguf", "m"};
+  open_service();
+  const uid_t uid = test_support::submitter_uid();
+  EXPECT_TRUE(submit_new(uid, "ok.jsonl").value("ok", false)) << "the fixture submits --model m";
+  auto refused = ask(uid,
+                     [&] {
+                       std::vector<util::Fd> fds;
+                       fds.push_back(test_support::sealed_input(test_support::request_lines(1)));
+                       fds.push_back(output("no.jsonl", uid));
+                       return fds;
+                     }(),
+                     {{"op", "backfill_submit"}, {"model", "/home/eve/evil.gguf"}, {"output_path", dir_ + "/no.jsonl"},
+                      {"window", test_support::kClosedWindow}});
+  EXPECT_FALSE(refused.value("ok", true));
+  EXPECT_NE(words(refused).find("server local serves only the models /models/a.gguf, m"), std::string::npos)
+      << refused;
 }
 
 }  // namespace

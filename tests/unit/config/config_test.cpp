@@ -263,10 +263,11 @@ TEST(Config, ReadsAManagedServer) {
   std::vector<std::string> warnings;
   auto c = parse_text("[backfill.server.llm]\nkind = \"managed\"\n"
                       "command = [\"/opt/llama-server\", \"-m\", \"{model}\", \"--port\", \"{port}\"]\n"
-                      "user = \"llm\"\ngpus = 2\nready_timeout = \"45s\"\n",
+                      "user = \"llm\"\ngpus = 2\nready_timeout = \"45s\"\nmodels = [\"/m/a.gguf\", \"/m/b.gguf\"]\n",
                       warnings);
   ASSERT_TRUE(c.ok()) << c.error().message;
   const auto& s = c->backfill.servers.at("llm");
+  EXPECT_EQ(s.models, (std::vector<std::string>{"/m/a.gguf", "/m/b.gguf"}));
   EXPECT_EQ(s.kind, backfill::ServerKind::Managed);
   EXPECT_EQ(s.command, (std::vector<std::string>{"/opt/llama-server", "-m", "{model}", "--port", "{port}"}));
   EXPECT_EQ(s.user, "llm");
@@ -289,10 +290,15 @@ TEST(Config, ReadsAManagedServer) {
   auto again = parse_text(text, warnings);
   ASSERT_TRUE(again.ok()) << again.error().message << "\n" << text;
   EXPECT_EQ(again->backfill.servers.at("llm").command, s.command);
+  EXPECT_EQ(again->backfill.servers.at("llm").models, s.models);
   EXPECT_EQ(again->backfill.servers.at("llm").ready_timeout_ms, 45000);
   auto preset = parse_text("[backfill.server.o]\nkind = \"managed\"\npreset = \"ollama\"\nuser = \"llm\"\n", warnings);
   ASSERT_TRUE(preset.ok()) << preset.error().message;
   EXPECT_EQ(preset->backfill.servers.at("o").preset, "ollama");
+  ASSERT_EQ(warnings.size(), 1U) << "a managed server without models";
+  EXPECT_NE(warnings[0].find("opens whatever model path a batch names"), std::string::npos) << warnings[0];
+  EXPECT_FALSE(parse_text("[backfill.server.o]\nurl = \"http://x\"\nmodels = [\"--config=/x\"]\n", warnings).ok());
+  EXPECT_FALSE(parse_text("[backfill.server.o]\nurl = \"http://x\"\nmodels = []\n", warnings).ok());
 }
 
 TEST(Config, EveryKeyIsDocumentedWithItsDefault) {
