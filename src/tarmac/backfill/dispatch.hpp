@@ -63,6 +63,8 @@ struct DispatchCounters {
   long long completion_tokens = 0;
   long long in_flight = 0;         // now
   long long batches_sending = 0;   // now: held and not stopped
+  long long yields = 0;            // managed servers' jobs preempted for normal jobs (managed.hpp)
+  long long yield_ms = 0;          // ... their durations summed
 };
 
 // Whether local minute `minute` (0 to 1439) is inside `window` ("HH:MM-HH:MM", the end excluded, over

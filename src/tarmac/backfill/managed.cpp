@@ -282,6 +282,8 @@ void ManagedServers::follow(Server& s, sched::AgentJobs& jobs, const std::vector
 void ManagedServers::finish_yield(Server& s, const std::vector<Batch>& wanted) {
   s.yield.ms = util::monotonic_ms() - s.yield_started_ms;
   yields_.push_back(s.yield);
+  ++yield_count_;
+  yield_ms_ += s.yield.ms;
   const nlohmann::json detail = {{"server", s.name},        {"job", s.yield.job},
                                  {"for_job", s.yield.for_job}, {"interrupted", s.yield.interrupted},
                                  {"ms", s.yield.ms},          {"gpus", s.config.gpus}};

@@ -100,6 +100,9 @@ class ManagedServers {
   void before_preempt(const sched::Job& job, const sched::Job& for_job);
   // The yields so far (for the log's and a test's sake).
   [[nodiscard]] const std::vector<Yield>& yields() const { return yields_; }
+  // Their count and summed duration, safe from any thread (/metrics).
+  [[nodiscard]] long long yield_count() const { return yield_count_; }
+  [[nodiscard]] long long yield_ms() const { return yield_ms_; }
 
   struct Probe;  // a server's health asked on a thread of its own (managed.cpp)
   enum class Phase { Idle, Waiting, Starting, Ready, Yielding, Stopping };
@@ -144,6 +147,8 @@ class ManagedServers {
   Dispatcher& dispatcher_;
   std::map<std::string, Server> servers_;
   std::vector<Yield> yields_;
+  std::atomic<long long> yield_count_{0};
+  std::atomic<long long> yield_ms_{0};
   bool adopted_ = false;  // the agent's jobs left from before a restart have been stopped
 };
 

@@ -61,7 +61,12 @@ class Service {
   void before_preempt(const sched::Job& job, const sched::Job& for_job) { managed_->before_preempt(job, for_job); }
 
   // What the dispatcher has done and is doing (/metrics); safe from any thread.
-  [[nodiscard]] DispatchCounters counters() { return dispatcher_->counters(); }
+  [[nodiscard]] DispatchCounters counters() {
+    auto c = dispatcher_->counters();
+    c.yields = managed_->yield_count();
+    c.yield_ms = managed_->yield_ms();
+    return c;
+  }
 
  private:
   Service(ServiceOptions options, BatchDb db, std::unique_ptr<Dispatcher> dispatcher)

@@ -248,8 +248,9 @@ void wire_backfill(sched::DaemonOptions& dopts, const std::shared_ptr<backfill::
 // The dispatcher's counters as /metrics writes them (serve knows no backfill).
 serve::BackfillMetrics backfill_metrics(backfill::Service& batches) {
   const auto c = batches.counters();
-  return {c.done, c.failed, c.retried, c.interrupted, c.prompt_tokens, c.completion_tokens, c.in_flight,
-          c.batches_sending};
+  return {c.done,         c.failed,          c.retried,         c.interrupted,
+          c.prompt_tokens, c.completion_tokens, c.in_flight,       c.batches_sending,
+          c.yields,       static_cast<double>(c.yield_ms) / 1000.0};
 }
 
 // The HTTP endpoint on http.listen, serving `live`; nullptr when it is off. Fails (a usage error:

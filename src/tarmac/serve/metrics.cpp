@@ -152,6 +152,10 @@ const std::vector<Family>& own_families() {
        "Tokens of the backfill answers written since the agent started, by kind (prompt, completion)."},
       {"tarmac_backfill_requests_in_flight", Type::Gauge, "Backfill requests being answered by their servers now."},
       {"tarmac_backfill_batches_sending", Type::Gauge, "Backfill batches whose requests are being sent now."},
+      {"tarmac_backfill_yields_total", Type::Counter,
+       "Managed backfill servers that gave their GPUs back to a normal job since the agent started."},
+      {"tarmac_backfill_yield_seconds_total", Type::Counter,
+       "Seconds those yields took, from the batches' stop to the server's end, summed."},
       {"tarmac_agent_start_time_seconds", Type::Gauge, "When the agent started (Unix time)."},
       {"tarmac_agent_samples_total", Type::Counter, "GPU-samples taken since the agent started."},
       {"tarmac_agent_nvml_errors_total", Type::Counter, "NVML reads that failed since the agent started."},
@@ -391,6 +395,10 @@ void write_backfill(Writer& w, const BackfillMetrics& b, const std::string& host
   w.sample("tarmac_backfill_requests_in_flight", host, static_cast<double>(b.in_flight));
   w.begin(own_family("tarmac_backfill_batches_sending"));
   w.sample("tarmac_backfill_batches_sending", host, static_cast<double>(b.batches_sending));
+  w.begin(own_family("tarmac_backfill_yields_total"));
+  w.sample("tarmac_backfill_yields_total", host, static_cast<double>(b.yields));
+  w.begin(own_family("tarmac_backfill_yield_seconds_total"));
+  w.sample("tarmac_backfill_yield_seconds_total", host, b.yield_seconds);
 }
 
 }  // namespace

@@ -46,6 +46,8 @@ struct BackfillMetrics {
   long long completion_tokens = 0;
   long long in_flight = 0;        // now
   long long batches_sending = 0;  // now
+  long long yields = 0;           // managed servers preempted for normal jobs
+  double yield_seconds = 0;       // ... their durations summed
 };
 
 // What /metrics says beyond the live view: the host, alerts, and the agent's own cost.

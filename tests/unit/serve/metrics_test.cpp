@@ -193,7 +193,8 @@ TEST(Metrics, TheBatchesRequestsByStateTokensAndWhatIsInFlight) {
   MetricsExtras extras{.hostname = "node1"};
   EXPECT_EQ(render_metrics(view, extras).find("tarmac_backfill"), std::string::npos) << "no batches, no series";
   extras.backfill = BackfillMetrics{.done = 7, .failed = 2, .retried = 3, .interrupted = 1, .prompt_tokens = 40,
-                                    .completion_tokens = 90, .in_flight = 4, .batches_sending = 1};
+                                    .completion_tokens = 90, .in_flight = 4, .batches_sending = 1, .yields = 3,
+                                    .yield_seconds = 0.25};
   const auto text = render_metrics(view, extras);
   EXPECT_EQ(samples(text, "tarmac_backfill_requests_total"),
             (std::vector<std::string>{R"(tarmac_backfill_requests_total{state="done",hostname="node1"} 7)",
@@ -207,6 +208,10 @@ TEST(Metrics, TheBatchesRequestsByStateTokensAndWhatIsInFlight) {
             std::vector<std::string>{R"(tarmac_backfill_requests_in_flight{hostname="node1"} 4)"});
   EXPECT_EQ(samples(text, "tarmac_backfill_batches_sending"),
             std::vector<std::string>{R"(tarmac_backfill_batches_sending{hostname="node1"} 1)"});
+  EXPECT_EQ(samples(text, "tarmac_backfill_yields_total"),
+            std::vector<std::string>{R"(tarmac_backfill_yields_total{hostname="node1"} 3)"});
+  EXPECT_EQ(samples(text, "tarmac_backfill_yield_seconds_total"),
+            std::vector<std::string>{R"(tarmac_backfill_yield_seconds_total{hostname="node1"} 0.25)"});
   EXPECT_NE(text.find("# TYPE tarmac_backfill_requests_total counter\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE tarmac_backfill_requests_in_flight gauge\n"), std::string::npos);
 }
