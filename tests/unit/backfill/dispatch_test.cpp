@@ -362,7 +362,10 @@ TEST(Dispatch, NothingIsSentToAServerWhoseListenerIsNotServerUsers) {
       << reason_of(f);
   EXPECT_EQ(fake.requests(), 0) << "no prompt reached the impostor";
   EXPECT_EQ(f.output(), "") << "and no error is written for it: the requests wait for the real server";
-  EXPECT_EQ((*d)->stop(f.id()), 0);
+  // A sender may be between two tries (a connection being checked) when it stops: put back, not sent.
+  EXPECT_LE((*d)->stop(f.id()), 2);
+  EXPECT_EQ(fake.requests(), 0);
+  EXPECT_EQ(f.output(), "");
 
   BatchFixture g(2);
   auto d2 = Dispatcher::open(quick(g));
