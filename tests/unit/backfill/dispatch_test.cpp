@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <fmt/format.h>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "../support/http_server.hpp"
@@ -137,15 +138,24 @@ TEST(Dispatch, NeverHasMoreInFlightThanTheServerAllows) {
   EXPECT_EQ(most_in_flight(12, 2, 8), 2) << "bounded by the batch's --parallel 2";
 }
 
+// A server that answers each request's first try with `status`, and the tries after it with an
+// answer of `tokens` completion tokens.
+FakeLlm::Handler first_try_answers(const std::string& status, int tokens) {
+  struct Seen {
+    std::mutex m;
+    std::set<std::string> ids;
+  };
+  auto seen = std::make_shared<Seen>();
+  return [seen, status, tokens](int, const std::string& request) {
+    std::lock_guard lock(seen->m);
+    if (seen->ids.insert(custom_id_of(request)).second) return FakeLlm::Reply{status, "{}"};
+    return FakeLlm::Reply{"200 OK", completion(tokens)};
+  };
+}
+
 TEST(Dispatch, AServerErrorIsSentAgainAndTheAnswerAfterItKept) {
   BatchFixture f(6);
-  std::mutex m;
-  std::set<std::string> failed_once;
-  FakeLlm fake([&](int, const std::string& request) {
-    std::lock_guard lock(m);
-    if (failed_once.insert(custom_id_of(request)).second) return FakeLlm::Reply{"500 Internal Server Error", "{}"};
-    return FakeLlm::Reply{"200 OK", completion(2)};
-  });
+  FakeLlm fake(first_try_answers("500 Internal Server Error", 2));
   auto d = Dispatcher::open(quick(f));
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE((*d)->start(batch_of(f, 2), server_at(fake), f.open_output()).ok());
@@ -302,13 +312,7 @@ TEST(Dispatch, WhileTheOutputCannotBeWrittenTheSendersWaitInsteadOfKeepingEveryA
 
 TEST(Dispatch, TooManyRequestsIsSentAgain) {
   BatchFixture f(3);
-  std::mutex m;
-  std::set<std::string> refused_once;
-  FakeLlm fake([&](int, const std::string& request) {
-    std::lock_guard lock(m);
-    if (refused_once.insert(custom_id_of(request)).second) return FakeLlm::Reply{"429 Too Many Requests", "{}"};
-    return FakeLlm::Reply{"200 OK", completion(1)};
-  });
+  FakeLlm fake(first_try_answers("429 Too Many Requests", 1));
   auto d = Dispatcher::open(quick(f));
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
