@@ -11,6 +11,7 @@ llama-server comes from the peers cache (`scripts/peers.sh --llama-server`); the
 root's home, which the second user cannot enter, so the test links it into a folder of its own."""
 import json
 import os
+import pwd
 import pathlib
 import shutil
 import signal
@@ -19,7 +20,7 @@ import tempfile
 import time
 import unittest
 
-from agent_support import query, wait_for
+from agent_support import free_port, http_get, query, wait_for
 from devtools import second_user
 from test_backfill_llama import LLAMA_SERVER, MODEL, TOKENS, answered_once
 from test_sched_agent import SLOW, AgentQueueTest
@@ -78,6 +79,8 @@ class ManagedLlamaServer(AgentQueueTest):
         self.model.chmod(0o644)
         command = [str(wrapper), "-m", "{model}", "--port", "{port}", "--host", "127.0.0.1", "-np", "4", "-c", "2048",
                    "-n", str(TOKENS), "-t", "1"]
+        self.http_port = free_port()
+        self.listen = f"127.0.0.1:{self.http_port}"
         self.config = ('backfill_idle = "1s"\n\n[backfill.server.llama]\nkind = "managed"\n'
                        f"command = {json.dumps(command)}\nuser = \"{user}\"\nready_timeout = \"30s\"\n"
                        'timeout = "30s"\nretries = 6\nmax_parallel = 4\n')
@@ -128,12 +131,34 @@ class ManagedLlamaServer(AgentQueueTest):
                         f"the server's job did not end once its batch was done: {self.server_jobs()}\n"
                         f"{self.agent_log()}")
 
+    def batches_on_cards(self):
+        """GPU index -> the batches /api/v1/gpus shows on its card (what the dashboard draws)."""
+        status, _, body = http_get(self.http_port, "/api/v1/gpus")
+        if status != 200:
+            return {}
+        return {g["index"]: g["backfill"] for g in json.loads(body)["gpus"] if g["backfill"]}
+
     def test_a_batch_runs_on_a_managed_server_started_on_an_idle_gpu(self):
         t0 = time.monotonic()
-        batch_id, out = self.submit_texts("first")
+        count = 4 * TEXTS  # sent for long enough to be seen
+        batch_id, out = self.submit_texts("first", count)
+        # While it is sent, the card of the GPU its server runs on shows it, and no other card does.
+        seen = {}
+        self.assertTrue(wait_for(lambda: seen.update(self.batches_on_cards()) or seen, timeout=60 * SLOW, step=0.05),
+                        f"no card showed the batch: {self.status(batch_id)}\n{self.agent_log()}")
+        self.assertEqual(len(seen), 1, seen)
+        (shown,) = next(iter(seen.values()))
+        self.assertEqual((shown["batch"], shown["user"], shown["server"], shown["requests"]),
+                         (batch_id, pwd.getpwuid(os.getuid()).pw_name, "llama", count), shown)
+        self.assertEqual(self.server_jobs()[0]["gpus"], list(seen), "the card of the server's own GPU")
         self.wait_status(batch_id, lambda s: s["state"] == "done", "the batch did not complete")
         elapsed = time.monotonic() - t0
-        self.check_output(batch_id, out)
+        self.check_output(batch_id, out, count)
+        # When it ran: one span, inside the test's own time.
+        windows = self.status(batch_id)["windows"]
+        self.assertEqual(len(windows), 1, windows)
+        self.assertLessEqual(windows[0]["start_unix_ms"], windows[0]["end_unix_ms"])
+        self.assertLess(abs(windows[0]["end_unix_ms"] / 1000 - time.time()), 60 * SLOW, windows)
         # Its server's GPU time, from its start to the batch's end, is the batch's (written on the
         # agent's tick after the batch ended): at most the whole test.
         gpu_s = self.wait_status(batch_id, lambda s: s["gpu_hours"] > 0, "no GPU time")["gpu_hours"] * 3600
@@ -144,7 +169,7 @@ class ManagedLlamaServer(AgentQueueTest):
         self.assertTrue(servers[0]["backfill"], servers[0])
         self.assertEqual(servers[0]["user"], second_user(self).pw_name, "never root")
         self.wait_server_stopped()
-        print(f"\n{TEXTS} requests through a managed llama-server, started on an idle GPU: {elapsed:.1f} s, "
+        print(f"\n{count} requests through a managed llama-server, started on an idle GPU: {elapsed:.1f} s, "
               f"{gpu_s:.1f} GPU-seconds", flush=True)
 
     def test_normal_jobs_take_the_gpu_back_mid_batch_three_times_and_the_batch_finishes_after(self):

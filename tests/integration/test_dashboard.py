@@ -179,6 +179,26 @@ class Dashboard(unittest.TestCase):
         own = [m for m in self.page.console if not m.startswith("log.error: Failed to load resource")]
         self.assertEqual(own, [])
 
+    def test_a_batch_on_a_gpu_shows_on_its_card(self):
+        # /api/v1/gpus as an agent with backfill writes it (test_backfill_managed.py checks the agent's
+        # side): the page's own fetch answers with GPU 1 running a batch whose name is markup.
+        self.start()
+        self.wait_for_data()
+        self.assertTrue(self.page.eval("[...document.querySelectorAll('[data-gpu] p.backfill')].every(p => p.hidden)"))
+        self.page.eval("""(() => { const real = window.fetch; window.fetch = async (url, o) => {
+            const r = await real(url, o); if (!String(url).includes('api/v1/gpus')) return r;
+            const j = await r.json(); j.gpus[1].backfill = [{batch: 7, name: '<img src=x onerror=alert(1)>',
+              user: 'amy', model: 'tiny', server: 'night', answered: 120, requests: 200}];
+            return new Response(JSON.stringify(j), {status: 200, headers: {'content-type': 'application/json'}});
+          }; })()""")
+        shown = "document.querySelector('[data-gpu=\"1\"] p.backfill')"
+        self.assertTrue(self.page.wait_for(f"!{shown}.hidden", timeout=30), "GPU 1's card shows no batch")
+        self.assertEqual(self.page.eval(f"{shown}.textContent"),
+                         "Backfill batch 7 (<img src=x onerror=alert(1)>) of amy: tiny on night, 120 of 200 answered")
+        self.assertEqual(self.page.eval(f"{shown}.querySelectorAll('img').length"), 0, "text, never markup")
+        self.assertTrue(self.page.eval("[0, 2, 3].every(i => document.querySelector(`[data-gpu=\"${i}\"] p.backfill`).hidden)"))
+        self.assertEqual(self.page.console, [])
+
     def test_layout_fits_a_phone(self):
         self.start()
         self.page.viewport(390, 844, mobile=True)

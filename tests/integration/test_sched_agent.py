@@ -176,6 +176,8 @@ class AgentQueueTest(unittest.TestCase):
     scenario = None
     config = ""  # more configuration text, appended to the file
 
+    listen = "off"  # a test that reads the agent's HTTP endpoint sets a loopback address
+
     def setUp(self):
         self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-sa-"))
         self.tmp.chmod(0o755)  # other users reach the socket (the rights test)
@@ -209,7 +211,7 @@ class AgentQueueTest(unittest.TestCase):
         log = open(self.log_path, "a")
         try:
             self.agent = subprocess.Popen(
-                [TARMAC, "--config", str(self.cfg), "agent", "--state-dir", str(self.state), "--listen", "off",
+                [TARMAC, "--config", str(self.cfg), "agent", "--state-dir", str(self.state), "--listen", self.listen,
                  "--socket", self.sock],
                 env=self.env(), stdout=subprocess.DEVNULL, stderr=log, cwd=str(self.tmp))
         finally:

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tarmac/backfill/batch_input.hpp"
 
@@ -24,6 +25,25 @@ enum class RequestState { Pending, InFlight, Done, Failed };
 [[nodiscard]] std::optional<RequestState> request_state_from(std::string_view text);
 // Whether nothing more happens to a batch in `s`.
 [[nodiscard]] bool ended(BatchState s);
+
+// A span of wall time a batch was sent in: from its first request of a stint to the stint's end.
+struct Span {
+  long long start_ms = 0;  // ms since the epoch
+  long long end_ms = 0;
+  bool operator==(const Span&) const = default;
+};
+
+// The spans a batch keeps: its last kMaxSpans, a span that starts within kSpanJoinMs of the last
+// one's end extending it (a yield and the resume after it are one night's work, not two).
+inline constexpr std::size_t kMaxSpans = 32;
+inline constexpr long long kSpanJoinMs = 10 * 60 * 1000;
+void add_span(std::vector<Span>& spans, Span span);
+// As the store keeps them: a JSON array of [start_ms, end_ms] pairs; and back, leaving out what is
+// not such a pair (an empty or damaged column reads as none).
+[[nodiscard]] std::string spans_text(const std::vector<Span>& spans);
+[[nodiscard]] std::vector<Span> spans_from(std::string_view text);
+// "2026-12-02 00:03-05:58" in local time; the end's date is written too when it is another day.
+[[nodiscard]] std::string span_local_text(const Span& span);
 
 struct Batch {
   long long id = 0;
@@ -49,7 +69,7 @@ struct Batch {
   long long started_ms = 0;
   long long ended_ms = 0;
   long long gpu_ms = 0;  // GPU-milliseconds its server held while it ran
-  std::string windows;   // the windows it ran in, "2026-12-02 00:00-06:00, ..."
+  std::vector<Span> windows;  // when it was sent (add_span): written only by BatchDb::add_window
 };
 
 // One request's row (its body is read only when it is sent).

@@ -95,7 +95,7 @@ void bind_batch(store::Statement& s, const Batch& b) {
   s.bind(17, positive(b.started_ms));
   s.bind(18, positive(b.ended_ms));
   s.bind(19, b.gpu_ms);
-  s.bind(20, std::string_view(b.windows));
+  s.bind(20, spans_text(b.windows));
   s.bind(21, b.body_bytes);
   s.bind(22, b.output_btime_ns);
 }
@@ -121,7 +121,7 @@ Batch row_to_batch(const store::Statement& s) {
   b.started_ms = s.opt_int64(16).value_or(0);
   b.ended_ms = s.opt_int64(17).value_or(0);
   b.gpu_ms = s.int64(18);
-  b.windows = s.text(19);
+  b.windows = spans_from(s.text(19));
   b.body_bytes = s.int64(20);
   b.output_btime_ns = s.int64(21);
   return b;
@@ -204,7 +204,7 @@ Result<void> BatchDb::save(const Batch& batch) {
                                           "server = ?6, time_window = ?7, parallel = ?8, state = ?9, reason = ?10, "
                                           "output_path = ?11, output_dev = ?12, output_ino = ?13, requests = ?15, "
                                           "submitted_unix_ms = ?16, started_unix_ms = ?17, ended_unix_ms = ?18, "
-                                          "gpu_ms = ?19, windows = ?20, body_bytes = ?21, output_btime_ns = ?22 "
+                                          "gpu_ms = ?19, body_bytes = ?21, output_btime_ns = ?22 "
                                           "WHERE id = ?1"));
     s.bind(1, batch.id);
     bind_batch(s, batch);
@@ -234,6 +234,22 @@ Result<void> BatchDb::add_gpu_ms(long long id, long long ms) {
   s.bind(1, id);
   s.bind(2, ms);
   return s.run();
+}
+
+Result<void> BatchDb::add_window(long long id, Span span) {
+  const auto update = [&]() -> Result<void> {
+    TARMAC_TRY_ASSIGN(auto read, db_.prepare("SELECT windows FROM backfill_batch WHERE id = ?1"));
+    read.bind(1, id);
+    TARMAC_TRY_ASSIGN(const bool row, read.step());
+    if (!row) return {};
+    auto spans = spans_from(read.text(0));
+    add_span(spans, span);
+    TARMAC_TRY_ASSIGN(auto write, db_.prepare("UPDATE backfill_batch SET windows = ?2 WHERE id = ?1"));
+    write.bind(1, id);
+    write.bind(2, spans_text(spans));
+    return write.run();
+  };
+  return in_transaction(update);
 }
 
 Result<void> BatchDb::add_event(long long ts_ms, const std::string& kind, const std::string& detail) {

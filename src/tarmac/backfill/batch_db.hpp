@@ -58,7 +58,8 @@ class BatchDb {
 
   // Records `batch` (its id and body_bytes set here) and its requests, pending, in one transaction.
   [[nodiscard]] Result<void> create(Batch& batch, const std::vector<BatchRequest>& requests);
-  // Writes the batch's own columns (not output_bytes, which only commit() moves). A batch that has
+  // Writes the batch's own columns (not output_bytes, which only commit() moves, nor windows,
+  // which only add_window() moves). A batch that has
   // ended drops its requests' bodies in the same transaction: nothing will send them, and the
   // store must not keep every prompt forever.
   [[nodiscard]] Result<void> save(const Batch& batch);
@@ -68,6 +69,10 @@ class BatchDb {
   [[nodiscard]] Result<void> save_run(const Batch& batch);
   // Adds `ms` GPU-milliseconds to batch `id` (a managed server's time, shared by its batches).
   [[nodiscard]] Result<void> add_gpu_ms(long long id, long long ms);
+
+  // Adds `span` to batch `id`'s windows (add_span), in one transaction: the dispatcher's, at the end
+  // of each stint that answered something.
+  [[nodiscard]] Result<void> add_window(long long id, Span span);
 
   // What the unfinished batches of `uid` (nullopt: of everyone) hold.
   [[nodiscard]] Result<Holding> holding(std::optional<uid_t> uid);

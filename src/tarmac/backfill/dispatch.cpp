@@ -140,6 +140,7 @@ struct Dispatcher::Run {
   // What was answered since the batch was started or sent again (record_stint). Under db_mutex.
   struct Stint {
     long long since_ms = 0;
+    long long first_sent_ms = 0;  // its first request taken: where its span (the batch's windows) starts
     long long done = 0;
     long long failed = 0;
     long long prompt_tokens = 0;
@@ -445,6 +446,7 @@ void Dispatcher::work(Run& run) {
           failed = true;  // the store is busy or failing: try again after a wait
         } else if (!taken->empty()) {
           request = std::move(taken->front());
+          if (run.stint.first_sent_ms == 0) run.stint.first_sent_ms = util::wall_ms();
         }
       }
       std::unique_lock lock(run.m);
@@ -694,6 +696,10 @@ void Dispatcher::record_stint(Run& run, const char* why) {
     run.busy_since_ms = mono;
   }
   if (s.done + s.failed == 0) return;  // nothing was answered: nothing to count
+  if (auto r = run.db->add_window(run.batch.id, {s.first_sent_ms > 0 ? s.first_sent_ms : s.since_ms, now}); !r.ok()) {
+    log(util::LogLevel::Warning, fmt::format("backfill: batch {}: when it ran is not recorded: {}", run.batch.id,
+                                             r.error().message));
+  }
   const nlohmann::json detail = {{"batch", run.batch.id},
                                  {"user", run.batch.user},
                                  {"model", run.batch.model},

@@ -94,6 +94,9 @@ class ManagedServers {
   ManagedServers& operator=(const ManagedServers&) = delete;
 
   [[nodiscard]] bool manages(const std::string& server) const { return servers_.count(server) > 0; }
+  struct Server;
+  // The managed servers as followed now (scheduler's thread).
+  [[nodiscard]] const std::map<std::string, Server>& servers() const { return servers_; }
   // Starts, follows and stops the servers' jobs for the batches the dispatcher holds.
   void tick(sched::AgentJobs& jobs);
   // The scheduler preempts `job` for `for_job`: when it is a server's, its batches stop sending.

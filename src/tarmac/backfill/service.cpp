@@ -227,6 +227,13 @@ Result<std::string> pick_server(const BackfillConfig& config, const std::string&
   return asked;
 }
 
+// When it was sent: [{"start_unix_ms", "end_unix_ms"}], the CLI writes them in its own time zone.
+json windows_json(const std::vector<Span>& spans) {
+  json out = json::array();
+  for (const auto& s : spans) out.push_back({{"start_unix_ms", s.start_ms}, {"end_unix_ms", s.end_ms}});
+  return out;
+}
+
 json batch_json(const Batch& b, const Progress& p, long long now_ms) {
   const long long answered = p.done + p.failed;
   const long long end = p.in_flight > 0 || p.pending > 0 ? now_ms : p.last_ended_ms;
@@ -251,7 +258,7 @@ json batch_json(const Batch& b, const Progress& p, long long now_ms) {
               {"prompt_tokens", p.prompt_tokens},
               {"completion_tokens", p.completion_tokens},
               {"gpu_hours", static_cast<double>(b.gpu_ms) / 3.6e6},
-              {"windows", b.windows},
+              {"windows", windows_json(b.windows)},
               {"submitted_unix_ms", b.submitted_ms},
               {"started_unix_ms", b.started_ms > 0 ? json(b.started_ms) : json(nullptr)},
               {"ended_unix_ms", b.ended_ms > 0 ? json(b.ended_ms) : json(nullptr)}};

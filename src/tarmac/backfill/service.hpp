@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -40,6 +41,18 @@ struct ServiceOptions {
 // A batch's figures for people and scripts (`tarmac backfill status`), at `now_ms`.
 [[nodiscard]] nlohmann::json batch_json(const Batch& batch, const Progress& progress, long long now_ms);
 
+// A batch being sent to a managed server that runs on a GPU: what the dashboard shows on its card.
+struct BatchOnGpu {
+  std::string uuid;  // the GPU's
+  long long batch = 0;
+  std::string name;
+  std::string user;
+  std::string model;
+  std::string server;
+  long long answered = 0;  // done or failed
+  long long requests = 0;
+};
+
 // "HH:MM-HH:MM" (00:00 to 23:59, the end may be before the start: a window over midnight); an
 // error naming what is wrong otherwise.
 [[nodiscard]] Result<void> check_window(std::string_view window);
@@ -56,9 +69,15 @@ class Service {
                                                      const nlohmann::json& req);
   // The scheduler's thread, about every 250 ms (sched::DaemonOptions::agent_tick): the managed
   // servers are started, followed and stopped for the batches that want them.
-  void tick(sched::AgentJobs& jobs) { managed_->tick(jobs); }
+  void tick(sched::AgentJobs& jobs);
   // The scheduler's thread, before it signals a preempted job of the agent's (DaemonOptions::before_preempt).
   void before_preempt(const sched::Job& job, const sched::Job& for_job) { managed_->before_preempt(job, for_job); }
+
+  // The batches on each GPU now (the dashboard's cards), as the last tick saw them; safe from any thread.
+  [[nodiscard]] std::vector<BatchOnGpu> on_gpus() const {
+    std::lock_guard lock(on_gpus_mutex_);
+    return on_gpus_;
+  }
 
   // What the dispatcher has done and is doing (/metrics); safe from any thread.
   [[nodiscard]] DispatchCounters counters() {
@@ -87,12 +106,18 @@ class Service {
   [[nodiscard]] Result<Reconciled> send(const Batch& batch, util::Fd output);
   void not_sent(Batch& batch, const Error& why);
   void log(util::LogLevel level, const std::string& message) const;
+  // Reads on_gpus_ anew from the servers' jobs and batches, at most once a second (service_gpus.cpp).
+  void publish_on_gpus(const sched::AgentJobs& jobs);
 
   ServiceOptions opt_;
   BatchDb db_;
   std::unique_ptr<Dispatcher> dispatcher_;  // holds the outputs of the batches being sent
   std::unique_ptr<ManagedServers> managed_;  // before the dispatcher in destruction: it stops its sending
   InputRate input_rate_;
+  mutable std::mutex on_gpus_mutex_;
+  std::vector<BatchOnGpu> on_gpus_;  // under on_gpus_mutex_
+  long long on_gpus_at_ms_ = 0;      // monotonic; scheduler's thread
+  std::vector<std::pair<std::string, long long>> on_gpus_key_;  // (GPU UUID, batch) last published
 };
 
 }  // namespace tarmac::backfill

@@ -267,7 +267,17 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   sopts.hostname = util::host_name();
   sopts.alerts = [&alerter] { return firing_alerts(alerter); };
   sopts.reaper = [&reaper] { return std::optional<serve::ReaperMetrics>(reaper.metrics()); };
-  if (batches) sopts.backfill = [batches] { return std::optional<serve::BackfillMetrics>(backfill_metrics(*batches)); };
+  if (batches) {
+    sopts.backfill = [batches] { return std::optional<serve::BackfillMetrics>(backfill_metrics(*batches)); };
+    sopts.batches_on_gpus = [batches] {
+      std::vector<serve::GpuBatch> out;
+      for (auto& b : batches->on_gpus()) {
+        out.push_back({std::move(b.uuid), b.batch, std::move(b.name), std::move(b.user), std::move(b.model),
+                       std::move(b.server), b.answered, b.requests});
+      }
+      return out;
+    };
+  }
   auto service = std::make_unique<serve::Service>(live, sopts);
   if (auto r = service->start(); !r.ok()) {
     return make_error(Error::Code::Invalid, r.error().message + " (set http.listen, or --listen off)");

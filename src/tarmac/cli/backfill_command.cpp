@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <map>
 #include <memory>
 
@@ -406,6 +407,21 @@ void print_batches(std::FILE* out, const json& batches, bool color) {
   table.print(out, color);
 }
 
+// When the batch was sent, in local time: "2026-12-02 00:03-05:58, 2026-12-03 00:00-01:12".
+std::string windows_text(const json& b) {
+  std::vector<std::string> parts;
+  const auto it = b.find("windows");
+  if (it != b.end() && it->is_array()) {
+    for (const auto& w : *it) {
+      if (!w.is_object()) continue;
+      const auto start = w.value("start_unix_ms", 0LL);
+      const auto end = w.value("end_unix_ms", 0LL);
+      if (start > 0 && end >= start) parts.push_back(backfill::span_local_text({start, end}));
+    }
+  }
+  return parts.empty() ? std::string("not yet") : fmt::format("{}", fmt::join(parts, ", "));
+}
+
 std::string batch_text(const json& b) {
   const auto t = [&](const char* key) { return util::terminal_text(b.value(key, "")); };
   std::string out = fmt::format("batch {} ({}) of {}: {}\n", b.value("id", 0LL), t("name"), t("user"), t("state"));
@@ -415,8 +431,7 @@ std::string batch_text(const json& b) {
                      count_text(b, "requests"));
   out += fmt::format("  tokens: {} in, {} out, {} per second; ETA {}\n", count_text(b, "prompt_tokens"),
                      count_text(b, "completion_tokens"), rate_text(b), eta_text(b));
-  out += fmt::format("  GPU-hours: {:.2f}; windows: {}\n", b.value("gpu_hours", 0.0),
-                     b.value("windows", "").empty() ? std::string("none yet") : t("windows"));
+  out += fmt::format("  GPU-hours: {:.2f}; ran {}\n", b.value("gpu_hours", 0.0), windows_text(b));
   out += fmt::format("  model {}, server {}, window {}, parallel {}\n", t("model"),
                      b.value("server", "").empty() ? std::string("(default)") : t("server"),
                      b.value("window", "").empty() ? std::string("any time") : t("window"),

@@ -167,10 +167,22 @@ Result<Buckets> read_buckets(store::Reader& reader, const HistoryQuery& q) {
 
 }  // namespace
 
-std::string gpus_json(const LiveView& view, const std::string& hostname, const std::vector<FiringAlert>& alerts) {
+std::string gpus_json(const LiveView& view, const std::string& hostname, const std::vector<FiringAlert>& alerts,
+                      const std::vector<GpuBatch>& batches) {
   json gpus = json::array();
   for (const auto& d : view.snapshot.devices) {
     const auto cls = view.classes.find(d.id.index);
+    json backfill = json::array();
+    for (const auto& b : batches) {
+      if (!d.id.uuid || b.uuid != *d.id.uuid) continue;
+      backfill.push_back({{"batch", b.batch},
+                          {"name", b.name},
+                          {"user", b.user},
+                          {"model", b.model},
+                          {"server", b.server},
+                          {"answered", b.answered},
+                          {"requests", b.requests}});
+    }
     gpus.push_back({{"index", d.id.index},
                     {"uuid", opt(d.id.uuid)},
                     {"name", opt(d.id.name)},
@@ -185,6 +197,7 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
                     {"power_limit_w", opt_scaled(d.modes.enforced_power_limit_mw, 0.001)},
                     {"clock_sm_mhz", opt(d.sample.clock_sm_mhz)},
                     {"processes", d.processes.size()},
+                    {"backfill", std::move(backfill)},
                     {"lost", opt(d.lost)}});
   }
   json firing = json::array();

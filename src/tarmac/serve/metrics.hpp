@@ -21,6 +21,19 @@ struct FiringAlert {
   long long since_ms = 0;
 };
 
+// A batch the agent's backfill sends on a GPU (docs/backfill.md), through the CLI's wiring: shown on
+// the GPU's card and in /api/v1/gpus.
+struct GpuBatch {
+  std::string uuid;  // the GPU's
+  long long batch = 0;
+  std::string name;
+  std::string user;
+  std::string model;
+  std::string server;
+  long long answered = 0;
+  long long requests = 0;
+};
+
 // The agent's reaper (docs/reap.md "As a service"), through the CLI's wiring: serve knows no reap.
 struct ReaperMetrics {
   struct Reaped {

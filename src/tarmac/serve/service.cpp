@@ -133,7 +133,8 @@ Response Service::handle(const Request& request) {
     if (!view) return not_ready();
     if (path == "/api/v1/gpus") {
       return json_response(
-          gpus_json(*view, options_.hostname, options_.alerts ? options_.alerts() : std::vector<FiringAlert>{}));
+          gpus_json(*view, options_.hostname, options_.alerts ? options_.alerts() : std::vector<FiringAlert>{},
+                    options_.batches_on_gpus ? options_.batches_on_gpus() : std::vector<GpuBatch>{}));
     }
     return json_response(processes_json(*view));
   }

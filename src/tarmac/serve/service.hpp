@@ -28,6 +28,8 @@ struct ServiceOptions {
   std::function<std::optional<ReaperMetrics>()> reaper;
   // The batches' numbers (docs/backfill.md), read at every scrape; unset: none written.
   std::function<std::optional<BackfillMetrics>()> backfill;
+  // The batches sent on each GPU now (the dashboard's cards); unset: none.
+  std::function<std::vector<GpuBatch>()> batches_on_gpus;
   // A sample older than this (real time) makes /healthz answer 503.
   long long stale_after_ms = 60'000;
 };

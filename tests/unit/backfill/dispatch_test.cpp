@@ -229,6 +229,13 @@ TEST(Dispatch, CountsItsWorkForMetricsAndRecordsEachStintInTheStore) {
   EXPECT_EQ(events[1]["done"], 2);
   EXPECT_EQ(events[1]["batch"], f.id());
   EXPECT_GE(events[1]["busy_ms"].get<long long>(), 0);
+  // When it ran: the two stints, moments apart, are one span, from the first request to the end.
+  auto db = f.open_db();
+  const auto batch = db.batch(f.id());
+  ASSERT_TRUE(batch.ok() && *batch);
+  ASSERT_EQ((*batch)->windows.size(), 1U) << spans_text((*batch)->windows);
+  EXPECT_GE((*batch)->windows[0].start_ms, events[0]["since_unix_ms"].get<long long>());
+  EXPECT_GE((*batch)->windows[0].end_ms, events[1]["since_unix_ms"].get<long long>());
 }
 
 TEST(Dispatch, OneServersMaxParallelBoundsAllItsBatchesTogether) {

@@ -21,6 +21,11 @@ class ServiceTest : public ::testing::Test {
     o.db_path = "/nonexistent/tarmac.db";
     o.hostname = "node1";
     o.alerts = [] { return std::vector<FiringAlert>{{"holding", "warning", 3u, "GPU 3 holds", 5}}; };
+    // A batch on GPU-a's card, and one on a GPU this box does not have (shown nowhere).
+    o.batches_on_gpus = [] {
+      return std::vector<GpuBatch>{{"GPU-a", 4, "sums", "amy", "tiny", "night", 120, 200},
+                                   {"GPU-gone", 5, "", "bob", "tiny", "night", 0, 1}};
+    };
     return o;
   }
   void publish() {
@@ -36,6 +41,10 @@ class ServiceTest : public ::testing::Test {
     p.host.user = "alice";
     p.host.command_line = "python train.py";
     d.processes.push_back(p);
+    s.devices.push_back(d);
+    d.id.index = 1;
+    d.id.uuid = "GPU-b";
+    d.processes.clear();
     s.devices.push_back(d);
     live_.publish(s, {{0, gpu::Activity::Busy}}, 1'796'000'000'000, {});  // Dec 2026
   }
@@ -67,6 +76,11 @@ TEST_F(ServiceTest, Routes) {
   EXPECT_EQ(g["gpus"][0]["activity"], "busy");
   EXPECT_TRUE(g["gpus"][0]["temp_c"].is_null());
   EXPECT_EQ(g["alerts"][0]["gpu"], 3);
+  ASSERT_EQ(g["gpus"][0]["backfill"].size(), 1U) << g;
+  EXPECT_EQ(g["gpus"][0]["backfill"][0],
+            nlohmann::json::parse(R"({"batch":4,"name":"sums","user":"amy","model":"tiny","server":"night",
+                                      "answered":120,"requests":200})"));
+  EXPECT_EQ(g["gpus"][1]["backfill"], nlohmann::json::array()) << "no batch runs on GPU 1";
 
   const auto p = nlohmann::json::parse(service_.handle(get("/api/v1/processes")).body);
   EXPECT_EQ(p["processes"][0]["pid"], 7);

@@ -1,0 +1,51 @@
+// Which batch runs on which GPU (service.hpp BatchOnGpu), for the dashboard's cards: a managed
+// server's batches on the GPUs the scheduler gave its job. An external server's GPUs are not
+// tarmac's to know, so its batches show on no card.
+#include <algorithm>
+#include <tuple>
+
+#include "tarmac/backfill/service.hpp"
+#include "tarmac/util/clock.hpp"
+
+namespace tarmac::backfill {
+
+namespace {
+constexpr long long kPublishEveryMs = 1000;  // the dashboard polls every few seconds
+}  // namespace
+
+void Service::tick(sched::AgentJobs& jobs) {
+  managed_->tick(jobs);
+  publish_on_gpus(jobs);
+}
+
+void Service::publish_on_gpus(const sched::AgentJobs& jobs) {
+  // Which batch is on which GPU, from what the scheduler's thread holds (no store read): a change is
+  // shown at once; the progress alone is read again at most once a second.
+  std::vector<std::tuple<std::string, long long, const std::string*>> placed;  // uuid, batch, server
+  for (const auto& [name, server] : managed_->servers()) {
+    const sched::Job* job = server.job != 0 ? jobs.find(server.job) : nullptr;
+    if (job == nullptr || job->state != sched::JobState::Running) continue;
+    for (const long long id : server.sending) {
+      for (const auto& uuid : job->gpu_uuids) placed.emplace_back(uuid, id, &name);
+    }
+  }
+  std::sort(placed.begin(), placed.end());
+  std::vector<std::pair<std::string, long long>> key;
+  for (const auto& [uuid, id, name] : placed) key.emplace_back(uuid, id);
+  const long long now = util::monotonic_ms();
+  if (key == on_gpus_key_ && now - on_gpus_at_ms_ < kPublishEveryMs) return;
+  on_gpus_key_ = std::move(key);
+  on_gpus_at_ms_ = now;
+  std::vector<BatchOnGpu> found;
+  for (const auto& [uuid, id, name] : placed) {
+    auto batch = db_.batch(id);
+    auto progress = db_.progress(id);
+    if (!batch.ok() || !*batch || !progress.ok()) continue;
+    found.push_back({uuid, id, (*batch)->name, (*batch)->user, (*batch)->model, *name,
+                     progress->done + progress->failed, (*batch)->requests});
+  }
+  std::lock_guard lock(on_gpus_mutex_);
+  on_gpus_ = std::move(found);
+}
+
+}  // namespace tarmac::backfill

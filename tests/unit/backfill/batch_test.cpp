@@ -1,0 +1,85 @@
+// When a batch ran (batch.hpp Span): spans joined across a short gap, bounded in number, kept in the
+// store as JSON that a damaged column cannot break, and written in local time.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <filesystem>
+
+#include "tarmac/backfill/batch.hpp"
+#include "tarmac/backfill/batch_db.hpp"
+
+namespace tarmac::backfill {
+namespace {
+
+constexpr long long kMin = 60 * 1000;
+
+TEST(Spans, AStintSoonAfterTheLastExtendsItAndALaterOneStartsAnother) {
+  std::vector<Span> spans;
+  add_span(spans, {100 * kMin, 130 * kMin});
+  add_span(spans, {135 * kMin, 200 * kMin});  // a yield of 5 minutes: the same night's work
+  ASSERT_EQ(spans.size(), 1U);
+  EXPECT_EQ(spans[0], (Span{100 * kMin, 200 * kMin}));
+  add_span(spans, {200 * kMin + kSpanJoinMs + 1, 300 * kMin});
+  ASSERT_EQ(spans.size(), 2U);
+  EXPECT_EQ(spans[1].start_ms, 200 * kMin + kSpanJoinMs + 1);
+}
+
+TEST(Spans, AnEndBeforeItsStartIsAMomentAndOnlyTheLastOnesAreKept) {
+  std::vector<Span> spans;
+  add_span(spans, {50, 10});
+  ASSERT_EQ(spans.size(), 1U);
+  EXPECT_EQ(spans[0], (Span{50, 50}));
+  for (long long i = 1; i <= static_cast<long long>(kMaxSpans) + 5; ++i) add_span(spans, {i * 1000 * kMin, i * 1000 * kMin + 1});
+  ASSERT_EQ(spans.size(), kMaxSpans);
+  EXPECT_EQ(spans.back().start_ms, static_cast<long long>(kMaxSpans + 5) * 1000 * kMin);
+}
+
+TEST(Spans, TheStoredTextReadsBackAndADamagedOneReadsAsNone) {
+  const std::vector<Span> spans{{1, 2}, {3, 4}};
+  EXPECT_EQ(spans_text(spans), "[[1,2],[3,4]]");
+  EXPECT_EQ(spans_from(spans_text(spans)), spans);
+  EXPECT_TRUE(spans_from("").empty());
+  EXPECT_TRUE(spans_from("2026-12-02 00:00-06:00").empty());
+  EXPECT_EQ(spans_from(R"([[1,2],"x",[3],[4,"5"],[6,7]])"), (std::vector<Span>{{1, 2}, {6, 7}}));
+}
+
+TEST(Spans, LocalTextWritesTheEndsDateOnlyWhenItIsAnotherDay) {
+  const char* old = ::getenv("TZ");
+  const std::string saved = old ? old : "";
+  ::setenv("TZ", "UTC", 1);
+  ::tzset();
+  const long long dec2 = 1764633600000LL;  // 2025-12-02 00:00 UTC
+  EXPECT_EQ(span_local_text({dec2 + 3 * kMin, dec2 + 358 * kMin}), "2025-12-02 00:03-05:58");
+  EXPECT_EQ(span_local_text({dec2 - 60 * kMin, dec2 + 60 * kMin}), "2025-12-01 23:00-2025-12-02 01:00");
+  if (old) ::setenv("TZ", saved.c_str(), 1); else ::unsetenv("TZ");
+  ::tzset();
+}
+
+TEST(Spans, TheStoreAddsToABatchsWindowsAndSaveLeavesThemAlone) {
+  char tmpl[] = "/tmp/tarmac-backfill-spans-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    auto db = BatchDb::open(dir + "/tarmac.db");
+    ASSERT_TRUE(db.ok()) << db.error().message;
+    Batch b;
+    b.user = "amy";
+    b.model = "m";
+    ASSERT_TRUE(db->create(b, {{"a", Endpoint::Completions, R"({"model":"m","prompt":"x"})", 1}}).ok());
+    Batch stale = b;  // a copy read before the span was added: its save must not write it away
+    ASSERT_TRUE(db->add_window(b.id, {10 * kMin, 20 * kMin}).ok());
+    ASSERT_TRUE(db->add_window(b.id, {21 * kMin, 30 * kMin}).ok());
+    stale.reason = "cancelled";
+    ASSERT_TRUE(db->save(stale).ok());
+    auto back = db->batch(b.id);
+    ASSERT_TRUE(back.ok() && *back);
+    EXPECT_EQ((*back)->reason, "cancelled");
+    EXPECT_EQ((*back)->windows, (std::vector<Span>{{10 * kMin, 30 * kMin}}));
+    EXPECT_TRUE(db->add_window(b.id + 1, {1, 2}).ok()) << "a batch that is gone: nothing to add to";
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tarmac::backfill
