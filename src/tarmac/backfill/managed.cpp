@@ -287,7 +287,7 @@ void ManagedServers::finish_yield(Server& s, const std::vector<Batch>& wanted) {
   nlohmann::json detail = {{"server", s.name},        {"job", s.yield.job},
                            {"for_job", s.yield.for_job}, {"interrupted", s.yield.interrupted},
                            {"ms", s.yield.ms},          {"gpus", s.config.gpus}};
-  detail["memory_confirmed"] = nullptr;  // not asked: no unload (llama-server, vLLM), or no NVML look
+  detail["memory_confirmed"] = nullptr;  // not asked: no unload (llama-server, vLLM), a failed one, or no NVML look
   detail["memory_freed_ms"] = nullptr;
   if (s.yield.memory) {
     detail["memory_confirmed"] = s.yield.memory->outcome == MemoryOutcome::Freed;

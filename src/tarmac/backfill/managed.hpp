@@ -2,7 +2,8 @@
 // backfill job of the agent's scheduler (sched::AgentJobs), on GPUs idle for
 // scheduler.backfill_idle, while a batch on it has requests to send inside its window; sends to it
 // once its health path answers; and lets go of when a normal job needs its GPUs (the yield: the
-// batches stop sending first, their requests in flight back to pending, then the scheduler stops
+// batches stop sending first, their requests in flight back to pending; an Ollama model is unloaded
+// and NVML asked until the server's memory is gone (yield_memory.hpp); then the scheduler stops
 // the server: SIGTERM, grace, SIGKILL) or when its batches are done.
 //
 // The pure part (managed_command, server_account) says what runs, as whom; ManagedServers follows
@@ -71,7 +72,8 @@ struct Yield {
   long long interrupted = 0;  // requests in flight sent back to pending
   long long ms = 0;
   // Whether NVML confirmed the server's memory gone before its SIGTERM (after Ollama's unload), and
-  // the wait's length; nullopt where nothing was asked (no unload: llama-server, vLLM; no NVML look).
+  // the wait's length; nullopt where nothing was asked (no unload: llama-server, vLLM; an unload
+  // that failed; no NVML look).
   std::optional<MemoryWait> memory;
 };
 
