@@ -19,17 +19,28 @@ Answers are words of the prompt repeated, one "token" a line, `token_delay` seco
 A prompt holding FAIL_MIDSTREAM gets one token and then an {"error": ...} line, as a crashed runner.
 Hooks on_load(name) and on_unload(name) let a test hold simulated GPU memory while a model is loaded.
 
-Run alone: python3 fake_ollama.py [--port N] [--model NAME]... [--token-delay S]; prints its URL."""
+Run alone: python3 fake_ollama.py [serve] [--port N] [--model NAME]... [--token-delay S]; prints its URL.
+Without --port it listens where OLLAMA_HOST says (host:port, as `ollama serve` does; 127.0.0.1:11434 by
+default), so that it can be the program of a managed server (preset "ollama", binary a wrapper). With
+--hold-mem SIZE --sim-load PATH a loaded model holds simulated GPU memory: a tarmac-sim-load child (in
+the server's process group, on the GPUs its CUDA_VISIBLE_DEVICES names) started at the load and ended
+--free-delay seconds after the unload, as an Ollama runner exits a moment after its unload answered.
+--events FILE gets a line per load, unload, memory freed, and SIGTERM (saying whether the memory was
+still held then): what a test of the yield's order reads."""
 import argparse
 import datetime
 import json
+import os
 import select
+import signal
 import socket
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 DEFAULT_KEEP_ALIVE_S = 300.0  # Ollama's default: 5 minutes
+DEFAULT_PORT = 11434          # Ollama's, when OLLAMA_HOST names none
 MODEL_SIZE = 1 << 30          # what /api/ps says a loaded model takes, all of it in "VRAM"
 
 
@@ -84,7 +95,8 @@ class ClientGone(Exception):
 
 
 class FakeOllama:
-    def __init__(self, models=("tiny",), token_delay=0.0, tokens=8, on_load=None, on_unload=None, port=0):
+    def __init__(self, models=("tiny",), token_delay=0.0, tokens=8, on_load=None, on_unload=None, port=0,
+                 host="127.0.0.1"):
         self.models = {full_name(m) for m in models}
         self.token_delay = token_delay
         self.tokens = tokens
@@ -104,7 +116,7 @@ class FakeOllama:
         class Handler(_Handler):
             server_fake = fake
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -423,14 +435,97 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+def listen_address(ollama_host):
+    """(host, port) from OLLAMA_HOST as `ollama serve` reads it: "host:port", "host", ":port", with or
+    without a scheme; 127.0.0.1:11434 when unset."""
+    text = (ollama_host or "").strip()
+    for scheme in ("http://", "https://"):
+        if text.startswith(scheme):
+            text = text[len(scheme):]
+    text = text.rstrip("/")
+    host, _, port = text.rpartition(":") if ":" in text else (text, "", "")
+    return host or "127.0.0.1", int(port) if port else DEFAULT_PORT
+
+
+class SimMemory:
+    """A loaded model's simulated GPU memory: a tarmac-sim-load child per model, started at its load
+    and ended FREE_DELAY seconds after its unload (on a thread: the unload's answer does not wait)."""
+
+    def __init__(self, program, size, free_delay, record):
+        self.program, self.size, self.free_delay, self.record = program, size, free_delay, record
+        self.lock = threading.Lock()
+        self.loads = {}   # name -> Popen
+        self.held = set()  # names whose memory is not yet given back
+
+    def load(self, name):
+        proc = subprocess.Popen([self.program, "--mem", self.size, "--util", "0"], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with self.lock:
+            self.loads[name] = proc
+            self.held.add(name)
+        self.record(f"load {name}")
+
+    def unload(self, name):
+        self.record(f"unload {name}")
+        threading.Thread(target=self._free, args=(name,), daemon=True).start()
+
+    def _free(self, name):
+        time.sleep(self.free_delay)
+        with self.lock:
+            proc = self.loads.pop(name, None)
+        if proc is not None:
+            proc.terminate()
+            proc.wait()
+        with self.lock:
+            self.held.discard(name)
+        self.record(f"freed {name}")
+
+    def holding(self):
+        with self.lock:
+            return sorted(self.held)
+
+    def end(self):
+        with self.lock:
+            procs = list(self.loads.values())
+        for proc in procs:
+            proc.kill()
+
+
 def main():
     parser = argparse.ArgumentParser(description="a fake Ollama server for tests")
-    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("command", nargs="?", default="serve", choices=["serve"], help="as `ollama serve`")
+    parser.add_argument("--port", type=int, default=None, help="default: OLLAMA_HOST's, else 11434")
     parser.add_argument("--model", action="append", default=None)
     parser.add_argument("--token-delay", type=float, default=0.0)
     parser.add_argument("--tokens", type=int, default=8)
+    parser.add_argument("--hold-mem", default=None, help="GPU memory a loaded model holds (tarmac-sim-load --mem)")
+    parser.add_argument("--sim-load", default=None, help="the simulator's tarmac-sim-load")
+    parser.add_argument("--free-delay", type=float, default=0.0, help="seconds from an unload to its memory's release")
+    parser.add_argument("--events", default=None, help="a file to append what happened to, a line each")
     args = parser.parse_args()
-    fake = FakeOllama(models=args.model or ["tiny"], token_delay=args.token_delay, tokens=args.tokens, port=args.port)
+    if (args.hold_mem is None) != (args.sim_load is None):
+        parser.error("--hold-mem and --sim-load go together")
+    host, port = listen_address(os.environ.get("OLLAMA_HOST"))
+    if args.port is not None:
+        port = args.port
+    record_lock = threading.Lock()
+
+    def record(line):
+        if args.events:
+            with record_lock, open(args.events, "a") as f:
+                f.write(line + "\n")
+
+    memory = SimMemory(args.sim_load, args.hold_mem, args.free_delay, record) if args.hold_mem else None
+    fake = FakeOllama(models=args.model or ["tiny"], token_delay=args.token_delay, tokens=args.tokens, port=port,
+                      host=host, on_load=memory.load if memory else None, on_unload=memory.unload if memory else None)
+
+    def on_sigterm(signo, frame):
+        held = memory.holding() if memory else []
+        record(f"sigterm holding={','.join(held) or '-'}")
+        if memory:
+            memory.end()
+        os._exit(0)
+    signal.signal(signal.SIGTERM, on_sigterm)
     print(fake.url, flush=True)
     fake.server.serve_forever()
 

@@ -206,6 +206,8 @@ class ManagedLlamaServer(AgentQueueTest):
         events = [json.loads(d) for (d,) in query(self.db, "SELECT detail FROM event WHERE kind = 'backfill_yield' "
                                                            "ORDER BY ts_ms")]
         self.assertEqual([(e["server"], e["for_job"] > 0, e["ms"] >= 0) for e in events], [("llama", True, True)] * 3)
+        # llama-server has no unload: nothing to wait for before its SIGTERM, so NVML is not asked.
+        self.assertEqual([(e["memory_confirmed"], e["memory_freed_ms"]) for e in events], [(None, None)] * 3)
         self.wait_server_stopped()
         print("\nyields: normal job submitted -> started in " + ", ".join(f"{y:.2f}" for y in yield_s) + " s\n  "
               + "\n  ".join(yields) + "\n  " + "\n  ".join(o.split("info: ", 1)[-1] for o in order), flush=True)

@@ -284,9 +284,15 @@ void ManagedServers::finish_yield(Server& s, const std::vector<Batch>& wanted) {
   yields_.push_back(s.yield);
   ++yield_count_;
   yield_ms_ += s.yield.ms;
-  const nlohmann::json detail = {{"server", s.name},        {"job", s.yield.job},
-                                 {"for_job", s.yield.for_job}, {"interrupted", s.yield.interrupted},
-                                 {"ms", s.yield.ms},          {"gpus", s.config.gpus}};
+  nlohmann::json detail = {{"server", s.name},        {"job", s.yield.job},
+                           {"for_job", s.yield.for_job}, {"interrupted", s.yield.interrupted},
+                           {"ms", s.yield.ms},          {"gpus", s.config.gpus}};
+  detail["memory_confirmed"] = nullptr;  // not asked: no unload (llama-server, vLLM), a failed one, or no NVML look
+  detail["memory_freed_ms"] = nullptr;
+  if (s.yield.memory) {
+    detail["memory_confirmed"] = s.yield.memory->outcome == MemoryOutcome::Freed;
+    if (s.yield.memory->outcome == MemoryOutcome::Freed) detail["memory_freed_ms"] = s.yield.memory->ms;
+  }
   if (auto r = db_.add_event(util::wall_ms(), "backfill_yield", util::json_text(detail)); !r.ok()) {
     log(util::LogLevel::Warning, fmt::format("backfill: server {}: its yield is not recorded: {}", s.name,
                                              r.error().message));
@@ -435,15 +441,37 @@ void ManagedServers::note(Server& s, const std::vector<Batch>& batches, const st
 }
 
 // Where the protocol has one, the model is unloaded before the server is signalled (Ollama: a
-// request with keep_alive 0), so its GPU memory is given back by the server itself.
-void ManagedServers::unload(Server& s, const std::string& url) {
-  if (s.config.protocol != ServerProtocol::Ollama || s.phase != Phase::Ready) return;
+// request with keep_alive 0), so its GPU memory is given back by the server itself. llama-server
+// and vLLM have no unload: they go straight to the SIGTERM.
+bool ManagedServers::unload(Server& s, const std::string& url) {
+  if (s.config.protocol != ServerProtocol::Ollama || s.phase != Phase::Ready) return false;
   ServerConfig server = s.config;
   server.url = url;
   if (auto r = ollama::unload(server, s.model, kUnloadTimeoutMs); !r.ok()) {
     log(util::LogLevel::Warning, fmt::format("backfill: server {}: unload of {}: {}", s.name, s.model,
                                              r.error().message));
+    return false;
   }
+  return true;
+}
+
+std::optional<MemoryWait> ManagedServers::confirm_memory_freed(Server& s, const sched::Job& job) {
+  if (!opt_.server_memory) return std::nullopt;
+  const MemoryWait w = wait_memory_freed(opt_.server_memory, job, *opt_.clock, opt_.memory_wait_ms,
+                                         opt_.memory_poll_ms);
+  if (w.outcome == MemoryOutcome::Freed) {
+    log(util::LogLevel::Info, fmt::format("backfill: server {} (job {}): NVML lists none of its memory on GPU {} "
+                                          "{} ms after the unload",
+                                          s.name, job.id, fmt::join(job.gpus, ","), w.ms));
+  } else {
+    const std::string why = w.outcome == MemoryOutcome::Held
+                                ? fmt::format("NVML still lists {} of it", util::format_bytes(w.held_bytes))
+                                : std::string("NVML could not be read");
+    log(util::LogLevel::Warning, fmt::format("backfill: server {} (job {}): its memory is not confirmed gone {} ms "
+                                             "after the unload ({}); signalled all the same",
+                                             s.name, job.id, w.ms, why));
+  }
+  return w;
 }
 
 void ManagedServers::before_preempt(const sched::Job& job, const sched::Job& for_job) {
@@ -457,9 +485,12 @@ void ManagedServers::before_preempt(const sched::Job& job, const sched::Job& for
     const long long interrupted = stop_sending(s);
     s.probe.reset();
     const std::string url = fmt::format("http://127.0.0.1:{}", s.port);
-    unload(s, url);
-    if (opt_.unload) opt_.unload(s.name, url, job);
-    s.yield = Yield{.server = s.name, .job = job.id, .for_job = for_job.id, .interrupted = interrupted, .ms = 0};
+    // Only then is NVML asked until the server's processes hold none of it (issue 16: "confirm
+    // through NVML that the server's memory is gone; only then escalate").
+    std::optional<MemoryWait> memory;
+    if (unload(s, url)) memory = confirm_memory_freed(s, job);
+    s.yield = Yield{.server = s.name, .job = job.id, .for_job = for_job.id, .interrupted = interrupted, .ms = 0,
+                    .memory = memory};
     s.phase = Phase::Yielding;
     s.last_note.clear();
     for (const long long id : batches) {

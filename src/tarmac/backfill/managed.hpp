@@ -2,7 +2,8 @@
 // backfill job of the agent's scheduler (sched::AgentJobs), on GPUs idle for
 // scheduler.backfill_idle, while a batch on it has requests to send inside its window; sends to it
 // once its health path answers; and lets go of when a normal job needs its GPUs (the yield: the
-// batches stop sending first, their requests in flight back to pending, then the scheduler stops
+// batches stop sending first, their requests in flight back to pending; an Ollama model is unloaded
+// and NVML asked until the server's memory is gone (yield_memory.hpp); then the scheduler stops
 // the server: SIGTERM, grace, SIGKILL) or when its batches are done.
 //
 // The pure part (managed_command, server_account) says what runs, as whom; ManagedServers follows
@@ -24,6 +25,7 @@
 #include "tarmac/backfill/batch_db.hpp"
 #include "tarmac/backfill/dispatch.hpp"
 #include "tarmac/backfill/settings.hpp"
+#include "tarmac/backfill/yield_memory.hpp"
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/util/log.hpp"
 #include "tarmac/util/result.hpp"
@@ -69,6 +71,10 @@ struct Yield {
   long long for_job = 0;  // the normal job's
   long long interrupted = 0;  // requests in flight sent back to pending
   long long ms = 0;
+  // Whether NVML confirmed the server's memory gone before its SIGTERM (after Ollama's unload), and
+  // the wait's length; nullopt where nothing was asked (no unload: llama-server, vLLM; an unload
+  // that failed; no NVML look).
+  std::optional<MemoryWait> memory;
 };
 
 struct ManagedOptions {
@@ -77,10 +83,13 @@ struct ManagedOptions {
   long long retry_ms = 30 * 1000;       // after a server that never became ready or ended by itself; doubled
   long long max_retry_ms = 30 * 60 * 1000;
   long long probe_every_ms = 100;       // the health path is asked this often until it answers
-  // Called on a yield after the batches stopped sending (and, with protocol "ollama", the model
-  // unloaded: keep_alive 0), before the scheduler's SIGTERM: where NVML may confirm the server's
-  // memory is gone (issue 16, not built). Empty: the server is stopped as it is.
-  std::function<void(const std::string& server, const std::string& url, const sched::Job& job)> unload;
+  // Asked on a yield after Ollama unloaded the model (keep_alive 0), before the scheduler's SIGTERM,
+  // until the server's processes hold no memory on its GPUs (wait_memory_freed, bounded by
+  // memory_wait_ms). Empty: the server is signalled as it is.
+  ServerMemory server_memory;
+  long long memory_wait_ms = kMemoryWaitMs;
+  long long memory_poll_ms = kMemoryPollMs;
+  std::shared_ptr<const util::Clock> clock = std::make_shared<util::SystemClock>();
   FindProgram find = find_on_path;
 };
 
@@ -142,7 +151,10 @@ class ManagedServers {
   void stop_server(Server& s, sched::AgentJobs& jobs, const std::string& why);
   void retry_later(Server& s, const std::string& why);
   void note(Server& s, const std::vector<Batch>& batches, const std::string& reason);
-  void unload(Server& s, const std::string& url);
+  // Unloads the model where the protocol can (Ollama); true when the server said it did.
+  bool unload(Server& s, const std::string& url);
+  // After an unload: waits for NVML to list none of the server's memory (bounded); nullopt when not asked.
+  std::optional<MemoryWait> confirm_memory_freed(Server& s, const sched::Job& job);
   void log(util::LogLevel level, const std::string& message) const;
 
   ManagedOptions opt_;

@@ -216,12 +216,14 @@ std::vector<serve::FiringAlert> firing_alerts(const alerts::Alerter& alerter) {
 
 // Batches (docs/backfill.md), answered on the scheduler's socket and thread and sent to the
 // configured servers by the dispatcher's threads; nullptr when the scheduler is off or their tables
-// cannot be opened (logged: the queue still runs).
-std::shared_ptr<backfill::Service> open_batches(const AgentSettings& s) {
+// cannot be opened (logged: the queue still runs). A managed server's yield asks NVML, through a
+// backend of its own, whether the server's memory is gone.
+std::shared_ptr<backfill::Service> open_batches(const GlobalOptions& global, const AgentSettings& s) {
   if (!s.scheduler_on()) return nullptr;
   backfill::ServiceOptions options;
   options.db_path = store::database_path(s.options.state_dir);
   options.log = log_line;
+  options.managed.server_memory = backfill::nvml_server_memory([&global] { return open_backend(global); }, log_line);
   options.quota = backfill::quota_from(s.cfg.scheduler);
   options.config = s.cfg.backfill;
   auto service = backfill::Service::open(std::move(options));
@@ -382,7 +384,7 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
   alerts::Alerter alerter(s.cfg.alerts, s.cfg.activity, log_line);
   serve::LiveState live;  // the live view for the HTTP endpoints, fed by the sampling loop
   AgentReaper reaper(reaper_options(global, s, alerter));
-  const std::shared_ptr<backfill::Service> batches = open_batches(s);
+  const std::shared_ptr<backfill::Service> batches = open_batches(global, s);
   auto service = start_service(s, live, alerter, reaper, batches);
   if (!service.ok()) {
     print_error(service.error());
