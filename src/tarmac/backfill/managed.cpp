@@ -297,11 +297,11 @@ void ManagedServers::finish_yield(Server& s, const std::vector<Batch>& wanted) {
     log(util::LogLevel::Warning, fmt::format("backfill: server {}: its yield is not recorded: {}", s.name,
                                              r.error().message));
   }
-  log(util::LogLevel::Info, fmt::format("backfill: yield: server {} (job {}) gave its GPUs to job {} in {} ms ({} "
+  log(util::LogLevel::Info, fmt::format("backfill: yield: server {} (job {}) gave its GPUs to {} in {} ms ({} "
                                         "requests in flight sent back to pending)",
-                                        s.name, s.job, s.yield.for_job, s.yield.ms, s.yield.interrupted));
-  note(s, wanted, fmt::format("yielded its GPUs to job {} in {:.2f} s; waiting for idle GPUs to start server {} again",
-                              s.yield.for_job, static_cast<double>(s.yield.ms) / 1000, s.name));
+                                        s.name, s.job, s.yield.for_what, s.yield.ms, s.yield.interrupted));
+  note(s, wanted, fmt::format("yielded its GPUs to {} in {:.2f} s; waiting for idle GPUs to start server {} again",
+                              s.yield.for_what, static_cast<double>(s.yield.ms) / 1000, s.name));
   s.phase = Phase::Waiting;
 }
 
@@ -489,17 +489,19 @@ void ManagedServers::before_preempt(const sched::Job& job, const sched::Job& for
     // through NVML that the server's memory is gone; only then escalate").
     std::optional<MemoryWait> memory;
     if (unload(s, url)) memory = confirm_memory_freed(s, job);
-    s.yield = Yield{.server = s.name, .job = job.id, .for_job = for_job.id, .interrupted = interrupted, .ms = 0,
-                    .memory = memory};
+    const std::string for_what =
+        fmt::format("{} {}", for_job.kind == sched::JobKind::Lease ? "lease" : "job", for_job.id);
+    s.yield = Yield{.server = s.name, .job = job.id, .for_job = for_job.id, .for_what = for_what,
+                    .interrupted = interrupted, .ms = 0, .memory = memory};
     s.phase = Phase::Yielding;
     s.last_note.clear();
     for (const long long id : batches) {
-      dispatcher_.note(id, fmt::format("yielding its GPUs to job {}: sending stopped ({} requests in flight back "
+      dispatcher_.note(id, fmt::format("yielding its GPUs to {}: sending stopped ({} requests in flight back "
                                        "to pending), server {} stopping",
-                                       for_job.id, interrupted, s.name));
+                                       for_what, interrupted, s.name));
     }
-    log(util::LogLevel::Info, fmt::format("backfill: server {} (job {}) yields to job {}: sending stopped in {} ms",
-                                          s.name, job.id, for_job.id, util::monotonic_ms() - s.yield_started_ms));
+    log(util::LogLevel::Info, fmt::format("backfill: server {} (job {}) yields to {}: sending stopped in {} ms",
+                                          s.name, job.id, for_what, util::monotonic_ms() - s.yield_started_ms));
   }
 }
 

@@ -68,7 +68,8 @@ struct Account {
 struct Yield {
   std::string server;
   long long job = 0;      // the server's
-  long long for_job = 0;  // the normal job's
+  long long for_job = 0;  // the normal job's, or the lease's
+  std::string for_what;   // "job 9", "lease 9": for people
   long long interrupted = 0;  // requests in flight sent back to pending
   long long ms = 0;
   // Whether NVML confirmed the server's memory gone before its SIGTERM (after Ollama's unload), and

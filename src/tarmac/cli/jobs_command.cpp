@@ -1,5 +1,6 @@
 #include "tarmac/cli/jobs_command.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/pick_command.hpp"
 #include "tarmac/cli/table.hpp"
+#include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
@@ -35,8 +37,9 @@ int report_failure(const char* command, const json& answer) {
   return exit_code_for(answer);
 }
 
-// One request to the agent for `command`; prints why when it fails (no agent: exit 3).
-std::optional<json> request(const GlobalOptions& global, const char* command, const json& req, int& exit_code) {
+// One request to the agent for `command`, with the connection for what follows its answer; prints
+// why when it fails (no agent: exit 3).
+std::optional<AgentAnswer> ask(const GlobalOptions& global, const char* command, const json& req, int& exit_code) {
   auto answer = ask_agent(agent_socket(global), req);
   if (!answer.ok()) {
     fmt::print(stderr, "tarmac {}: {} (is `tarmac agent` running? it owns the queue)\n", command,
@@ -49,7 +52,41 @@ std::optional<json> request(const GlobalOptions& global, const char* command, co
     return std::nullopt;
   }
   exit_code = kExitOk;
+  return std::move(*answer);
+}
+
+// One request to the agent for `command`: its answer; prints why when it fails (no agent: exit 3).
+std::optional<json> request(const GlobalOptions& global, const char* command, const json& req, int& exit_code) {
+  auto answer = ask(global, command, req, exit_code);
+  if (!answer) return std::nullopt;
   return std::move(answer->body);
+}
+
+// The lease `waiting` once the agent gives it: backfill yields its GPUs first. The agent sends
+// "started" or "ended" on `conn` within `wait_ms` (it withdraws the lease then), which is waited
+// for a little longer; nullopt (said, with exit_code set) when the lease was not given.
+std::optional<json> await_lease(sched::Connection& conn, const json& waiting, long long wait_ms, int& exit_code) {
+  const long long id = number_or(waiting, "id", 0);
+  fmt::print(stderr, "tarmac reserve: lease {}: {} (up to {})...\n", id, util::terminal_lines(text_or(waiting, "reason")),
+             util::format_duration_ms(wait_ms));
+  const long long give_up = util::monotonic_ms() + wait_ms + kAnswerTimeoutMs;
+  for (;;) {
+    auto line = conn.read_line(static_cast<int>(std::max(0LL, give_up - util::monotonic_ms())));
+    if (!line.ok()) {
+      fmt::print(stderr, "tarmac reserve: lease {}: no word from the agent: {}\n", id, line.error().message);
+      exit_code = kExitCouldNotLook;
+      return std::nullopt;
+    }
+    const json event = json::parse(*line, nullptr, false);
+    if (!event.is_object() || !event.contains("job") || !event["job"].is_object()) continue;
+    const std::string kind = text_or(event, "event");
+    if (kind == "started") return event["job"];
+    if (kind == "ended") {
+      fmt::print(stderr, "tarmac reserve: lease {}: {}\n", id, util::terminal_lines(text_or(event["job"], "reason")));
+      exit_code = kExitProblems;  // as a busy answer
+      return std::nullopt;
+    }
+  }
 }
 
 void print_lease(const GlobalOptions& global, const json& job) {
@@ -61,6 +98,7 @@ struct JobsFlags {
   bool all = false;
   std::string id;
   std::string duration;
+  std::string wait = "30s";
   RequestFlags request;
   std::string name;
 };
@@ -239,6 +277,9 @@ void add_jobs_commands(CLI::App& app, const GlobalOptions& global, int& exit_cod
     add_request_flags(*cmd, flags->request);
     cmd->add_option("--for", flags->duration, "How long, like 2h")->required();
     cmd->add_option("--name", flags->name, "A name for the lease");
+    cmd->add_option("--wait", flags->wait,
+                    "When backfill jobs hold the GPUs, how long to wait for them to yield (default 30s; 0: fail at "
+                    "once, at most 10m)");
     cmd->callback([&global, &exit_code, flags] {
       auto req = parse_request(flags->request);
       if (!req.ok()) {
@@ -252,15 +293,28 @@ void add_jobs_commands(CLI::App& app, const GlobalOptions& global, int& exit_cod
         exit_code = kExitUsage;
         return;
       }
-      auto answer = request(global, "reserve",
-                            json{{"op", "reserve"},
-                                 {"n", req->n},
-                                 {"for_ms", *ms},
-                                 {"min_free", req->min_free_bytes},
-                                 {"max_util", req->max_util_pct},
-                                 {"name", flags->name}},
-                            exit_code);
-      if (answer) print_lease(global, (*answer)["job"]);
+      const auto wait_ms = util::parse_duration_ms(flags->wait);
+      if (!wait_ms || *wait_ms < 0) {
+        fmt::print(stderr, "tarmac reserve: --wait: '{}' is not a duration (like 30s, 2m)\n", flags->wait);
+        exit_code = kExitUsage;
+        return;
+      }
+      auto answer = ask(global, "reserve",
+                        json{{"op", "reserve"},
+                             {"n", req->n},
+                             {"for_ms", *ms},
+                             {"wait_ms", *wait_ms},
+                             {"min_free", req->min_free_bytes},
+                             {"max_util", req->max_util_pct},
+                             {"name", flags->name}},
+                        exit_code);
+      if (!answer) return;
+      const json& job = answer->body["job"];
+      if (text_or(job, "state") != "queued") {
+        print_lease(global, job);
+        return;
+      }
+      if (auto given = await_lease(answer->conn, job, *wait_ms, exit_code)) print_lease(global, *given);
     });
   }
   {

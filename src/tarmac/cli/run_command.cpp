@@ -182,7 +182,9 @@ int follow_job(const std::string& socket, sched::Connection conn, long long id, 
       started = true;
     } else if (kind == "requeued") {
       started = false;
-      fmt::print(stderr, "tarmac: job {} was preempted by a normal job and is queued again\n", id);
+      const auto reason = job.find("reason");
+      const std::string why = reason != job.end() && reason->is_string() ? util::terminal_lines(reason->get<std::string>()) : "";
+      fmt::print(stderr, "tarmac: job {}: {}\n", id, why.empty() ? "preempted; queued again" : why);
     } else if (kind == "ended") {
       return ended(job);
     }

@@ -100,6 +100,11 @@ void Clients::serve(Client& c) {
   }
 }
 
+bool Clients::follows(long long id) const {
+  return std::any_of(clients_.begin(), clients_.end(),
+                     [id](const auto& c) { return c->watching == id && !c->finished(); });
+}
+
 void Clients::tell_followers(const Job& job, JobEvent event) {
   const std::string line = util::json_text(json{{"event", to_string(event)}, {"job", to_json(job)}});
   for (auto& c : clients_) {

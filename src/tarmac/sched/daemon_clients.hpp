@@ -50,6 +50,9 @@ class Clients {
   // polled again; LLONG_MAX for none.
   [[nodiscard]] long long next_deadline(long long now_ms) const;
 
+  // Whether a client that is not being closed follows job `id`.
+  [[nodiscard]] bool follows(long long id) const;
+
   // Tells the clients that follow `job` about `event`; they are closed once it has ended.
   void tell_followers(const Job& job, JobEvent event);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tarmac/sched/daemon_common.hpp"
+#include "tarmac/util/clock.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::sched {
@@ -15,6 +16,25 @@ using detail::indices_text;
 Job end_lease(JobTable& table, LeaseFiles& files, Job& job, JobState state, const std::string& reason, long long now_ms) {
   files.remove_for(job, now_ms);
   return table.end(job, state, reason);
+}
+
+Result<void> activate_lease(JobTable& table, LeaseFiles& files, Job& lease, const std::vector<unsigned>& chosen,
+                            const std::vector<std::string>& uuids, long long for_ms, const util::LogSink& log) {
+  Job given = lease;
+  given.started_ms = util::wall_ms();
+  given.expires_ms = given.started_ms + for_ms;
+  given.state = JobState::Active;
+  given.gpus = chosen;
+  given.gpu_uuids = uuids;
+  given.reason.clear();
+  TARMAC_TRY(files.write_for(given, 0, 0));
+  lease = std::move(given);
+  table.persist(lease);
+  if (log) {
+    log(util::LogLevel::Info, fmt::format("scheduler: lease {} of {}: GPU {} for {}", lease.id, lease.user,
+                                          indices_text(lease.gpus), util::format_duration_ms(for_ms)));
+  }
+  return {};
 }
 
 namespace {

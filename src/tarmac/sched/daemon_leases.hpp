@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/daemon_gpus.hpp"
@@ -15,6 +16,13 @@ namespace tarmac::sched {
 // Ends lease `job` in `state`: its lease files go (under the lock when it can be had at `now_ms`,
 // monotonic), the table records its end and lets it go. Returns the lease as it ended.
 Job end_lease(JobTable& table, LeaseFiles& files, Job& job, JobState state, const std::string& reason, long long now_ms);
+
+// Gives lease `lease` (recorded in the store: it has its id) the GPUs `chosen` (indices) / `uuids`
+// for `for_ms` from now: active, its lease files written (call with the lock held), its record saved,
+// logged. A lease whose files cannot be written is left as it was, and the failure returned.
+[[nodiscard]] Result<void> activate_lease(JobTable& table, LeaseFiles& files, Job& lease,
+                                          const std::vector<unsigned>& chosen, const std::vector<std::string>& uuids,
+                                          long long for_ms, const util::LogSink& log);
 
 // Leases that sit idle or run out: when each active lease was last seen used (on the monotonic
 // clock, so that a step of the wall clock neither reclaims a lease early nor keeps one forever),

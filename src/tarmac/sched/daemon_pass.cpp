@@ -8,6 +8,7 @@
 #include <climits>
 #include <fmt/format.h>
 
+#include "tarmac/sched/daemon_leases.hpp"
 #include "tarmac/sched/queue.hpp"
 #include "tarmac/util/units.hpp"
 
@@ -47,14 +48,17 @@ void Pass::run(long long now_ms, long long now_unix_ms) {
     const Job* job = table_.find(kv.first);
     return job == nullptr || job->state != JobState::Queued;
   });
+  withdraw_leases(now_ms);
+  std::vector<Job*> leases;
   std::vector<const Job*> normal;
   std::vector<Job*> backfill;
   for (auto& [id, j] : table_.jobs()) {
-    if (j.kind != JobKind::Job || j.state != JobState::Queued) continue;
-    if (j.backfill) backfill.push_back(&j);
+    if (j.state != JobState::Queued) continue;
+    if (j.kind == JobKind::Lease) leases.push_back(&j);
+    else if (j.backfill) backfill.push_back(&j);
     else normal.push_back(&j);
   }
-  if (normal.empty() && backfill.empty()) return;
+  if (leases.empty() && normal.empty() && backfill.empty()) return;
   // Every GPU given out to work that is not backfill: nothing could start; skip NVML.
   if (const unsigned count = gpus_.seen_count(); count > 0 && gpus_held_for_good(table_.jobs()) >= count) return;
   if (!gpus_.ensure_backend()) return;
@@ -62,7 +66,10 @@ void Pass::run(long long now_ms, long long now_unix_ms) {
   if (!held && !files_.stuck(now_ms)) return;  // the loop comes back within kRetryMs
   auto round = begin(now_ms, now_unix_ms);
   if (!round) return;
-  if (start_normal(*round, normal)) return;  // a normal job waits: backfill must not take its GPUs
+  // A lease is answered before the queue, as one given at once on the socket would be.
+  const bool lease_waits = give_leases(*round, leases);
+  const bool normal_waits = start_normal(*round, normal);
+  if (lease_waits || normal_waits) return;  // backfill must not take the GPUs they wait for
   start_backfill(*round, std::move(backfill));
 }
 
@@ -87,14 +94,62 @@ std::optional<Pass::Round> Pass::begin(long long now_ms, long long now_unix_ms) 
   return round;
 }
 
-std::vector<std::string> Pass::Round::uuids_of(const std::vector<unsigned>& chosen) const {
-  std::vector<std::string> out;
-  for (unsigned index : chosen) {
-    for (const auto& d : snapshot.devices) {
-      if (d.id.index == index) out.push_back(d.id.uuid.value_or(""));
+void Pass::withdraw_leases(long long now_ms) {
+  std::vector<std::pair<long long, std::string>> withdrawn;
+  for (const auto& [id, j] : table_.jobs()) {
+    if (j.kind != JobKind::Lease || j.state != JobState::Queued) continue;
+    const auto wait = lease_waits_.find(id);
+    // One read back after a restart has nobody waiting for it either.
+    if (wait == lease_waits_.end() || !awaited_ || !awaited_(id)) {
+      withdrawn.emplace_back(id, "withdrawn before it was given: nobody waits for it any more");
+    } else if (now_ms >= wait->second.until_ms) {
+      withdrawn.emplace_back(
+          id, fmt::format("not given within {}: still {}", util::format_duration_ms(wait->second.wait_ms), j.reason));
     }
   }
-  return out;
+  for (const auto& [id, why] : withdrawn) {
+    log(util::LogLevel::Info, fmt::format("scheduler: lease {} {}", id, why));
+    (void)table_.end(table_.jobs().at(id), JobState::Cancelled, why);
+  }
+  std::erase_if(lease_waits_, [this](const auto& kv) {
+    const Job* lease = table_.find(kv.first);
+    return lease == nullptr || lease->state != JobState::Queued;
+  });
+}
+
+bool Pass::give_leases(Round& round, const std::vector<Job*>& waiting) {
+  bool waits = false;
+  for (Job* lease : waiting) {
+    if (!give_lease(round, *lease)) waits = true;
+  }
+  return waits;
+}
+
+bool Pass::give_lease(Round& round, Job& lease) {
+  const LeaseWait wait = lease_waits_.at(lease.id);  // withdraw_leases ended those without one
+  if (!within_cap(config_.user_gpu_cap, table_.gpus_held_by(lease.uid), lease.request.n)) {
+    lease.reason = fmt::format("waiting: {} holds {} of the per-user cap of {} GPUs", lease.user,
+                               table_.gpus_held_by(lease.uid), config_.user_gpu_cap);
+    return true;  // no preemption makes room for it
+  }
+  const auto picked = pick(round.snapshot, round.leased, lease.request);
+  if (picked.ok()) {
+    const auto uuids = round.uuids_of(picked.chosen);
+    if (auto given = activate_lease(table_, files_, lease, picked.chosen, uuids, wait.for_ms, log_); !given.ok()) {
+      log(util::LogLevel::Error, fmt::format("scheduler: lease {}: {}", lease.id, given.error().message));
+      (void)table_.end(lease, JobState::Failed, given.error().message);  // `lease` is gone now
+      return true;
+    }
+    for (const auto& u : uuids) round.leased[u] = fmt::format("lease {}", lease.id);
+    table_.announce(lease, JobEvent::Started);
+    return true;
+  }
+  round.no_room.push_back(lease.request);
+  if (!make_room(round, lease)) {
+    lease.reason = fmt::format("waiting for {} free GPU{} ({} free)", lease.request.n, plural(lease.request.n),
+                               picked.free.size());
+  }
+  return false;
 }
 
 bool Pass::start_on(const Round& round, Job& job, const std::vector<unsigned>& chosen, LeasedGpus& taken) {
@@ -124,43 +179,42 @@ bool Pass::start_normal(Round& round, Job& job) {
   const auto picked = pick(round.snapshot, round.leased, job.request);
   if (picked.ok() && start_on(round, job, picked.chosen, round.leased)) return true;
   round.no_room.push_back(job.request);
-  job.reason = fmt::format("waiting for {} free GPU{} ({} free)", job.request.n, plural(job.request.n),
-                           picked.free.size());
-  if (!round.backfill_gpus.empty()) make_room(round, job);
+  if (!make_room(round, job)) {
+    job.reason = fmt::format("waiting for {} free GPU{} ({} free)", job.request.n, plural(job.request.n),
+                             picked.free.size());
+  }
   return false;
 }
 
-void Pass::make_room(Round& round, Job& job) {
+bool Pass::make_room(Round& round, Job& job) {
   const auto until = room_until_.find(job.id);
   if ((until != room_until_.end() && round.now_ms < until->second) || room_coming(table_.jobs(), job.id)) {
-    job.reason = "waiting for preempted backfill jobs to end";  // they free what it needs: wait for them
-    return;
+    return true;  // the backfill jobs it preempted free what it needs: wait for them (its reason says which)
   }
   // Would it fit if the backfill jobs gave their GPUs back?
-  LeasedGpus without = round.leased;
-  for (const auto& u : round.backfill_gpus) without.erase(u);
-  const auto picked = pick(without_jobs_on(round.snapshot, round.backfill_gpus), without, job.request);
-  if (!picked.ok()) return;
-  const auto uuids = round.uuids_of(picked.chosen);
-  for (long long id : backfill_on(table_.jobs(), uuids)) preempt(round, table_.jobs().at(id), job);
-  for (const auto& u : uuids) round.leased[u] = fmt::format("claimed by job {}", job.id);
-  job.reason = "waiting for preempted backfill jobs to end";
+  const auto room = room_in_backfill(round.snapshot, round.leased, table_.jobs(), job.request);
+  if (!room) return false;
+  for (long long id : room->backfill) preempt(round, table_.jobs().at(id), job);
+  for (const auto& u : room->uuids) round.leased[u] = fmt::format("claimed by {} {}", to_string(job.kind), job.id);
+  job.reason = yield_reason(*room);
   // Their GPUs may look busy for a moment after they end (NVML lists a process until its
   // context is gone): give the room time to arrive before preempting anything else.
   room_until_[job.id] = round.now_ms + longest_grace_for(table_.jobs(), job.id) + kRoomMarginMs;
+  return true;
 }
 
 void Pass::preempt(Round& round, Job& backfill, const Job& job) {
   backfill.state = JobState::Stopping;
   backfill.stopping_for = StopReason::Preempt;
   backfill.preempted_for = job.id;
-  backfill.reason = fmt::format("preempted for job {}", job.id);
+  backfill.reason = fmt::format("preempted for {} {}", to_string(job.kind), job.id);
   table_.persist(backfill);
   // The agent's own server (backfill's managed one) is let go of first: its batches stop sending,
   // their requests in flight go back to pending, before the server is signalled.
   if (backfill.agent && before_preempt_) before_preempt_(backfill, job);
   (void)wrappers_.signal(backfill, SIGTERM);  // a wrapper already gone is seen by its pidfd
-  log(util::LogLevel::Info, fmt::format("scheduler: preempting backfill job {} for job {}", backfill.id, job.id));
+  log(util::LogLevel::Info, fmt::format("scheduler: preempting backfill job {} for {} {}", backfill.id,
+                                        to_string(job.kind), job.id));
   for (const auto& g : backfill.gpu_uuids) round.backfill_gpus.erase(g);
 }
 

@@ -16,11 +16,12 @@
 
 namespace tarmac::sched {
 
-// The scheduling pass: which queued jobs start where, and which backfill jobs stop to make room
-// for a normal job, with queue.hpp's pure policies deciding (fair order, caps, what would fit
+// The scheduling pass: which waiting leases are given, which queued jobs start where, and which
+// backfill jobs stop to make room for a lease or a normal job, with queue.hpp's pure policies deciding (fair order, caps, what would fit
 // without the backfill jobs) and pick() choosing the GPUs; and when a pass is due (something
-// changed, a job ended, or kRetryMs went by). Owns the pass's timers, on the monotonic clock, and
-// how long each job that preempted waits for its room before it may preempt again.
+// changed, a job ended, or kRetryMs went by). Owns the pass's timers, on the monotonic clock, how
+// long each job that preempted waits for its room before it may preempt again, and how long each
+// waiting lease may wait.
 class Pass {
  public:
   // Starts `job` on `chosen` (indices) / `uuids`; false when it could not.
@@ -35,6 +36,20 @@ class Pass {
   using BeforePreempt = std::function<void(const Job& backfill, const Job& for_job)>;
   void before_preempt(BeforePreempt hook) { before_preempt_ = std::move(hook); }
 
+  // Whether a client still waits for lease `id` (follows it on the socket).
+  using Awaited = std::function<bool(long long id)>;
+  void awaited(Awaited check) { awaited_ = std::move(check); }
+
+  // How long a lease that waits for backfill to yield may wait, and for how long it is then given.
+  struct LeaseWait {
+    long long until_ms = 0;  // monotonic: then it is withdrawn
+    long long wait_ms = 0;
+    long long for_ms = 0;
+  };
+  // Lease `id`, queued in the table, is given by a pass when its GPUs are free (backfill on them is
+  // preempted), or withdrawn at `wait.until_ms` or when no client awaits it any more.
+  void lease_waits(long long id, LeaseWait wait) { lease_waits_[id] = wait; }
+
   // Something changed (a submission, an end): a pass is due soon (a burst of them is one pass).
   void want() { dirty_ = true; }
   // A job ended at `now_ms`: a pass is due in a moment, whatever else is due.
@@ -43,7 +58,8 @@ class Pass {
   [[nodiscard]] long long next_due() const;
   // Runs a pass when one is due at `now_ms` (monotonic; `now_unix_ms` is the wall clock's now).
   void run_if_due(long long now_ms, long long now_unix_ms);
-  // One pass: starts what can start, preempts backfill for the normal jobs that wait.
+  // One pass: gives the leases that wait, starts what can start, preempts backfill for the leases
+  // and normal jobs that wait.
   void run(long long now_ms, long long now_unix_ms);
 
  private:
@@ -55,16 +71,25 @@ class Pass {
     LeasedGpus leased;
     std::set<std::string> backfill_gpus;  // GPUs of running backfill jobs not yet being stopped
     std::vector<PickRequest> no_room;     // requests that found no room in this pass
-    [[nodiscard]] std::vector<std::string> uuids_of(const std::vector<unsigned>& chosen) const;
+    [[nodiscard]] std::vector<std::string> uuids_of(const std::vector<unsigned>& chosen) const {
+      return sched::uuids_of(snapshot, chosen);
+    }
   };
 
   [[nodiscard]] std::optional<Round> begin(long long now_ms, long long now_unix_ms);
+  // Ends the waiting leases whose wait ran out or that no client awaits any more.
+  void withdraw_leases(long long now_ms);
+  // Gives waiting leases their GPUs, in the order asked; true when one of them waits for room.
+  bool give_leases(Round& round, const std::vector<Job*>& waiting);
+  // Gives `lease`, or makes room for it; false when it waits for room.
+  bool give_lease(Round& round, Job& lease);
   // Starts normal jobs in fair order; true when one of them waits for room (then no backfill starts).
   bool start_normal(Round& round, const std::vector<const Job*>& waiting);
   // Starts `job`, or makes room for it; false when it waits for room.
   bool start_normal(Round& round, Job& job);
-  // Preempts the backfill jobs whose GPUs would let `job` start.
-  void make_room(Round& round, Job& job);
+  // Preempts the backfill jobs whose GPUs would let `job` (a normal job or a lease) start; true when
+  // it waits for backfill jobs to yield (preempted now or before; its reason says which).
+  bool make_room(Round& round, Job& job);
   void preempt(Round& round, Job& backfill, const Job& job);
   // Starts backfill jobs, in submission order, on GPUs idle for scheduler.backfill_idle.
   void start_backfill(Round& round, std::vector<Job*> waiting);
@@ -82,11 +107,13 @@ class Pass {
   Start start_;
   util::LogSink log_;
   BeforePreempt before_preempt_;
+  Awaited awaited_;
 
   bool dirty_ = true;             // something changed: run a pass
   long long last_pass_ms_ = 0;
   long long recheck_at_ms_ = 0;   // a pass due soon after a job ended; 0: none
   std::map<long long, long long> room_until_;  // a normal job that preempted: no more preemption for it until then
+  std::map<long long, LeaseWait> lease_waits_;  // the leases that wait to be given
 };
 
 }  // namespace tarmac::sched

@@ -23,6 +23,7 @@ using json = nlohmann::json;
 namespace {
 
 constexpr long long kHour = 3600LL * 1000;  // `tarmac jobs` shows what ended this long ago
+constexpr long long kMaxLeaseWaitMs = 10 * 60 * 1000;  // a reserve waits for backfill at most this long
 
 json job_answer(const Job& job) { return json{{"ok", true}, {"job", to_json(job)}}; }
 
@@ -228,10 +229,8 @@ json Requests::cancel(Client& c, const json& req) {
   auto found = find_job(req, std::nullopt);
   if (auto* bad = std::get_if<json>(&found)) return *bad;
   Job& job = *std::get<Job*>(found);
+  if (job.kind == JobKind::Lease) return end_lease_for(c, job);
   if (auto denied = check_owner(c, job, "cancel")) return *denied;
-  if (job.kind == JobKind::Lease) {
-    return job_answer(end_lease(table_, files_, job, JobState::Released, "released by " + user_name(c.uid()), clock_()));
-  }
   if (job.state == JobState::Queued) return job_answer(table_.end(job, JobState::Cancelled, "cancelled before it started"));
   end_job(job, "cancelled by " + user_name(c.uid()));
   return job_answer(job);
@@ -255,6 +254,11 @@ json Requests::reserve(Client& c, const json& req) {
   if (auto bad = check_size(c.uid(), n)) return *bad;
   const auto for_ms = json_field<long long>(req, "for_ms");
   if (!for_ms || *for_ms <= 0) return failure("invalid", "--for must be a duration of more than 0");
+  // A client that sends none (older ones) is answered at once, as it expects.
+  const long long wait_ms = json_field<long long>(req, "wait_ms").value_or(0);
+  if (wait_ms < 0 || wait_ms > kMaxLeaseWaitMs) {
+    return failure("invalid", fmt::format("--wait must be between 0 and {}", util::format_duration_ms(kMaxLeaseWaitMs)));
+  }
   if (!within_cap(config_.user_gpu_cap, table_.gpus_held_by(c.uid()), n)) {
     return failure("busy", fmt::format("{} already holds {} GPUs of the per-user cap of {}", user_name(c.uid()),
                                        table_.gpus_held_by(c.uid()), config_.user_gpu_cap));
@@ -273,41 +277,52 @@ json Requests::reserve(Client& c, const json& req) {
   if (!live.ok()) return failure("io", live.error().message);
   auto snap = gpus_.look();
   if (!snap.ok()) return failure("io", fmt::format("cannot look at the GPUs: {}", snap.error().message));
-  const auto picked = pick(*snap, busy_gpus(*live, table_.jobs()), job.request);
-  if (!picked.ok()) {
-    // Nothing is recorded for a lease that could not be given.
-    std::string why = fmt::format("no {} free GPU{}: {} free of {}", n, n == 1 ? "" : "s", picked.free.size(),
-                                  snap->devices.size());
-    for (const auto& e : picked.excluded) why += fmt::format("\n  GPU {}: {}: {}", e.index, to_string(e.reason), e.detail);
-    return failure("busy", why);
+  const LeasedGpus busy = busy_gpus(*live, table_.jobs());
+  const auto picked = pick(*snap, busy, job.request);
+  if (picked.ok()) return give_lease(std::move(job), picked.chosen, uuids_of(*snap, picked.chosen), *for_ms);
+  // Backfill holds what it needs: backfill yields to a lease as to a normal job.
+  const auto room = room_in_backfill(*snap, busy, table_.jobs(), job.request);
+  if (room && wait_ms > 0) {
+    return wait_for_backfill(c, std::move(job), *room,
+                             Pass::LeaseWait{.until_ms = clock_() + wait_ms, .wait_ms = wait_ms, .for_ms = *for_ms});
   }
-  return give_lease(std::move(job), *snap, picked.chosen, *for_ms);
+  // Nothing is recorded for a lease that could not be given.
+  std::string why = fmt::format("no {} free GPU{}: {} free of {}", n, n == 1 ? "" : "s", picked.free.size(),
+                                snap->devices.size());
+  for (const auto& e : picked.excluded) why += fmt::format("\n  GPU {}: {}: {}", e.index, to_string(e.reason), e.detail);
+  if (room) why += fmt::format("\n  backfill could yield GPU {}: reserve --wait D takes it back", indices_text(room->chosen));
+  return failure("busy", why);
 }
 
-json Requests::give_lease(Job job, const gpu::Snapshot& snapshot, const std::vector<unsigned>& chosen, long long for_ms) {
+json Requests::give_lease(Job job, const std::vector<unsigned>& chosen, const std::vector<std::string>& uuids,
+                          long long for_ms) {
   job.submitted_ms = util::wall_ms();
-  job.started_ms = job.submitted_ms;
-  job.expires_ms = job.submitted_ms + for_ms;
-  job.state = JobState::Active;
-  job.gpus = chosen;
-  for (unsigned index : chosen) {
-    for (const auto& d : snapshot.devices) {
-      if (d.id.index == index) job.gpu_uuids.push_back(d.id.uuid.value_or(""));
-    }
-  }
   if (auto ins = table_.insert(job); !ins.ok()) return failure("io", ins.error().message);
-  if (auto w = files_.write_for(job, 0, 0); !w.ok()) {
+  if (auto given = activate_lease(table_, files_, job, chosen, uuids, for_ms, log_); !given.ok()) {
     job.state = JobState::Failed;
     job.ended_ms = util::wall_ms();
-    job.reason = w.error().message;
+    job.reason = given.error().message;
     table_.persist(job);
-    return failure("io", w.error().message);
+    return failure("io", job.reason);
   }
   idle_.given(job.id, clock_());
+  return job_answer(table_.add(std::move(job)));
+}
+
+json Requests::wait_for_backfill(Client& c, Job job, const BackfillRoom& room, const Pass::LeaseWait& wait) {
+  job.submitted_ms = util::wall_ms();
+  job.state = JobState::Queued;
+  job.reason = yield_reason(room);
+  if (auto ins = table_.insert(job); !ins.ok()) return failure("io", ins.error().message);
   const Job& stored = table_.add(std::move(job));
+  // The client hears "started" or "ended" as a job's follower does; the pass withdraws the lease
+  // when it stops following or the wait runs out.
+  c.watching = stored.id;
+  pass_.lease_waits(stored.id, wait);
+  pass_.want();
   if (log_) {
-    log_(util::LogLevel::Info, fmt::format("scheduler: lease {} of {}: GPU {} until {}", stored.id, stored.user,
-                                           indices_text(stored.gpus), util::format_duration_ms(for_ms)));
+    log_(util::LogLevel::Info, fmt::format("scheduler: lease {} of {} waits up to {}: {}", stored.id, stored.user,
+                                           util::format_duration_ms(wait.wait_ms), stored.reason));
   }
   return job_answer(stored);
 }
@@ -315,8 +330,12 @@ json Requests::give_lease(Job job, const gpu::Snapshot& snapshot, const std::vec
 json Requests::release(Client& c, const json& req) {
   auto found = find_job(req, JobKind::Lease);
   if (auto* bad = std::get_if<json>(&found)) return *bad;
-  Job& job = *std::get<Job*>(found);
+  return end_lease_for(c, *std::get<Job*>(found));
+}
+
+json Requests::end_lease_for(const Client& c, Job& job) {
   if (auto denied = check_owner(c, job, "release")) return *denied;
+  if (job.state == JobState::Queued) return job_answer(table_.end(job, JobState::Cancelled, "cancelled before it was given"));
   return job_answer(end_lease(table_, files_, job, JobState::Released, "released by " + user_name(c.uid()), clock_()));
 }
 
@@ -325,6 +344,9 @@ json Requests::extend(Client& c, const json& req) {
   if (auto* bad = std::get_if<json>(&found)) return *bad;
   Job& job = *std::get<Job*>(found);
   if (auto denied = check_owner(c, job, "extend")) return *denied;
+  if (job.state == JobState::Queued) {
+    return failure("invalid", fmt::format("lease {} has not been given yet: its time starts when it is", job.id));
+  }
   const auto by = json_field<long long>(req, "by_ms");
   if (!by || *by <= 0) return failure("invalid", "the extension must be a duration of more than 0");
   // The lease holds its new expiry only once its files say so: a lease the agent thinks extended

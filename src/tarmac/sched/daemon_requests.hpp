@@ -51,9 +51,14 @@ class Requests {
   json wait_for(Client& c, const json& req);
   json cancel(Client& c, const json& req);
   json reserve(Client& c, const json& req);
-  // Records and writes lease `job`, given on `snapshot`'s GPUs `chosen`, for `for_ms`.
-  json give_lease(Job job, const gpu::Snapshot& snapshot, const std::vector<unsigned>& chosen, long long for_ms);
+  // Records lease `job` and gives it the GPUs `chosen` / `uuids` for `for_ms`.
+  json give_lease(Job job, const std::vector<unsigned>& chosen, const std::vector<std::string>& uuids, long long for_ms);
+  // Records lease `job` as waiting for the backfill jobs of `room` to yield (the pass preempts them
+  // and gives it), with c following it for up to `wait`.
+  json wait_for_backfill(Client& c, Job job, const BackfillRoom& room, const Pass::LeaseWait& wait);
   json release(Client& c, const json& req);
+  // Ends lease `job` at its owner's (or root's) request: a given one is released, a waiting one cancelled.
+  json end_lease_for(const Client& c, Job& job);
   json extend(Client& c, const json& req);
 
   // The checks a job or a lease of `n` GPUs of `uid` must pass before it is queued; nullopt when it does.

@@ -125,7 +125,10 @@ void JobTable::back_to_queue(Job& job, const std::string& reason) {
 void JobTable::requeue_preempted(Job& job, long long now_unix_ms) {
   count_usage(job, now_unix_ms);
   job.requeues += 1;
-  back_to_queue(job, "preempted by a normal job; queued again");
+  const Job* for_job = find(job.preempted_for);  // a lease or a normal job, or gone already
+  back_to_queue(job, for_job == nullptr ? std::string("preempted; queued again")
+                                        : fmt::format("preempted for {} {}; queued again", to_string(for_job->kind),
+                                                      for_job->id));
   announce(job, JobEvent::Requeued);
 }
 

@@ -1,6 +1,7 @@
 #include "tarmac/sched/queue.hpp"
 
 #include <algorithm>
+#include <fmt/format.h>
 #include <tuple>
 
 namespace tarmac::sched {
@@ -85,6 +86,39 @@ std::vector<long long> backfill_on(const JobsById& jobs, const std::vector<std::
     }
   }
   return out;
+}
+
+std::vector<std::string> uuids_of(const gpu::Snapshot& snapshot, const std::vector<unsigned>& chosen) {
+  std::vector<std::string> out;
+  for (unsigned index : chosen) {
+    for (const auto& d : snapshot.devices) {
+      if (d.id.index == index) out.push_back(d.id.uuid.value_or(""));
+    }
+  }
+  return out;
+}
+
+std::optional<BackfillRoom> room_in_backfill(const gpu::Snapshot& snapshot, const LeasedGpus& leased,
+                                             const JobsById& jobs, const PickRequest& request) {
+  const auto backfill_gpus = preemptible_gpus(jobs);
+  if (backfill_gpus.empty()) return std::nullopt;
+  LeasedGpus without = leased;
+  for (const auto& u : backfill_gpus) without.erase(u);
+  const auto picked = pick(without_jobs_on(snapshot, backfill_gpus), without, request);
+  if (!picked.ok()) return std::nullopt;
+  BackfillRoom room{.chosen = picked.chosen, .uuids = uuids_of(snapshot, picked.chosen), .backfill = {}};
+  room.backfill = backfill_on(jobs, room.uuids);
+  return room;
+}
+
+std::string yield_reason(const BackfillRoom& room) {
+  const auto list = [](const auto& v) {
+    std::string out;
+    for (const auto& x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+    return out;
+  };
+  return fmt::format("waiting for backfill job{} {} to yield GPU{} {}", room.backfill.size() == 1 ? "" : "s",
+                     list(room.backfill), room.chosen.size() == 1 ? "" : "s", list(room.chosen));
 }
 
 std::map<uid_t, long long> usage_until(const std::map<uid_t, long long>& ended, const JobsById& jobs,

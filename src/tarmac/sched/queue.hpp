@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,6 +51,24 @@ using JobsById = std::map<long long, Job>;
 
 // The running backfill jobs on any of `uuids`, each once, in the order of `uuids` (then by id).
 [[nodiscard]] std::vector<long long> backfill_on(const JobsById& jobs, const std::vector<std::string>& uuids);
+
+// The UUIDs of the devices `chosen` (indices) of `snapshot`, in that order ("" for one without).
+[[nodiscard]] std::vector<std::string> uuids_of(const gpu::Snapshot& snapshot, const std::vector<unsigned>& chosen);
+
+// Room that running backfill jobs hold: the GPUs a request would get if they gave theirs back.
+struct BackfillRoom {
+  std::vector<unsigned> chosen;     // device indices
+  std::vector<std::string> uuids;   // of `chosen`
+  std::vector<long long> backfill;  // the running backfill jobs on them (backfill_on)
+};
+
+// The room for `request` in the GPUs of the running backfill jobs, as if they ended, with the GPUs in
+// `leased` (busy_gpus, and what a pass has claimed) taken; nullopt when even that would not fit.
+[[nodiscard]] std::optional<BackfillRoom> room_in_backfill(const gpu::Snapshot& snapshot, const LeasedGpus& leased,
+                                                           const JobsById& jobs, const PickRequest& request);
+
+// Why a request waits for `room`, for people: "waiting for backfill job 7 to yield GPU 0".
+[[nodiscard]] std::string yield_reason(const BackfillRoom& room);
 
 // GPU-milliseconds per uid for fairness: `ended` (the jobs that ended in the window) plus the jobs
 // running now, counted up to `now_unix_ms`.

@@ -64,10 +64,11 @@ class FakeGpus final : public gpu::Backend {
 // A stand-in for `tarmac job-shim` (argv: job-shim SPEC): it holds the job's lock (descriptor 3) and
 // writes "pid starttime" into it as the real wrapper does, says "hello" on its stdout, writes
 // ID.run once it is ready for SIGTERM (wrapper_ready), and ends when the test writes ID.go: "exit CODE" writes ID.exit as the wrapper does,
-// "vanish" ends without it. SIGTERM ends it as a job the wrapper stopped (143).
+// "vanish" ends without it. SIGTERM ends it as a job the wrapper stopped (143), unless the test
+// wrote ID.hold (a job slow to yield: then only ID.go or SIGKILL ends it).
 inline constexpr const char* kFakeWrapper = R"sh(#!/bin/sh
 base=${2%.json}
-trap 'echo "143 $(date +%s%3N)" > "$base.exit"; exit 0' TERM
+trap '[ -e "$base.hold" ] || { echo "143 $(date +%s%3N)" > "$base.exit"; exit 0; }' TERM
 start=$(cut -d' ' -f22 /proc/$$/stat)
 echo "$$ $start" >&3
 echo hello

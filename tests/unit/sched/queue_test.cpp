@@ -136,6 +136,30 @@ TEST(Preemption, TheRoomOfAJobComesWithItsStoppingJobsAndTheLongestGrace) {
   EXPECT_EQ(longest_grace_for(jobs, 8), 0);
 }
 
+TEST(Preemption, RoomInBackfillIsWhatTheRunningBackfillJobsWouldFreeAndNamesThem) {
+  gpu::Snapshot s;
+  s.devices = {device(0, 30, 10, 90, true), device(1, 30, 10, 90, true), device(2, 30, 10, 90, true)};
+  const auto jobs = by_id({holding(1, 1, JobState::Running, {"GPU-0"}),
+                           holding(2, 1, JobState::Running, {"GPU-1"}, true),
+                           holding(3, 1, JobState::Running, {"GPU-2"}, true)});
+  const LeasedGpus busy = busy_gpus({}, jobs);
+  const auto one = room_in_backfill(s, busy, jobs, PickRequest{.n = 1});
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->chosen.size(), 1u);
+  EXPECT_EQ(one->backfill.size(), 1u);
+  const auto two = room_in_backfill(s, busy, jobs, PickRequest{.n = 2});
+  ASSERT_TRUE(two.has_value());
+  EXPECT_EQ(two->chosen, (std::vector<unsigned>{1, 2}));
+  EXPECT_EQ(two->uuids, (std::vector<std::string>{"GPU-1", "GPU-2"}));
+  EXPECT_EQ(two->backfill, (std::vector<long long>{2, 3}));
+  EXPECT_EQ(yield_reason(*two), "waiting for backfill jobs 2,3 to yield GPUs 1,2");
+  EXPECT_FALSE(room_in_backfill(s, busy, jobs, PickRequest{.n = 3})) << "the normal job's GPU is not backfill's to free";
+  auto stopping = jobs;
+  stopping.at(3).state = JobState::Stopping;  // being stopped for someone else: not this request's room
+  EXPECT_FALSE(room_in_backfill(s, busy_gpus({}, stopping), stopping, PickRequest{.n = 2}));
+  EXPECT_FALSE(room_in_backfill(s, busy, by_id({}), PickRequest{.n = 1})) << "no backfill, no room in it";
+}
+
 TEST(Fairness, RunningJobsCountUpToNowOnTopOfTheEndedOnes) {
   auto jobs = by_id({holding(1, 1000, JobState::Running, {"GPU-0", "GPU-1"}), holding(2, 1001, JobState::Queued, {})});
   jobs.at(1).started_ms = 10'000;
