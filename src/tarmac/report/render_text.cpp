@@ -109,11 +109,11 @@ std::string render_text(const Report& r, bool color) {
     }
   }
   if (const auto& b = r.backfill; b.requests > 0) {
-    out += fmt::format("\nIdle hours turned into work (docs/backfill.md): {} requests of {} batches answered ({} with "
+    out += fmt::format("\nIdle hours turned into work (docs/backfill.md): {} requests of {} batch{} answered ({} with "
                        "an error), {} tokens, {} sending",
-                       b.requests, b.batches, b.failed, b.prompt_tokens + b.completion_tokens,
+                       b.requests, b.batches, b.batches == 1 ? "" : "es", b.failed, b.prompt_tokens + b.completion_tokens,
                        format_hours(b.busy_hours));
-    out += b.gpu_hours > 0 ? fmt::format(" on {} GPU-hours\n", format_hours(b.gpu_hours)) : "\n";
+    out += b.gpu_hours > 0 ? fmt::format(", on {} of GPU time\n", format_hours(b.gpu_hours)) : "\n";
   }
   const auto& z = r.zombies;
   out += fmt::format("\nZombies (docs/reap.md): {} found, {} reaped, {} freed", z.found, z.reaped,
