@@ -187,14 +187,14 @@ class Dashboard(unittest.TestCase):
         self.assertTrue(self.page.eval("[...document.querySelectorAll('[data-gpu] p.backfill')].every(p => p.hidden)"))
         self.page.eval("""(() => { const real = window.fetch; window.fetch = async (url, o) => {
             const r = await real(url, o); if (!String(url).includes('api/v1/gpus')) return r;
-            const j = await r.json(); j.gpus[1].backfill = [{batch: 7, name: '<img src=x onerror=alert(1)>',
-              user: 'amy', model: 'tiny', server: 'night', answered: 120, requests: 200}];
+            const j = await r.json(); j.gpus[1].backfill = [{model: '<img src=x onerror=alert(1)>', server: 'night',
+              answered: 120, requests: 200}];
             return new Response(JSON.stringify(j), {status: 200, headers: {'content-type': 'application/json'}});
           }; })()""")
         shown = "document.querySelector('[data-gpu=\"1\"] p.backfill')"
         self.assertTrue(self.page.wait_for(f"!{shown}.hidden", timeout=30), "GPU 1's card shows no batch")
         self.assertEqual(self.page.eval(f"{shown}.textContent"),
-                         "Backfill batch 7 (<img src=x onerror=alert(1)>) of amy: tiny on night, 120 of 200 answered")
+                         "Backfill: <img src=x onerror=alert(1)> on night, 120 of 200 answered")
         self.assertEqual(self.page.eval(f"{shown}.querySelectorAll('img').length"), 0, "text, never markup")
         self.assertTrue(self.page.eval("[0, 2, 3].every(i => document.querySelector(`[data-gpu=\"${i}\"] p.backfill`).hidden)"))
         self.assertEqual(self.page.console, [])

@@ -41,12 +41,10 @@ struct ServiceOptions {
 // A batch's figures for people and scripts (`tarmac backfill status`), at `now_ms`.
 [[nodiscard]] nlohmann::json batch_json(const Batch& batch, const Progress& progress, long long now_ms);
 
-// A batch being sent to a managed server that runs on a GPU: what the dashboard shows on its card.
+// A batch being sent to a managed server that runs on a GPU: what the dashboard shows on its card
+// (not whose it is, its id or its name: serve/metrics.hpp GpuBatch).
 struct BatchOnGpu {
   std::string uuid;  // the GPU's
-  long long batch = 0;
-  std::string name;
-  std::string user;
   std::string model;
   std::string server;
   long long answered = 0;  // done or failed

@@ -2,6 +2,8 @@
 // server's batches on the GPUs the scheduler gave its job. An external server's GPUs are not
 // tarmac's to know, so its batches show on no card.
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <tuple>
 
 #include "tarmac/backfill/service.hpp"
@@ -36,13 +38,19 @@ void Service::publish_on_gpus(const sched::AgentJobs& jobs) {
   if (key == on_gpus_key_ && now - on_gpus_at_ms_ < kPublishEveryMs) return;
   on_gpus_key_ = std::move(key);
   on_gpus_at_ms_ = now;
+  // Each batch read once, however many GPUs its server holds.
+  std::map<long long, std::optional<BatchOnGpu>> read;
   std::vector<BatchOnGpu> found;
   for (const auto& [uuid, id, name] : placed) {
-    auto batch = db_.batch(id);
-    auto progress = db_.progress(id);
-    if (!batch.ok() || !*batch || !progress.ok()) continue;
-    found.push_back({uuid, id, (*batch)->name, (*batch)->user, (*batch)->model, *name,
-                     progress->done + progress->failed, (*batch)->requests});
+    auto& shown = read[id];
+    if (!shown) {
+      auto batch = db_.batch(id);
+      auto progress = db_.progress(id);
+      if (!batch.ok() || !*batch || !progress.ok()) continue;
+      shown = BatchOnGpu{"", (*batch)->model, *name, progress->done + progress->failed, (*batch)->requests};
+    }
+    found.push_back(*shown);
+    found.back().uuid = uuid;
   }
   std::lock_guard lock(on_gpus_mutex_);
   on_gpus_ = std::move(found);

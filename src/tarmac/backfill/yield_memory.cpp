@@ -56,7 +56,8 @@ std::uint64_t memory_of(const gpu::Snapshot& snapshot, const std::vector<std::st
   return bytes;
 }
 
-bool process_of_job(const host::ProcReader& proc, unsigned pid, long long job_id) {
+bool process_of_job(const host::ProcReader& proc, unsigned pid, long long job_id, unsigned uid) {
+  if (proc.owner_uid(pid) != uid) return false;  // read before the environment, which a process can stall
   const auto id = proc.environ_value(pid, "TARMAC_JOB_ID");
   if (!id.ok()) return true;  // unknown: counted, see the header
   return *id && **id == std::to_string(job_id);
@@ -86,7 +87,7 @@ ServerMemory nvml_server_memory(OpenBackend open, util::LogSink log) {
         gpu::SnapshotOptions{.processes = true, .values = gpu::ValueGroups{gpu::ValueGroup::Uuid}});
     if (!snap.ok()) return failed(snap.error().message);
     return memory_of(*snap, server.gpu_uuids,
-                     [&](unsigned pid) { return process_of_job(state->proc, pid, server.id); });
+                     [&](unsigned pid) { return process_of_job(state->proc, pid, server.id, server.uid); });
   };
 }
 

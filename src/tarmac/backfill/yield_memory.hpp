@@ -56,11 +56,14 @@ struct MemoryWait {
 [[nodiscard]] std::uint64_t memory_of(const gpu::Snapshot& snapshot, const std::vector<std::string>& uuids,
                                       const std::function<bool(unsigned pid)>& of_server);
 
-// Whether process `pid` is of job `job_id`: its TARMAC_JOB_ID, which the job's wrapper sets and the
-// job's processes inherit (the scheduler's own rule, sched/daemon_flags.cpp). One whose environment
-// could not be read in time counts as the job's: the wait is bounded, and signalling a server that
-// still holds memory is what the wait is for.
-[[nodiscard]] bool process_of_job(const host::ProcReader& proc, unsigned pid, long long job_id);
+// Whether process `pid` is of job `job_id`, run as `uid` (the server's account): run by that uid
+// (another user's process is never the server's, whatever its environment says: nobody can make
+// every yield wait its whole bound with a process of their own on the server's GPU), and with
+// TARMAC_JOB_ID the job's, which the job's wrapper sets and the job's processes inherit (the
+// scheduler's own rule, sched/daemon_flags.cpp). One of that uid whose environment could not be read
+// in time counts as the job's: the wait is bounded, and signalling a server that still holds memory
+// is what the wait is for. One whose owner cannot be read (gone) is not.
+[[nodiscard]] bool process_of_job(const host::ProcReader& proc, unsigned pid, long long job_id, unsigned uid);
 
 // ServerMemory through NVML: the backend is opened (with `open`) at the first look and kept, and
 // opened again after a look that failed. For one thread (the scheduler's).

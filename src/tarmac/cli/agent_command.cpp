@@ -274,8 +274,7 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
     sopts.batches_on_gpus = [batches] {
       std::vector<serve::GpuBatch> out;
       for (auto& b : batches->on_gpus()) {
-        out.push_back({std::move(b.uuid), b.batch, std::move(b.name), std::move(b.user), std::move(b.model),
-                       std::move(b.server), b.answered, b.requests});
+        out.push_back({std::move(b.uuid), std::move(b.model), std::move(b.server), b.answered, b.requests});
       }
       return out;
     };

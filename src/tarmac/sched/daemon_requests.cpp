@@ -259,9 +259,12 @@ json Requests::reserve(Client& c, const json& req) {
   if (wait_ms < 0 || wait_ms > kMaxLeaseWaitMs) {
     return failure("invalid", fmt::format("--wait must be between 0 and {}", util::format_duration_ms(kMaxLeaseWaitMs)));
   }
-  if (!within_cap(config_.user_gpu_cap, table_.gpus_held_by(c.uid()), n)) {
-    return failure("busy", fmt::format("{} already holds {} GPUs of the per-user cap of {}", user_name(c.uid()),
-                                       table_.gpus_held_by(c.uid()), config_.user_gpu_cap));
+  const unsigned holds = table_.gpus_held_by(c.uid());
+  const unsigned awaited = gpus_awaited_by(table_.jobs(), c.uid());
+  if (!within_cap(config_.user_gpu_cap, holds + awaited, n)) {
+    return failure("busy", fmt::format("{} already holds {} GPUs{} of the per-user cap of {}", user_name(c.uid()),
+                                       holds, awaited > 0 ? fmt::format(" and waits for {} more", awaited) : "",
+                                       config_.user_gpu_cap));
   }
   if (!gpus_.ensure_backend()) return failure("io", "NVML cannot be used");
   Job job;

@@ -45,6 +45,14 @@ unsigned gpus_held_by(const JobsById& jobs, uid_t uid) {
   return n;
 }
 
+unsigned gpus_awaited_by(const JobsById& jobs, uid_t uid) {
+  unsigned n = 0;
+  for (const auto& [id, j] : jobs) {
+    if (j.uid == uid && j.kind == JobKind::Lease && j.state == JobState::Queued) n += j.request.n;
+  }
+  return n;
+}
+
 LeasedGpus busy_gpus(const std::vector<Lease>& live, const JobsById& jobs) {
   LeasedGpus out;
   for (const auto& l : live) out[l.uuid] = describe(l);

@@ -36,6 +36,10 @@ using JobsById = std::map<long long, Job>;
 
 // The GPUs `uid` holds now (holds_gpus).
 [[nodiscard]] unsigned gpus_held_by(const JobsById& jobs, uid_t uid);
+// The GPUs `uid`'s leases waiting for backfill to yield ask for: counted with those held against the
+// per-user cap, since a waiting lease preempts (without it, eight waiting leases of a user capped at
+// one GPU would empty eight GPUs of backfill).
+[[nodiscard]] unsigned gpus_awaited_by(const JobsById& jobs, uid_t uid);
 
 // GPUs nobody else may be given, and who holds each: the `live` leases of the lock directory and,
 // whatever its files say (a user may remove or replace them), the agent's own running jobs and

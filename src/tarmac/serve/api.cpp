@@ -175,10 +175,7 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
     json backfill = json::array();
     for (const auto& b : batches) {
       if (!d.id.uuid || b.uuid != *d.id.uuid) continue;
-      backfill.push_back({{"batch", b.batch},
-                          {"name", b.name},
-                          {"user", b.user},
-                          {"model", b.model},
+      backfill.push_back({{"model", b.model},
                           {"server", b.server},
                           {"answered", b.answered},
                           {"requests", b.requests}});

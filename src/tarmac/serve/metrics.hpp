@@ -22,12 +22,10 @@ struct FiringAlert {
 };
 
 // A batch the agent's backfill sends on a GPU (docs/backfill.md), through the CLI's wiring: shown on
-// the GPU's card and in /api/v1/gpus.
+// the GPU's card and in /api/v1/gpus, which anyone who reaches the port reads: so not whose batch it
+// is, its id or its name (another user's batch is "no batch N" on the socket), only what runs.
 struct GpuBatch {
   std::string uuid;  // the GPU's
-  long long batch = 0;
-  std::string name;
-  std::string user;
   std::string model;
   std::string server;
   long long answered = 0;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <deque>
@@ -140,7 +141,7 @@ TEST(MemoryOf, CountsTheServersProcessesOnItsGpusOnly) {
 
 // A real process started with TARMAC_JOB_ID=42 (as the job's wrapper starts its command) is job 42's
 // and no other's; one without it is no job's.
-TEST(ProcessOfJob, ByTheJobIdInItsEnvironment) {
+TEST(ProcessOfJob, ByTheServersAccountAndTheJobIdInItsEnvironment) {
   const auto start = [](std::vector<std::string> env) {
     util::ProcessSpec spec;
     spec.path = "/bin/sleep";
@@ -152,10 +153,14 @@ TEST(ProcessOfJob, ByTheJobIdInItsEnvironment) {
   util::Child of_42 = start({"TARMAC_JOB_ID=42", "PATH=/bin"});
   util::Child of_none = start({"PATH=/bin"});
   const host::ProcReader proc;
-  EXPECT_TRUE(process_of_job(proc, static_cast<unsigned>(of_42.pid), 42));
-  EXPECT_FALSE(process_of_job(proc, static_cast<unsigned>(of_42.pid), 4));
-  EXPECT_FALSE(process_of_job(proc, static_cast<unsigned>(of_42.pid), 420));
-  EXPECT_FALSE(process_of_job(proc, static_cast<unsigned>(of_none.pid), 42));
+  const unsigned me = ::geteuid();
+  EXPECT_TRUE(process_of_job(proc, static_cast<unsigned>(of_42.pid), 42, me));
+  EXPECT_FALSE(process_of_job(proc, static_cast<unsigned>(of_42.pid), 4, me));
+  EXPECT_FALSE(process_of_job(proc, static_cast<unsigned>(of_42.pid), 420, me));
+  EXPECT_FALSE(process_of_job(proc, static_cast<unsigned>(of_none.pid), 42, me));
+  // Another user's process is never the server's, whatever its environment says (a process that
+  // names the server's job would otherwise make every yield wait its whole bound).
+  EXPECT_FALSE(process_of_job(proc, static_cast<unsigned>(of_42.pid), 42, me + 1));
   for (const auto& c : {&of_42, &of_none}) {
     ::kill(c->pid, SIGKILL);
     ::waitpid(c->pid, nullptr, 0);

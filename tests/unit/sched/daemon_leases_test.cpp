@@ -96,6 +96,24 @@ TEST_F(DaemonLeases, AReserveThatBackfillHoldsTheGpusForPreemptsItAndIsGivenTheL
   EXPECT_EQ(state_of(lease["id"]), "active");
 }
 
+TEST_F(DaemonLeases, WaitingLeasesCountAgainstThePerUserGpuCap) {
+  // One user (the test's) holds two GPUs with a backfill job slow to yield, under a cap of three: one
+  // lease may wait for it; a second would be a fourth GPU.
+  options_.config.user_gpu_cap = 3;
+  start_idle();
+  const long long backfill = running_backfill(2);
+  slow_to_yield(backfill);
+  Reserve r = reserve(1, 30'000);
+  ASSERT_TRUE(r.answer.value("ok", false)) << r.answer.dump();
+  EXPECT_EQ(r.answer["job"]["state"], "queued");
+  const json again = reserve(1, 30'000).answer;
+  EXPECT_EQ(again.value("code", ""), "busy") << again.dump();
+  EXPECT_NE(again.value("error", "").find("holds 2 GPUs and waits for 1 more of the per-user cap of 3"),
+            std::string::npos)
+      << again.dump();
+  end_wrapper(backfill, "exit 0");
+}
+
 TEST_F(DaemonLeases, AReserveThatNamesNoWaitIsRefusedAtOnceAndBackfillKeepsItsGpus) {
   start_idle();
   const long long backfill = running_backfill(2);

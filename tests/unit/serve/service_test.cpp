@@ -23,8 +23,7 @@ class ServiceTest : public ::testing::Test {
     o.alerts = [] { return std::vector<FiringAlert>{{"holding", "warning", 3u, "GPU 3 holds", 5}}; };
     // A batch on GPU-a's card, and one on a GPU this box does not have (shown nowhere).
     o.batches_on_gpus = [] {
-      return std::vector<GpuBatch>{{"GPU-a", 4, "sums", "amy", "tiny", "night", 120, 200},
-                                   {"GPU-gone", 5, "", "bob", "tiny", "night", 0, 1}};
+      return std::vector<GpuBatch>{{"GPU-a", "tiny", "night", 120, 200}, {"GPU-gone", "tiny", "night", 0, 1}};
     };
     return o;
   }
@@ -78,8 +77,7 @@ TEST_F(ServiceTest, Routes) {
   EXPECT_EQ(g["alerts"][0]["gpu"], 3);
   ASSERT_EQ(g["gpus"][0]["backfill"].size(), 1U) << g;
   EXPECT_EQ(g["gpus"][0]["backfill"][0],
-            nlohmann::json::parse(R"({"batch":4,"name":"sums","user":"amy","model":"tiny","server":"night",
-                                      "answered":120,"requests":200})"));
+            nlohmann::json::parse(R"({"model":"tiny","server":"night","answered":120,"requests":200})"));
   EXPECT_EQ(g["gpus"][1]["backfill"], nlohmann::json::array()) << "no batch runs on GPU 1";
 
   const auto p = nlohmann::json::parse(service_.handle(get("/api/v1/processes")).body);
