@@ -430,7 +430,6 @@ void Dispatcher::reap_finished() {
 
 // A worker: takes one pending request at a time and sends it until the batch has none left, or is stopped.
 void Dispatcher::work(Run& run) {
-  net::Session session;  // its connection kept open from one request to the next (run.cancel outlives it)
   for (;;) {
     if (!wait_for_window(run)) break;
     Sent sent;
@@ -460,7 +459,7 @@ void Dispatcher::work(Run& run) {
       if (run.in_flight++ == 0) run.busy_since_ms = util::monotonic_ms();
       ++totals_.in_flight;
       lock.unlock();
-      sent = send(run, *request, session);
+      sent = send(run, *request);
       lock.lock();
       if (--run.in_flight == 0) run.busy_ms += util::monotonic_ms() - run.busy_since_ms;
       --totals_.in_flight;
@@ -512,9 +511,8 @@ void Dispatcher::set_reason(Run& run, const std::string& reason) {
 
 // Sends `request` (again after a retryable failure, up to the server's retries): its answer for the
 // writer; a request cancelled by stop(), or one no server took, goes back to pending.
-Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request, net::Session& session) {
+Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request) {
   net::Request http;
-  http.session = &session;
   http.method = "POST";
   http.url = server_url(run.server.url, to_url(request.row.endpoint));
   http.headers = {"Content-Type: application/json"};

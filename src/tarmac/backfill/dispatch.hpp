@@ -31,10 +31,6 @@
 #include "tarmac/util/log.hpp"
 #include "tarmac/util/result.hpp"
 
-namespace tarmac::net {
-class Session;
-}  // namespace tarmac::net
-
 namespace tarmac::backfill {
 
 struct DispatchOptions {
@@ -139,7 +135,7 @@ class Dispatcher {
     Answer answer;    // Answered: for the writer
     std::string why;  // Unreachable: why no server took it
   };
-  [[nodiscard]] Sent send(Run& run, const Sendable& request, net::Session& session);
+  [[nodiscard]] Sent send(Run& run, const Sendable& request);
   // Queues `answer` for the writer, waiting while one per sender waits already.
   void hand_to_writer(Run& run, Answer answer);
   [[nodiscard]] bool wait_for_server(Run& run, const std::string& why);
