@@ -174,15 +174,17 @@ class ManagedLlamaServer(AgentQueueTest):
 
     def test_normal_jobs_take_the_gpu_back_mid_batch_three_times_and_the_batch_finishes_after(self):
         # Room after the third yield's 90 answers: under the sanitizers each `backfill status` the
-        # test polls with is slow, and 60 requests left ran out before a poll saw one in flight.
-        count = 6 * TEXTS
+        # test polls with, and the normal job's submission, are slow: leave the batch room.
+        count = 12 * TEXTS
         batch_id, out = self.submit_texts("yield", count)
         yield_s = []
         for answered in (10, 50, 90):
             self.wait_status(batch_id, lambda s: s["done"] >= answered and s["in_flight"] > 0,
                              f"the batch did not reach {answered} answers with requests in flight")
             submitted = time.time()
-            job = self.submit("/bin/sleep", "0.5", n=4)  # every GPU: the server's must be given back
+            # Every GPU: the server's must be given back. 2 s: the status below is read while the job
+            # runs (the server starts again a backfill_idle after it ends), slow as it is under asan.
+            job = self.submit("/bin/sleep", "2", n=4)
             self.assertTrue(wait_for(lambda: self.job(job)["started_unix_ms"] is not None, timeout=30 * SLOW,
                                      step=0.02),
                             f"the normal job did not start: {self.jobs()}\n{self.agent_log()}")

@@ -85,7 +85,7 @@ def rss_kib(pid):
 @unittest.skipUnless(os.geteuid() == 0, "needs root to act as a second user")
 class SocketAbuse(SecondUser):
     # Short enough that the test sees idle connections go; the default is 30s.
-    config = 'connection_idle_timeout = "2s"\nuser_connection_cap = 16\n'
+    config = 'connection_idle_timeout = "4s"\nuser_connection_cap = 16\n'
 
     def abuse(self, *args, uid=None, gid=None, groups=None):
         """Starts ABUSE ARGS as the second user (or UID/GID/GROUPS); returns it once it printed
@@ -173,15 +173,15 @@ class SocketAbuse(SecondUser):
         pid = self.agent.pid
         fds, rss = fd_count(pid), rss_kib(pid)
         abuser, line = self.abuse("idle", 1030)
+        # The user at their cap is told so, in words (first: the idle timeout closes their connections).
+        r = self.as_user("jobs")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("user_connection_cap", r.stderr)
         code, took, err = self.timed_jobs()
         print(f"\n[measure] 1030 idle connections: root's jobs {took:.2f} s (exit {code}); agent {fd_count(pid)} fds "
               f"(before {fds}), RSS {rss_kib(pid)} KiB (before {rss})", file=sys.stderr)
         self.assertEqual(code, 0, f"root's jobs beside 1030 idle connections: {err}\n{self.agent_log()}")
         self.assertLessEqual(fd_count(pid), fds + 16 + 4, "more connections than the per-user cap were kept")
-        # The user at their cap is told so, in words.
-        r = self.as_user("jobs")
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("user_connection_cap", r.stderr)
         # Idle connections are closed after the idle timeout; then the user gets in again.
         self.settle_fds(fds, "idle connections were not closed")
         r = self.as_user("jobs")
