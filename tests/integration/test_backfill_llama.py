@@ -10,6 +10,7 @@ naming that command."""
 import collections
 import json
 import os
+import signal
 import pathlib
 import subprocess
 import time
@@ -63,6 +64,12 @@ class LlamaServer:
         if not wait_for(healthy, timeout=timeout * SLOW, step=0.05):
             raise AssertionError(f"llama-server not healthy within {timeout}s: {self.log()}")
 
+    def pause(self):
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def go_on(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
+
     def kill(self):
         self.proc.kill()
         self.proc.wait(timeout=30)
@@ -105,6 +112,22 @@ class BackfillOnLlamaServer(AgentQueueTest):
                         f"{at_least} answers not reached: {last}\n{self.agent_log()}\n{self.llama.log()}")
         return last
 
+    def step_until(self, batch_id, at_least):
+        """Lets the server answer in slices of 0.1 s, paused (SIGSTOP) while the test looks, until the
+        batch has AT_LEAST answers; returns its status with the server paused: however slow the
+        test's polls are (the sanitizers), the batch cannot run out meanwhile."""
+        last = {}
+        deadline = time.monotonic() + 120 * SLOW
+        while True:
+            last = self.status(batch_id)
+            if last["done"] + last["failed"] >= at_least or time.monotonic() > deadline:
+                break
+            self.llama.go_on()
+            time.sleep(0.1)
+            self.llama.pause()
+        self.assertGreaterEqual(last["done"] + last["failed"], at_least, f"{last}\n{self.agent_log()}")
+        return last
+
     def test_a_batch_of_texts_completes_once_each_across_kill_nine_of_agent_and_server(self):
         t0 = time.monotonic()
         texts = self.tmp / "texts.json"
@@ -115,8 +138,10 @@ class BackfillOnLlamaServer(AgentQueueTest):
         self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
         batch_id = json.loads(r.stdout)["id"]
 
-        # kill -9 of the agent mid-batch; the restarted agent waits for the output to be handed over.
-        self.wait_answered(batch_id, 40)
+        # kill -9 of the agent mid-batch (the server paused, so that the batch is mid-batch when the
+        # kill comes); the restarted agent waits for the output to be handed over.
+        self.llama.pause()
+        self.step_until(batch_id, 40)
         self.kill_agent()
         self.start_agent()
         self.assertIn("resume", self.status(batch_id)["reason"])
@@ -125,9 +150,9 @@ class BackfillOnLlamaServer(AgentQueueTest):
 
         # kill -9 of llama-server with requests in flight; restarted on its port, the dropped
         # requests are sent again (the dispatcher's retries).
-        # 80 of 200: the rest must still be coming when the server is killed, and under the sanitizers
-        # each `backfill status` the test polls with is slow.
-        mid = self.wait_answered(batch_id, 80)
+        mid = self.step_until(batch_id, 80)
+        self.assertTrue(wait_for(lambda: self.status(batch_id)["in_flight"] > 0, timeout=30 * SLOW, step=0.1),
+                        f"nothing in flight to the paused server: {self.status(batch_id)}\n{self.agent_log()}")
         self.assertGreater(mid["in_flight"] + mid["pending"], 0)
         self.llama.kill()
         time.sleep(0.3)  # let the agent find the server gone (connection refused, then backoff)

@@ -182,9 +182,11 @@ class ManagedLlamaServer(AgentQueueTest):
             self.wait_status(batch_id, lambda s: s["done"] >= answered and s["in_flight"] > 0,
                              f"the batch did not reach {answered} answers with requests in flight")
             submitted = time.time()
-            # Every GPU: the server's must be given back. 2 s: the status below is read while the job
-            # runs (the server starts again a backfill_idle after it ends), slow as it is under asan.
-            job = self.submit("/bin/sleep", "2", n=4)
+            # Every GPU: the server's must be given back. The job runs until the test has read the
+            # status below (the server starts again a backfill_idle after the job ends), however slow
+            # the test's polls are (the sanitizers).
+            release = self.tmp / f"release-{answered}"
+            job = self.submit("/bin/sh", "-c", f"while [ ! -e {release} ]; do sleep 0.05; done", n=4)
             self.assertTrue(wait_for(lambda: self.job(job)["started_unix_ms"] is not None, timeout=30 * SLOW,
                                      step=0.02),
                             f"the normal job did not start: {self.jobs()}\n{self.agent_log()}")
@@ -192,6 +194,7 @@ class ManagedLlamaServer(AgentQueueTest):
             mid = self.status(batch_id)
             self.assertLess(mid["done"], count, "the normal job arrived mid-batch")
             self.assertEqual(mid["in_flight"], 0, f"nothing in flight while the server is stopped: {mid}")
+            release.touch()
         self.wait_status(batch_id, lambda s: s["state"] == "done", "the batch did not finish after the jobs")
         self.check_output(batch_id, out, count)
         servers = self.server_jobs()
