@@ -87,7 +87,31 @@ class LlamaServer:
 
 @unittest.skipUnless(LLAMA_SERVER.exists(),
                      f"llama-server is not in the peers cache ({LLAMA_SERVER}): run scripts/peers.sh --llama-server")
-class BackfillOnLlamaServer(AgentQueueTest):
+class BatchQueueTest(AgentQueueTest):
+    """An agent's queue with batches: their status, and a wait for one."""
+
+    def diagnostics(self):
+        """More to print when a wait fails: the server's log."""
+        return ""
+
+    def status(self, batch_id):
+        r = self.tarmac("--json", "backfill", "status", str(batch_id))
+        self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
+        return json.loads(r.stdout)
+
+    def wait_status(self, batch_id, predicate, what, timeout=60, step=0.05):
+        """Polls batch BATCH_ID's status until PREDICATE(status); returns it. Fails naming WHAT."""
+        last = {}
+
+        def check():
+            last.update(self.status(batch_id))
+            return predicate(last)
+        self.assertTrue(wait_for(check, timeout=timeout * SLOW, step=step),
+                        f"{what}: {last}\n{self.agent_log()}\n{self.diagnostics()}")
+        return last
+
+
+class BackfillOnLlamaServer(BatchQueueTest):
     def setUp(self):
         self.port = free_port()
         self.config = (f"\n[backfill.server.llama]\nurl = \"http://127.0.0.1:{self.port}\"\ntimeout = \"30s\"\n"
@@ -97,20 +121,12 @@ class BackfillOnLlamaServer(AgentQueueTest):
         self.addCleanup(self.llama.stop)
         self.llama.start()
 
-    def status(self, batch_id):
-        r = self.tarmac("--json", "backfill", "status", str(batch_id))
-        self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
-        return json.loads(r.stdout)
+    def diagnostics(self):
+        return self.llama.log()
 
     def wait_answered(self, batch_id, at_least, timeout=120):
-        last = {}
-
-        def enough():
-            last.update(self.status(batch_id))
-            return last["done"] + last["failed"] >= at_least
-        self.assertTrue(wait_for(enough, timeout=timeout * SLOW, step=0.1),
-                        f"{at_least} answers not reached: {last}\n{self.agent_log()}\n{self.llama.log()}")
-        return last
+        return self.wait_status(batch_id, lambda s: s["done"] + s["failed"] >= at_least,
+                                f"{at_least} answers not reached", timeout=timeout, step=0.1)
 
     def step_until(self, batch_id, at_least):
         """Lets the server answer in slices of 0.1 s, paused (SIGSTOP) while the test looks, until the

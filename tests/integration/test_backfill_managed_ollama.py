@@ -17,9 +17,9 @@ import unittest
 
 from agent_support import BUILD, query, wait_for
 from devtools import second_user
-from test_backfill_llama import answered_once
+from test_backfill_llama import BatchQueueTest, answered_once
 from test_backfill_managed import kill_under
-from test_sched_agent import SLOW, AgentQueueTest
+from test_sched_agent import SLOW
 
 FAKE = pathlib.Path(__file__).resolve().parent / "fake_ollama.py"
 SIM_LOAD = BUILD / "sim" / "tarmac-sim-load"
@@ -29,7 +29,7 @@ TEXTS = 40
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root: the agent runs the managed server as another account")
 @unittest.skipUnless(os.path.exists(PYTHON), f"{PYTHON} runs the fake as the second user")
-class ManagedOllamaYield(AgentQueueTest):
+class ManagedOllamaYield(BatchQueueTest):
     FREE_DELAY_S = 0.5  # from the unload's answer until the fake's memory is gone
 
     def setUp(self):
@@ -61,20 +61,8 @@ class ManagedOllamaYield(AgentQueueTest):
             f"--sim-load '{SIM_LOAD}' --free-delay {self.FREE_DELAY_S} --events '{self.events}'\n")
         self.wrapper.chmod(0o755)
 
-    def status(self, batch_id):
-        r = self.tarmac("--json", "backfill", "status", str(batch_id))
-        self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
-        return json.loads(r.stdout)
-
-    def wait_status(self, batch_id, predicate, what, timeout=60):
-        last = {}
-
-        def check():
-            last.update(self.status(batch_id))
-            return predicate(last)
-        self.assertTrue(wait_for(check, timeout=timeout * SLOW, step=0.05),
-                        f"{what}: {last}\n{self.agent_log()}\nfake: {self.events.read_text()}")
-        return last
+    def diagnostics(self):
+        return f"fake: {self.events.read_text()}"
 
     def test_the_yield_confirms_through_nvml_that_the_memory_is_gone_before_the_sigterm(self):
         texts = self.tmp / "texts.json"
