@@ -450,6 +450,12 @@ class AttachedRun(AgentQueueTest):
         log = self.state / "logs" / f"{job_id}.log"
         self.assertTrue(wait_for(lambda: log.exists() and "hello" in log.read_text(), 10 * SLOW), str(log))
         self.assertIn(f"hello from {job_id} on {job['gpus'][0]}", log.read_text())
+        # The agent starts the wrapper with its stop signals blocked; the job gets none blocked.
+        job_id = self.submit("grep", "SigBlk", "/proc/self/status")
+        self.assertEqual(self.wait_state(job_id, "done")["exit_code"], 0)
+        log = self.state / "logs" / f"{job_id}.log"
+        self.assertTrue(wait_for(lambda: log.exists() and "SigBlk" in log.read_text(), 10 * SLOW), str(log))
+        self.assertIn("SigBlk:\t0000000000000000", log.read_text())
 
 
 # -- 4: idle leases are warned about, then reclaimed ------------------------------------------------

@@ -54,6 +54,11 @@ int run_shim(const std::string& spec_path) {
   const sigset_t handled = sched::handled_signals();
   sigset_t original;
   ::sigprocmask(SIG_BLOCK, &handled, &original);
+  // The agent starts the wrapper with these already blocked (a stop that comes early waits); the
+  // job gets them unblocked, as a process started from a shell would.
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sigismember(&handled, sig) == 1) sigdelset(&original, sig);
+  }
   (void)::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   const util::ProcessSpec& what = job->what;

@@ -91,7 +91,8 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
   // util::start_process (a vfork-like clone), not fork: the agent has threads and a heap, and
   // copying its page tables for every job was most of a job's start (and of the hand-over between
   // jobs). The wrapper gets the agent's environment (the job gets its submitter's, from the spec),
-  // the lock as descriptor 3 and nothing above it, its own session, and signals as new.
+  // the lock as descriptor 3 and nothing above it, its own session, and signals as new but its
+  // stop signals blocked.
   util::ProcessSpec shim;
   shim.path = opt.shim_exe;
   shim.argv = {"tarmac", "job-shim", spec_path};
@@ -101,6 +102,10 @@ bool Daemon::State::start_job(Job& job, const std::vector<unsigned>& chosen, con
               {2, err_fd >= 0 ? err_fd : util::kDevNull},
               {3, lock_fd}};
   shim.session = util::Session::NewSession;
+  // Its stop signals blocked from the first instruction: a cancel or a yield that comes while the
+  // wrapper is still starting (slow under a loaded machine) waits for its handler, rather than
+  // ending it by the default action before it can record how the job ended (a "lost" job).
+  shim.signal_mask = handled_signals();
   auto started = util::start_process(shim);
   ::close(lock_fd);
   if (job.detach || rt.output_fds.size() < 2) {

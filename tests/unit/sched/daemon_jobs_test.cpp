@@ -6,10 +6,12 @@
 // job's output is the submitter's; a restarted agent re-attaches or records what ran meanwhile.
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mutex>
@@ -63,6 +65,23 @@ TEST_F(DaemonJobs, AWrapperThatEndsWithoutAResultLeavesTheJobLost) {
   end_wrapper(id, "vanish");
   ASSERT_TRUE(reaches(id, "lost")) << job(id).dump();
   EXPECT_NE(job(id)["reason"].get<std::string>().find("without writing a result"), std::string::npos);
+}
+
+// The wrapper starts with its stop signals (SIGHUP, SIGINT, SIGTERM, SIGCHLD) blocked, so that a
+// cancel that comes before it has set up its handling waits for it rather than ending it unrecorded
+// (a "lost" job, seen under a loaded sanitizer run). awk keeps the mask it was given (sh clears it).
+TEST_F(DaemonJobs, TheWrapperStartsWithItsStopSignalsBlocked) {
+  std::ofstream(options_.shim_exe) << "#!/usr/bin/awk -f\n"
+                                      "BEGIN { while ((getline line < \"/proc/self/status\") > 0)\n"
+                                      "  if (line ~ /^SigBlk:/) print line > (ARGV[2] \".mask\") }\n";
+  start();
+  const long long id = submit(1);
+  ASSERT_TRUE(reaches(id, "lost")) << job(id).dump();
+  std::ifstream in(job_file(id, "json") + ".mask");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << "the wrapper wrote no mask";
+  const unsigned long long mask = std::stoull(line.substr(line.find(':') + 1), nullptr, 16);
+  for (const int sig : {SIGHUP, SIGINT, SIGTERM, SIGCHLD}) EXPECT_NE(mask & (1ULL << (sig - 1)), 0U) << sig << " in " << line;
 }
 
 // A wrapper that cannot be started: the log names the step and its errno (the old posix_spawn
