@@ -394,7 +394,9 @@ TEST(Kill, AKillSwitchCreatedDuringTheGraceStopsTheSigkill) {
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
   NoGpus gpus;
   ReaperConfig config;
-  config.grace_ms = 1000;
+  // The whole grace is waited (the holder ignores SIGTERM): long enough for a loaded machine's
+  // shell to finish its sleep and run the trap (1 s was not, under a sanitizer run).
+  config.grace_ms = 4000;
   config.kill_switch = kill_switch;
   const util::SystemClock clock;
   const auto result = reap_process(evidence_of(proc, static_cast<unsigned>(child.pid)), config, me(proc), proc, gpus, clock, candidates(proc, static_cast<unsigned>(child.pid)));
