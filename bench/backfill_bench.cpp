@@ -111,12 +111,14 @@ std::pair<pid_t, std::string> fake_in_child(int delay_ms) {
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(fds[0]);
-    testing::FakeLlm fake([delay_ms](int, const std::string&) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-      return testing::FakeLlm::Reply{
-          "200 OK", R"({"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"ok"}}],)"
-                    R"("usage":{"prompt_tokens":3,"completion_tokens":4}})"};
-    });
+    testing::FakeLlm fake(
+        [delay_ms](int, const std::string&) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+          return testing::FakeLlm::Reply{
+              "200 OK", R"({"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"ok"}}],)"
+                        R"("usage":{"prompt_tokens":3,"completion_tokens":4}})"};
+        },
+        0, /*keep_alive=*/true);  // as real servers: the dispatcher's kept connection is measured
     const std::string url = fake.url();
     (void)!::write(fds[1], url.data(), url.size());
     ::close(fds[1]);

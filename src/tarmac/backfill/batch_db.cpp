@@ -153,14 +153,28 @@ Result<BatchDb> BatchDb::open(const std::string& path) {
   return BatchDb(std::move(db));
 }
 
+Result<store::Statement*> BatchDb::cached(const std::string& sql) {
+  auto it = cached_.find(sql);
+  if (it == cached_.end()) {
+    TARMAC_TRY_ASSIGN(auto s, db_.prepare(sql));
+    it = cached_.emplace(sql, std::move(s)).first;
+  }
+  it->second.reset();
+  return &it->second;
+}
+
 Result<void> BatchDb::in_transaction(const std::function<Result<void>()>& body) {
-  TARMAC_TRY(db_.exec("BEGIN IMMEDIATE"));
+  const auto run = [&](const char* sql) -> Result<void> {
+    TARMAC_TRY_ASSIGN(auto* s, cached(sql));
+    return s->run();
+  };
+  TARMAC_TRY(run("BEGIN IMMEDIATE"));
   if (auto r = body(); !r.ok()) {
-    (void)db_.exec("ROLLBACK");
+    (void)run("ROLLBACK");
     return r;
   }
-  if (auto r = db_.exec("COMMIT"); !r.ok()) {
-    (void)db_.exec("ROLLBACK");
+  if (auto r = run("COMMIT"); !r.ok()) {
+    (void)run("ROLLBACK");
     return r;
   }
   return {};
@@ -349,34 +363,39 @@ Result<std::vector<RequestRow>> BatchDb::rows(long long id) {
 }
 
 Result<std::optional<RequestState>> BatchDb::state_of(long long id, long long index) {
-  TARMAC_TRY_ASSIGN(auto s, db_.prepare("SELECT state FROM backfill_request WHERE batch = ?1 AND idx = ?2"));
-  s.bind(1, id);
-  s.bind(2, index);
-  TARMAC_TRY_ASSIGN(const bool row, s.step());
+  TARMAC_TRY_ASSIGN(auto* statement, cached("SELECT state FROM backfill_request WHERE batch = ?1 AND idx = ?2"));
+  const Hold s(*statement);
+  s->bind(1, id);
+  s->bind(2, index);
+  TARMAC_TRY_ASSIGN(const bool row, s->step());
   if (!row) return std::optional<RequestState>();
-  return request_state_from(s.text(0));
+  return request_state_from(s->text(0));
 }
 
 Result<std::vector<Sendable>> BatchDb::take_pending(long long id, std::size_t n, long long now_ms) {
   std::vector<Sendable> out;
   const auto take = [&]() -> Result<void> {
-    TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("SELECT {}, body FROM backfill_request WHERE batch = ?1 AND "
-                                                      "state = 'pending' ORDER BY idx LIMIT ?2",
-                                                      kRowColumns)));
-    s.bind(1, id);
-    s.bind(2, static_cast<long long>(n));
-    for (;;) {
-      TARMAC_TRY_ASSIGN(const bool row, s.step());
-      if (!row) break;
-      out.push_back(Sendable{row_to_request(s), s.text(12)});
+    {
+      TARMAC_TRY_ASSIGN(auto* select, cached(fmt::format("SELECT {}, body FROM backfill_request WHERE batch = ?1 AND "
+                                                         "state = 'pending' ORDER BY idx LIMIT ?2",
+                                                         kRowColumns)));
+      const Hold s(*select);
+      s->bind(1, id);
+      s->bind(2, static_cast<long long>(n));
+      for (;;) {
+        TARMAC_TRY_ASSIGN(const bool row, s->step());
+        if (!row) break;
+        out.push_back(Sendable{row_to_request(*s), s->text(12)});
+      }
     }
-    TARMAC_TRY_ASSIGN(auto mark, db_.prepare("UPDATE backfill_request SET state = 'in_flight', attempts = attempts + 1, "
-                                             "started_unix_ms = ?3 WHERE batch = ?1 AND idx = ?2"));
+    TARMAC_TRY_ASSIGN(auto* update, cached("UPDATE backfill_request SET state = 'in_flight', attempts = attempts + 1, "
+                                           "started_unix_ms = ?3 WHERE batch = ?1 AND idx = ?2"));
+    const Hold mark(*update);
     for (auto& r : out) {
-      mark.bind(1, id);
-      mark.bind(2, r.row.index);
-      mark.bind(3, now_ms);
-      TARMAC_TRY(mark.run());
+      mark->bind(1, id);
+      mark->bind(2, r.row.index);
+      mark->bind(3, now_ms);
+      TARMAC_TRY(mark->run());
       r.row.state = RequestState::InFlight;
       r.row.attempts += 1;
       r.row.started_ms = now_ms;
@@ -398,20 +417,23 @@ Result<void> BatchDb::back_to_pending(long long id, long long index, const std::
 
 Result<void> BatchDb::commit(long long id, const Commit& c) {
   return in_transaction([&]() -> Result<void> {
-    TARMAC_TRY_ASSIGN(auto answer, db_.prepare("UPDATE backfill_request SET state = ?3, prompt_tokens = ?4, "
-                                               "completion_tokens = ?5, ended_unix_ms = ?6, error = ?7, "
-                                               "out_offset = ?8, out_len = ?9 WHERE batch = ?1 AND idx = ?2"));
-    for (const auto& a : c.answered) {
-      answer.bind(1, id);
-      answer.bind(2, a.index);
-      answer.bind(3, to_string(a.state));
-      answer.bind(4, a.prompt_tokens);
-      answer.bind(5, a.completion_tokens);
-      answer.bind(6, positive(a.ended_ms));
-      answer.bind(7, std::string_view(a.error));
-      answer.bind(8, a.out_offset);
-      answer.bind(9, a.out_len);
-      TARMAC_TRY(answer.run());
+    {
+      TARMAC_TRY_ASSIGN(auto* update, cached("UPDATE backfill_request SET state = ?3, prompt_tokens = ?4, "
+                                             "completion_tokens = ?5, ended_unix_ms = ?6, error = ?7, "
+                                             "out_offset = ?8, out_len = ?9 WHERE batch = ?1 AND idx = ?2"));
+      const Hold answer(*update);
+      for (const auto& a : c.answered) {
+        answer->bind(1, id);
+        answer->bind(2, a.index);
+        answer->bind(3, to_string(a.state));
+        answer->bind(4, a.prompt_tokens);
+        answer->bind(5, a.completion_tokens);
+        answer->bind(6, positive(a.ended_ms));
+        answer->bind(7, std::string_view(a.error));
+        answer->bind(8, a.out_offset);
+        answer->bind(9, a.out_len);
+        TARMAC_TRY(answer->run());
+      }
     }
     TARMAC_TRY_ASSIGN(auto lose, db_.prepare("UPDATE backfill_request SET state = 'pending', out_offset = NULL, "
                                              "out_len = NULL, error = 'its line was missing from the output' "
@@ -427,10 +449,11 @@ Result<void> BatchDb::commit(long long id, const Commit& c) {
       back.bind(1, id);
       TARMAC_TRY(back.run());
     }
-    TARMAC_TRY_ASSIGN(auto bytes, db_.prepare("UPDATE backfill_batch SET output_bytes = ?2 WHERE id = ?1"));
-    bytes.bind(1, id);
-    bytes.bind(2, c.output_bytes);
-    return bytes.run();
+    TARMAC_TRY_ASSIGN(auto* update, cached("UPDATE backfill_batch SET output_bytes = ?2 WHERE id = ?1"));
+    const Hold bytes(*update);
+    bytes->bind(1, id);
+    bytes->bind(2, c.output_bytes);
+    return bytes->run();
   });
 }
 

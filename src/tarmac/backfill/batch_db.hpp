@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -106,9 +107,26 @@ class BatchDb {
 
  private:
   explicit BatchDb(store::Database db) : db_(std::move(db)) {}
+  // A statement of the hot paths (a request taken, answered), prepared once per connection: parsing
+  // it anew each time was a good part of the dispatcher's CPU per request. Reset when the returned
+  // hold ends, so that no read stays open on the connection.
+  class Hold {
+   public:
+    explicit Hold(store::Statement& s) : s_(&s) {}
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    ~Hold() { s_->reset(); }
+    store::Statement* operator->() const { return s_; }
+    store::Statement& operator*() const { return *s_; }
+
+   private:
+    store::Statement* s_;
+  };
+  [[nodiscard]] Result<store::Statement*> cached(const std::string& sql);
   [[nodiscard]] Result<void> in_transaction(const std::function<Result<void>()>& body);
   [[nodiscard]] Result<void> drop_bodies_if_ended(const Batch& batch);
   store::Database db_;
+  std::map<std::string, store::Statement> cached_;  // after db_: finalized before it is closed
 };
 
 }  // namespace tarmac::backfill

@@ -20,6 +20,11 @@ namespace tarmac::backfill {
 
 namespace {
 
+// A sender keeps its connection through a wait this short (a slot given back, the writer's fsync):
+// reconnecting after each would cost what keep-alive saves. A longer wait, or one for the batch's
+// window, a retry's backoff or a server that was not there, closes it first (net::Session::close).
+constexpr long long kKeptThroughWaitMs = 1000;
+
 int minute_of(std::string_view hh_mm) {
   return ((hh_mm[0] - '0') * 10 + (hh_mm[1] - '0')) * 60 + (hh_mm[3] - '0') * 10 + (hh_mm[4] - '0');
 }
@@ -124,6 +129,7 @@ struct Dispatcher::Run {
   bool stopping = false;
   bool stopped = false;             // by stop(): its workers have ended; go() starts them again
   bool waiting_for_window = false;
+  bool writing = false;       // the writer has taken an answer and not yet counted it
   unsigned workers_left = 0;  // threads not yet ended: the senders and the writer
   unsigned senders = 1;       // started by the last start_workers()
   unsigned senders_left = 0;
@@ -283,7 +289,7 @@ Result<void> Dispatcher::start_workers(Run& run) {
   }
 }
 
-std::unique_ptr<Dispatcher::SlotHold> Dispatcher::take_slot(Run& run) {
+std::unique_ptr<Dispatcher::SlotHold> Dispatcher::take_slot(Run& run, net::Session& session) {
   std::shared_ptr<ServerSlots> slots;
   {
     std::lock_guard lock(slots_mutex_);
@@ -295,12 +301,18 @@ std::unique_ptr<Dispatcher::SlotHold> Dispatcher::take_slot(Run& run) {
     std::lock_guard lock(slots->m);  // read under it by every sender of the server
     slots->limit = std::max(1U, run.server.max_parallel);
   }
+  const long long waiting_since = util::monotonic_ms();
   for (;;) {
     {
       std::unique_lock lock(slots->m);
       // A slot given back wakes one waiter; a stopped batch is seen within 100 ms (stop() does
       // not know which server's slots its senders wait for).
       if (slots->in_use >= slots->limit) {
+        if (util::monotonic_ms() - waiting_since >= kKeptThroughWaitMs) {
+          lock.unlock();
+          session.close();  // not kept open while it waits longer (net::Session::close), nor under the lock
+          lock.lock();
+        }
         slots->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return slots->in_use < slots->limit; });
       }
       if (slots->in_use < slots->limit) {
@@ -430,11 +442,12 @@ void Dispatcher::reap_finished() {
 
 // A worker: takes one pending request at a time and sends it until the batch has none left, or is stopped.
 void Dispatcher::work(Run& run) {
+  net::Session session;  // its connection kept open from one request to the next (run.cancel outlives it)
   for (;;) {
-    if (!wait_for_window(run)) break;
+    if (!wait_for_window(run, session)) break;
     Sent sent;
     {
-      const auto slot = take_slot(run);  // given back before the answer waits for the writer
+      const auto slot = take_slot(run, session);  // given back before the answer waits for the writer
       if (!slot) break;
       std::optional<Sendable> request;
       bool failed = false;
@@ -453,19 +466,25 @@ void Dispatcher::work(Run& run) {
       if (!request && !failed) break;  // nothing left to send
       if (!request) {
         // The store failed: wait, as for a retry.
+        lock.unlock();
+        session.close();
+        lock.lock();
         run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, 1)), [&] { return run.stopping; });
         continue;
       }
       if (run.in_flight++ == 0) run.busy_since_ms = util::monotonic_ms();
       ++totals_.in_flight;
       lock.unlock();
-      sent = send(run, *request);
+      sent = send(run, *request, session);
       lock.lock();
       if (--run.in_flight == 0) run.busy_ms += util::monotonic_ms() - run.busy_since_ms;
       --totals_.in_flight;
     }
-    if (sent.kind == Sent::Kind::Answered) hand_to_writer(run, std::move(sent.answer));
-    if (sent.kind == Sent::Kind::Unreachable && !wait_for_server(run, sent.why)) break;
+    if (sent.kind == Sent::Kind::Answered) hand_to_writer(run, std::move(sent.answer), session);
+    if (sent.kind == Sent::Kind::Unreachable) {
+      session.close();
+      if (!wait_for_server(run, sent.why)) break;
+    }
   }
   std::lock_guard lock(run.m);
   --run.senders_left;
@@ -475,7 +494,7 @@ void Dispatcher::work(Run& run) {
 }
 
 // False when the batch is stopped while it waits for its window.
-bool Dispatcher::wait_for_window(Run& run) {
+bool Dispatcher::wait_for_window(Run& run, net::Session& session) {
   std::unique_lock lock(run.m);
   for (;;) {
     if (run.stopping) return false;
@@ -492,10 +511,20 @@ bool Dispatcher::wait_for_window(Run& run) {
     }
     if (!run.waiting_for_window && run.in_flight == 0) {
       run.waiting_for_window = true;
+      // The span it ran ends here (the batch's windows): once the writer has counted every answer.
+      run.cv.wait(lock, [&] { return run.stopping || (run.to_write.empty() && !run.writing); });
+      if (run.stopping) return false;
       lock.unlock();
       set_reason(run, fmt::format("waiting for its window {} (local time)", run.batch.window));
+      {
+        std::lock_guard db_lock(run.db_mutex);
+        record_stint(run, "window closed");
+      }
       lock.lock();
     }
+    lock.unlock();
+    session.close();  // the window may be hours away: no connection kept open meanwhile
+    lock.lock();
     // Looked at again at least every window_recheck_ms: a clock set forward or back is seen that soon.
     const long long wait = std::min<long long>(opt_.window_recheck_ms,
                                                std::max(1, minutes_until_open(run.batch.window, minute)) * 60000LL);
@@ -511,8 +540,9 @@ void Dispatcher::set_reason(Run& run, const std::string& reason) {
 
 // Sends `request` (again after a retryable failure, up to the server's retries): its answer for the
 // writer; a request cancelled by stop(), or one no server took, goes back to pending.
-Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request) {
+Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request, net::Session& session) {
   net::Request http;
+  http.session = &session;
   http.method = "POST";
   http.url = server_url(run.server.url, to_url(request.row.endpoint));
   http.headers = {"Content-Type: application/json"};
@@ -536,6 +566,7 @@ Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request) {
                                       : net::perform(http));
     if (outcome.kind != Outcome::Kind::Retryable || attempt >= run.server.retries) break;
     ++totals_.retried;
+    session.close();  // a backoff may last a minute: no connection kept meanwhile
     std::unique_lock lock(run.m);
     if (run.cv.wait_for(lock, std::chrono::milliseconds(backoff(opt_, static_cast<int>(attempt) + 1)),
                         [&] { return run.stopping; })) {
@@ -558,13 +589,20 @@ Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request) {
   return Sent{Sent::Kind::Answered, std::move(outcome.answer), {}};
 }
 
-void Dispatcher::hand_to_writer(Run& run, Answer answer) {
+void Dispatcher::hand_to_writer(Run& run, Answer answer, net::Session& session) {
   std::unique_lock lock(run.m);
   const bool was_waiting = run.unreachable > 0;
   run.unreachable = 0;
   // At most one answer per sender waits for the writer: while the output cannot be written (a full
-  // disk), the senders wait too, rather than keep every answer of the batch in memory.
-  run.cv.wait(lock, [&] { return run.to_write.size() < run.senders || run.stopping; });
+  // disk, a hung file system), the senders wait too, rather than keep every answer of the batch in
+  // memory, and without a connection kept open for as long as that lasts.
+  const auto room = [&] { return run.to_write.size() < run.senders || run.stopping; };
+  if (!run.cv.wait_for(lock, std::chrono::milliseconds(kKeptThroughWaitMs), room)) {
+    lock.unlock();
+    session.close();
+    lock.lock();
+    run.cv.wait(lock, room);
+  }
   if (run.to_write.size() >= run.senders) {  // stopped while waiting: sent again later
     lock.unlock();
     put_back(run, answer.index, "interrupted: the batch's sending was stopped");
@@ -612,9 +650,12 @@ void Dispatcher::write_answers(Run& run) {
     Answer answer = std::move(run.to_write.front());
     run.to_write.pop_front();
     run.cv.notify_all();  // a sender waiting for room
+    run.writing = true;
     lock.unlock();
     write_answer(run, answer);
     lock.lock();
+    run.writing = false;
+    run.cv.notify_all();  // a sender waiting for every answer to be counted (wait_for_window)
   }
   const bool stopping = run.stopping;
   lock.unlock();

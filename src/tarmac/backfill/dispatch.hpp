@@ -31,6 +31,10 @@
 #include "tarmac/util/log.hpp"
 #include "tarmac/util/result.hpp"
 
+namespace tarmac::net {
+class Session;
+}  // namespace tarmac::net
+
 namespace tarmac::backfill {
 
 struct DispatchOptions {
@@ -124,10 +128,10 @@ class Dispatcher {
   struct ServerSlots;
   struct SlotHold;
   // A slot of `run`'s server (max_parallel of them), waited for: nullptr when the batch is stopped
-  // meanwhile.
-  [[nodiscard]] std::unique_ptr<SlotHold> take_slot(Run& run);
+  // meanwhile. It and wait_for_window close the sender's kept connection before they wait.
+  [[nodiscard]] std::unique_ptr<SlotHold> take_slot(Run& run, net::Session& session);
   void work(Run& run);
-  [[nodiscard]] bool wait_for_window(Run& run);
+  [[nodiscard]] bool wait_for_window(Run& run, net::Session& session);
   void set_reason(Run& run, const std::string& reason);
   // What one send came to (dispatch.cpp send()).
   struct Sent {
@@ -135,9 +139,9 @@ class Dispatcher {
     Answer answer;    // Answered: for the writer
     std::string why;  // Unreachable: why no server took it
   };
-  [[nodiscard]] Sent send(Run& run, const Sendable& request);
+  [[nodiscard]] Sent send(Run& run, const Sendable& request, net::Session& session);
   // Queues `answer` for the writer, waiting while one per sender waits already.
-  void hand_to_writer(Run& run, Answer answer);
+  void hand_to_writer(Run& run, Answer answer, net::Session& session);
   [[nodiscard]] bool wait_for_server(Run& run, const std::string& why);
   void put_back(Run& run, long long index, const std::string& why);
   void write_answers(Run& run);

@@ -204,6 +204,16 @@ Result<void> available() {
   return {};
 }
 
+Session::~Session() { close(); }
+
+void Session::close() {
+  if (easy_ != nullptr) curl()->easy_cleanup(static_cast<CURL*>(easy_));
+  easy_ = nullptr;
+  cancel_ = nullptr;
+  checked_ = false;
+  ca_file_.clear();
+}
+
 Result<Response> perform(const Request& request) {
   TARMAC_TRY(check_url(request.url));
   if (request.method != "GET" && request.method != "POST") {
@@ -212,8 +222,43 @@ Result<Response> perform(const Request& request) {
   const auto& loaded = curl();
   if (!loaded.ok()) return loaded.error();
   const Curl& c = *loaded;
-  std::unique_ptr<CURL, EasyDeleter> easy(c.easy_init());
-  if (!easy) return make_error(Error::Code::Internal, "curl_easy_init failed");
+  // A session's handle (and the connection it keeps) while this request is like its last one; else
+  // a new handle, the session's from now on. Every option below is set on each request, or cleared.
+  std::unique_ptr<CURL, EasyDeleter> easy;
+  CURL* e = nullptr;
+  Session* s = request.session;
+  const bool fits = s != nullptr && s->easy_ != nullptr && s->cancel_ == request.cancel &&
+                    s->checked_ == static_cast<bool>(request.check_connection) && s->ca_file_ == request.ca_file;
+  if (fits) {
+    e = static_cast<CURL*>(s->easy_);
+  } else {
+    easy.reset(c.easy_init());
+    if (!easy) return make_error(Error::Code::Internal, "curl_easy_init failed");
+    e = easy.get();
+    if (s != nullptr) {
+      if (s->easy_ != nullptr) c.easy_cleanup(static_cast<CURL*>(s->easy_));
+      s->easy_ = easy.release();
+      s->cancel_ = request.cancel;
+      s->checked_ = static_cast<bool>(request.check_connection);
+      s->ca_file_ = request.ca_file;
+    }
+  }
+  // A kept handle points at none of this request's memory once perform() returns, however it
+  // returns (libcurl reads these only during a transfer; the next request sets them again).
+  struct Forget {
+    const Curl& c;
+    CURL* e;
+    bool kept;
+    ~Forget() {
+      if (!kept) return;
+      c.easy_setopt(e, CURLOPT_ERRORBUFFER, static_cast<char*>(nullptr));
+      c.easy_setopt(e, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(nullptr));
+      c.easy_setopt(e, CURLOPT_POSTFIELDS, static_cast<const char*>(nullptr));
+      c.easy_setopt(e, CURLOPT_WRITEDATA, static_cast<void*>(nullptr));
+      c.easy_setopt(e, CURLOPT_XFERINFODATA, static_cast<void*>(nullptr));
+      c.easy_setopt(e, CURLOPT_PREREQDATA, static_cast<void*>(nullptr));
+    }
+  } const forget{c, e, s != nullptr};
   std::unique_ptr<curl_slist, ListDeleter> headers;
   std::vector<std::string> all = request.headers;
   // libcurl waits up to a second for "100 Continue" before a body over 1 KiB; no server here sends it.
@@ -229,7 +274,6 @@ Result<Response> perform(const Request& request) {
   }
   Transfer transfer;
   transfer.request = &request;
-  CURL* e = easy.get();
   const long timeout = static_cast<long>(std::max(1LL, request.timeout_ms));
   const long connect_timeout = request.connect_timeout_ms > 0 ? static_cast<long>(request.connect_timeout_ms) : timeout;
   // Options whose setting cannot fail on a libcurl that has them; their codes are not checked.
@@ -245,13 +289,16 @@ Result<Response> perform(const Request& request) {
   if (!request.ca_file.empty()) c.easy_setopt(e, CURLOPT_CAINFO, request.ca_file.c_str());
   // A proxy from the environment (http_proxy) would be the other end of a loopback request, and
   // check_connection would check it instead of the server.
-  if (is_loopback_url(request.url)) c.easy_setopt(e, CURLOPT_NOPROXY, "*");
-  if (headers) c.easy_setopt(e, CURLOPT_HTTPHEADER, headers.get());
+  c.easy_setopt(e, CURLOPT_NOPROXY, is_loopback_url(request.url) ? "*" : static_cast<const char*>(nullptr));
+  c.easy_setopt(e, CURLOPT_HTTPHEADER, headers.get());  // nullptr: none
   if (request.method == "POST") {
     c.easy_setopt(e, CURLOPT_POST, 1L);
     c.easy_setopt(e, CURLOPT_POSTFIELDS, request.body.data());
     c.easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+  } else {
+    c.easy_setopt(e, CURLOPT_HTTPGET, 1L);
   }
+  c.easy_setopt(e, CURLOPT_FORBID_REUSE, s != nullptr ? 0L : 1L);
   c.easy_setopt(e, CURLOPT_WRITEFUNCTION, &on_write);
   c.easy_setopt(e, CURLOPT_WRITEDATA, &transfer);
   c.easy_setopt(e, CURLOPT_XFERINFOFUNCTION, &on_progress);

@@ -46,6 +46,8 @@ struct Connection {
   unsigned local_port = 0;
 };
 
+class Session;
+
 struct Request {
   std::string method = "POST";           // GET or POST
   std::string url;                       // http:// or https:// only
@@ -63,11 +65,38 @@ struct Request {
   // the request fails (Failure::Untrusted). Needs libcurl 7.80 (CURLOPT_PREREQFUNCTION): with an
   // older one the request fails rather than go unchecked.
   std::function<bool(const Connection&)> check_connection;
+  // Where to keep the connection open for the next request (HTTP keep-alive); nullptr: closed after
+  // this one. check_connection is asked again before each request on a kept connection.
+  Session* session = nullptr;
 };
 
 struct Response {
   long status = 0;   // the HTTP status code
   std::string body;  // empty when on_data took it
+};
+
+// One thread's connections kept open between its requests to the same server (a new TCP connection
+// per request costs more CPU than all else a batch's request does). Used by one thread at a time.
+// The Cancel of its requests must outlive it (its sockets are forgotten by their Cancel when it
+// closes them). A request whose cancel, check_connection (set or not) or ca_file differs from the
+// last one's starts afresh: the connections kept are closed.
+class Session {
+ public:
+  Session() = default;
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  // Closes the connections kept, before a wait of unknown length: an open connection holds one of
+  // the server's connection threads (llama-server's HTTP library has one per open connection, from
+  // a fixed pool), which its other clients would wait for.
+  void close();
+
+ private:
+  friend Result<Response> perform(const Request& request);
+  void* easy_ = nullptr;  // libcurl's handle, which keeps the connections
+  const Cancel* cancel_ = nullptr;
+  bool checked_ = false;
+  std::string ca_file_;
 };
 
 // What went wrong with a request that got no answer, as the cause of perform()'s Io errors

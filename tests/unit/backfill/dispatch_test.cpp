@@ -1,6 +1,7 @@
 // The dispatcher (src/tarmac/backfill/dispatch.cpp) against a fake OpenAI-compatible server
-// (tests/unit/support/http_server.hpp): answers, retries, timeouts, the bound on parallel requests,
-// stop() mid-flight, and kill -9 of a process running it mid-batch.
+// (tests/unit/support/http_server.hpp): answers, retries, timeouts, the bounds on parallel requests
+// and on threads, outputs that cannot be written, servers that are not there or not server_user's.
+// Stopping, windows and kill -9: dispatch_stop_test.cpp.
 #include "tarmac/backfill/dispatch.hpp"
 
 #include <signal.h>
@@ -16,84 +17,13 @@
 #include <memory>
 #include <set>
 
-#include "../support/http_server.hpp"
-#include "ledger_support.hpp"
+#include "dispatch_support.hpp"
 #include "tarmac/util/clock.hpp"
 
 namespace tarmac::backfill {
 namespace {
 
-using json = nlohmann::json;
-using test_support::BatchFixture;
-using test_support::expect_exactly_once;
-using test_support::output_ids;
-using testing::FakeLlm;
-
-// The custom id a request's body names ("hi req-N" is its message, ledger_support.hpp).
-std::string custom_id_of(const std::string& request) {
-  const std::string body = testing::body_of(request);
-  const auto at = body.find("hi req-");
-  return at == std::string::npos ? "" : body.substr(at + 3, body.find('"', at) - at - 3);
-}
-
-std::string completion(int tokens) {
-  return fmt::format(R"({{"object":"chat.completion","choices":[{{"message":{{"role":"assistant","content":"x"}}}}],)"
-                     R"("usage":{{"prompt_tokens":3,"completion_tokens":{}}}}})",
-                     tokens);
-}
-
-DispatchOptions quick(const BatchFixture& f) {
-  DispatchOptions o;
-  o.db_path = f.db_path();
-  o.backoff_ms = 5;
-  o.max_backoff_ms = 20;
-  o.window_recheck_ms = 10;
-  return o;
-}
-
-ServerConfig server_at(const std::string& url, unsigned max_parallel = 4, unsigned retries = 3) {
-  ServerConfig s;
-  s.url = url;
-  s.max_parallel = max_parallel;
-  s.retries = retries;
-  s.timeout_ms = 5000;
-  return s;
-}
-
-ServerConfig server_at(const FakeLlm& fake, unsigned max_parallel = 4, unsigned retries = 3) {
-  return server_at(fake.url(), max_parallel, retries);
-}
-
-Batch batch_of(const BatchFixture& f, unsigned parallel, const std::string& window = "") {
-  auto db = f.open_db();
-  auto b = db.batch(f.id());
-  EXPECT_TRUE(b.ok() && b->has_value());
-  Batch batch = **b;
-  batch.parallel = parallel;
-  batch.server = "fake";
-  batch.window = window;
-  return batch;
-}
-
-// Waits until the batch has ended (every request answered), up to 20 s.
-bool wait_done(const BatchFixture& f) {
-  auto db = f.open_db();
-  return FakeLlm::wait_for(
-      [&] {
-        auto b = db.batch(f.id());
-        return b.ok() && b->has_value() && (*b)->state == BatchState::Done;
-      },
-      20000);
-}
-
-std::vector<json> output_lines(const BatchFixture& f) {
-  std::vector<json> lines;
-  const std::string out = f.output();
-  for (std::size_t from = 0; from < out.size(); from = out.find('\n', from) + 1) {
-    lines.push_back(json::parse(out.substr(from, out.find('\n', from) - from)));
-  }
-  return lines;
-}
+using namespace test_support;
 
 TEST(Dispatch, SendsEveryRequestAndWritesEachAnswerOnce) {
   BatchFixture f(12);
@@ -493,146 +423,6 @@ TEST(Dispatch, ABatchWaitsForAServerThatIsNotThereAndSpendsNoRetryOnIt) {
   expect_exactly_once(f);
   for (const auto& line : output_lines(f)) EXPECT_TRUE(line["error"].is_null()) << line;
   EXPECT_EQ(back.requests(), 3);
-}
-
-TEST(Dispatch, StopClosesTheConnectionsInFlightAndPutsTheirRequestsBackToPending) {
-  BatchFixture f(10);
-  std::atomic<bool> hang{true};
-  FakeLlm fake([&](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1), hang.load()}; });
-  auto d = Dispatcher::open(quick(f));
-  ASSERT_TRUE(d.ok());
-  ASSERT_TRUE((*d)->start(batch_of(f, 3), server_at(fake), f.open_output()).ok());
-  ASSERT_TRUE(FakeLlm::wait_for([&] { return fake.hanging() == 3; }));
-  const long long t0 = util::monotonic_ms();
-  EXPECT_EQ((*d)->stop(f.id()), 3);
-  EXPECT_LT(util::monotonic_ms() - t0, 1000) << "the connections are shut down at once (libcurl alone looks at a flag once a second)";
-  EXPECT_TRUE(FakeLlm::wait_for([&] { return fake.closed_by_client() == 3; }))
-      << "the server sees each connection closed, which cancels its generation";
-  auto db = f.open_db();
-  auto progress = db.progress(f.id());
-  ASSERT_TRUE(progress.ok());
-  EXPECT_EQ(progress->pending, 10);
-  EXPECT_EQ(progress->in_flight, 0);
-  EXPECT_EQ(f.output(), "");
-  EXPECT_EQ(fake.requests(), 3) << "nothing more is sent";
-  EXPECT_EQ((*d)->stop(f.id()), 0) << "a batch not being sent";
-
-  // The output stays held: go() sends the rest (what a yield's end will do), each once.
-  EXPECT_TRUE((*d)->holds(f.id()));
-  hang = false;
-  ASSERT_TRUE((*d)->go(f.id()).ok());
-  ASSERT_TRUE(wait_done(f));
-  expect_exactly_once(f);
-  EXPECT_EQ(fake.requests(), 13);
-  EXPECT_FALSE((*d)->go(12345).ok());
-}
-
-TEST(Dispatch, ReleaseStopsAndClosesTheOutput) {
-  BatchFixture f(4);
-  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", "", true}; });
-  auto d = Dispatcher::open(quick(f));
-  ASSERT_TRUE(d.ok());
-  ASSERT_TRUE((*d)->start(batch_of(f, 2), server_at(fake), f.open_output()).ok());
-  ASSERT_TRUE(FakeLlm::wait_for([&] { return fake.hanging() == 2; }));
-  EXPECT_EQ((*d)->release(f.id()), 2);
-  EXPECT_FALSE((*d)->holds(f.id()));
-  EXPECT_EQ(f.open_db().progress(f.id())->pending, 4);
-  EXPECT_EQ((*d)->release(f.id()), 0);
-}
-
-TEST(Dispatch, SendsOnlyInsideTheBatchsWindow) {
-  EXPECT_TRUE(in_window("", 0));
-  EXPECT_TRUE(in_window("00:00-06:00", 0));
-  EXPECT_TRUE(in_window("00:00-06:00", 359));
-  EXPECT_FALSE(in_window("00:00-06:00", 360));
-  EXPECT_TRUE(in_window("22:00-02:00", 23 * 60));
-  EXPECT_TRUE(in_window("22:00-02:00", 60));
-  EXPECT_FALSE(in_window("22:00-02:00", 12 * 60));
-  EXPECT_EQ(minutes_until_open("22:00-02:00", 21 * 60 + 30), 30);
-  EXPECT_EQ(minutes_until_open("00:00-06:00", 23 * 60), 60);
-
-  BatchFixture f(4);
-  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
-  std::atomic<int> minute{12 * 60};  // noon: outside 22:00-02:00
-  DispatchOptions o = quick(f);
-  o.local_minute = [&] { return minute.load(); };
-  auto d = Dispatcher::open(o);
-  ASSERT_TRUE(d.ok());
-  ASSERT_TRUE((*d)->start(batch_of(f, 2, "22:00-02:00"), server_at(fake), f.open_output()).ok());
-  auto db = f.open_db();
-  ASSERT_TRUE(FakeLlm::wait_for([&] {
-    auto b = db.batch(f.id());
-    return b.ok() && (*b)->reason.find("waiting for its window 22:00-02:00") != std::string::npos;
-  }));
-  EXPECT_EQ(fake.requests(), 0);
-  minute = 23 * 60;
-  ASSERT_TRUE(wait_done(f));
-  expect_exactly_once(f);
-}
-
-// kill -9 of a child process that runs a dispatcher, mid-batch; then a dispatcher in this process
-// takes the output over (as `tarmac backfill resume` does): every custom_id exactly once, and no
-// request whose line was in the output is sent again.
-TEST(Dispatch, Kill9MidBatchThenRecoveryHasEveryCustomIdOnce) {
-  constexpr int kRequests = 40;
-  BatchFixture f(kRequests);
-  // The child is forked before this process has a thread (the fake server's): a fork with threads
-  // running can copy a lock one of them holds (the sanitizers' allocator's), and the child hangs.
-  // It learns the server's address through a pipe.
-  int url_pipe[2];
-  ASSERT_EQ(::pipe(url_pipe), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(url_pipe[1]);
-    std::string url;
-    char buf[256];
-    for (ssize_t n; (n = ::read(url_pipe[0], buf, sizeof buf)) > 0;) url.append(buf, static_cast<std::size_t>(n));
-    auto d = Dispatcher::open(quick(f));
-    if (url.empty() || !d.ok() || !(*d)->start(batch_of(f, 4), server_at(url), f.open_output()).ok()) ::_exit(1);
-    for (;;) ::pause();
-  }
-  ::close(url_pipe[0]);
-  std::atomic<bool> recovering{false};
-  std::mutex m;
-  std::vector<std::string> sent_after;
-  std::atomic<int> answered{0};
-  FakeLlm fake([&](int, const std::string& request) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (!recovering) {
-      // Half the batch is answered before the kill; the rest waits, so the kill is mid-batch
-      // however slowly this test looks.
-      if (++answered > kRequests / 2) {
-        while (!recovering) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-    } else {
-      std::lock_guard lock(m);
-      sent_after.push_back(custom_id_of(request));
-    }
-    return FakeLlm::Reply{"200 OK", completion(1)};
-  });
-  const std::string url = fake.url();
-  EXPECT_EQ(::write(url_pipe[1], url.data(), url.size()), static_cast<ssize_t>(url.size()));
-  ::close(url_pipe[1]);
-  ASSERT_TRUE(FakeLlm::wait_for([&] { return output_ids(f.output()).size() >= kRequests / 2; }));
-  ::kill(child, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(status));
-  const auto before = output_ids(f.output());
-  EXPECT_EQ(before.size(), static_cast<std::size_t>(kRequests / 2));
-  recovering = true;
-  auto d = Dispatcher::open(quick(f));
-  ASSERT_TRUE(d.ok());
-  ASSERT_TRUE((*d)->start(batch_of(f, 4), server_at(fake), f.open_output()).ok());
-  ASSERT_TRUE(wait_done(f));
-  expect_exactly_once(f);
-  std::lock_guard lock(m);
-  // Lines of the output before recovery could be one more than the store knew (written, not yet
-  // committed): recovery adopts them; none of them is sent again.
-  for (const auto& id : before) {
-    EXPECT_EQ(std::count(sent_after.begin(), sent_after.end(), id), 0) << id << " was answered before the kill";
-  }
 }
 
 }  // namespace

@@ -73,6 +73,69 @@ TEST(Perform, ACheckedConnectionSendsOnlyWhenTheCheckSaysSo) {
   EXPECT_EQ(posts(), 1);
 }
 
+TEST(Session, KeepsOneConnectionAndChecksItBeforeEachRequest) {
+  tarmac::testing::FakeLlm server([](int n, const std::string&) { return tarmac::testing::FakeLlm::Reply{"200 OK", std::to_string(n)}; },
+                                  0, /*keep_alive=*/true);
+  Cancel cancel;
+  Session session;
+  int checks = 0;
+  Request request;
+  request.url = server.url() + "/v1/x";
+  request.cancel = &cancel;
+  request.session = &session;
+  request.check_connection = [&](const Connection&) { return ++checks > 0; };
+  for (int i = 0; i < 3; ++i) {
+    const auto r = perform(request);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->body, std::to_string(i));
+  }
+  EXPECT_EQ(server.connections(), 1) << "one connection for the three";
+  EXPECT_EQ(checks, 3) << "the kept connection is checked again before each request";
+  // A request unlike the last (no check now) starts afresh; one refused by its check sends nothing.
+  request.check_connection = nullptr;
+  ASSERT_TRUE(perform(request).ok());
+  EXPECT_EQ(server.connections(), 2);
+  request.check_connection = [](const Connection&) { return false; };
+  const auto refused = perform(request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(*refused.error().cause_as<Failure>(), Failure::Untrusted);
+  EXPECT_EQ(server.requests(), 4);
+  // Without a session, each request has a connection of its own.
+  Request plain;
+  plain.url = server.url() + "/v1/x";
+  ASSERT_TRUE(perform(plain).ok());
+  ASSERT_TRUE(perform(plain).ok());
+  EXPECT_EQ(server.connections(), 5);
+}
+
+TEST(Session, ACancelShutsDownTheKeptConnection) {
+  std::atomic<bool> hang{false};
+  tarmac::testing::FakeLlm server([&](int, const std::string&) { return tarmac::testing::FakeLlm::Reply{"200 OK", "ok", hang.load()}; },
+                                  0, /*keep_alive=*/true);
+  Cancel cancel;
+  Session session;
+  Request request;
+  request.url = server.url() + "/v1/x";
+  request.cancel = &cancel;
+  request.session = &session;
+  request.timeout_ms = 60000;
+  ASSERT_TRUE(perform(request).ok());
+  hang = true;
+  std::thread stopper([&] {
+    ASSERT_TRUE(tarmac::testing::FakeLlm::wait_for([&] { return server.hanging() == 1; }));
+    cancel.set();
+  });
+  const long long t0 = util::monotonic_ms();
+  const auto r = perform(request);
+  stopper.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(*r.error().cause_as<Failure>(), Failure::Cancelled);
+  EXPECT_LT(util::monotonic_ms() - t0, 10000);
+  EXPECT_TRUE(tarmac::testing::FakeLlm::wait_for([&] { return server.closed_by_client() == 1; }))
+      << "the server saw the connection closed: it stops generating";
+  EXPECT_EQ(server.connections(), 1);
+}
+
 TEST(Perform, PostsTheBodyAndHeadersAndReadsTheAnswer) {
   const auto server = HttpServer::answering(answer(R"({"ok":true})", "201 Created"));
   Request request;

@@ -128,8 +128,10 @@ class FakeLlm {
   };
   using Handler = std::function<Reply(int number, const std::string& request)>;
 
-  // On `port` (0: one the kernel chooses).
-  explicit FakeLlm(Handler handler, unsigned port = 0) : handler_(std::move(handler)), port_(port) {
+  // On `port` (0: one the kernel chooses). `keep_alive`: a connection answers request after request
+  // (as llama-server, Ollama and vLLM do) until the client closes it; else one request and closed.
+  explicit FakeLlm(Handler handler, unsigned port = 0, bool keep_alive = false)
+      : handler_(std::move(handler)), port_(port), keep_alive_(keep_alive) {
     fd_ = listen_on_loopback(128, port_);
     acceptor_ = std::thread([this] { accept_loop(); });
   }
@@ -149,6 +151,8 @@ class FakeLlm {
 
   [[nodiscard]] std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   [[nodiscard]] int requests() const { return requests_; }
+  [[nodiscard]] int connections() const { return connections_made_; }
+  [[nodiscard]] int connections_ended() const { return connections_ended_; }  // by either end
   [[nodiscard]] int max_in_flight() const { return max_in_flight_; }
   [[nodiscard]] int in_flight() const { return in_flight_; }
   [[nodiscard]] int hanging() const { return hanging_; }
@@ -174,6 +178,7 @@ class FakeLlm {
       if (::poll(&p, 1, 20) <= 0) continue;
       const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
+      ++connections_made_;
       std::lock_guard lock(mutex_);
       connections_.emplace_back([this, c] { serve(c); });
     }
@@ -202,11 +207,16 @@ class FakeLlm {
   }
 
   void serve(int c) {
-    const std::string request = read_request(c);
-    if (request.empty()) {
-      ::close(c);
-      return;
+    while (serve_one(c) && keep_alive_) {
     }
+    ::close(c);
+    ++connections_ended_;
+  }
+
+  // One request on `c`; false when the connection is done with (closed by the client, or held).
+  bool serve_one(int c) {
+    const std::string request = read_request(c);
+    if (request.empty()) return false;
     const int number = requests_++;
     {
       std::lock_guard lock(mutex_);
@@ -232,20 +242,22 @@ class FakeLlm {
       }
       --hanging_;
       --in_flight_;
-    } else {
-      --in_flight_;  // before the answer goes: the client may send its next request at once
-      const std::string answer = "HTTP/1.1 " + reply.status + "\r\nContent-Type: application/json\r\nContent-Length: " +
-                                 std::to_string(reply.body.size()) + "\r\nConnection: close\r\n\r\n" + reply.body;
-      (void)::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+      return false;
     }
-    ::close(c);
+    --in_flight_;  // before the answer goes: the client may send its next request at once
+    const std::string answer = "HTTP/1.1 " + reply.status + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                               std::to_string(reply.body.size()) + "\r\nConnection: " +
+                               (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n" + reply.body;
+    return ::send(c, answer.data(), answer.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(answer.size());
   }
 
   Handler handler_;
   int fd_ = -1;
   unsigned port_ = 0;
+  bool keep_alive_ = false;
   std::atomic<bool> stop_{false};
-  std::atomic<int> requests_{0}, in_flight_{0}, max_in_flight_{0}, hanging_{0}, closed_by_client_{0};
+  std::atomic<int> requests_{0}, in_flight_{0}, max_in_flight_{0}, hanging_{0}, closed_by_client_{0},
+      connections_made_{0}, connections_ended_{0};
   mutable std::mutex mutex_;
   std::vector<std::string> bodies_;
   std::vector<std::thread> connections_;
