@@ -515,7 +515,7 @@ bool Dispatcher::wait_for_window(Run& run, net::Session& session) {
       run.cv.wait(lock, [&] { return run.stopping || (run.to_write.empty() && !run.writing); });
       if (run.stopping) return false;
       lock.unlock();
-      set_reason(run, fmt::format("waiting for its window {} (local time)", run.batch.window));
+      set_reason(run, fmt::format("{} {} (local time)", kWaitingForWindow, run.batch.window));
       {
         std::lock_guard db_lock(run.db_mutex);
         record_stint(run, "window closed");

@@ -74,6 +74,8 @@ struct DispatchCounters {
 // Whether local minute `minute` (0 to 1439) is inside `window` ("HH:MM-HH:MM", the end excluded, over
 // midnight when the end is before the start); an empty window is always open.
 [[nodiscard]] bool in_window(std::string_view window, int minute);
+// How a batch's reason starts while it waits for its window (no ETA is given meanwhile).
+inline constexpr std::string_view kWaitingForWindow = "waiting for its window";
 // Minutes from `minute` until `window` opens (0 when open).
 [[nodiscard]] int minutes_until_open(std::string_view window, int minute);
 

@@ -265,7 +265,9 @@ json batch_json(const Batch& b, const Progress& p, long long now_ms) {
   // Rates over the time since the first request was sent: unknown (null) before that.
   out["tokens_per_s"] = seconds > 0 ? json(static_cast<double>(p.completion_tokens) / seconds) : json(nullptr);
   const long long left = p.pending + p.in_flight;
-  out["eta_s"] = seconds > 0 && answered > 0 && left > 0 && !ended(b.state)
+  // None while it waits for its window: the rest is sent once the window opens, hours away maybe.
+  const bool waiting = b.reason.starts_with(kWaitingForWindow);
+  out["eta_s"] = seconds > 0 && answered > 0 && left > 0 && !ended(b.state) && !waiting
                      ? json(static_cast<long long>(static_cast<double>(left) * seconds / static_cast<double>(answered)))
                      : json(nullptr);
   return out;

@@ -1,4 +1,5 @@
-// Which server a submission is sent to (src/tarmac/backfill/service.cpp, pick_server).
+// Which server a submission is sent to (src/tarmac/backfill/service.cpp, pick_server), and a
+// batch's status (batch_json).
 #include <gtest/gtest.h>
 
 #include "service_support.hpp"
@@ -6,6 +7,25 @@
 
 namespace tarmac::backfill {
 namespace {
+
+// The ETA: what is left at the rate so far; none while the batch waits for its window (the rest
+// goes once it opens, maybe hours away), and none once it has ended.
+TEST(BatchJson, TheEtaIsTheRestAtTheRateSoFarAndNoneWhileWaitingForTheWindow) {
+  Batch b;
+  b.state = BatchState::Running;
+  b.reason = "sending to server llama";
+  Progress p;
+  p.done = 10;
+  p.pending = 30;
+  p.first_started_ms = 1'000'000;
+  const long long now = 1'000'000 + 20'000;  // 10 answered in 20 s: 30 more take 60 s
+  EXPECT_EQ(batch_json(b, p, now)["eta_s"], 60);
+  b.reason = std::string(kWaitingForWindow) + " 22:00-06:00 (local time)";
+  EXPECT_TRUE(batch_json(b, p, now)["eta_s"].is_null());
+  b.reason = "sending to server llama";
+  b.state = BatchState::Cancelled;
+  EXPECT_TRUE(batch_json(b, p, now)["eta_s"].is_null());
+}
 
 TEST(PickServer, TheOnlyServerIsTheDefaultAndANamedOneMustBeConfigured) {
   BackfillConfig none;
