@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -17,38 +18,42 @@ using test_support::FakeProc;
 
 // A read function whose reads of the paths in `blocked` do not return until release(): what a
 // read of /proc/PID/cmdline does while a thread of PID holds its memory map locked. Every other
-// path reads as its own name.
+// path reads as its own name. Its state is shared with the read function, which a detached helper
+// may still be running when the Gate goes (the helper outlives a reader that is gone).
 class Gate {
  public:
-  explicit Gate(std::set<std::string> blocked) : blocked_(std::move(blocked)) {}
+  explicit Gate(std::set<std::string> blocked) : inner_(std::make_shared<Inner>()) { inner_->blocked = std::move(blocked); }
   ~Gate() { release(); }
   Gate(const Gate&) = delete;
   Gate& operator=(const Gate&) = delete;
 
   BoundedReader::ReadFn fn() {
-    return [this](const std::string& path) -> std::optional<std::string> {
-      std::unique_lock lock(mutex_);
-      ++calls_;
-      if (blocked_.count(path) != 0) open_.wait(lock, [&] { return released_; });
+    return [inner = inner_](const std::string& path) -> std::optional<std::string> {
+      std::unique_lock lock(inner->mutex);
+      ++inner->calls;
+      if (inner->blocked.count(path) != 0) inner->open.wait(lock, [&] { return inner->released; });
       return "read " + path;
     };
   }
   void release() {
-    const std::lock_guard lock(mutex_);
-    released_ = true;
-    open_.notify_all();
+    const std::lock_guard lock(inner_->mutex);
+    inner_->released = true;
+    inner_->open.notify_all();
   }
   [[nodiscard]] unsigned calls() {
-    const std::lock_guard lock(mutex_);
-    return calls_;
+    const std::lock_guard lock(inner_->mutex);
+    return inner_->calls;
   }
 
  private:
-  std::set<std::string> blocked_;
-  std::mutex mutex_;
-  std::condition_variable open_;
-  bool released_ = false;
-  unsigned calls_ = 0;
+  struct Inner {
+    std::set<std::string> blocked;
+    std::mutex mutex;
+    std::condition_variable open;
+    bool released = false;
+    unsigned calls = 0;
+  };
+  std::shared_ptr<Inner> inner_;
 };
 
 // Waits (yielding) until no read of `reader` is stuck: the helpers have seen their reads end.
