@@ -449,46 +449,55 @@ def listen_address(ollama_host):
 
 class SimMemory:
     """A loaded model's simulated GPU memory: a tarmac-sim-load child per model, started at its load
-    and ended FREE_DELAY seconds after its unload (on a thread: the unload's answer does not wait)."""
+    and ended FREE_DELAY seconds after its unload (on a thread: the unload's answer does not wait).
+    Each child is ended once, whatever the order of loads and unloads (a model loaded again before
+    its last memory was freed holds two for a while), and none is left when the fake ends."""
 
     def __init__(self, program, size, free_delay, record):
         self.program, self.size, self.free_delay, self.record = program, size, free_delay, record
         self.lock = threading.Lock()
-        self.loads = {}   # name -> Popen
-        self.held = set()  # names whose memory is not yet given back
+        self.loads = {}     # name -> Popen: loaded now
+        self.freeing = []   # (name, Popen): unloaded, its memory not yet given back
+        self.closed = False
 
     def load(self, name):
-        proc = subprocess.Popen([self.program, "--mem", self.size, "--util", "0"], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with self.lock:
-            self.loads[name] = proc
-            self.held.add(name)
+        with self.lock:  # a load racing the end starts nothing the end would miss
+            if self.closed or name in self.loads:
+                return
+            self.loads[name] = subprocess.Popen([self.program, "--mem", self.size, "--util", "0"],
+                                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.DEVNULL)
         self.record(f"load {name}")
 
     def unload(self, name):
         self.record(f"unload {name}")
-        threading.Thread(target=self._free, args=(name,), daemon=True).start()
-
-    def _free(self, name):
-        time.sleep(self.free_delay)
         with self.lock:
             proc = self.loads.pop(name, None)
-        if proc is not None:
-            proc.terminate()
-            proc.wait()
+            if proc is None:
+                return
+            self.freeing.append((name, proc))
+        threading.Thread(target=self._free, args=(name, proc), daemon=True).start()
+
+    def _free(self, name, proc):
+        time.sleep(self.free_delay)
+        proc.terminate()
+        proc.wait()
         with self.lock:
-            self.held.discard(name)
+            self.freeing.remove((name, proc))
         self.record(f"freed {name}")
 
     def holding(self):
         with self.lock:
-            return sorted(self.held)
+            return sorted(set(self.loads) | {name for name, _ in self.freeing})
 
     def end(self):
         with self.lock:
-            procs = list(self.loads.values())
+            self.closed = True
+            procs = list(self.loads.values()) + [proc for _, proc in self.freeing]
         for proc in procs:
             proc.kill()
+        for proc in procs:
+            proc.wait()
 
 
 def main():

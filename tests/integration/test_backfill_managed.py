@@ -51,13 +51,20 @@ def server_tree(into):
 
 
 def kill_under(folder, signo=signal.SIGKILL):
-    """SIGNO to every process whose command line names FOLDER (the servers this test started)."""
+    """SIGNO to every process whose command line names FOLDER (the servers this test started).
+    SIGKILL goes to each one's process group too (not this test's own): what a server started (the
+    fake Ollama's tarmac-sim-load children) names no folder, and was left running after the test."""
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             if str(folder).encode() in (entry / "cmdline").read_bytes():
-                os.kill(int(entry.name), signo)
+                pid = int(entry.name)
+                group = os.getpgid(pid)
+                if signo == signal.SIGKILL and group != os.getpgrp():
+                    os.killpg(group, signo)
+                else:
+                    os.kill(pid, signo)
         except OSError:
             continue
 
