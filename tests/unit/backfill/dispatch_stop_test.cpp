@@ -81,11 +81,8 @@ TEST(Dispatch, SendsOnlyInsideTheBatchsWindow) {
   auto d = Dispatcher::open(o);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE((*d)->start(batch_of(f, 2, "22:00-02:00"), server_at(fake), f.open_output()).ok());
-  auto db = f.open_db();
-  ASSERT_TRUE(FakeLlm::wait_for([&] {
-    auto b = db.batch(f.id());
-    return b.ok() && (*b)->reason.find("waiting for its window 22:00-02:00") != std::string::npos;
-  }));
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return reason_of(f).find("waiting for its window 22:00-02:00") != std::string::npos; }))
+      << reason_of(f);
   EXPECT_EQ(fake.requests(), 0);
   minute = 23 * 60;
   ASSERT_TRUE(wait_done(f));
@@ -109,18 +106,14 @@ TEST(Dispatch, ASenderKeepsItsConnectionAndClosesItBeforeWaitingForItsWindow) {
   auto d = Dispatcher::open(o);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE((*d)->start(batch_of(f, 1, "00:00-06:00"), server_at(fake), f.open_output()).ok());
-  auto db = f.open_db();
-  ASSERT_TRUE(FakeLlm::wait_for([&] {
-    auto b = db.batch(f.id());
-    return b.ok() && (*b)->reason.find("waiting for its window") != std::string::npos;
-  }));
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return reason_of(f).starts_with(kWaitingForWindow); })) << reason_of(f);
   EXPECT_EQ(fake.requests(), 3);
   EXPECT_EQ(fake.connections(), 1) << "the three requests went over one connection";
   EXPECT_TRUE(FakeLlm::wait_for([&] { return fake.connections_ended() == 1; }))
       << "the connection is closed while the sender waits for its window";
   // The span it ran is recorded when its window closes (before, only a stop or the batch's end did).
   auto spans = [&] {
-    auto b = db.batch(f.id());
+    auto b = f.open_db().batch(f.id());
     return b.ok() && b->has_value() ? (*b)->windows.size() : 0U;
   };
   EXPECT_TRUE(FakeLlm::wait_for([&] { return spans() == 1; })) << spans();

@@ -82,4 +82,10 @@ inline std::vector<json> output_lines(const BatchFixture& f) {
   return lines;
 }
 
+// The batch's reason in the store.
+inline std::string reason_of(const BatchFixture& f) {
+  auto b = f.open_db().batch(f.id());
+  return b.ok() && b->has_value() ? (*b)->reason : "";
+}
+
 }  // namespace tarmac::backfill::test_support

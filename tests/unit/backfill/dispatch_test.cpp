@@ -288,12 +288,6 @@ TEST(Dispatch, ItsThreadsAreBoundedAndABatchBeyondThemWaitsWithAReason) {
   expect_exactly_once(b);
 }
 
-// The batch's reason in the store.
-std::string reason_of(const BatchFixture& f) {
-  auto b = f.open_db().batch(f.id());
-  return b.ok() && b->has_value() ? (*b)->reason : "";
-}
-
 TEST(Dispatch, NothingIsSentToAServerWhoseListenerIsNotServerUsers) {
   if (::getuid() != 0) GTEST_SKIP() << "names root as the fake's owner and another account as the expected one";
   BatchFixture f(2);
