@@ -74,7 +74,7 @@ struct Bench {
   ~Bench() { std::filesystem::remove_all(dir); }
 
   // Sends the batch to `url` and returns the wall seconds until it is done.
-  double run(const std::string& url, unsigned max_parallel) {
+  double run(const std::string& url, unsigned max_parallel, bool stream = true) {
     DispatchOptions o;
     o.db_path = dir + "/tarmac.db";
     std::mutex m;
@@ -90,6 +90,7 @@ struct Bench {
     ServerConfig s;
     s.url = url;
     s.max_parallel = max_parallel;
+    s.stream = stream;
     util::Fd out(::open(batch.output_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     const long long t0 = util::monotonic_ms();
     if (!(*d)->start(batch, s, std::move(out)).ok()) std::abort();
@@ -104,6 +105,19 @@ struct Bench {
   }
 };
 
+// A streamed answer as llama-server sends it (docs/backfill.md "Streaming"): a role, four tokens,
+// the finish reason, the usage, [DONE].
+constexpr const char* kStream =
+    "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"tiny\",\"choices\":"
+    "[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null},\"finish_reason\":null}]}\n\n"
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" one\"},\"finish_reason\":null}]}\n\n"
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" two\"},\"finish_reason\":null}]}\n\n"
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" three\"},\"finish_reason\":null}]}\n\n"
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" four\"},\"finish_reason\":null}]}\n\n"
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n"
+    "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}\n\n"
+    "data: [DONE]\n\n";
+
 // A fake server in a child process answering each request after `delay_ms`; returns its pid and url.
 std::pair<pid_t, std::string> fake_in_child(int delay_ms) {
   int fds[2];
@@ -112,8 +126,9 @@ std::pair<pid_t, std::string> fake_in_child(int delay_ms) {
   if (child == 0) {
     ::close(fds[0]);
     testing::FakeLlm fake(
-        [delay_ms](int, const std::string&) {
+        [delay_ms](int, const std::string& request) {
           std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+          if (request.find(R"("stream":true)") != std::string::npos) return testing::FakeLlm::Reply{"200 OK", kStream};
           return testing::FakeLlm::Reply{
               "200 OK", R"({"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"ok"}}],)"
                         R"("usage":{"prompt_tokens":3,"completion_tokens":4}})"};
@@ -132,16 +147,19 @@ std::pair<pid_t, std::string> fake_in_child(int delay_ms) {
   return {child, std::string(buf, static_cast<std::size_t>(n))};
 }
 
-void cpu_per_request(int n) {
+// `stream`: each answer streamed (the default, docs/backfill.md "Streaming") and put back together;
+// else the whole answer in one piece.
+void cpu_per_request(int n, bool stream) {
   auto [child, url] = fake_in_child(10);  // one request in flight, 10 ms each: about 100 requests/s
   Bench bench(n, 1);
   const double cpu0 = cpu_seconds();
-  const double wall = bench.run(url, 1);
+  const double wall = bench.run(url, 1, stream);
   const double cpu_ms = (cpu_seconds() - cpu0) * 1000 / n;
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
-  fmt::print("dispatcher CPU per request: {:.3f} ms at {:.0f} requests/s ({} requests); goal < 1 ms: ratio {:.2f}\n",
-             cpu_ms, n / wall, n, cpu_ms / 1.0);
+  fmt::print("dispatcher CPU per request, answers {}: {:.3f} ms at {:.0f} requests/s ({} requests); goal < 1 ms: "
+             "ratio {:.2f}\n",
+             stream ? "streamed" : "whole   ", cpu_ms, n / wall, n, cpu_ms / 1.0);
 }
 
 // Tokens/s of the same requests sent straight to the server by `parallel` threads.
@@ -213,7 +231,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}\n", ok.error().message);
     return 1;
   }
-  cpu_per_request(n);
+  cpu_per_request(n, true);
+  cpu_per_request(n, false);
   if (!server.empty() && !model.empty()) llama_tokens(server, model, n);
   return 0;
 }

@@ -185,6 +185,11 @@ class BackfillOnLlamaServer(BatchQueueTest):
             self.assertEqual(body["object"], "chat.completion")
             self.assertEqual(body["usage"]["completion_tokens"], TOKENS)
             self.assertTrue(body["choices"][0]["message"]["content"].strip(), "a real generation")
+            self.assertEqual(body["choices"][0]["finish_reason"], "length")
+            # Streamed (docs/backfill.md "Streaming") and put back together from its events: the
+            # server's whole answers carry its "timings", its streams carry them in the last event.
+            self.assertNotIn("timings", body)
+            self.assertTrue(body["id"].startswith("chatcmpl-"), body)
         final = self.status(batch_id)
         self.assertEqual((final["done"], final["failed"], final["pending"]), (TEXTS, 0, 0))
         self.assertEqual(final["completion_tokens"], TEXTS * TOKENS)

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "tarmac/backfill/ollama.hpp"
+#include "tarmac/backfill/openai.hpp"
 #include "tarmac/host/tcp_owner.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/util/clock.hpp"
@@ -114,14 +115,14 @@ struct Dispatcher::Run {
   Batch batch;
   ServerConfig server;
   std::optional<uid_t> server_uid;  // server_user's: the owner each connection's other end must have
-  // The batch's own connections to the store. `db` is used under db_mutex, by the senders, the
-  // writer's counts and the controls (stop, go, note) for moments only. The ledger, over a
-  // connection of its own, is the writer thread's alone once the batch is started: it writes and
-  // fdatasyncs the user's output with no lock held, so an output whose writes hang (a hung NFS
-  // server) holds only its writer, not the scheduler's thread noting or starting batches.
+  // The batch's own connection to the store, used under db_mutex for moments only: by the
+  // senders, the controls (stop, go, note), and the writer's ledger for its reads and commits. The
+  // ledger is the writer thread's alone once the batch is started: it writes and fdatasyncs the
+  // user's output with no lock held, so an output whose writes hang (a hung NFS server) holds only
+  // its writer, not the scheduler's thread noting or starting batches. One connection, not one per
+  // thread: two would invalidate each other's page cache at every commit (reads again, each time).
   std::unique_ptr<BatchDb> db;
   std::mutex db_mutex;
-  std::unique_ptr<BatchDb> ledger_db;
   std::unique_ptr<Ledger> ledger;
   net::Cancel cancel;  // every request in flight watches it (net::Request::cancel)
   std::mutex m;                     // guards what follows
@@ -215,13 +216,12 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
   }
   TARMAC_TRY_ASSIGN(auto db, BatchDb::open(opt_.db_path));
   run->db = std::make_unique<BatchDb>(std::move(db));
-  TARMAC_TRY_ASSIGN(auto ledger_db, BatchDb::open(opt_.db_path));
-  run->ledger_db = std::make_unique<BatchDb>(std::move(ledger_db));
+  run->ledger = std::make_unique<Ledger>(*run->db, batch.id, std::move(output), opt_.io, opt_.hook);
+  run->ledger->share_db(&run->db_mutex);
   Reconciled reconciled;
+  TARMAC_TRY_ASSIGN(reconciled, run->ledger->reconcile(Ledger::InFlight::BackToPending));  // locks db_mutex
   {
     std::lock_guard db_lock(run->db_mutex);
-    run->ledger = std::make_unique<Ledger>(*run->ledger_db, batch.id, std::move(output), opt_.io, opt_.hook);
-    TARMAC_TRY_ASSIGN(reconciled, run->ledger->reconcile(Ledger::InFlight::BackToPending));
     run->batch.state = BatchState::Running;
     if (run->batch.started_ms == 0) run->batch.started_ms = util::wall_ms();
     run->batch.reason = paused ? fmt::format("waiting for server {} to be started on idle GPUs", batch.server)
@@ -546,7 +546,6 @@ Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request, net::Sessio
   http.method = "POST";
   http.url = server_url(run.server.url, to_url(request.row.endpoint));
   http.headers = {"Content-Type: application/json"};
-  http.body = request.body;
   http.timeout_ms = run.server.timeout_ms;
   // A server that does not even accept the connection is not generating: 10 s, not the whole
   // request's (often 10 minutes), before the batch waits for it (wait_for_server).
@@ -560,10 +559,11 @@ Dispatcher::Sent Dispatcher::send(Run& run, const Sendable& request, net::Sessio
   }
   Outcome outcome;
   for (unsigned attempt = 0;; ++attempt) {
-    // The one place the protocols differ: Ollama's native one is translated both ways (ollama.hpp).
+    // The one place the protocols differ: Ollama's native one is translated both ways (ollama.hpp),
+    // OpenAI's streamed and put back together (openai.hpp).
     outcome = outcome_of(request, run.server.protocol == ServerProtocol::Ollama
                                       ? ollama::perform(http, run.server.url, request.row.endpoint, request.body)
-                                      : net::perform(http));
+                                      : openai::perform(http, request.row.endpoint, request.body, run.server.stream));
     if (outcome.kind != Outcome::Kind::Retryable || attempt >= run.server.retries) break;
     ++totals_.retried;
     session.close();  // a backoff may last a minute: no connection kept meanwhile
@@ -671,7 +671,7 @@ void Dispatcher::write_answer(Run& run, const Answer& answer) {
   for (int failures = 1;; ++failures) {
     auto written = [&] {
       Ledger::Tokens tokens;
-      auto r = run.ledger->complete(answer, &tokens);  // no lock: the writer's alone (Run::ledger)
+      auto r = run.ledger->complete(answer, &tokens);  // the writer's alone; it takes db_mutex (Run::ledger)
       if (r.ok() && *r != Ledger::Completion::AlreadyAnswered) {
         std::lock_guard db_lock(run.db_mutex);
         count_answer(run, answer, tokens);

@@ -122,12 +122,14 @@ Result<void> Ledger::cut_to(long long size, long long end) {
 }
 
 Result<Reconciled> Ledger::reconcile(InFlight in_flight) {
+  auto db_lock = hold_db();
   TARMAC_TRY_ASSIGN(const auto batch, db_.batch(batch_));
   if (!batch) return make_error(Error::Code::NotFound, fmt::format("no batch {}", batch_));
+  TARMAC_TRY_ASSIGN(const auto rows, db_.rows(batch_));
+  if (db_lock) db_lock.unlock();
   struct stat st {};
   if (::fstat(output_.get(), &st) != 0) return io_error("look at", errno);
   const long long size = st.st_size;
-  TARMAC_TRY_ASSIGN(const auto rows, db_.rows(batch_));
   Commit commit;
   commit.in_flight_to_pending = in_flight == InFlight::BackToPending;
   Reconciled done;
@@ -172,6 +174,7 @@ Result<Reconciled> Ledger::reconcile(InFlight in_flight) {
   TARMAC_TRY(cut_to(size, end));
   done.cut_bytes = std::max(0LL, size - end);
   commit.output_bytes = end;
+  if (db_mutex_ != nullptr) db_lock.lock();
   TARMAC_TRY(db_.commit(batch_, commit));
   output_bytes_ = end;
   dirty_ = false;
@@ -213,7 +216,10 @@ Result<Ledger::Completion> Ledger::complete(const Answer& answer, Tokens* tokens
     TARMAC_TRY(clear_append());
     TARMAC_TRY(reconcile(InFlight::Keep));
   }
-  TARMAC_TRY_ASSIGN(const auto state, db_.state_of(batch_, answer.index));
+  TARMAC_TRY_ASSIGN(const auto state, [&] {
+    const auto db_lock = hold_db();
+    return db_.state_of(batch_, answer.index);
+  }());
   if (!state) return make_error(Error::Code::Invalid, fmt::format("batch {} has no request {}", batch_, answer.index));
   if (*state == RequestState::Done || *state == RequestState::Failed) return Completion::AlreadyAnswered;
   const json body = body_value(answer.body);
@@ -240,7 +246,11 @@ Result<Ledger::Completion> Ledger::complete(const Answer& answer, Tokens* tokens
   a.out_offset = offset;
   a.out_len = static_cast<long long>(line.size());
   if (tokens != nullptr) *tokens = Tokens{a.prompt_tokens.value_or(0), a.completion_tokens.value_or(0)};
-  if (!db_.commit(batch_, Commit{{a}, {}, false, offset + a.out_len}).ok()) {
+  if (![&] {
+        const auto db_lock = hold_db();
+        return db_.commit(batch_, Commit{{a}, {}, false, offset + a.out_len});
+      }()
+           .ok()) {
     dirty_ = true;  // the line is there: the next step adopts it
     return Completion::Written;
   }

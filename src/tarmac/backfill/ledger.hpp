@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -72,6 +73,11 @@ class Ledger {
 
   Ledger(BatchDb& db, long long batch, util::Fd output, OutputIo io = {}, LedgerHook hook = {});
 
+  // The mutex that guards `db` when other threads use the same connection: held around each of
+  // the ledger's uses of it, never while the output is written or synced. Set before the first
+  // step; nullptr (the default): the connection is the ledger's alone.
+  void share_db(std::mutex* db_mutex) { db_mutex_ = db_mutex; }
+
   // Checks the output against the store (the header's comment) and records what it finds.
   [[nodiscard]] Result<Reconciled> reconcile(InFlight in_flight);
 
@@ -99,8 +105,13 @@ class Ledger {
   // it) or O_APPEND set (pwrite would append, away from the offset the store records).
   [[nodiscard]] bool changed_under_us() const;
   [[nodiscard]] Result<void> clear_append();
+  // db_'s lock, when it is shared (share_db); an empty lock otherwise.
+  [[nodiscard]] std::unique_lock<std::mutex> hold_db() const {
+    return db_mutex_ != nullptr ? std::unique_lock<std::mutex>(*db_mutex_) : std::unique_lock<std::mutex>();
+  }
 
   BatchDb& db_;
+  std::mutex* db_mutex_ = nullptr;
   long long batch_;
   util::Fd output_;
   OutputIo io_;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tarmac/backfill/answer_json.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 
@@ -14,9 +15,9 @@ namespace tarmac::backfill::ollama {
 namespace {
 
 using json = nlohmann::json;
+using answer::count_of;
+using answer::parse_object;
 
-// Deeper answers are refused before nlohmann parses them (its parser recurses): Ollama's are 3 deep.
-constexpr std::size_t kMaxDepth = 64;
 // What a line may hold beyond the text bound: a final object's counts and its "context" tokens.
 constexpr std::size_t kLineSlack = 1 << 20;
 
@@ -29,13 +30,6 @@ constexpr std::pair<const char*, const char*> kOptions[] = {
 };
 
 Error invalid(std::string message) { return make_error(Error::Code::Invalid, std::move(message)); }
-
-Result<json> parse_object(std::string_view text, std::string_view what) {
-  if (json_nesting_depth(text) > kMaxDepth) return invalid(fmt::format("{} is nested too deeply", what));
-  json doc = json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) return invalid(fmt::format("{} is not a JSON object", what));
-  return doc;
-}
 
 Result<json> options_of(const json& body) {
   json options = json::object();
@@ -122,19 +116,7 @@ std::string response_id(Endpoint endpoint) {
                      next++);
 }
 
-// OpenAI's error body, which the output holds for a failed request whatever the server.
-std::string error_body(std::string_view message, long status) {
-  return util::json_text(json{{"error", {{"message", message}, {"type", "ollama_error"}, {"code", status}}}});
-}
-
-std::optional<long long> count_of(const json& doc, const char* key) {
-  const auto it = doc.find(key);
-  // Believed up to a trillion tokens: prompt + completion, and the sums of a batch, stay in range.
-  if (it == doc.end() || !it->is_number_integer() || it->get<long long>() < 0 || it->get<long long>() > (1LL << 40)) {
-    return std::nullopt;
-  }
-  return it->get<long long>();
-}
+std::string error_body(std::string_view message, long status) { return answer::error_body(message, status, "ollama_error"); }
 
 }  // namespace
 
@@ -168,12 +150,7 @@ Result<NativeRequest> to_native(Endpoint endpoint, std::string_view openai_body)
 
 bool StreamReader::feed(std::string_view piece) {
   if (!problem_.empty() && !server_error_) return false;
-  partial_.append(piece);
-  std::size_t start = 0;
-  for (std::size_t nl; (nl = partial_.find('\n', start)) != std::string::npos; start = nl + 1) {
-    if (!take_line(std::string_view(partial_).substr(start, nl - start))) return false;
-  }
-  partial_.erase(0, start);
+  if (!answer::each_line(partial_, piece, [this](std::string_view line) { return take_line(line); })) return false;
   if (partial_.size() > max_text_bytes_ + kLineSlack) {
     too_large_ = true;
     problem_ = fmt::format("a line of the answer is larger than {} bytes", max_text_bytes_ + kLineSlack);
@@ -256,14 +233,7 @@ Result<net::Response> perform(net::Request http, std::string_view server_url_bas
   http.body = native.body;
   http.on_data = [&reader](std::string_view piece) { return reader.feed(piece); };
   auto sent = net::perform(http);
-  if (!sent.ok()) {
-    const auto* failure = sent.error().cause_as<net::Failure>();
-    // on_data stopped the transfer on a line that is not JSON: the server's failure, not the answer's size.
-    if (failure != nullptr && *failure == net::Failure::Refused && !reader.too_large() && !reader.problem().empty()) {
-      return net::Response{502, error_body(reader.problem(), 502)};
-    }
-    return sent.error();
-  }
+  if (!sent.ok()) return answer::failed_stream(sent.take_error(), reader, "ollama_error");
   // An HTTP error's body is one {"error": ...} object, its last line often without a newline.
   auto body = reader.finish(native.model);
   if (sent->status < 200 || sent->status > 299) {

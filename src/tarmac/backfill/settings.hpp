@@ -29,6 +29,9 @@ struct ServerConfig {
   long long timeout_ms = 10 * 60 * 1000;  // one request, connecting included: a generation can be long
   unsigned retries = 3;                // a 5xx, a refused connection or a timeout is sent again this often
   unsigned max_parallel = 4;           // requests in flight at once, all its batches together
+  // openai: each request is sent with "stream": true and its answer put back together (openai.hpp);
+  // false: sent as it is, the answer read whole. Ollama's native protocol is always streamed.
+  bool stream = true;
   // The account whose process serves a loopback url: each connection's other end must be its
   // (host/tcp_owner.hpp), or nothing is sent on it. Empty: not checked. A managed server's is its `user`.
   std::string server_user;

@@ -83,6 +83,12 @@ const std::vector<ServerKey>& server_table() {
                     "the most requests in flight to this server at once, all its batches together, whatever their "
                     "--parallel asks",
                     1, 256, &ServerConfig::max_parallel),
+      server_number("stream", Kind::Bool,
+                    "protocol \"openai\": each request is sent with \"stream\": true and its answer put back "
+                    "together as the server would have given it unstreamed, so that a server that stops "
+                    "mid-answer is seen and a cancel ends its generation; false: sent as it is, for a server "
+                    "whose streams are not OpenAI's",
+                    0, 1, &ServerConfig::stream),
       server_text("server_user", Kind::Text,
                   "the account whose process serves a loopback url: the agent checks each connection's other end "
                   "is that account's before it sends a prompt on it, so a user who takes the port while the server "
@@ -224,6 +230,7 @@ bool server_key_applies(const backfill::ServerConfig& server, const KeyInfo& key
   if (key.name == "preset") return managed && !server.preset.empty();
   if (key.name == "binary") return managed && !server.binary.empty();
   if (key.name == "user" || key.name == "gpus" || key.name == "ready_timeout") return managed;
+  if (key.name == "stream") return server.protocol == backfill::ServerProtocol::OpenAi;
   return true;
 }
 

@@ -301,6 +301,19 @@ TEST(Config, ReadsAManagedServer) {
   EXPECT_FALSE(parse_text("[backfill.server.o]\nurl = \"http://x\"\nmodels = []\n", warnings).ok());
 }
 
+TEST(Config, AServerStreamsUnlessToldNot) {
+  std::vector<std::string> warnings;
+  auto plain = parse_text("[backfill.server.o]\nurl = \"http://127.0.0.1:8080\"\n", warnings);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_TRUE(plain->backfill.servers.at("o").stream);
+  auto whole = parse_text("[backfill.server.o]\nurl = \"http://127.0.0.1:8080\"\nstream = false\n", warnings);
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  EXPECT_FALSE(whole->backfill.servers.at("o").stream);
+  auto bad = parse_text("[backfill.server.o]\nurl = \"http://127.0.0.1:8080\"\nstream = \"no\"\n", warnings);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("backfill.server.o.stream"), std::string::npos) << bad.error().message;
+}
+
 TEST(Config, EveryKeyIsDocumentedWithItsDefault) {
   std::ifstream doc(TARMAC_SOURCE_DIR "/docs/configuration.md");
   ASSERT_TRUE(doc.good()) << "docs/configuration.md is missing";
