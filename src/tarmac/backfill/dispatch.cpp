@@ -192,6 +192,11 @@ Dispatcher::~Dispatcher() {
     for (const auto& [id, run] : runs_) ids.push_back(id);
   }
   for (const long long id : ids) (void)release(id);
+  // A writer stuck in a write uses this dispatcher: waited for (the agent's stop waits on a hung
+  // file system as any process writing to it would).
+  for (auto& run : draining_) {
+    for (auto& t : run->workers) t.join();
+  }
 }
 
 void Dispatcher::log(util::LogLevel level, const std::string& message) const {
@@ -339,14 +344,29 @@ long long Dispatcher::stop(long long id) {
     run->cancel.set();  // the connections in flight are shut down now
   }
   run->cv.notify_all();
-  for (auto& t : run->workers) t.join();
+  // The senders end at once; the writer writes what they handed it, and may be stuck in a write.
+  for (std::size_t i = 0; i + 1 < run->workers.size(); ++i) run->workers[i].join();
+  bool writer_ended = false;
+  {
+    std::unique_lock lock(run->m);
+    writer_ended = run->cv.wait_for(lock, std::chrono::milliseconds(opt_.writer_wait_ms),
+                                    [&] { return run->workers_left == 0; });
+  }
+  if (writer_ended && !run->workers.empty()) run->workers.back().join();
+  if (!writer_ended) {
+    log(util::LogLevel::Warning,
+        fmt::format("backfill: batch {}: its output's write has not returned in {} ms (a hung file system?): "
+                    "stopped without it; its writer ends when the write does",
+                    run->batch.id, opt_.writer_wait_ms));
+  }
   {
     std::lock_guard db_lock(run->db_mutex);
     record_stint(*run, "stopped");
   }
   std::lock_guard lock(run->m);
   run->stopped = true;
-  run->workers.clear();
+  // Joined; or the writer alone, still running: joined by end_writer() once it has ended.
+  run->workers.erase(run->workers.begin(), run->workers.end() - (writer_ended ? 0 : 1));
   const long long interrupted = run->interrupted;
   run->interrupted = 0;
   return interrupted;
@@ -361,8 +381,15 @@ Result<void> Dispatcher::go(long long id, const std::string& url) {
     run = it->second.get();
     std::lock_guard run_lock(run->m);
     if (!run->stopped) return {};  // being sent
+    if (run->workers_left > 0) {
+      return make_error(Error::Code::Io, fmt::format("batch {}: its output's last write has not returned yet (a "
+                                                     "hung file system?): it is sent again once it has",
+                                                     id));
+    }
     if (!url.empty()) run->server.url = url;  // stopped: no worker reads it now
   }
+  for (auto& t : run->workers) t.join();  // a writer stop() left running, ended since
+  run->workers.clear();
   set_reason(*run, fmt::format("sending to server {} ({})", run->batch.server, run->server.url));
   {
     std::lock_guard db_lock(run->db_mutex);
@@ -391,7 +418,13 @@ long long Dispatcher::release(long long id) {
     if (it == runs_.end()) return interrupted;
     run = std::move(it->second);
     runs_.erase(it);
+    std::lock_guard run_lock(run->m);
+    if (run->workers_left > 0) {  // its writer is stuck in a write: destroyed once that returns
+      draining_.push_back(std::move(run));
+      return interrupted;
+    }
   }
+  for (auto& t : run->workers) t.join();
   run.reset();  // its threads have ended: the ledger and the output close here
   return interrupted;
 }
@@ -429,6 +462,16 @@ void Dispatcher::reap_finished() {
       if (it->second->workers_left == 0 && !it->second->stopping && !it->second->stopped) {
         done.push_back(std::move(it->second));
         it = runs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = draining_.begin(); it != draining_.end();) {
+      std::unique_lock run_lock((*it)->m);
+      if ((*it)->workers_left == 0) {
+        run_lock.unlock();
+        done.push_back(std::move(*it));
+        it = draining_.erase(it);
       } else {
         ++it;
       }
@@ -663,6 +706,7 @@ void Dispatcher::write_answers(Run& run) {
   lock.lock();
   --run.workers_left;
   --threads_;
+  run.cv.notify_all();  // stop() waits for the writer
 }
 
 // Writes `answer` (ledger.hpp), again after a wait while it fails (a full disk): the server's answer

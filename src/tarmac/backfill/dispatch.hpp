@@ -49,6 +49,10 @@ struct DispatchOptions {
   // The most threads the dispatcher runs at once, every batch's senders and writers together: a
   // batch that would go past it gets fewer senders, and one that cannot have two threads waits.
   unsigned max_threads = 512;
+  // How long stop() waits for a batch's writer to end once its senders have: a write to an output
+  // on a hung file system can last forever, and stop() is the yield's (the scheduler's thread).
+  // Past it the writer is left to end on its own, the batch stopped (go() waits for the writer).
+  long long writer_wait_ms = 2000;
   // Tests: the output's system calls and the ledger's steps (ledger.hpp).
   OutputIo io;
   LedgerHook hook;
@@ -99,7 +103,9 @@ class Dispatcher {
 
   // Stops batch `id`'s sending: nothing more is sent, and the requests in flight are cancelled
   // (their connections closed) and go back to pending. The output stays held (go() sends again).
-  // Returns once the batch's threads have ended: at once, their connections shut down (net::Cancel).
+  // Returns once the batch's senders have ended (at once, their connections shut down: net::Cancel)
+  // and its writer has, or writer_wait_ms has passed: a writer stuck in a write to its output (a
+  // hung file system) ends on its own later, and go() is refused until then.
   // How many requests were interrupted; 0 for a batch not being sent.
   long long stop(long long id);
   // Sends stopped batch `id` again (to `url` when one is given: a managed server's, known once it
@@ -110,7 +116,9 @@ class Dispatcher {
   void note(long long id, const std::string& reason);
   // Local minutes since midnight now, as the batches' windows are read (DispatchOptions::local_minute).
   [[nodiscard]] int local_minute() const { return opt_.local_minute(); }
-  // stop(), then closes the output: the dispatcher lets batch `id` go (cancel).
+  // stop(), then closes the output: the dispatcher lets batch `id` go (cancel). A writer still
+  // stuck in a write keeps the output until it returns (reaped then, or by the destructor, which
+  // waits for it).
   long long release(long long id);
 
   // Whether the dispatcher holds batch `id`'s output (being sent, or stopped).
@@ -159,6 +167,8 @@ class Dispatcher {
   DispatchOptions opt_;
   std::mutex runs_mutex_;
   std::map<long long, std::unique_ptr<Run>> runs_;
+  // Released batches whose writer was still in a write (stop()): destroyed once it has ended.
+  std::vector<std::unique_ptr<Run>> draining_;
   std::mutex slots_mutex_;
   std::map<std::string, std::shared_ptr<ServerSlots>> slots_;  // by server name
   std::atomic<unsigned> threads_{0};

@@ -62,6 +62,74 @@ TEST(Dispatch, ReleaseStopsAndClosesTheOutput) {
   EXPECT_EQ((*d)->release(f.id()), 0);
 }
 
+TEST(Dispatch, AStopDoesNotWaitForAWriteThatHangsAndTheBatchGoesOnOnceItReturns) {
+  BatchFixture f(6);
+  std::atomic<bool> unhang{false};
+  std::atomic<int> hung{0};
+  auto options = quick(f);
+  options.writer_wait_ms = 200;
+  // The output is on a hung NFS server: its first fdatasync does not return until the test says so.
+  options.io.sync = [&](int fd) {
+    if (hung++ == 0) {
+      while (!unhang) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return ::fdatasync(fd);
+  };
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
+  auto d = Dispatcher::open(options);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return hung.load() == 1; }));
+  const long long t0 = util::monotonic_ms();
+  const long long interrupted = (*d)->stop(f.id());  // the yield, on the scheduler's thread
+  EXPECT_LT(util::monotonic_ms() - t0, 2000) << "stop() waits writer_wait_ms for the writer, not for the write";
+  auto refused = (*d)->go(f.id());
+  ASSERT_FALSE(refused.ok()) << "not sent again while its writer is in a write";
+  EXPECT_NE(refused.error().message.find("has not returned yet"), std::string::npos) << refused.error().message;
+  EXPECT_TRUE((*d)->holds(f.id()));
+
+  unhang = true;  // the write returns: the answer is written, nothing more is sent
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return (*d)->go(f.id()).ok(); })) << "sent again once the write returned";
+  ASSERT_TRUE(wait_done(f));
+  expect_exactly_once(f);
+  // The answer whose write hung, and the one queued behind it, were written, not asked for again;
+  // only the one its sender still held is (interrupted).
+  EXPECT_EQ(fake.requests(), 6 + interrupted);
+  EXPECT_LE(interrupted, 1);
+}
+
+TEST(Dispatch, AReleaseDuringAHungWriteReturnsAndTheOutputClosesWhenTheWriteDoes) {
+  BatchFixture f(3);
+  std::atomic<bool> unhang{false};
+  std::atomic<int> hung{0};
+  auto options = quick(f);
+  options.writer_wait_ms = 100;
+  options.io.sync = [&](int fd) {
+    ++hung;
+    while (!unhang) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return ::fdatasync(fd);
+  };
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
+  auto d = Dispatcher::open(options);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return hung.load() == 1; }));
+  const long long t0 = util::monotonic_ms();
+  (void)(*d)->release(f.id());  // a cancel
+  EXPECT_LT(util::monotonic_ms() - t0, 2000);
+  EXPECT_FALSE((*d)->holds(f.id()));
+  unhang = true;
+  // The writer ends (the dispatcher's destructor waits for it): the answer whose write hung and
+  // the one queued behind it are written, each once; the rest is pending, nothing in flight.
+  d->reset();
+  const auto progress = f.open_db().progress(f.id());
+  ASSERT_TRUE(progress.ok());
+  EXPECT_GE(progress->done, 1);
+  EXPECT_EQ(progress->done + progress->pending, 3);
+  EXPECT_EQ(progress->in_flight, 0);
+  EXPECT_EQ(static_cast<long long>(output_lines(f).size()), progress->done);
+}
+
 TEST(Dispatch, SendsOnlyInsideTheBatchsWindow) {
   EXPECT_TRUE(in_window("", 0));
   EXPECT_TRUE(in_window("00:00-06:00", 0));
