@@ -64,22 +64,15 @@ TEST(Dispatch, ReleaseStopsAndClosesTheOutput) {
 
 TEST(Dispatch, AStopDoesNotWaitForAWriteThatHangsAndTheBatchGoesOnOnceItReturns) {
   BatchFixture f(6);
-  std::atomic<bool> unhang{false};
-  std::atomic<int> hung{0};
+  HungSync output([](int number, int) { return number == 0; });  // its first fdatasync hangs
   auto options = quick(f);
   options.writer_wait_ms = 200;
-  // The output is on a hung NFS server: its first fdatasync does not return until the test says so.
-  options.io.sync = [&](int fd) {
-    if (hung++ == 0) {
-      while (!unhang) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return ::fdatasync(fd);
-  };
+  options.io.sync = output.sync();
   FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
   auto d = Dispatcher::open(options);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
-  ASSERT_TRUE(FakeLlm::wait_for([&] { return hung.load() == 1; }));
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return output.hung() == 1; }));
   const long long t0 = util::monotonic_ms();
   const long long interrupted = (*d)->stop(f.id());  // the yield, on the scheduler's thread
   EXPECT_LT(util::monotonic_ms() - t0, 2000) << "stop() waits writer_wait_ms for the writer, not for the write";
@@ -88,7 +81,7 @@ TEST(Dispatch, AStopDoesNotWaitForAWriteThatHangsAndTheBatchGoesOnOnceItReturns)
   EXPECT_NE(refused.error().message.find("has not returned yet"), std::string::npos) << refused.error().message;
   EXPECT_TRUE((*d)->holds(f.id()));
 
-  unhang = true;  // the write returns: the answer is written, nothing more is sent
+  output.release();  // the write returns: the answer is written, nothing more is sent
   ASSERT_TRUE(FakeLlm::wait_for([&] { return (*d)->go(f.id()).ok(); })) << "sent again once the write returned";
   ASSERT_TRUE(wait_done(f));
   expect_exactly_once(f);
@@ -100,25 +93,20 @@ TEST(Dispatch, AStopDoesNotWaitForAWriteThatHangsAndTheBatchGoesOnOnceItReturns)
 
 TEST(Dispatch, AReleaseDuringAHungWriteReturnsAndTheOutputClosesWhenTheWriteDoes) {
   BatchFixture f(3);
-  std::atomic<bool> unhang{false};
-  std::atomic<int> hung{0};
+  HungSync output([](int, int) { return true; });
   auto options = quick(f);
   options.writer_wait_ms = 100;
-  options.io.sync = [&](int fd) {
-    ++hung;
-    while (!unhang) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    return ::fdatasync(fd);
-  };
+  options.io.sync = output.sync();
   FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
   auto d = Dispatcher::open(options);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
-  ASSERT_TRUE(FakeLlm::wait_for([&] { return hung.load() == 1; }));
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return output.hung() == 1; }));
   const long long t0 = util::monotonic_ms();
   (void)(*d)->release(f.id());  // a cancel
   EXPECT_LT(util::monotonic_ms() - t0, 2000);
   EXPECT_FALSE((*d)->holds(f.id()));
-  unhang = true;
+  output.release();
   // The writer ends (the dispatcher's destructor waits for it): the answer whose write hung and
   // the one queued behind it are written, each once; the rest is pending, nothing in flight.
   d->reset();

@@ -2,9 +2,15 @@
 // answers, a quick dispatcher, a server and a batch for it, and waiting for the batch's end.
 #pragma once
 
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <fmt/format.h>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../support/http_server.hpp"
@@ -28,6 +34,29 @@ inline std::string completion(int tokens) {
                      R"("usage":{{"prompt_tokens":3,"completion_tokens":{}}}}})",
                      tokens);
 }
+
+// An output on a hung NFS server: the fdatasyncs that `hangs` picks (by their number, from 0, and
+// their descriptor) do not return until release(). hung() counts the syncs begun.
+class HungSync {
+ public:
+  explicit HungSync(std::function<bool(int number, int fd)> hangs) : hangs_(std::move(hangs)) {}
+  // For DispatchOptions::io.sync: the object must outlive the dispatcher.
+  std::function<int(int)> sync() {
+    return [this](int fd) {
+      if (hangs_(hung_++, fd)) {
+        while (!released_) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      return ::fdatasync(fd);
+    };
+  }
+  void release() { released_ = true; }
+  [[nodiscard]] int hung() const { return hung_; }
+
+ private:
+  std::function<bool(int, int)> hangs_;
+  std::atomic<int> hung_{0};
+  std::atomic<bool> released_{false};
+};
 
 inline DispatchOptions quick(const BatchFixture& f) {
   DispatchOptions o;

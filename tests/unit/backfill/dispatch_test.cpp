@@ -196,23 +196,18 @@ TEST(Dispatch, AnOutputWhoseWritesHangHoldsOnlyItsOwnBatch) {
   struct stat st {};
   ASSERT_EQ(::stat(a.output_path().c_str(), &st), 0);
   const ino_t hanging_ino = st.st_ino;
-  std::atomic<bool> unhang{false};
-  std::atomic<int> hung{0};
-  auto options = quick(a);
   // a's output is on a hung NFS server: its fdatasync does not return until the test says so.
-  options.io.sync = [&](int fd) {
+  HungSync a_output([&](int, int fd) {
     struct stat s {};
-    if (::fstat(fd, &s) == 0 && s.st_ino == hanging_ino) {
-      ++hung;
-      while (!unhang) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return ::fdatasync(fd);
-  };
+    return ::fstat(fd, &s) == 0 && s.st_ino == hanging_ino;
+  });
+  auto options = quick(a);
+  options.io.sync = a_output.sync();
   FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
   auto d = Dispatcher::open(options);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE((*d)->start(batch_of(a, 1), server_at(fake), a.open_output()).ok());
-  ASSERT_TRUE(FakeLlm::wait_for([&] { return hung.load() == 1; }));
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return a_output.hung() >= 1; }));
   const long long t0 = util::monotonic_ms();
   ASSERT_TRUE((*d)->start(batch_of(b, 1), server_at(fake), b.open_output()).ok());
   EXPECT_LT(util::monotonic_ms() - t0, 2000) << "starting another batch does not wait on a's output";
@@ -220,7 +215,7 @@ TEST(Dispatch, AnOutputWhoseWritesHangHoldsOnlyItsOwnBatch) {
   EXPECT_EQ(a.open_db().batch(a.id())->value().reason, "noted while its output hangs");
   ASSERT_TRUE(wait_done(b)) << "b is written while a's write hangs";
   expect_exactly_once(b);
-  unhang = true;
+  a_output.release();
   ASSERT_TRUE(wait_done(a));
   expect_exactly_once(a);
 }
