@@ -59,17 +59,45 @@ template <typename Reader>
   return error;
 }
 
-// Appends `piece` of a streamed answer to `partial` (the line not yet ended) and hands each line it
-// ends to `take` (without its '\n'), keeping what follows the last one; false as soon as `take` is.
+// Hands each line of a streamed answer that `piece` ends to `take` (without its '\n'): the first
+// one with `partial` (what earlier pieces left unended) before it; keeps the rest in `partial`. Only
+// the new piece is searched, so a line trickled in one byte at a time costs no more than one sent
+// whole. False as soon as `take` is.
 template <typename Take>
 [[nodiscard]] bool each_line(std::string& partial, std::string_view piece, Take take) {
-  partial.append(piece);
-  std::size_t start = 0;
-  for (std::size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-    if (!take(std::string_view(partial).substr(start, nl - start))) return false;
+  for (std::size_t nl; (nl = piece.find('\n')) != std::string_view::npos; piece.remove_prefix(nl + 1)) {
+    bool going_on = false;
+    if (partial.empty()) {
+      going_on = take(piece.substr(0, nl));
+    } else {
+      partial.append(piece.substr(0, nl));
+      going_on = take(std::string_view(partial));
+      partial.clear();
+    }
+    if (!going_on) return false;
   }
-  partial.erase(0, start);
+  partial.append(piece);
   return true;
+}
+
+// The bytes `text` takes once written back as a JSON string: a control character is 6 ("\u0001"),
+// a quote or a backslash 2. What a reader's bound on an answer counts.
+[[nodiscard]] inline std::size_t escaped_size(std::string_view text) {
+  std::size_t n = text.size();
+  for (const char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20) n += 5;
+    if (c == '"' || c == '\\') n += 1;
+  }
+  return n;
+}
+
+// `sent`, or a cancel when `cancel` was set meanwhile: a stream the cancel cut short may look like
+// a server that closed its connection mid-answer, which would cost a retry instead of going back.
+[[nodiscard]] inline Result<net::Response> unless_cancelled(Result<net::Response> sent, const net::Cancel* cancel) {
+  if (cancel != nullptr && cancel->is_set()) {
+    return make_error(Error::Code::Io, "the request was cancelled", net::Failure::Cancelled);
+  }
+  return sent;
 }
 
 }  // namespace tarmac::backfill::answer

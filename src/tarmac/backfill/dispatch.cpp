@@ -1,6 +1,8 @@
 // The dispatcher's threads (dispatch.hpp, docs/backfill.md "Dispatch").
 #include "tarmac/backfill/dispatch.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -129,6 +131,11 @@ struct Dispatcher::Run {
   std::condition_variable cv;       // stop(), a window, a backoff
   bool stopping = false;
   bool stopped = false;             // by stop(): its workers have ended; go() starts them again
+  // By release() (a cancel) while its writer was still in a write: the output is no longer the
+  // batch's to write, so what the writer has queued goes back to pending.
+  bool released = false;
+  dev_t output_dev = 0;  // the output's identity, taken at start (drains_output)
+  ino_t output_ino = 0;
   bool waiting_for_window = false;
   bool writing = false;       // the writer has taken an answer and not yet counted it
   unsigned workers_left = 0;  // threads not yet ended: the senders and the writer
@@ -221,6 +228,10 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
   }
   TARMAC_TRY_ASSIGN(auto db, BatchDb::open(opt_.db_path));
   run->db = std::make_unique<BatchDb>(std::move(db));
+  struct stat st {};
+  if (::fstat(output.get(), &st) != 0) return make_error(Error::Code::Io, "cannot look at the batch's output");
+  run->output_dev = st.st_dev;
+  run->output_ino = st.st_ino;
   run->ledger = std::make_unique<Ledger>(*run->db, batch.id, std::move(output), opt_.io, opt_.hook);
   run->ledger->share_db(&run->db_mutex);
   Reconciled reconciled;
@@ -420,6 +431,7 @@ long long Dispatcher::release(long long id) {
     runs_.erase(it);
     std::lock_guard run_lock(run->m);
     if (run->workers_left > 0) {  // its writer is stuck in a write: destroyed once that returns
+      run->released = true;
       draining_.push_back(std::move(run));
       return interrupted;
     }
@@ -427,6 +439,13 @@ long long Dispatcher::release(long long id) {
   for (auto& t : run->workers) t.join();
   run.reset();  // its threads have ended: the ledger and the output close here
   return interrupted;
+}
+
+bool Dispatcher::drains_output(dev_t dev, ino_t ino) {
+  reap_finished();
+  std::lock_guard lock(runs_mutex_);
+  return std::any_of(draining_.begin(), draining_.end(),
+                     [&](const auto& run) { return run->output_dev == dev && run->output_ino == ino; });
 }
 
 bool Dispatcher::holds(long long id) {
@@ -694,8 +713,13 @@ void Dispatcher::write_answers(Run& run) {
     run.to_write.pop_front();
     run.cv.notify_all();  // a sender waiting for room
     run.writing = true;
+    const bool released = run.released;
     lock.unlock();
-    write_answer(run, answer);
+    if (released) {
+      put_back(run, answer.index, "interrupted: the batch was cancelled");
+    } else {
+      write_answer(run, answer);
+    }
     lock.lock();
     run.writing = false;
     run.cv.notify_all();  // a sender waiting for every answer to be counted (wait_for_window)

@@ -14,6 +14,8 @@
 // the dispatcher: go() sends again (after a yield), release() closes it (cancel).
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -123,6 +125,9 @@ class Dispatcher {
 
   // Whether the dispatcher holds batch `id`'s output (being sent, or stopped).
   [[nodiscard]] bool holds(long long id);
+  // Whether a released batch's writer, stuck in a write, still holds the file (dev, ino): not
+  // another batch's output until that write has returned.
+  [[nodiscard]] bool drains_output(dev_t dev, ino_t ino);
 
   // Safe from any thread (the HTTP endpoint's).
   [[nodiscard]] DispatchCounters counters();

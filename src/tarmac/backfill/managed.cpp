@@ -383,9 +383,13 @@ void ManagedServers::send_to(Server& s, const std::vector<Batch>& wanted) {
   for (const auto& b : wanted) {
     if (s.sending.count(b.id) > 0 || b.model != s.model) continue;  // another model waits for its own run
     if (auto r = dispatcher_.go(b.id, url); !r.ok()) {
-      log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", b.id, r.error().message));
+      // Tried again at each tick: said once, not four times a second.
+      if (s.go_refused.insert(b.id).second) {
+        log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", b.id, r.error().message));
+      }
       continue;
     }
+    s.go_refused.erase(b.id);
     s.sending.insert(b.id);
   }
 }

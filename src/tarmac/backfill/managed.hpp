@@ -130,6 +130,7 @@ class ManagedServers {
     std::string health_path;
     std::unique_ptr<Probe> probe;
     std::set<long long> sending;  // batches sent to it now
+    std::set<long long> go_refused;  // batches the dispatcher would not send now: logged once each
     long long yield_started_ms = 0;
     Yield yield;
     long long accounted_ms = 0;  // its GPU time is shared out to its batches up to then; 0: not running

@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "tarmac/backfill/answer_json.hpp"
 #include "tarmac/util/escape.hpp"
@@ -16,8 +18,12 @@ namespace {
 
 using json = nlohmann::json;
 
-// What an event may hold beyond the text bound: ids, a usage object, a server's "timings".
-constexpr std::size_t kLineSlack = 1 << 20;
+// The most one event may hold: servers send one token or a few a event (and ids, a usage object,
+// llama-server's "timings"), so 1 MiB is far beyond any; it also bounds what one parse may take.
+// A server that sends a whole long answer as one event is read with stream = false.
+constexpr std::size_t kMaxEventBytes = 1 << 20;
+// The most a usage object may take: a few counts and their details.
+constexpr std::size_t kMaxUsageBytes = 64 << 10;
 // The most choices an answer is put back together with (a request's n): more is a failure.
 constexpr long long kMaxChoices = 128;
 
@@ -70,32 +76,71 @@ bool StreamReader::too_large(std::string_view what) {
 
 bool StreamReader::feed(std::string_view piece) {
   if (!problem_.empty() && !server_error_) return false;
+  if (done_) return true;  // nothing after [DONE] counts, nor is kept
   if (!streamed_) {
     // Kept as it came until an event shows it is a stream: an error's body, or a server that
-    // answered whole. Room for a first event as long as any (a stream's), checked at the end.
-    if (raw_.size() + piece.size() > max_text_bytes_ + kLineSlack) return too_large("");
+    // answered whole (bounded as an unstreamed body at finish(); room here for a first event).
+    if (raw_.size() + piece.size() > max_text_bytes_ + kMaxEventBytes) return too_large("");
     raw_.append(piece);
   }
   if (!answer::each_line(partial_, piece, [this](std::string_view line) { return take_line(line); })) return false;
-  if (partial_.size() > max_text_bytes_ + kLineSlack) {
-    return too_large(fmt::format("an event of the answer is larger than {} bytes", max_text_bytes_ + kLineSlack));
+  if (streamed_ && partial_.size() > kMaxEventBytes) {
+    return too_large(fmt::format("an event of the answer is larger than {} bytes", kMaxEventBytes));
   }
   return true;
 }
 
 // One line of the event stream: "data: ..." is an event (this reader's servers send one line per
-// event); comments (":"), other fields (event:, id:, retry:) and blank lines are skipped, as are the
-// lines of an answer that is not a stream.
+// event); "event: error" makes the next one an error, and llama-server's "error: {...}" line is one;
+// comments (":"), other fields (id:, retry:) and blank lines are skipped, as are the lines of an
+// answer that is not a stream.
 bool StreamReader::take_line(std::string_view line) {
+  if (done_) return true;  // nothing after [DONE] counts
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  if (!line.starts_with("data:")) return true;
-  line.remove_prefix(5);
+  const bool data = line.starts_with("data:");
+  const bool error = line.starts_with("error:");
+  if (line.starts_with("event:")) {
+    std::string_view name = line.substr(6);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    next_is_error_ = name == "error";
+  }
+  if (!data && !error) return true;
+  line.remove_prefix(data ? 5 : 6);
   if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+  if (line.size() > kMaxEventBytes) {
+    return too_large(fmt::format("an event of the answer is larger than {} bytes", kMaxEventBytes));
+  }
   if (!streamed_) {
     streamed_ = true;
     std::string().swap(raw_);
   }
+  if (error || std::exchange(next_is_error_, false)) {
+    take_error(line);
+    return true;
+  }
   return take_event(line);
+}
+
+// A failure the server reports within its stream (vLLM: a data event with "error"; llama-server: an
+// "error:" line; "event: error"), then often [DONE]: read on, the answer failed.
+void StreamReader::take_error(std::string_view data) {
+  server_error_ = true;
+  if (!problem_.empty()) return;
+  auto doc = answer::parse_object(data, "an error event");
+  const json* error = nullptr;
+  if (doc.ok()) {
+    const auto e = doc->find("error");
+    error = e != doc->end() && !e->is_null() ? &*e : &*doc;
+  }
+  const std::string* message = error != nullptr && error->is_object() ? string_at(*error, "message") : nullptr;
+  if (message != nullptr) {
+    problem_ = message->substr(0, 1024);
+  } else if (error != nullptr && error->is_string()) {
+    problem_ = error->get_ref<const std::string&>().substr(0, 1024);
+  } else {
+    problem_ = fmt::format("the server reported an error mid-answer: {}", util::json_text(json(std::string(data.substr(0, 1024)))));
+  }
+  if (problem_.empty()) problem_ = "the server reported an error mid-answer";
 }
 
 bool StreamReader::take_event(std::string_view data) {
@@ -104,19 +149,13 @@ bool StreamReader::take_event(std::string_view data) {
     done_ = true;
     return true;
   }
-  if (done_) return true;  // nothing counts after the end
   auto doc = answer::parse_object(data, "an event of the answer");
   if (!doc.ok()) {
     problem_ = doc.error().message;
     return false;
   }
   if (const auto error = doc->find("error"); error != doc->end() && !error->is_null()) {
-    // vLLM sends a failure mid-stream as such an event, then [DONE]: read on, the answer failed.
-    if (problem_.empty()) {
-      const std::string* message = error->is_object() ? string_at(*error, "message") : nullptr;
-      problem_ = message != nullptr ? *message : error->is_string() ? error->get<std::string>() : util::json_text(*error);
-    }
-    server_error_ = true;
+    take_error(data);
     return true;
   }
   if (id_.empty()) {
@@ -129,7 +168,11 @@ bool StreamReader::take_event(std::string_view data) {
     if (const auto* fp = string_at(*doc, "system_fingerprint")) fingerprint_ = fp->substr(0, 256);
   }
   if (created_ == 0) created_ = answer::count_of(*doc, "created").value_or(0);
-  if (const auto usage = doc->find("usage"); usage != doc->end() && usage->is_object()) usage_ = util::json_text(*usage);
+  if (const auto usage = doc->find("usage"); usage != doc->end() && usage->is_object()) {
+    std::string text = util::json_text(*usage);
+    if (text.size() > kMaxUsageBytes) return too_large(fmt::format("the answer's usage is larger than {} bytes", kMaxUsageBytes));
+    usage_ = std::move(text);
+  }
   const auto choices = doc->find("choices");
   if (choices == doc->end() || !choices->is_array()) return true;  // the usage event has none, or []
   const bool chat = endpoint_ == Endpoint::ChatCompletions;
@@ -148,14 +191,18 @@ bool StreamReader::take_event(std::string_view data) {
       if (d == c.end() || !d->is_object()) continue;
       delta = &*d;
       if (const auto* role = string_at(*delta, "role")) choice.role = role->substr(0, 64);
-      if (const auto* reasoning = string_at(*delta, "reasoning_content")) {
-        if (!grow(reasoning->size())) return false;
+      // A thinking model's reasoning: llama-server's and older vLLM's reasoning_content, newer
+      // vLLM's reasoning; kept under the name it came with.
+      for (const char* key : {"reasoning_content", "reasoning"}) {
+        const auto* reasoning = string_at(*delta, key);
+        if (reasoning == nullptr) continue;
+        if (!grow(answer::escaped_size(*reasoning))) return false;
         choice.reasoning += *reasoning;
-        choice.has_reasoning = true;
+        choice.reasoning_key = key;
       }
     }
     if (const auto* text = string_at(*delta, chat ? "content" : "text")) {
-      if (!grow(text->size())) return false;
+      if (!grow(answer::escaped_size(*text))) return false;
       choice.text += *text;
     }
     if (const auto* reason = string_at(c, "finish_reason")) choice.finish_reason = reason->substr(0, 64);
@@ -173,13 +220,19 @@ Result<std::string> StreamReader::finish() {
     return std::move(raw_);
   }
   if (!done_) return make_error(Error::Code::External, "the stream ended before its \"data: [DONE]\"");
+  // Every generation ends with its reason (stop, length, ...): a stream without one for each choice
+  // was cut short by the server, however it ended.
+  if (choices_.empty() || std::any_of(choices_.begin(), choices_.end(), [](const auto& c) { return !c.second.finish_reason; })) {
+    problem_ = "the stream ended without a finish reason for each of its choices";
+    return make_error(Error::Code::External, problem_);
+  }
   const bool chat = endpoint_ == Endpoint::ChatCompletions;
   json choices = json::array();
   for (auto& [index, c] : choices_) {
     json choice{{"index", index}, {"finish_reason", c.finish_reason ? json(*c.finish_reason) : json(nullptr)}};
     if (chat) {
       choice["message"] = {{"role", c.role}, {"content", std::move(c.text)}};
-      if (c.has_reasoning) choice["message"]["reasoning_content"] = std::move(c.reasoning);
+      if (!c.reasoning_key.empty()) choice["message"][c.reasoning_key] = std::move(c.reasoning);
     } else {
       choice["text"] = std::move(c.text);
       choice["logprobs"] = nullptr;
@@ -210,7 +263,7 @@ Result<net::Response> perform(net::Request http, Endpoint endpoint, std::string_
   http.body = std::move(*streamed);
   StreamReader reader(endpoint, http.max_body_bytes);
   http.on_data = [&reader](std::string_view piece) { return reader.feed(piece); };
-  auto sent = net::perform(http);
+  auto sent = answer::unless_cancelled(net::perform(http), http.cancel);
   if (!sent.ok()) return answer::failed_stream(sent.take_error(), reader, "stream_error");
   auto answer = reader.finish();
   if (reader.too_large()) return make_error(Error::Code::Io, reader.problem(), net::Failure::Refused);

@@ -29,9 +29,10 @@ namespace tarmac::backfill::openai {
 [[nodiscard]] Result<std::optional<std::string>> streamed_body(Endpoint endpoint, std::string_view body);
 
 // Reads a streamed answer piece by piece, keeping only each choice's text so far, its finish
-// reason, and the usage (never the whole stream), up to `max_text_bytes` of text in all. An answer
-// that is not a stream (an HTTP error's JSON body, a server that ignored "stream") is kept as it is,
-// up to the same bound.
+// reason, and the usage (never the whole stream), up to `max_text_bytes` of text in all (as it is
+// written back, escaped), one event at most 1 MiB. An answer that is not a stream (an HTTP error's
+// JSON body, a server that ignored "stream") is kept as it is, up to the same bound. A stream is an
+// answer only once it has ended with [DONE] and every choice with its finish reason.
 class StreamReader {
  public:
   StreamReader(Endpoint endpoint, std::size_t max_text_bytes) : endpoint_(endpoint), max_text_bytes_(max_text_bytes) {}
@@ -51,24 +52,26 @@ class StreamReader {
  private:
   bool take_line(std::string_view line);
   bool take_event(std::string_view data);
+  void take_error(std::string_view data);
   bool grow(std::size_t more);
   bool too_large(std::string_view what);  // false, the answer's problem `what` (empty: its text's bound)
 
   struct Choice {
     std::string text;       // message.content (chat) or text (completions)
-    std::string reasoning;  // delta.reasoning_content, which llama-server and vLLM send for thinking models
-    bool has_reasoning = false;
+    std::string reasoning;      // a thinking model's, which llama-server and vLLM send apart
+    std::string reasoning_key;  // its name in their delta: "reasoning_content" or "reasoning"; empty: none
     std::string role = "assistant";
     std::optional<std::string> finish_reason;
   };
 
   Endpoint endpoint_;
   std::size_t max_text_bytes_;
-  std::size_t kept_ = 0;   // text bytes of all choices
+  std::size_t kept_ = 0;   // what the choices' text takes written back (escaped), all together
   std::string partial_;    // a line not yet ended
   std::string raw_;        // the answer as it came, while it is no stream
   bool streamed_ = false;
   bool done_ = false;      // data: [DONE]
+  bool next_is_error_ = false;  // "event: error" came: the next data is the failure
   std::string id_;
   std::string model_;
   std::string fingerprint_;

@@ -354,6 +354,10 @@ json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const 
   auto output = check_output(fds[1].get(), peer.uid, true);
   if (!output.ok()) return failure("invalid", output.error().message);
   if (auto free = output_is_free(db_, *output); !free.ok()) return failure_of(free.error());
+  if (dispatcher_->drains_output(output->st_dev, output->st_ino)) {
+    return failure("invalid", "that file was the output of a cancelled batch whose last write has not returned yet (a "
+                              "hung file system?): name a new file, or try again once it has");
+  }
   auto input = read_input(fds[0].get(), opt_.limits);
   if (!input.ok()) return failure("invalid", input.error().message);
   if (auto rate = input_rate_.take(peer.uid, input->size(), util::monotonic_ms()); !rate.ok()) {

@@ -110,14 +110,32 @@ TEST(OpenAiStream, CompletionsChoicesAndReasoningArePutBackInOrder) {
   auto thought = read_whole(
       Endpoint::ChatCompletions,
       "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hmm\"}}]}\n"
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"!\"}}]}\n"
       "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"yes\"},\"finish_reason\":\"stop\"}]}\n"
       "data: [DONE]\n",
       1000);
   ASSERT_TRUE(thought.ok()) << thought.error().message;
   const json message = json::parse(*thought)["choices"][0]["message"];
-  EXPECT_EQ(message["reasoning_content"], "hmm");
+  EXPECT_EQ(message["reasoning_content"], "hmm!");
   EXPECT_EQ(message["content"], "yes");
   EXPECT_FALSE(json::parse(*thought).contains("usage"));  // none sent: none claimed
+  // Newer vLLM names it "reasoning": kept under that name.
+  auto newer = read_whole(Endpoint::ChatCompletions,
+                          "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"r\",\"content\":\"c\"},"
+                          "\"finish_reason\":\"stop\"}]}\ndata: [DONE]\n",
+                          1000);
+  ASSERT_TRUE(newer.ok()) << newer.error().message;
+  EXPECT_EQ(json::parse(*newer)["choices"][0]["message"]["reasoning"], "r");
+}
+
+TEST(OpenAiStream, NothingAfterTheEndIsKept) {
+  StreamReader reader(Endpoint::Completions, 100);
+  ASSERT_TRUE(reader.feed("data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":\"stop\"}]}\n\n"
+                          "data: [DONE]\n\ndata: {broken\n"));
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE(reader.feed(std::string(1 << 20, 'x')));  // 64 MiB, not kept
+  auto body = reader.finish();
+  ASSERT_TRUE(body.ok()) << body.error().message;
+  EXPECT_EQ(json::parse(*body)["choices"][0]["text"], "a");
 }
 
 TEST(OpenAiStream, AnAnswerThatIsNoStreamIsKeptAsItCame) {
@@ -144,6 +162,17 @@ TEST(OpenAiStream, HostileStreamsAreFailures) {
   fails(piece + "data: {\"error\":{\"message\":\"out of memory\"}}\n\ndata: [DONE]\n\n", "out of memory");
   fails(piece + piece + "data: [DONE]\n\n", "larger than 8", 8);      // the text over its bound
   fails("data: {\"choices\":[{\"index\":1000,\"delta\":{}}]}\n\ndata: [DONE]\n\n", "choice 1000");
+  // llama-server's way to report a failure mid-stream: an "error:" line, then [DONE] all the same.
+  fails(piece + "error: {\"code\":500,\"message\":\"slot died\",\"type\":\"server_error\"}\n\ndata: [DONE]\n\n",
+        "slot died");
+  fails(piece + "event: error\ndata: {\"message\":\"no memory\"}\n\ndata: [DONE]\n\n", "no memory");
+  // [DONE] without a finish reason: cut short, whatever the server says.
+  fails(piece + "data: [DONE]\n\n", "without a finish reason");
+  fails("data: [DONE]\n\n", "without a finish reason");
+  // Counted as written back: 2 control characters are 12 bytes of JSON.
+  fails("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\\u0001\\u0002\"}}]}\n\n", "larger than 11", 11);
+  fails("data: {\"choices\":[],\"usage\":{\"x\":\"" + std::string(70000, 'a') + "\"}}\n\n", "usage is larger");
+  fails("data: {\"choices\":[],\"x\":\"" + std::string((1 << 20) + 10, 'a') + "\"}\n\n", "event of the answer is larger");
   fails("data: {\"choices\":[{\"index\":-1,\"delta\":{}}]}\n\ndata: [DONE]\n\n", "choice -1");
   // One event without a line end, larger than the bound and its slack: refused before it ends.
   StreamReader reader(Endpoint::ChatCompletions, 8);
@@ -185,6 +214,23 @@ TEST(OpenAiStream, PerformStreamsAndAnswersAsUnstreamed) {
   ASSERT_TRUE(refused.ok()) << refused.error().message;
   EXPECT_EQ(refused->status, 400);
   EXPECT_EQ(refused->body, R"({"error":{"code":400,"message":"bad messages"}})");  // the server's own
+}
+
+TEST(OpenAiStream, AStreamCutShortByACancelIsACancelNotALostConnection) {
+  if (!net::available().ok()) GTEST_SKIP() << net::available().error().message;
+  FakeLlm fake([](int, const std::string&) {
+    return FakeLlm::Reply{"200 OK", "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"};
+  });
+  // A cancel set while the answer came, however the transfer then ends (a stream without chunked
+  // encoding ends as if the server closed it mid-answer): cancelled, to go back to pending.
+  net::Cancel cancel;
+  cancel.set();
+  auto http = request_to(fake);
+  http.cancel = &cancel;
+  auto sent = perform(http, Endpoint::ChatCompletions, kAsked, true);
+  ASSERT_FALSE(sent.ok());
+  ASSERT_NE(sent.error().cause_as<net::Failure>(), nullptr);
+  EXPECT_EQ(*sent.error().cause_as<net::Failure>(), net::Failure::Cancelled);
 }
 
 TEST(OpenAiStream, PerformTurnsAFailureMidStreamIntoARetryableAnswer) {
