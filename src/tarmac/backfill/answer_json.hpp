@@ -80,13 +80,16 @@ template <typename Take>
   return true;
 }
 
-// The bytes `text` takes once written back as a JSON string: a control character is 6 ("\u0001"),
-// a quote or a backslash 2. What a reader's bound on an answer counts.
+// The bytes `text` takes once written back as a JSON string: a quote, a backslash and \b \f \n \r
+// \t are 2, any other control character 6 ("\u0001"). What a reader's bound on an answer counts.
 [[nodiscard]] inline std::size_t escaped_size(std::string_view text) {
   std::size_t n = text.size();
   for (const char c : text) {
-    if (static_cast<unsigned char>(c) < 0x20) n += 5;
-    if (c == '"' || c == '\\') n += 1;
+    switch (c) {
+      case '"': case '\\': case '\b': case '\f': case '\n': case '\r': case '\t': n += 1; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) n += 5;
+    }
   }
   return n;
 }

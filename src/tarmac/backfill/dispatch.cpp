@@ -68,6 +68,19 @@ Result<Reconciled> Dispatcher::start(const Batch& batch, const ServerConfig& ser
   if (::fstat(output.get(), &st) != 0) return make_error(Error::Code::Io, "cannot look at the batch's output");
   run->output_dev = st.st_dev;
   run->output_ino = st.st_ino;
+  {
+    // A cancelled batch whose writer is still in a write (a hung file system) owns the file, and
+    // its batch id, until that write returns: a second Run beside it would break exactly-once.
+    std::lock_guard lock(runs_mutex_);
+    for (const auto& d : draining_) {
+      if (d->batch.id == batch.id || (d->output_dev == st.st_dev && d->output_ino == st.st_ino)) {
+        return make_error(Error::Code::Invalid,
+                          fmt::format("the output of batch {} is still being written by a cancelled batch whose last "
+                                      "write has not returned (a hung file system?)",
+                                      batch.id));
+      }
+    }
+  }
   run->ledger = std::make_unique<Ledger>(*run->db, batch.id, std::move(output), opt_.io, opt_.hook);
   run->ledger->share_db(&run->db_mutex);
   Reconciled reconciled;

@@ -181,7 +181,8 @@ bool StreamReader::take_line(std::string_view line) {
     text = &*response;
   }
   if (text != nullptr && text->is_string()) {
-    if (text_.size() + text->get_ref<const std::string&>().size() > max_text_bytes_) {
+    kept_ += answer::escaped_size(text->get_ref<const std::string&>());  // as it is written back
+    if (kept_ > max_text_bytes_) {
       too_large_ = true;
       problem_ = fmt::format("the answer is larger than {} bytes", max_text_bytes_);
       return false;

@@ -57,6 +57,7 @@ class StreamReader {
   std::size_t max_text_bytes_;
   std::string partial_;  // a line not yet ended
   std::string text_;
+  std::size_t kept_ = 0;  // text_'s size written back (escaped): what max_text_bytes bounds
   bool done_ = false;
   std::string done_reason_;
   std::optional<long long> prompt_tokens_;

@@ -97,6 +97,7 @@ bool StreamReader::feed(std::string_view piece) {
 bool StreamReader::take_line(std::string_view line) {
   if (done_) return true;  // nothing after [DONE] counts
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (line.empty()) next_is_error_ = false;  // a blank line ends the event an "event:" named
   const bool data = line.starts_with("data:");
   const bool error = line.starts_with("error:");
   if (line.starts_with("event:")) {
@@ -185,6 +186,7 @@ bool StreamReader::take_event(std::string_view data) {
       return false;
     }
     Choice& choice = choices_[i];
+    if (const auto* reason = string_at(c, "finish_reason")) choice.finish_reason = reason->substr(0, 64);
     const json* delta = &c;  // completions: the text is the choice's own
     if (chat) {
       const auto d = c.find("delta");
@@ -192,20 +194,22 @@ bool StreamReader::take_event(std::string_view data) {
       delta = &*d;
       if (const auto* role = string_at(*delta, "role")) choice.role = role->substr(0, 64);
       // A thinking model's reasoning: llama-server's and older vLLM's reasoning_content, newer
-      // vLLM's reasoning; kept under the name it came with.
-      for (const char* key : {"reasoning_content", "reasoning"}) {
-        const auto* reasoning = string_at(*delta, key);
-        if (reasoning == nullptr) continue;
-        if (!grow(answer::escaped_size(*reasoning))) return false;
-        choice.reasoning += *reasoning;
-        choice.reasoning_key = key;
+      // vLLM's reasoning (current vLLM sends both, the same text: one is taken), kept under the
+      // name it first came with.
+      const char* key = string_at(*delta, "reasoning_content") != nullptr ? "reasoning_content"
+                        : string_at(*delta, "reasoning") != nullptr   ? "reasoning"
+                                                                        : nullptr;
+      if (key != nullptr) {
+        if (choice.reasoning_key.empty()) choice.reasoning_key = key;
+        const std::string& reasoning = *string_at(*delta, key);
+        if (!grow(answer::escaped_size(reasoning))) return false;
+        choice.reasoning += reasoning;
       }
     }
     if (const auto* text = string_at(*delta, chat ? "content" : "text")) {
       if (!grow(answer::escaped_size(*text))) return false;
       choice.text += *text;
     }
-    if (const auto* reason = string_at(c, "finish_reason")) choice.finish_reason = reason->substr(0, 64);
   }
   return true;
 }
@@ -258,7 +262,7 @@ Result<net::Response> perform(net::Request http, Endpoint endpoint, std::string_
   }
   if (!streamed) {
     http.body = std::string(body);
-    return net::perform(http);
+    return answer::unless_cancelled(net::perform(http), http.cancel);
   }
   http.body = std::move(*streamed);
   StreamReader reader(endpoint, http.max_body_bytes);

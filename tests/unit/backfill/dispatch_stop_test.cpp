@@ -110,6 +110,9 @@ TEST(Dispatch, AReleaseDuringAHungWriteReturnsAndTheOutputClosesWhenTheWriteDoes
   EXPECT_LT(util::monotonic_ms() - t0, 2000);
   EXPECT_FALSE((*d)->holds(f.id()));
   EXPECT_TRUE((*d)->drains_output(st.st_dev, st.st_ino)) << "not another batch's output while the write hangs";
+  auto again = (*d)->start(batch_of(f, 1), server_at(fake), f.open_output());  // a resume after a failed cancel
+  ASSERT_FALSE(again.ok()) << "no second Run beside the draining one";
+  EXPECT_NE(again.error().message.find("still being written"), std::string::npos) << again.error().message;
   output.release();
   ASSERT_TRUE(FakeLlm::wait_for([&] { return !(*d)->drains_output(st.st_dev, st.st_ino); }));
   // The answer whose write hung is written; the one queued behind it is not (the output is no

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/http_server.hpp"
+#include "tarmac/backfill/answer_json.hpp"
 
 namespace tarmac::backfill::openai {
 namespace {
@@ -126,6 +127,17 @@ TEST(OpenAiStream, CompletionsChoicesAndReasoningArePutBackInOrder) {
                           1000);
   ASSERT_TRUE(newer.ok()) << newer.error().message;
   EXPECT_EQ(json::parse(*newer)["choices"][0]["message"]["reasoning"], "r");
+  // Current vLLM sends both names with the same text: taken once.
+  auto both = read_whole(Endpoint::ChatCompletions,
+                         "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"Let\",\"reasoning\":\"Let\"}}]}\n"
+                         "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\" me\",\"reasoning\":\" me\"}}]}\n"
+                         "data: {\"choices\":[{\"index\":0,\"finish_reason\":\"stop\"}]}\n"  // no delta: still the end
+                         "data: [DONE]\n",
+                         1000);
+  ASSERT_TRUE(both.ok()) << both.error().message;
+  const json msg = json::parse(*both)["choices"][0]["message"];
+  EXPECT_EQ(msg["reasoning_content"], "Let me");
+  EXPECT_FALSE(msg.contains("reasoning"));
 }
 
 TEST(OpenAiStream, NothingAfterTheEndIsKept) {
@@ -169,8 +181,16 @@ TEST(OpenAiStream, HostileStreamsAreFailures) {
   // [DONE] without a finish reason: cut short, whatever the server says.
   fails(piece + "data: [DONE]\n\n", "without a finish reason");
   fails("data: [DONE]\n\n", "without a finish reason");
-  // Counted as written back: 2 control characters are 12 bytes of JSON.
+  // Counted as written back: 2 control characters are 12 bytes of JSON, 2 newlines 4.
   fails("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\\u0001\\u0002\"}}]}\n\n", "larger than 11", 11);
+  EXPECT_EQ(answer::escaped_size("\n\n"), 4U);
+  EXPECT_EQ(answer::escaped_size("a\"\x01"), 9U);
+  // An "event: error" names its own event only: the blank line ends it.
+  auto after = read_whole(Endpoint::ChatCompletions,
+                          "event: error\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},"
+                          "\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+                          4);
+  ASSERT_TRUE(after.ok()) << after.error().message;
   fails("data: {\"choices\":[],\"usage\":{\"x\":\"" + std::string(70000, 'a') + "\"}}\n\n", "usage is larger");
   fails("data: {\"choices\":[],\"x\":\"" + std::string((1 << 20) + 10, 'a') + "\"}\n\n", "event of the answer is larger");
   fails("data: {\"choices\":[{\"index\":-1,\"delta\":{}}]}\n\ndata: [DONE]\n\n", "choice -1");
