@@ -63,27 +63,36 @@ TEST(Dispatch, ReleaseStopsAndClosesTheOutput) {
   EXPECT_EQ((*d)->release(f.id()), 0);
 }
 
+// Batch f sent by one sender to `fake`, until the output's write that `output` hangs has begun.
+std::unique_ptr<Dispatcher> started_until_a_write_hangs(const BatchFixture& f, HungSync& output, const FakeLlm& fake,
+                                                        long long writer_wait_ms) {
+  auto options = quick(f);
+  options.writer_wait_ms = writer_wait_ms;
+  options.io.sync = output.sync();
+  auto d = Dispatcher::open(options);
+  EXPECT_TRUE(d.ok());
+  if (!d.ok()) return nullptr;
+  EXPECT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
+  EXPECT_TRUE(FakeLlm::wait_for([&] { return output.hung() == 1; }));
+  return std::move(*d);
+}
+
 TEST(Dispatch, AStopDoesNotWaitForAWriteThatHangsAndTheBatchGoesOnOnceItReturns) {
   BatchFixture f(6);
   HungSync output([](int number, int) { return number == 0; });  // its first fdatasync hangs
-  auto options = quick(f);
-  options.writer_wait_ms = 200;
-  options.io.sync = output.sync();
   FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
-  auto d = Dispatcher::open(options);
-  ASSERT_TRUE(d.ok());
-  ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
-  ASSERT_TRUE(FakeLlm::wait_for([&] { return output.hung() == 1; }));
+  auto d = started_until_a_write_hangs(f, output, fake, 200);
+  ASSERT_TRUE(d && output.hung() == 1);
   const long long t0 = util::monotonic_ms();
-  const long long interrupted = (*d)->stop(f.id());  // the yield, on the scheduler's thread
+  const long long interrupted = d->stop(f.id());  // the yield, on the scheduler's thread
   EXPECT_LT(util::monotonic_ms() - t0, 2000) << "stop() waits writer_wait_ms for the writer, not for the write";
-  auto refused = (*d)->go(f.id());
+  auto refused = d->go(f.id());
   ASSERT_FALSE(refused.ok()) << "not sent again while its writer is in a write";
   EXPECT_NE(refused.error().message.find("has not returned yet"), std::string::npos) << refused.error().message;
-  EXPECT_TRUE((*d)->holds(f.id()));
+  EXPECT_TRUE(d->holds(f.id()));
 
   output.release();  // the write returns: the answer is written, nothing more is sent
-  ASSERT_TRUE(FakeLlm::wait_for([&] { return (*d)->go(f.id()).ok(); })) << "sent again once the write returned";
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return d->go(f.id()).ok(); })) << "sent again once the write returned";
   ASSERT_TRUE(wait_done(f));
   expect_exactly_once(f);
   // The answer whose write hung, and the one queued behind it, were written, not asked for again;
@@ -95,26 +104,21 @@ TEST(Dispatch, AStopDoesNotWaitForAWriteThatHangsAndTheBatchGoesOnOnceItReturns)
 TEST(Dispatch, AReleaseDuringAHungWriteReturnsAndTheOutputClosesWhenTheWriteDoes) {
   BatchFixture f(3);
   HungSync output([](int, int) { return true; });
-  auto options = quick(f);
-  options.writer_wait_ms = 100;
-  options.io.sync = output.sync();
   FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", completion(1)}; });
-  auto d = Dispatcher::open(options);
-  ASSERT_TRUE(d.ok());
-  ASSERT_TRUE((*d)->start(batch_of(f, 1), server_at(fake), f.open_output()).ok());
-  ASSERT_TRUE(FakeLlm::wait_for([&] { return output.hung() == 1; }));
+  auto d = started_until_a_write_hangs(f, output, fake, 100);
+  ASSERT_TRUE(d && output.hung() == 1);
   struct stat st {};
   ASSERT_EQ(::stat(f.output_path().c_str(), &st), 0);
   const long long t0 = util::monotonic_ms();
-  (void)(*d)->release(f.id());  // a cancel
+  (void)d->release(f.id());  // a cancel
   EXPECT_LT(util::monotonic_ms() - t0, 2000);
-  EXPECT_FALSE((*d)->holds(f.id()));
-  EXPECT_TRUE((*d)->drains_output(st.st_dev, st.st_ino)) << "not another batch's output while the write hangs";
-  auto again = (*d)->start(batch_of(f, 1), server_at(fake), f.open_output());  // a resume after a failed cancel
+  EXPECT_FALSE(d->holds(f.id()));
+  EXPECT_TRUE(d->drains_output(st.st_dev, st.st_ino)) << "not another batch's output while the write hangs";
+  auto again = d->start(batch_of(f, 1), server_at(fake), f.open_output());  // a resume after a failed cancel
   ASSERT_FALSE(again.ok()) << "no second Run beside the draining one";
   EXPECT_NE(again.error().message.find("still being written"), std::string::npos) << again.error().message;
   output.release();
-  ASSERT_TRUE(FakeLlm::wait_for([&] { return !(*d)->drains_output(st.st_dev, st.st_ino); }));
+  ASSERT_TRUE(FakeLlm::wait_for([&] { return !d->drains_output(st.st_dev, st.st_ino); }));
   // The answer whose write hung is written; the one queued behind it is not (the output is no
   // longer the batch's): pending again, like the rest; nothing in flight.
   const auto progress = f.open_db().progress(f.id());
