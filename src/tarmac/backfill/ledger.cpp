@@ -246,11 +246,11 @@ Result<Ledger::Completion> Ledger::complete(const Answer& answer, Tokens* tokens
   a.out_offset = offset;
   a.out_len = static_cast<long long>(line.size());
   if (tokens != nullptr) *tokens = Tokens{a.prompt_tokens.value_or(0), a.completion_tokens.value_or(0)};
-  if (![&] {
-        const auto db_lock = hold_db();
-        return db_.commit(batch_, Commit{{a}, {}, false, offset + a.out_len});
-      }()
-           .ok()) {
+  const bool recorded = [&] {
+    const auto db_lock = hold_db();
+    return db_.commit(batch_, Commit{{a}, {}, false, offset + a.out_len}).ok();
+  }();
+  if (!recorded) {
     dirty_ = true;  // the line is there: the next step adopts it
     return Completion::Written;
   }
