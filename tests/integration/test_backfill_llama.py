@@ -99,6 +99,16 @@ class BatchQueueTest(AgentQueueTest):
         self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
         return json.loads(r.stdout)
 
+    def submit_texts(self, count, parallel=4):
+        """`tarmac backfill submit` of COUNT texts for model tiny; returns (batch id, output path)."""
+        texts = self.tmp / "texts.json"
+        texts.write_text(json.dumps([f"document number {i} about the water" for i in range(count)]))
+        out = self.tmp / "out.jsonl"
+        r = self.tarmac("--json", "backfill", "submit", "--model", "tiny", "--texts", str(texts),
+                        "--template", "Summarise: {text}", "--output", str(out), "--parallel", str(parallel))
+        self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
+        return json.loads(r.stdout)["id"], out
+
     def wait_status(self, batch_id, predicate, what, timeout=60, step=0.05):
         """Polls batch BATCH_ID's status until PREDICATE(status); returns it. Fails naming WHAT."""
         last = {}

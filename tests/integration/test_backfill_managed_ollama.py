@@ -65,13 +65,7 @@ class ManagedOllamaYield(BatchQueueTest):
         return f"fake: {self.events.read_text()}"
 
     def test_the_yield_confirms_through_nvml_that_the_memory_is_gone_before_the_sigterm(self):
-        texts = self.tmp / "texts.json"
-        texts.write_text(json.dumps([f"document number {i} about the water" for i in range(TEXTS)]))
-        out = self.tmp / "out.jsonl"
-        r = self.tarmac("--json", "backfill", "submit", "--model", "tiny", "--texts", str(texts),
-                        "--template", "Summarise: {text}", "--output", str(out), "--parallel", "4")
-        self.assertEqual(r.returncode, 0, r.stderr + self.agent_log())
-        batch_id = json.loads(r.stdout)["id"]
+        batch_id, out = self.submit_texts(TEXTS)
         self.wait_status(batch_id, lambda s: s["done"] >= 4 and s["in_flight"] > 0,
                          "the batch did not reach 4 answers with requests in flight")
         job = self.submit("/bin/sleep", "0.5", n=4)  # every GPU: the server's must be given back

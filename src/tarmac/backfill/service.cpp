@@ -279,6 +279,8 @@ Result<std::unique_ptr<Service>> Service::open(ServiceOptions options) {
   if (!options.dispatch.log) options.dispatch.log = options.log;
   options.managed.config = options.config;
   if (!options.managed.log) options.managed.log = options.log;
+  options.external.config = options.config;
+  if (!options.external.log) options.external.log = options.log;
   TARMAC_TRY_ASSIGN(auto dispatcher, Dispatcher::open(options.dispatch));
   auto service = std::unique_ptr<Service>(new Service(std::move(options), std::move(db), std::move(dispatcher)));
   TARMAC_TRY_ASSIGN(auto unfinished, service->db_.batches(BatchDb::Which::Unfinished));
@@ -328,7 +330,9 @@ Result<Reconciled> Service::send(const Batch& batch, util::Fd output) {
   const bool managed = managed_->manages(batch.server);
   ServerConfig config = server->second;
   if (managed) config.server_user = config.user;
-  return dispatcher_->start(batch, config, std::move(output), managed);
+  // An external server that yields its GPUs now: the batch waits with the server's others.
+  const bool yielding = !managed && external_->sending(batch.server, batch.id, batch.model);
+  return dispatcher_->start(batch, config, std::move(output), managed || yielding);
 }
 
 json Service::answer_batch(const Batch& b) {

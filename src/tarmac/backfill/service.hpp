@@ -15,6 +15,7 @@
 
 #include "tarmac/backfill/batch_db.hpp"
 #include "tarmac/backfill/dispatch.hpp"
+#include "tarmac/backfill/external.hpp"
 #include "tarmac/backfill/managed.hpp"
 #include "tarmac/backfill/quota.hpp"
 #include "tarmac/backfill/settings.hpp"
@@ -32,6 +33,7 @@ struct ServiceOptions {
   BackfillConfig config;     // the servers batches may name
   DispatchOptions dispatch;  // its db_path and log default to the ones above
   ManagedOptions managed;    // its config and log are the ones above
+  ExternalOptions external;  // likewise
 };
 
 // The server a batch that asks for `asked` ("" for the default) is sent to: the one configured of
@@ -70,6 +72,12 @@ class Service {
   void tick(sched::AgentJobs& jobs);
   // The scheduler's thread, before it signals a preempted job of the agent's (DaemonOptions::before_preempt).
   void before_preempt(const sched::Job& job, const sched::Job& for_job) { managed_->before_preempt(job, for_job); }
+  // The external servers whose processes are known (DaemonOptions::external_backfill); any thread.
+  [[nodiscard]] std::vector<sched::ExternalBackfill> external_backfill() const { return external_->holders(); }
+  // The scheduler's thread: external server `name` is to give back GPUs `uuids` (DaemonOptions::yield_external).
+  void yield_external(const std::string& name, const std::vector<std::string>& uuids, const sched::Job& for_job) {
+    external_->yield(name, uuids, for_job);
+  }
 
   // The batches on each GPU now (the dashboard's cards), as the last tick saw them; safe from any thread.
   [[nodiscard]] std::vector<BatchOnGpu> on_gpus() const {
@@ -80,8 +88,8 @@ class Service {
   // What the dispatcher has done and is doing (/metrics); safe from any thread.
   [[nodiscard]] DispatchCounters counters() {
     auto c = dispatcher_->counters();
-    c.yields = managed_->yield_count();
-    c.yield_ms = managed_->yield_ms();
+    c.yields = managed_->yield_count() + external_->yield_count();
+    c.yield_ms = managed_->yield_ms() + external_->yield_ms();
     return c;
   }
 
@@ -91,6 +99,7 @@ class Service {
         db_(std::move(db)),
         dispatcher_(std::move(dispatcher)),
         managed_(std::make_unique<ManagedServers>(opt_.managed, db_, *dispatcher_)),
+        external_(std::make_unique<ExternalServers>(opt_.external, db_, *dispatcher_)),
         input_rate_(opt_.quota.input_bytes_per_minute) {}
   nlohmann::json submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req);
   nlohmann::json status(const sched::Peer& peer, const nlohmann::json& req);
@@ -111,6 +120,7 @@ class Service {
   BatchDb db_;
   std::unique_ptr<Dispatcher> dispatcher_;  // holds the outputs of the batches being sent
   std::unique_ptr<ManagedServers> managed_;  // before the dispatcher in destruction: it stops its sending
+  std::unique_ptr<ExternalServers> external_;  // likewise
   InputRate input_rate_;
   mutable std::mutex on_gpus_mutex_;
   std::vector<BatchOnGpu> on_gpus_;  // under on_gpus_mutex_

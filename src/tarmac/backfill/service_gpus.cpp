@@ -17,6 +17,7 @@ constexpr long long kPublishEveryMs = 1000;  // the dashboard polls every few se
 
 void Service::tick(sched::AgentJobs& jobs) {
   managed_->tick(jobs);
+  external_->tick(jobs);
   publish_on_gpus(jobs);
 }
 

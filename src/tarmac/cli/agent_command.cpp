@@ -245,6 +245,9 @@ void wire_backfill(sched::DaemonOptions& dopts, const std::shared_ptr<backfill::
   dopts.before_preempt = [batches](const sched::Job& job, const sched::Job& for_job) {
     batches->before_preempt(job, for_job);
   };
+  dopts.external_backfill = [batches] { return batches->external_backfill(); };
+  dopts.yield_external = [batches](const std::string& name, const std::vector<std::string>& uuids,
+                                   const sched::Job& for_job) { batches->yield_external(name, uuids, for_job); };
 }
 
 // The dispatcher's counters as /metrics writes them (serve knows no backfill).

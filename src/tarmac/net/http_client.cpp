@@ -182,20 +182,45 @@ void Cancel::forget(int fd) {
   fds_.erase(fd);
 }
 
-bool is_loopback_url(std::string_view url) {
-  if (!check_url(url).ok()) return false;
+namespace {
+
+// A checked url's host ("[::1]" as "::1") and what follows it up to the path ("" or ":8080").
+std::pair<std::string_view, std::string_view> host_and_port(std::string_view url) {
   std::string_view rest = url.substr(url.find("://") + 3);
   rest = rest.substr(0, rest.find_first_of("/?#"));
-  std::string_view host;
   if (rest.starts_with("[")) {
-    host = rest.substr(1, rest.find(']') == std::string_view::npos ? 0 : rest.find(']') - 1);
-  } else {
-    host = rest.substr(0, rest.find(':'));
+    const auto close = rest.find(']');
+    if (close == std::string_view::npos) return {"", ""};
+    return {rest.substr(1, close - 1), rest.substr(close + 1)};
   }
+  const auto colon = rest.find(':');
+  if (colon == std::string_view::npos) return {rest, ""};
+  return {rest.substr(0, colon), rest.substr(colon)};
+}
+
+}  // namespace
+
+bool is_loopback_url(std::string_view url) {
+  if (!check_url(url).ok()) return false;
+  const auto host = host_and_port(url).first;
   if (host == "localhost" || host == "::1") return true;
   in_addr v4{};
   const std::string text(host);
   return ::inet_pton(AF_INET, text.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
+
+std::optional<unsigned> loopback_port(std::string_view url) {
+  if (!is_loopback_url(url)) return std::nullopt;
+  const auto port = host_and_port(url).second;
+  if (port.empty()) return url.starts_with("https://") ? 443U : 80U;
+  if (port.size() < 2 || port.size() > 6 || port.front() != ':') return std::nullopt;
+  unsigned n = 0;
+  for (const char c : port.substr(1)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (n == 0 || n > 65535) return std::nullopt;
+  return n;
 }
 
 Result<void> available() {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <set>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -117,6 +118,9 @@ enum class Failure {
 // Whether `url`'s host is a loopback address (127.0.0.0/8, [::1], localhost): one whose other end
 // this machine's /proc can name (host/tcp_owner.hpp). False for a url check_url refuses.
 [[nodiscard]] bool is_loopback_url(std::string_view url);
+// The TCP port of loopback `url` (is_loopback_url): the one it names, else its scheme's (80, 443);
+// nullopt for any other url, or a port that is not 1 to 65535.
+[[nodiscard]] std::optional<unsigned> loopback_port(std::string_view url);
 
 // Sends `request` and waits for the whole answer (or the deadline, or the cancel flag). Any HTTP
 // status is a Response: the caller decides what a 4xx or 5xx means. Errors: Invalid (a bad url or

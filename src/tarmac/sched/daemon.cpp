@@ -45,6 +45,7 @@ Daemon::State::State(DaemonOptions options, JobDb db, LeaseDir dir, Listener lis
       wake_fd(std::move(wake)) {
   table.on_event([this](const Job& job, JobEvent event) { on_job_event(job, event); });
   pass.before_preempt(opt.before_preempt);
+  pass.external(opt.external_backfill, opt.yield_external);
   pass.awaited([this](long long id) { return clients.follows(id); });
 }
 

@@ -17,6 +17,7 @@
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/sched/job.hpp"
+#include "tarmac/sched/queue.hpp"
 #include "tarmac/sched/settings.hpp"
 #include "tarmac/sched/wire.hpp"
 #include "tarmac/util/fd.hpp"
@@ -59,6 +60,8 @@ class AgentJobs {
   [[nodiscard]] virtual const Job* find(long long id) const = 0;
   // The agent's jobs that have not ended (after a restart, those no part of the agent knows).
   [[nodiscard]] virtual std::vector<long long> unfinished() const = 0;
+  // The UUIDs of the GPUs given now to jobs (backfill ones too) and to leases.
+  [[nodiscard]] virtual std::set<std::string> given_gpus() const = 0;
 };
 
 struct DaemonOptions {
@@ -86,6 +89,13 @@ struct DaemonOptions {
   // before its SIGTERM: the part of the agent that runs it lets go of it first (backfill stops
   // sending to the server). The queue waits meanwhile: it should take about a second at most.
   std::function<void(const Job& backfill, const Job& for_job)> before_preempt;
+  // Backfill that runs outside the scheduler's jobs (queue.hpp ExternalBackfill: the agent's external
+  // LLM servers): asked for at each pass, on the scheduler's thread, so it must answer at once (a
+  // copy of what another thread found). A job or lease that would fit if one of them unloaded waits
+  // for it, and yield_external asks it to (on the scheduler's thread: it must not block either).
+  std::function<std::vector<ExternalBackfill>()> external_backfill;
+  std::function<void(const std::string& name, const std::vector<std::string>& uuids, const Job& for_job)>
+      yield_external;
 };
 
 class Daemon {

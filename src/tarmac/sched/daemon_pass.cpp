@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tarmac/sched/daemon_leases.hpp"
 #include "tarmac/sched/queue.hpp"
@@ -19,6 +20,7 @@ constexpr long long kRetryMs = 1000;       // a pass over a queue that could not
 constexpr long long kRecheckMs = 25;       // a pass again this soon after a job ends
 constexpr long long kMinPassGapMs = 10;    // passes for new submissions, at most this often
 constexpr long long kRoomMarginMs = 5000;  // after preempted jobs end, how long their room is awaited
+constexpr long long kExternalUnloadMs = 5000;  // an external server's unload, at most (its request's timeout)
 
 const char* plural(unsigned n) { return n == 1 ? "" : "s"; }
 }  // namespace
@@ -89,8 +91,10 @@ std::optional<Pass::Round> Pass::begin(long long now_ms, long long now_unix_ms) 
               .snapshot = std::move(*snap),
               .leased = busy_gpus(*live, table_.jobs()),
               .backfill_gpus = preemptible_gpus(table_.jobs()),
+              .external = external_backfill(),
               .no_room = {}};
   gpus_.drop_ended_processes(round.snapshot, now_ms);
+  for (const auto& h : round.external) round.backfill_gpus.merge(gpus_of(round.snapshot, h));
   return round;
 }
 
@@ -191,16 +195,36 @@ bool Pass::make_room(Round& round, Job& job) {
   if ((until != room_until_.end() && round.now_ms < until->second) || room_coming(table_.jobs(), job.id)) {
     return true;  // the backfill jobs it preempted free what it needs: wait for them (its reason says which)
   }
-  // Would it fit if the backfill jobs gave their GPUs back?
-  const auto room = room_in_backfill(round.snapshot, round.leased, table_.jobs(), job.request);
+  // Would it fit if the backfill jobs gave their GPUs back, and the external servers unloaded?
+  const auto room = room_in_backfill(round.snapshot, round.leased, table_.jobs(), job.request, round.external);
   if (!room) return false;
   for (long long id : room->backfill) preempt(round, table_.jobs().at(id), job);
+  for (const auto& name : room->external) yield_external(round, name, room->uuids, job);
   for (const auto& u : room->uuids) round.leased[u] = fmt::format("claimed by {} {}", to_string(job.kind), job.id);
   job.reason = yield_reason(*room);
   // Their GPUs may look busy for a moment after they end (NVML lists a process until its
-  // context is gone): give the room time to arrive before preempting anything else.
-  room_until_[job.id] = round.now_ms + longest_grace_for(table_.jobs(), job.id) + kRoomMarginMs;
+  // context is gone): give the room time to arrive before preempting anything else. An external
+  // server's unload is bounded by its own timeout (backfill's kUnloadTimeoutMs), not by a grace.
+  const long long wait = std::max(longest_grace_for(table_.jobs(), job.id),
+                                  room->external.empty() ? 0LL : kExternalUnloadMs);
+  room_until_[job.id] = round.now_ms + wait + kRoomMarginMs;
   return true;
+}
+
+void Pass::yield_external(Round& round, const std::string& name, const std::vector<std::string>& room,
+                          const Job& job) {
+  const auto holder = std::find_if(round.external.begin(), round.external.end(),
+                                   [&name](const auto& h) { return h.name == name; });
+  if (holder == round.external.end()) return;
+  const auto on = gpus_of(round.snapshot, *holder);
+  std::vector<std::string> uuids;
+  for (const auto& u : room) {
+    if (on.contains(u)) uuids.push_back(u);
+  }
+  log(util::LogLevel::Info, fmt::format("scheduler: asking backfill server {} to unload from GPU {} for {} {}", name,
+                                        fmt::join(uuids, ","), to_string(job.kind), job.id));
+  if (yield_external_) yield_external_(name, uuids, job);
+  for (const auto& u : on) round.backfill_gpus.erase(u);
 }
 
 void Pass::preempt(Round& round, Job& backfill, const Job& job) {

@@ -12,6 +12,7 @@
 #include "tarmac/sched/daemon_locks.hpp"
 #include "tarmac/sched/daemon_table.hpp"
 #include "tarmac/sched/daemon_wrappers.hpp"
+#include "tarmac/sched/queue.hpp"
 #include "tarmac/sched/settings.hpp"
 
 namespace tarmac::sched {
@@ -35,6 +36,20 @@ class Pass {
   // Called before an agent's backfill job is sent SIGTERM to make room (DaemonOptions::before_preempt).
   using BeforePreempt = std::function<void(const Job& backfill, const Job& for_job)>;
   void before_preempt(BeforePreempt hook) { before_preempt_ = std::move(hook); }
+
+  // The external backfill servers now (DaemonOptions::external_backfill), and the call that asks one
+  // of them to give back the GPUs `uuids` to `for_job` (DaemonOptions::yield_external).
+  using ExternalList = std::function<std::vector<ExternalBackfill>()>;
+  using YieldExternal =
+      std::function<void(const std::string& name, const std::vector<std::string>& uuids, const Job& for_job)>;
+  void external(ExternalList list, YieldExternal yield) {
+    external_list_ = std::move(list);
+    yield_external_ = std::move(yield);
+  }
+  // The external backfill servers now (none without the hook).
+  [[nodiscard]] std::vector<ExternalBackfill> external_backfill() const {
+    return external_list_ ? external_list_() : std::vector<ExternalBackfill>{};
+  }
 
   // Whether a client still waits for lease `id` (follows it on the socket).
   using Awaited = std::function<bool(long long id)>;
@@ -69,7 +84,8 @@ class Pass {
     long long now_unix_ms = 0;  // wall, for the leases' expiry and fairness
     gpu::Snapshot snapshot;
     LeasedGpus leased;
-    std::set<std::string> backfill_gpus;  // GPUs of running backfill jobs not yet being stopped
+    std::set<std::string> backfill_gpus;  // GPUs of running backfill jobs not yet being stopped, and of external servers
+    std::vector<ExternalBackfill> external;  // the external backfill servers (Pass::external)
     std::vector<PickRequest> no_room;     // requests that found no room in this pass
     [[nodiscard]] std::vector<std::string> uuids_of(const std::vector<unsigned>& chosen) const {
       return sched::uuids_of(snapshot, chosen);
@@ -91,6 +107,8 @@ class Pass {
   // it waits for backfill jobs to yield (preempted now or before; its reason says which).
   bool make_room(Round& round, Job& job);
   void preempt(Round& round, Job& backfill, const Job& job);
+  // Asks external server `name` to unload from those of the GPUs `room` it is on, for `job`.
+  void yield_external(Round& round, const std::string& name, const std::vector<std::string>& room, const Job& job);
   // Starts backfill jobs, in submission order, on GPUs idle for scheduler.backfill_idle.
   void start_backfill(Round& round, std::vector<Job*> waiting);
   // Starts `job` on `chosen`, marking its GPUs taken in `taken`.
@@ -107,6 +125,8 @@ class Pass {
   Start start_;
   util::LogSink log_;
   BeforePreempt before_preempt_;
+  ExternalList external_list_;
+  YieldExternal yield_external_;
   Awaited awaited_;
 
   bool dirty_ = true;             // something changed: run a pass

@@ -284,7 +284,7 @@ json Requests::reserve(Client& c, const json& req) {
   const auto picked = pick(*snap, busy, job.request);
   if (picked.ok()) return give_lease(std::move(job), picked.chosen, uuids_of(*snap, picked.chosen), *for_ms);
   // Backfill holds what it needs: backfill yields to a lease as to a normal job.
-  const auto room = room_in_backfill(*snap, busy, table_.jobs(), job.request);
+  const auto room = room_in_backfill(*snap, busy, table_.jobs(), job.request, pass_.external_backfill());
   if (room && wait_ms > 0) {
     return wait_for_backfill(c, std::move(job), *room,
                              Pass::LeaseWait{.until_ms = clock_() + wait_ms, .wait_ms = wait_ms, .for_ms = *for_ms});

@@ -98,6 +98,7 @@ struct Daemon::State final : AgentJobs {
   void cancel(long long id, const std::string& why) override;
   [[nodiscard]] const Job* find(long long id) const override;
   [[nodiscard]] std::vector<long long> unfinished() const override;
+  [[nodiscard]] std::set<std::string> given_gpus() const override { return table.given_gpus(); }
 
   // --- recovery (daemon.cpp) ---
 

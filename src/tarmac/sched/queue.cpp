@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <tuple>
 
 namespace tarmac::sched {
@@ -106,27 +107,80 @@ std::vector<std::string> uuids_of(const gpu::Snapshot& snapshot, const std::vect
   return out;
 }
 
+std::set<std::string> gpus_of(const gpu::Snapshot& snapshot, const ExternalBackfill& holder) {
+  std::set<std::string> out;
+  for (const auto& d : snapshot.devices) {
+    if (!d.id.uuid) continue;
+    if (std::any_of(d.processes.begin(), d.processes.end(), [&](const auto& p) { return holder.pids.contains(p.pid); })) {
+      out.insert(*d.id.uuid);
+    }
+  }
+  return out;
+}
+
+gpu::Snapshot without_processes_of(const gpu::Snapshot& snapshot, const std::vector<ExternalBackfill>& holders) {
+  gpu::Snapshot out = snapshot;
+  const auto theirs = [&holders](const gpu::GpuProcess& p) {
+    return std::any_of(holders.begin(), holders.end(), [&p](const auto& h) { return h.pids.contains(p.pid); });
+  };
+  for (auto& d : out.devices) {
+    std::uint64_t freed = 0;
+    const auto before = d.processes.size();
+    std::erase_if(d.processes, [&](const gpu::GpuProcess& p) {
+      if (!theirs(p)) return false;
+      freed += p.used_mem_bytes.value_or(0);
+      return true;
+    });
+    if (d.processes.size() == before) continue;
+    if (d.sample.mem_used_bytes && d.sample.mem_free_bytes) {
+      freed = std::min(freed, *d.sample.mem_used_bytes);
+      d.sample.mem_free_bytes = *d.sample.mem_free_bytes + freed;
+      d.sample.mem_used_bytes = *d.sample.mem_used_bytes - freed;
+    }
+    if (d.processes.empty()) d.sample.util_gpu_pct = 0;  // what kept it busy is gone
+  }
+  return out;
+}
+
 std::optional<BackfillRoom> room_in_backfill(const gpu::Snapshot& snapshot, const LeasedGpus& leased,
-                                             const JobsById& jobs, const PickRequest& request) {
+                                             const JobsById& jobs, const PickRequest& request,
+                                             const std::vector<ExternalBackfill>& external) {
   const auto backfill_gpus = preemptible_gpus(jobs);
-  if (backfill_gpus.empty()) return std::nullopt;
+  std::map<std::string, std::set<std::string>> external_gpus;  // by server
+  for (const auto& h : external) {
+    if (auto on = gpus_of(snapshot, h); !on.empty()) external_gpus[h.name] = std::move(on);
+  }
+  if (backfill_gpus.empty() && external_gpus.empty()) return std::nullopt;
   LeasedGpus without = leased;
   for (const auto& u : backfill_gpus) without.erase(u);
-  const auto picked = pick(without_jobs_on(snapshot, backfill_gpus), without, request);
+  const auto picked = pick(without_processes_of(without_jobs_on(snapshot, backfill_gpus), external), without, request);
   if (!picked.ok()) return std::nullopt;
-  BackfillRoom room{.chosen = picked.chosen, .uuids = uuids_of(snapshot, picked.chosen), .backfill = {}};
+  BackfillRoom room{.chosen = picked.chosen, .uuids = uuids_of(snapshot, picked.chosen), .backfill = {}, .external = {}};
   room.backfill = backfill_on(jobs, room.uuids);
+  for (const auto& [name, on] : external_gpus) {
+    if (std::any_of(room.uuids.begin(), room.uuids.end(), [&on](const auto& u) { return on.contains(u); })) {
+      room.external.push_back(name);
+    }
+  }
+  if (room.backfill.empty() && room.external.empty()) return std::nullopt;  // it fits as it is: no room to make
   return room;
 }
 
 std::string yield_reason(const BackfillRoom& room) {
   const auto list = [](const auto& v) {
     std::string out;
-    for (const auto& x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+    for (const auto& x : v) out += fmt::format("{}{}", out.empty() ? "" : ",", x);
     return out;
   };
-  return fmt::format("waiting for backfill job{} {} to yield GPU{} {}", room.backfill.size() == 1 ? "" : "s",
-                     list(room.backfill), room.chosen.size() == 1 ? "" : "s", list(room.chosen));
+  std::vector<std::string> who;
+  if (!room.backfill.empty()) {
+    who.push_back(fmt::format("backfill job{} {} to yield", room.backfill.size() == 1 ? "" : "s", list(room.backfill)));
+  }
+  if (!room.external.empty()) {
+    who.push_back(fmt::format("backfill server{} {} to unload", room.external.size() == 1 ? "" : "s", list(room.external)));
+  }
+  return fmt::format("waiting for {} GPU{} {}", fmt::join(who, " and "), room.chosen.size() == 1 ? "" : "s",
+                     list(room.chosen));
 }
 
 std::map<uid_t, long long> usage_until(const std::map<uid_t, long long>& ended, const JobsById& jobs,

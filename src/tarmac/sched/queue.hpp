@@ -59,19 +59,41 @@ using JobsById = std::map<long long, Job>;
 // The UUIDs of the devices `chosen` (indices) of `snapshot`, in that order ("" for one without).
 [[nodiscard]] std::vector<std::string> uuids_of(const gpu::Snapshot& snapshot, const std::vector<unsigned>& chosen);
 
-// Room that running backfill jobs hold: the GPUs a request would get if they gave theirs back.
-struct BackfillRoom {
-  std::vector<unsigned> chosen;     // device indices
-  std::vector<std::string> uuids;   // of `chosen`
-  std::vector<long long> backfill;  // the running backfill jobs on them (backfill_on)
+// Backfill work that no job of the scheduler's runs: an LLM server already running that the agent
+// sends batches to (backfill's external servers, docs/backfill.md "External servers"), whose
+// processes are `pids` (its listener and their descendants). Asked to yield
+// (DaemonOptions::yield_external), it unloads its models: its processes leave the GPUs, and the server
+// runs on. Only servers that can unload are offered (Ollama's protocol).
+struct ExternalBackfill {
+  std::string name;
+  std::set<unsigned> pids;
 };
 
-// The room for `request` in the GPUs of the running backfill jobs, as if they ended, with the GPUs in
-// `leased` (busy_gpus, and what a pass has claimed) taken; nullopt when even that would not fit.
-[[nodiscard]] std::optional<BackfillRoom> room_in_backfill(const gpu::Snapshot& snapshot, const LeasedGpus& leased,
-                                                           const JobsById& jobs, const PickRequest& request);
+// The UUIDs of the GPUs on which `snapshot` lists a process of `holder`.
+[[nodiscard]] std::set<std::string> gpus_of(const gpu::Snapshot& snapshot, const ExternalBackfill& holder);
 
-// Why a request waits for `room`, for people: "waiting for backfill job 7 to yield GPU 0".
+// `snapshot` as it would be if `holders` unloaded their models: none of their processes listed, the
+// memory NVML gives for each free, and a GPU they leave without any process not busy.
+[[nodiscard]] gpu::Snapshot without_processes_of(const gpu::Snapshot& snapshot,
+                                                 const std::vector<ExternalBackfill>& holders);
+
+// Room that backfill holds: the GPUs a request would get if it gave them back.
+struct BackfillRoom {
+  std::vector<unsigned> chosen;          // device indices
+  std::vector<std::string> uuids;        // of `chosen`
+  std::vector<long long> backfill;       // the running backfill jobs on them (backfill_on)
+  std::vector<std::string> external;     // the external servers with a process on them, by name
+};
+
+// The room for `request` in the GPUs of the running backfill jobs and of the `external` servers, as
+// if the jobs ended and the servers unloaded, with the GPUs in `leased` (busy_gpus, and what a pass
+// has claimed) taken; nullopt when even that would not fit.
+[[nodiscard]] std::optional<BackfillRoom> room_in_backfill(const gpu::Snapshot& snapshot, const LeasedGpus& leased,
+                                                           const JobsById& jobs, const PickRequest& request,
+                                                           const std::vector<ExternalBackfill>& external = {});
+
+// Why a request waits for `room`, for people: "waiting for backfill job 7 to yield GPU 0", "waiting
+// for backfill server llm to unload from GPU 1".
 [[nodiscard]] std::string yield_reason(const BackfillRoom& room);
 
 // GPU-milliseconds per uid for fairness: `ended` (the jobs that ended in the window) plus the jobs

@@ -2,6 +2,8 @@
 // every word, the presets' commands and environments, a program that is not found, and root refused.
 #include "tarmac/backfill/managed.hpp"
 
+#include "tarmac/backfill/external.hpp"
+
 #include <gtest/gtest.h>
 
 namespace tarmac::backfill {
@@ -89,6 +91,23 @@ TEST(FreeLoopbackPort, IsAPort) {
   ASSERT_TRUE(port.ok()) << port.error().message;
   EXPECT_GT(*port, 0);
   EXPECT_LT(*port, 65536);
+}
+
+// An external server yields only where tarmac can find its processes and unload it.
+TEST(ExternalYield, OnlyAnOllamaOnThisMachinesLoopbackYields) {
+  ServerConfig s;
+  s.protocol = ServerProtocol::Ollama;
+  s.url = "http://127.0.0.1:11434";
+  auto port = yieldable_port(s);
+  ASSERT_TRUE(port.ok()) << port.error().message;
+  EXPECT_EQ(*port, 11434u);
+  s.url = "http://gpu-7.example:11434";
+  ASSERT_FALSE(yieldable_port(s).ok());
+  EXPECT_NE(yieldable_port(s).error().message.find("not this machine's loopback"), std::string::npos);
+  s.url = "http://127.0.0.1:8080";
+  s.protocol = ServerProtocol::OpenAi;  // llama-server, vLLM: no unload
+  ASSERT_FALSE(yieldable_port(s).ok());
+  EXPECT_NE(yieldable_port(s).error().message.find("no unload"), std::string::npos);
 }
 
 }  // namespace

@@ -43,6 +43,17 @@ TEST(CheckUrl, LoopbackUrlsAreTheOnesThisMachineCanName) {
   }
 }
 
+TEST(CheckUrl, ALoopbackUrlsPortIsTheOneNamedOrItsSchemes) {
+  EXPECT_EQ(loopback_port("http://127.0.0.1:11434"), 11434u);
+  EXPECT_EQ(loopback_port("http://[::1]:8080/v1"), 8080u);
+  EXPECT_EQ(loopback_port("http://localhost/"), 80u);
+  EXPECT_EQ(loopback_port("https://localhost?x"), 443u);
+  for (const char* url : {"http://10.0.0.1:8080", "http://127.0.0.1:0", "http://127.0.0.1:65536",
+                          "http://127.0.0.1:99999999999", "http://127.0.0.1:80x", "http://127.0.0.1:", "http://[::1"}) {
+    EXPECT_EQ(loopback_port(url), std::nullopt) << url;
+  }
+}
+
 TEST(Perform, ACheckedConnectionSendsOnlyWhenTheCheckSaysSo) {
   const auto server = HttpServer::answering(answer("yes"));
   Request request;

@@ -160,6 +160,56 @@ TEST(Preemption, RoomInBackfillIsWhatTheRunningBackfillJobsWouldFreeAndNamesThem
   EXPECT_FALSE(room_in_backfill(s, busy, by_id({}), PickRequest{.n = 1})) << "no backfill, no room in it";
 }
 
+// An external backfill server (an Ollama that tarmac did not start) is on GPU 0 as pid 100, and its
+// runner on GPU 1 shares it with someone else's pid 201; GPU 2 is someone else's.
+gpu::Snapshot external_on_gpus() {
+  gpu::Snapshot s;
+  s.devices = {device(0, 30, 10, 90, true), device(1, 50, 10, 90, true), device(2, 30, 10, 90, true)};
+  s.devices[0].processes[0].used_mem_bytes = 20;
+  s.devices[1].processes[0].used_mem_bytes = 25;
+  s.devices[1].processes.push_back(gpu::GpuProcess{.pid = 201, .used_mem_bytes = 25});
+  return s;
+}
+
+TEST(Preemption, WithoutAnExternalServersProcessesOnlyTheirMemoryIsFreeAndAGpuLeftEmptyIsIdle) {
+  const auto out = without_processes_of(external_on_gpus(), {ExternalBackfill{.name = "llm", .pids = {100, 101}}});
+  EXPECT_TRUE(out.devices[0].processes.empty());
+  EXPECT_EQ(*out.devices[0].sample.mem_free_bytes, 30u);
+  EXPECT_EQ(*out.devices[0].sample.mem_used_bytes, 10u) << "the context NVML gives no process keeps its memory";
+  EXPECT_EQ(*out.devices[0].sample.util_gpu_pct, 0u);
+  ASSERT_EQ(out.devices[1].processes.size(), 1u);
+  EXPECT_EQ(out.devices[1].processes[0].pid, 201u) << "someone else's process stays";
+  EXPECT_EQ(*out.devices[1].sample.mem_free_bytes, 35u);
+  EXPECT_EQ(*out.devices[1].sample.util_gpu_pct, 90u) << "what is left may keep it busy";
+  EXPECT_EQ(out.devices[2].processes.size(), 1u);
+  EXPECT_EQ(gpus_of(external_on_gpus(), ExternalBackfill{.name = "llm", .pids = {100, 101}}),
+            (std::set<std::string>{"GPU-0", "GPU-1"}));
+}
+
+TEST(Preemption, RoomInBackfillCountsAnExternalServerThatWouldUnloadAndNamesIt) {
+  const auto s = external_on_gpus();
+  const std::vector<ExternalBackfill> llm = {ExternalBackfill{.name = "llm", .pids = {100, 101}}};
+  const auto one = room_in_backfill(s, {}, by_id({}), PickRequest{.n = 1}, llm);
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->chosen, (std::vector<unsigned>{0}));
+  EXPECT_TRUE(one->backfill.empty());
+  EXPECT_EQ(one->external, (std::vector<std::string>{"llm"}));
+  EXPECT_EQ(yield_reason(*one), "waiting for backfill server llm to unload GPU 0");
+  EXPECT_FALSE(room_in_backfill(s, {}, by_id({}), PickRequest{.n = 2}, llm))
+      << "GPU 1 keeps someone else's process after the unload";
+  EXPECT_FALSE(room_in_backfill(s, {}, by_id({}), PickRequest{.n = 1}, {ExternalBackfill{.name = "far", .pids = {9}}}))
+      << "a server with no process on a GPU frees none";
+  EXPECT_FALSE(room_in_backfill(s, {{"GPU-0", "lease 3"}}, by_id({}), PickRequest{.n = 1}, llm)) << "leased";
+  // With a backfill job on GPU 2 as well, both are named.
+  auto both = s;
+  both.devices[2].processes[0].pid = 300;
+  const auto jobs = by_id({holding(7, 1, JobState::Running, {"GPU-2"}, true)});
+  const auto two = room_in_backfill(both, busy_gpus({}, jobs), jobs, PickRequest{.n = 2}, llm);
+  ASSERT_TRUE(two.has_value());
+  EXPECT_EQ(two->chosen, (std::vector<unsigned>{0, 2}));
+  EXPECT_EQ(yield_reason(*two), "waiting for backfill job 7 to yield and backfill server llm to unload GPUs 0,2");
+}
+
 TEST(Fairness, RunningJobsCountUpToNowOnTopOfTheEndedOnes) {
   auto jobs = by_id({holding(1, 1000, JobState::Running, {"GPU-0", "GPU-1"}), holding(2, 1001, JobState::Queued, {})});
   jobs.at(1).started_ms = 10'000;

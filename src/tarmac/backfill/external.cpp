@@ -1,0 +1,287 @@
+// External servers' yield (external.hpp).
+#include "tarmac/backfill/external.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tarmac/backfill/ollama.hpp"
+#include "tarmac/host/tcp_listeners.hpp"
+#include "tarmac/net/http_client.hpp"
+#include "tarmac/util/clock.hpp"
+#include "tarmac/util/escape.hpp"
+
+namespace tarmac::backfill {
+
+namespace {
+constexpr long long kUnloadTimeoutMs = 5000;  // as a managed server's (sched's kExternalUnloadMs waits as long)
+}  // namespace
+
+Result<unsigned> yieldable_port(const ServerConfig& server) {
+  if (server.protocol != ServerProtocol::Ollama) {
+    return make_error(Error::Code::Invalid, "its protocol has no unload: stopping its batches would free none of its "
+                                            "GPU memory (only Ollama's protocol unloads)");
+  }
+  const auto port = net::loopback_port(server.url);
+  if (!port) {
+    return make_error(Error::Code::Invalid, fmt::format("{} is not this machine's loopback: tarmac cannot see which "
+                                                        "GPUs it uses (name it as http://127.0.0.1:PORT if it runs here)",
+                                                        server.url));
+  }
+  return *port;
+}
+
+ExternalServers::ExternalServers(ExternalOptions options, BatchDb& db, Dispatcher& dispatcher)
+    : opt_(std::move(options)), db_(db), dispatcher_(dispatcher) {
+  if (!opt_.serving) opt_.serving = [](unsigned port) { return host::processes_serving(port); };
+  if (!opt_.unload) {
+    opt_.unload = [](const ServerConfig& server, const std::string& model) {
+      return ollama::unload(server, model, kUnloadTimeoutMs);
+    };
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+ExternalServers::~ExternalServers() {
+  {
+    std::lock_guard lock(mutex_);
+    shared_.stop = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool ExternalServers::sending(const std::string& name, long long id, const std::string& model) {
+  const auto config = opt_.config.servers.find(name);
+  if (config == opt_.config.servers.end()) return false;
+  if (auto port = yieldable_port(config->second); !port.ok()) {
+    if (said_.insert(name).second) {
+      log(util::LogLevel::Info, fmt::format("backfill: external server {} does not yield its GPUs to normal jobs: {}",
+                                            name, port.error().message));
+    }
+    return false;
+  }
+  auto& s = servers_[name];
+  s.name = name;
+  s.batches[id] = model;
+  publish_scan_targets();
+  return s.yielding;
+}
+
+std::vector<sched::ExternalBackfill> ExternalServers::holders() const {
+  std::lock_guard lock(mutex_);
+  return shared_.found;
+}
+
+void ExternalServers::publish_scan_targets() {
+  std::map<std::string, unsigned> targets;
+  for (const auto& [name, s] : servers_) {
+    if (s.batches.empty()) continue;
+    if (auto port = yieldable_port(opt_.config.servers.at(name)); port.ok()) targets[name] = *port;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (targets == shared_.scan) return;
+    shared_.scan = std::move(targets);
+    // A server with no batch any more is no holder from now: nothing of it may be yielded.
+    std::erase_if(shared_.found, [this](const auto& h) { return !shared_.scan.contains(h.name); });
+    shared_.rescan = true;
+  }
+  wake_.notify_all();
+}
+
+void ExternalServers::yield(const std::string& name, const std::vector<std::string>& uuids, const sched::Job& for_job) {
+  const auto it = servers_.find(name);
+  if (it == servers_.end()) return;
+  Server& s = it->second;
+  const long long now = util::monotonic_ms();
+  // Nothing more is sent and the requests in flight are cancelled (their connections closed: the
+  // server stops generating) and go back to pending; the unload runs on the thread.
+  long long interrupted = 0;
+  for (const auto& [id, model] : s.batches) interrupted += dispatcher_.stop(id);
+  std::vector<std::string> models;
+  for (const auto& [id, model] : s.batches) {
+    if (std::find(models.begin(), models.end(), model) == models.end()) models.push_back(model);
+  }
+  const std::string for_what =
+      fmt::format("{} {}", for_job.kind == sched::JobKind::Lease ? "lease" : "job", for_job.id);
+  if (!s.yielding || s.recorded) {  // a new yield (asked again after one recorded: its unload did not free the GPUs)
+    s.started_ms = now;
+    s.interrupted = 0;
+    s.recorded = false;
+  }
+  s.yielding = true;
+  s.interrupted += interrupted;
+  s.for_job = for_job.id;
+  s.for_what = for_what;
+  for (const auto& u : uuids) {
+    if (std::find(s.gpus.begin(), s.gpus.end(), u) == s.gpus.end()) s.gpus.push_back(u);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    shared_.unload.emplace_back(name, models);
+    shared_.unload_started[name] = s.started_ms;
+  }
+  wake_.notify_all();
+  note(s, fmt::format("yielding its GPUs to {}: sending stopped ({} requests in flight back to pending), {} being "
+                      "unloaded from external server {} (tarmac does not stop a server it did not start)",
+                      for_what, interrupted, fmt::join(models, ", "), name));
+  log(util::LogLevel::Info, fmt::format("backfill: external server {} yields GPU {} to {}: sending stopped in {} ms, "
+                                        "unloading {}",
+                                        name, fmt::join(uuids, ","), for_what, util::monotonic_ms() - now,
+                                        fmt::join(models, ", ")));
+}
+
+void ExternalServers::tick(sched::AgentJobs& jobs) {
+  std::map<std::string, Unloaded> answered;
+  {
+    std::lock_guard lock(mutex_);
+    answered.swap(shared_.unloaded);
+  }
+  bool changed = false;
+  for (auto it = servers_.begin(); it != servers_.end();) {
+    Server& s = it->second;
+    for (auto b = s.batches.begin(); b != s.batches.end();) {
+      if (dispatcher_.holds(b->first)) {
+        ++b;
+      } else {
+        s.go_refused.erase(b->first);
+        b = s.batches.erase(b);  // done or cancelled
+        changed = true;
+      }
+    }
+    if (const auto done = answered.find(s.name); done != answered.end() && s.yielding && !s.recorded) {
+      record(s, done->second);
+    }
+    if (s.yielding && s.recorded) {
+      const sched::Job* job = jobs.find(s.for_job);
+      const bool waits = job != nullptr && job->state == sched::JobState::Queued;
+      const auto given = jobs.given_gpus();
+      const bool held = std::any_of(s.gpus.begin(), s.gpus.end(), [&given](const auto& u) { return given.contains(u); });
+      if (!waits && !held) {
+        resume(s);
+      } else {
+        note(s, fmt::format("yielded its GPUs to {}: external server {} sent to again once {} has left GPU {}",
+                            s.for_what, s.name, s.for_what, fmt::join(s.gpus, ",")));
+      }
+    }
+    if (s.batches.empty() && !s.yielding) {
+      it = servers_.erase(it);
+      changed = true;
+    } else {
+      ++it;
+    }
+  }
+  if (changed) publish_scan_targets();
+}
+
+void ExternalServers::record(Server& s, const Unloaded& done) {
+  s.recorded = true;
+  yield_count_ += 1;
+  yield_ms_ += done.ms;
+  nlohmann::json detail = {{"server", s.name},         {"external", true},     {"for_job", s.for_job},
+                           {"interrupted", s.interrupted}, {"ms", done.ms},        {"gpus", s.gpus},
+                           {"unloaded", done.failed.empty()}, {"memory_confirmed", nullptr},
+                           {"memory_freed_ms", nullptr}};
+  if (auto r = db_.add_event(util::wall_ms(), "backfill_yield", util::json_text(detail)); !r.ok()) {
+    log(util::LogLevel::Warning,
+        fmt::format("backfill: server {}: its yield is not recorded: {}", s.name, r.error().message));
+  }
+  if (done.failed.empty()) {
+    log(util::LogLevel::Info, fmt::format("backfill: yield: external server {} unloaded its models for {} in {} ms ({} "
+                                          "requests in flight sent back to pending); the server runs on",
+                                          s.name, s.for_what, done.ms, s.interrupted));
+  } else {
+    log(util::LogLevel::Warning, fmt::format("backfill: yield: external server {} for {}: {}; its GPUs may stay held "
+                                             "(tarmac does not stop a server it did not start)",
+                                             s.name, s.for_what, fmt::join(done.failed, "; ")));
+  }
+}
+
+void ExternalServers::resume(Server& s) {
+  bool all = true;
+  for (const auto& [id, model] : s.batches) {
+    if (auto r = dispatcher_.go(id); !r.ok()) {
+      all = false;
+      if (s.go_refused.insert(id).second) {
+        log(util::LogLevel::Warning, fmt::format("backfill: batch {}: {}", id, r.error().message));
+      }
+    } else {
+      s.go_refused.erase(id);
+    }
+  }
+  if (!all) return;  // tried again at the next tick
+  log(util::LogLevel::Info, fmt::format("backfill: external server {}: {} has left GPU {}: its batches are sent again",
+                                        s.name, s.for_what, fmt::join(s.gpus, ",")));
+  note(s, fmt::format("sent to external server {} again ({} has left GPU {})", s.name, s.for_what,
+                      fmt::join(s.gpus, ",")));
+  s.yielding = false;
+  s.recorded = false;
+  s.gpus.clear();
+}
+
+void ExternalServers::note(const Server& s, const std::string& reason) {
+  for (const auto& [id, model] : s.batches) dispatcher_.note(id, reason);
+}
+
+void ExternalServers::run() {
+  std::unique_lock lock(mutex_);
+  long long next_scan = 0;
+  while (!shared_.stop) {
+    if (!shared_.unload.empty()) {
+      auto [name, models] = std::move(shared_.unload.front());
+      shared_.unload.erase(shared_.unload.begin());
+      const long long started = shared_.unload_started[name];
+      const auto config = opt_.config.servers.find(name);
+      lock.unlock();
+      Unloaded done;
+      for (const auto& model : models) {
+        if (config == opt_.config.servers.end()) break;
+        if (auto r = opt_.unload(config->second, model); !r.ok()) {
+          done.failed.push_back(fmt::format("unload of {}: {}", model, r.error().message));
+        }
+      }
+      done.ms = util::monotonic_ms() - started;
+      lock.lock();
+      shared_.unloaded[name] = std::move(done);
+      next_scan = 0;  // its processes have changed: look again at once
+      continue;
+    }
+    const long long now = util::monotonic_ms();
+    if (now >= next_scan || shared_.rescan) {
+      shared_.rescan = false;
+      const auto targets = shared_.scan;
+      lock.unlock();
+      scan(targets);
+      lock.lock();
+      next_scan = util::monotonic_ms() + opt_.scan_every_ms;
+      continue;
+    }
+    wake_.wait_for(lock, std::chrono::milliseconds(next_scan - now));
+  }
+}
+
+void ExternalServers::scan(const std::map<std::string, unsigned>& targets) {
+  std::vector<sched::ExternalBackfill> found;
+  for (const auto& [name, port] : targets) {
+    auto pids = opt_.serving(port);
+    const std::string word = pids.empty() ? fmt::format("no process of this machine listens on port {}", port)
+                                          : fmt::format("listens on port {}", port);
+    if (seen_[name] != word) {
+      seen_[name] = word;
+      log(pids.empty() ? util::LogLevel::Warning : util::LogLevel::Info,
+          fmt::format("backfill: external server {}: {}{}", name, word,
+                      pids.empty() ? ": its GPUs are not known, it is not yielded (a server in another network "
+                                     "namespace, a container, is not seen)"
+                                   : fmt::format(" (pid {}): it yields its GPUs to normal jobs by unloading",
+                                                 fmt::join(pids, ","))));
+    }
+    if (!pids.empty()) found.push_back(sched::ExternalBackfill{.name = name, .pids = std::move(pids)});
+  }
+  std::lock_guard lock(mutex_);
+  std::erase_if(found, [this](const auto& h) { return !shared_.scan.contains(h.name); });  // gone meanwhile
+  shared_.found = std::move(found);
+}
+
+}  // namespace tarmac::backfill

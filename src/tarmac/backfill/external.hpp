@@ -1,0 +1,129 @@
+// External servers' yield (docs/backfill.md "External servers"): an LLM server already running
+// (Ollama's systemd service), that tarmac neither started nor may stop, gives its GPUs back to a
+// normal job or a lease as far as tarmac can make it: its batches stop sending (the requests in
+// flight closed, back to pending) and its models are unloaded (Ollama: keep_alive 0), so its
+// runners leave the GPUs; the server itself runs on. Its batches are sent again once the job has
+// left those GPUs.
+//
+// Which GPUs it is on: the processes that listen on its loopback port and their descendants
+// (host/tcp_listeners.hpp), found on a thread of this class's own every few seconds, matched by the
+// scheduler with NVML's processes at each pass (sched::ExternalBackfill); the scheduler decides
+// when a waiting job or lease would fit if it unloaded, and asks (yield()). Only a loopback url
+// of Ollama's protocol takes part: llama-server and vLLM have no unload (stopping sending frees
+// none of their memory), and a server on another machine holds none of this one's GPUs.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tarmac/backfill/batch_db.hpp"
+#include "tarmac/backfill/dispatch.hpp"
+#include "tarmac/backfill/settings.hpp"
+#include "tarmac/sched/daemon.hpp"
+#include "tarmac/util/log.hpp"
+
+namespace tarmac::backfill {
+
+struct ExternalOptions {
+  BackfillConfig config;
+  util::LogSink log;
+  long long scan_every_ms = 2000;  // how often the servers' processes are looked for
+  // The processes serving a loopback port (host::processes_serving); tests inject one.
+  std::function<std::set<unsigned>(unsigned port)> serving;
+  // Unloads `model` from `server` (ollama::unload); tests inject one.
+  std::function<Result<void>(const ServerConfig& server, const std::string& model)> unload;
+};
+
+// Whether external server `server` can yield: its protocol can unload (Ollama) and its url is this
+// machine's loopback. Else why not, for the log.
+[[nodiscard]] Result<unsigned> yieldable_port(const ServerConfig& server);
+
+class ExternalServers {
+ public:
+  ExternalServers(ExternalOptions options, BatchDb& db, Dispatcher& dispatcher);
+  ~ExternalServers();  // ends the thread (an unload in flight ends with its timeout)
+  ExternalServers(const ExternalServers&) = delete;
+  ExternalServers& operator=(const ExternalServers&) = delete;
+
+  // Batch `id` (for `model`) is being sent to external server `name` from now on (Service::send,
+  // on the scheduler's thread). True when the server is yielding now: the batch is to wait, paused,
+  // until its batches are sent again.
+  bool sending(const std::string& name, long long id, const std::string& model);
+
+  // The servers whose processes were found, for the scheduler's pass (any thread; a copy).
+  [[nodiscard]] std::vector<sched::ExternalBackfill> holders() const;
+
+  // The scheduler asks server `name` to give back GPUs `uuids` to `for_job` (its thread): its batches
+  // stop sending now, and its models are unloaded on this class's thread.
+  void yield(const std::string& name, const std::vector<std::string>& uuids, const sched::Job& for_job);
+
+  // The scheduler's thread, about every 250 ms: ended batches forgotten, yields recorded once their
+  // unload answered, and a yielded server's batches sent again once no job or lease holds its GPUs.
+  void tick(sched::AgentJobs& jobs);
+
+  // Yields so far and their durations (until the unload answered), for /metrics; any thread.
+  [[nodiscard]] long long yield_count() const { return yield_count_.load(); }
+  [[nodiscard]] long long yield_ms() const { return yield_ms_.load(); }
+
+ private:
+  struct Unloaded {
+    long long ms = 0;            // from the yield until the last unload answered
+    std::vector<std::string> failed;  // "model: why", one per unload that failed
+  };
+  // Scheduler's thread only.
+  struct Server {
+    std::string name;
+    std::map<long long, std::string> batches;  // being sent (or paused by a yield): id -> model
+    bool yielding = false;
+    long long started_ms = 0;  // monotonic: when the yield was asked
+    std::vector<std::string> gpus;  // given back
+    long long for_job = 0;
+    std::string for_what;  // "job 7", "lease 8"
+    long long interrupted = 0;
+    bool recorded = false;  // the yield's unload answered and its event was written
+    std::set<long long> go_refused;  // batches whose go() was refused (said once)
+  };
+  // Shared with the thread, under mutex_.
+  struct Shared {
+    std::map<std::string, unsigned> scan;  // server -> its loopback port: those with batches
+    std::vector<sched::ExternalBackfill> found;
+    std::vector<std::pair<std::string, std::vector<std::string>>> unload;  // server, models: to do
+    std::map<std::string, Unloaded> unloaded;  // server -> its yield's unloads, answered
+    std::map<std::string, long long> unload_started;  // server -> monotonic ms of its yield
+    bool rescan = false;  // the servers to look for changed
+    bool stop = false;
+  };
+
+  void run();
+  void scan(const std::map<std::string, unsigned>& targets);
+  void publish_scan_targets();
+  void record(Server& s, const Unloaded& done);
+  void resume(Server& s);
+  void note(const Server& s, const std::string& reason);
+  void log(util::LogLevel level, const std::string& message) const {
+    if (opt_.log) opt_.log(level, message);
+  }
+
+  ExternalOptions opt_;
+  BatchDb& db_;
+  Dispatcher& dispatcher_;
+  std::map<std::string, Server> servers_;  // scheduler's thread
+  std::set<std::string> said_;             // servers whose "not yielded" was logged (scheduler's thread)
+  std::map<std::string, std::string> seen_;  // the thread's last word on each server's processes
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  Shared shared_;
+  std::atomic<long long> yield_count_{0};
+  std::atomic<long long> yield_ms_{0};
+  std::thread thread_;
+};
+
+}  // namespace tarmac::backfill
