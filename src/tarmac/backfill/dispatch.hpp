@@ -73,7 +73,7 @@ struct DispatchCounters {
   long long completion_tokens = 0;
   long long in_flight = 0;         // now
   long long batches_sending = 0;   // now: held and not stopped
-  long long yields = 0;            // managed servers' jobs preempted for normal jobs (managed.hpp)
+  long long yields = 0;            // servers that gave GPUs back: managed ones stopped, external ones unloaded
   long long yield_ms = 0;          // ... their durations summed
 };
 
