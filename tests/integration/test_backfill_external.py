@@ -1,10 +1,11 @@
 """An external server's yield (docs/backfill.md "External servers", issue 16): an Ollama that tarmac
-did not start (the fake, fake_ollama.py, run here as `ollama serve` on GPU 2 of the simulation, its
-loaded model a tarmac-sim-load child of it that holds simulated memory there) serves a batch. A normal
+did not start (the fake, fake_ollama.py, run here as `ollama serve` on GPU 2 of the simulation, each
+loaded model a tarmac-sim-load child of it that holds simulated memory there) serves a batch, and
+someone else has loaded another model into it. A normal
 job for one GPU starts on a free one and nothing yields; a normal job that needs every GPU arrives
 while the batch has requests in flight: the scheduler sees that GPU 2 would be free if the server
 unloaded (its listening socket's process and that process's children are NVML's process there),
-the batch stops sending, the model is unloaded, the job starts, and the server is never signalled
+the batch stops sending, both models are unloaded, the job starts, and the server is never signalled
 (tarmac does not stop what it did not start). Once the job has left the GPUs the batch is sent
 again, the model loads again, and the batch finishes, each custom_id once."""
 import json
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import unittest
+import urllib.request
 
 from agent_support import query, wait_for
 from test_backfill_llama import BatchQueueTest, answered_once
@@ -32,14 +34,15 @@ class ExternalOllamaYield(BatchQueueTest):
     def setUp(self):
         self.port = free_port()
         self.config = ('backfill_idle = "1s"\n\n[backfill.server.llm]\n'
-                       f'url = "http://127.0.0.1:{self.port}"\nprotocol = "ollama"\n'
+                       f'url = "http://127.0.0.1:{self.port}"\nprotocol = "ollama"\nserver_user = "root"\n'
                        'timeout = "30s"\nretries = 6\nmax_parallel = 4\n')
         super().setUp()
         self.events = self.tmp / "fake-events"
         env = self.sim.env({"CUDA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
         self.fake = subprocess.Popen(
             [sys.executable, str(FAKE), "serve", "--port", str(self.port), "--tokens", "20", "--token-delay", "0.05",
-             "--hold-mem", "2048MiB", "--sim-load", str(SIM_LOAD), "--events", str(self.events)],
+             "--model", "tiny", "--model", "other", "--hold-mem", "2048MiB", "--sim-load", str(SIM_LOAD),
+             "--events", str(self.events)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.addCleanup(self.end_fake)
         self.assertTrue(self.fake.stdout.readline().startswith("http://"), "the fake did not start")
@@ -71,6 +74,11 @@ class ExternalOllamaYield(BatchQueueTest):
                         f"{self.jobs()}\n{self.agent_log()}")
         self.assertEqual(self.yields(), [])
         self.assertEqual(self.fake_events(), ["load tiny:latest"])
+        # Someone else loads another model into the shared server, for ever: its runner is on GPU 2 too.
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/generate", method="POST",
+                                         data=json.dumps({"model": "other", "keep_alive": -1}).encode())
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            self.assertEqual(answer.status, 200)
 
         job = self.submit("/bin/sleep", "0.5", n=4)  # every GPU: the server's must be given back
         self.assertTrue(wait_for(lambda: self.job(job)["started_unix_ms"] is not None, timeout=30 * SLOW, step=0.02),
@@ -79,11 +87,14 @@ class ExternalOllamaYield(BatchQueueTest):
         self.wait_status(batch_id, lambda s: s["state"] == "done", "the batch did not finish after the job")
         answered_once(self, out, TEXTS)
 
-        # The fake's order: loaded, unloaded and its memory freed (which let the job start), loaded
-        # again once the batch was sent to again; never signalled.
+        # The fake's order: both models loaded, both unloaded (the other one too: its runner held the
+        # GPU as well) and their memory freed, which let the job start; the batch's loaded again once
+        # it was sent to again; never signalled.
         events = self.fake_events()
-        self.assertEqual(events[:4], ["load tiny:latest", "unload tiny:latest", "freed tiny:latest", "load tiny:latest"],
-                         "\n".join(events))
+        self.assertEqual(events[:2], ["load tiny:latest", "load other:latest"], "\n".join(events))
+        self.assertEqual(sorted(events[2:6]), ["freed other:latest", "freed tiny:latest", "unload other:latest",
+                                               "unload tiny:latest"], "\n".join(events))
+        self.assertEqual(events[6:7], ["load tiny:latest"], "\n".join(events))
         self.assertFalse([e for e in events if e.startswith("sigterm")], events)
         yields = self.yields()
         self.assertEqual(len(yields), 1, yields)

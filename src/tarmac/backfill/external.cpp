@@ -18,7 +18,7 @@ namespace {
 constexpr long long kUnloadTimeoutMs = 5000;  // as a managed server's (sched's kExternalUnloadMs waits as long)
 }  // namespace
 
-Result<unsigned> yieldable_port(const ServerConfig& server) {
+Result<YieldTarget> yieldable(const ServerConfig& server) {
   if (server.protocol != ServerProtocol::Ollama) {
     return make_error(Error::Code::Invalid, "its protocol has no unload: stopping its batches would free none of its "
                                             "GPU memory (only Ollama's protocol unloads)");
@@ -29,12 +29,25 @@ Result<unsigned> yieldable_port(const ServerConfig& server) {
                                                         "GPUs it uses (name it as http://127.0.0.1:PORT if it runs here)",
                                                         server.url));
   }
-  return *port;
+  if (server.server_user.empty()) {
+    return make_error(Error::Code::Invalid, "no server_user names the account that runs it: without one, a user who "
+                                            "listens on its port could pose as it");
+  }
+  TARMAC_TRY_ASSIGN(const uid_t uid, server_user_uid(server.server_user));
+  return YieldTarget{.port = *port, .uid = uid};
 }
 
 ExternalServers::ExternalServers(ExternalOptions options, BatchDb& db, Dispatcher& dispatcher)
     : opt_(std::move(options)), db_(db), dispatcher_(dispatcher) {
-  if (!opt_.serving) opt_.serving = [](unsigned port) { return host::processes_serving(port); };
+  if (!opt_.serving) opt_.serving = [](unsigned port, uid_t uid) { return host::processes_serving(port, uid); };
+  if (!opt_.loaded) {
+    opt_.loaded = [](const ServerConfig& server) -> Result<std::vector<std::string>> {
+      TARMAC_TRY_ASSIGN(auto models, ollama::loaded(server, kUnloadTimeoutMs));
+      std::vector<std::string> names;
+      for (const auto& m : models) names.push_back(m.name);
+      return names;
+    };
+  }
   if (!opt_.unload) {
     opt_.unload = [](const ServerConfig& server, const std::string& model) {
       return ollama::unload(server, model, kUnloadTimeoutMs);
@@ -55,7 +68,7 @@ ExternalServers::~ExternalServers() {
 bool ExternalServers::sending(const std::string& name, long long id, const std::string& model) {
   const auto config = opt_.config.servers.find(name);
   if (config == opt_.config.servers.end()) return false;
-  if (auto port = yieldable_port(config->second); !port.ok()) {
+  if (auto port = yieldable(config->second); !port.ok()) {
     if (said_.insert(name).second) {
       log(util::LogLevel::Info, fmt::format("backfill: external server {} does not yield its GPUs to normal jobs: {}",
                                             name, port.error().message));
@@ -75,14 +88,17 @@ std::vector<sched::ExternalBackfill> ExternalServers::holders() const {
 }
 
 void ExternalServers::publish_scan_targets() {
-  std::map<std::string, unsigned> targets;
+  std::map<std::string, YieldTarget> targets;
   for (const auto& [name, s] : servers_) {
     if (s.batches.empty()) continue;
-    if (auto port = yieldable_port(opt_.config.servers.at(name)); port.ok()) targets[name] = *port;
+    if (auto target = yieldable(opt_.config.servers.at(name)); target.ok()) targets[name] = *target;
   }
   {
     std::lock_guard lock(mutex_);
-    if (targets == shared_.scan) return;
+    const auto same = [](const auto& a, const auto& b) {
+      return a.first == b.first && a.second.port == b.second.port && a.second.uid == b.second.uid;
+    };
+    if (std::equal(targets.begin(), targets.end(), shared_.scan.begin(), shared_.scan.end(), same)) return;
     shared_.scan = std::move(targets);
     // A server with no batch any more is no holder from now: nothing of it may be yielded.
     std::erase_if(shared_.found, [this](const auto& h) { return !shared_.scan.contains(h.name); });
@@ -115,13 +131,13 @@ void ExternalServers::yield(const std::string& name, const std::vector<std::stri
   s.interrupted += interrupted;
   s.for_job = for_job.id;
   s.for_what = for_what;
+  s.for_jobs.insert(for_job.id);
   for (const auto& u : uuids) {
     if (std::find(s.gpus.begin(), s.gpus.end(), u) == s.gpus.end()) s.gpus.push_back(u);
   }
   {
     std::lock_guard lock(mutex_);
-    shared_.unload.emplace_back(name, models);
-    shared_.unload_started[name] = s.started_ms;
+    shared_.unload.push_back(Shared::Unload{.server = name, .models = models, .started_ms = s.started_ms});
   }
   wake_.notify_all();
   note(s, fmt::format("yielding its GPUs to {}: sending stopped ({} requests in flight back to pending), {} being "
@@ -151,12 +167,17 @@ void ExternalServers::tick(sched::AgentJobs& jobs) {
         changed = true;
       }
     }
-    if (const auto done = answered.find(s.name); done != answered.end() && s.yielding && !s.recorded) {
+    if (const auto done = answered.find(s.name);
+        done != answered.end() && s.yielding && !s.recorded && done->second.started_ms == s.started_ms) {
       record(s, done->second);
     }
     if (s.yielding && s.recorded) {
-      const sched::Job* job = jobs.find(s.for_job);
-      const bool waits = job != nullptr && job->state == sched::JobState::Queued;
+      // Sent again once none of the jobs and leases it yielded to waits any more...
+      std::erase_if(s.for_jobs, [&jobs](long long id) {
+        const sched::Job* job = jobs.find(id);
+        return job == nullptr || job->state != sched::JobState::Queued;
+      });
+      const bool waits = !s.for_jobs.empty();
       const auto given = jobs.given_gpus();
       const bool held = std::any_of(s.gpus.begin(), s.gpus.end(), [&given](const auto& u) { return given.contains(u); });
       if (!waits && !held) {
@@ -219,9 +240,12 @@ void ExternalServers::resume(Server& s) {
   s.yielding = false;
   s.recorded = false;
   s.gpus.clear();
+  s.for_jobs.clear();
 }
 
-void ExternalServers::note(const Server& s, const std::string& reason) {
+void ExternalServers::note(Server& s, const std::string& reason) {
+  if (reason == s.last_note) return;  // a tick every 250 ms: write only what changed
+  s.last_note = reason;
   for (const auto& [id, model] : s.batches) dispatcher_.note(id, reason);
 }
 
@@ -230,21 +254,11 @@ void ExternalServers::run() {
   long long next_scan = 0;
   while (!shared_.stop) {
     if (!shared_.unload.empty()) {
-      auto [name, models] = std::move(shared_.unload.front());
+      auto job = std::move(shared_.unload.front());
       shared_.unload.erase(shared_.unload.begin());
-      const long long started = shared_.unload_started[name];
-      const auto config = opt_.config.servers.find(name);
       lock.unlock();
-      Unloaded done;
-      for (const auto& model : models) {
-        if (config == opt_.config.servers.end()) break;
-        if (auto r = opt_.unload(config->second, model); !r.ok()) {
-          done.failed.push_back(fmt::format("unload of {}: {}", model, r.error().message));
-        }
-      }
-      done.ms = util::monotonic_ms() - started;
+      unload(job.server, job.models, job.started_ms);
       lock.lock();
-      shared_.unloaded[name] = std::move(done);
       next_scan = 0;  // its processes have changed: look again at once
       continue;
     }
@@ -262,20 +276,51 @@ void ExternalServers::run() {
   }
 }
 
-void ExternalServers::scan(const std::map<std::string, unsigned>& targets) {
+// Every model the server holds is unloaded, not only the batches': the scheduler counted all its
+// runners' memory as room, and a model someone else loaded meanwhile would keep the GPU held (the
+// job waiting, the yield asked again and again). A normal job outranks inference on the GPU it needs.
+void ExternalServers::unload(const std::string& name, const std::vector<std::string>& models, long long started_ms) {
+  Unloaded done;
+  done.started_ms = started_ms;
+  const auto config = opt_.config.servers.find(name);
+  if (config != opt_.config.servers.end()) {
+    std::vector<std::string> all = models;
+    if (auto held = opt_.loaded(config->second); held.ok()) {
+      for (auto& m : *held) {
+        if (std::find(all.begin(), all.end(), m) == all.end()) all.push_back(std::move(m));
+      }
+    } else {
+      done.failed.push_back(fmt::format("its loaded models (/api/ps): {}", held.error().message));
+    }
+    for (const auto& model : all) {
+      if (auto r = opt_.unload(config->second, model); !r.ok()) {
+        done.failed.push_back(fmt::format("unload of {}: {}", model, r.error().message));
+      }
+    }
+  }
+  done.ms = util::monotonic_ms() - started_ms;
+  std::lock_guard lock(mutex_);
+  shared_.unloaded[name] = std::move(done);
+}
+
+void ExternalServers::scan(const std::map<std::string, YieldTarget>& targets) {
   std::vector<sched::ExternalBackfill> found;
-  for (const auto& [name, port] : targets) {
-    auto pids = opt_.serving(port);
-    const std::string word = pids.empty() ? fmt::format("no process of this machine listens on port {}", port)
-                                          : fmt::format("listens on port {}", port);
-    if (seen_[name] != word) {
+  for (const auto& [name, target] : targets) {
+    const unsigned port = target.port;
+    auto pids = opt_.serving(port, target.uid);
+    const std::string& user = opt_.config.servers.at(name).server_user;
+    const std::string word = pids.empty()
+                                 ? fmt::format("no process of its server_user {} listens on port {}", user, port)
+                                 : fmt::format("listens on port {}", port);
+    if (seen_[name] != word) {  // said once per change of state, not per change of its processes
       seen_[name] = word;
       log(pids.empty() ? util::LogLevel::Warning : util::LogLevel::Info,
           fmt::format("backfill: external server {}: {}{}", name, word,
-                      pids.empty() ? ": its GPUs are not known, it is not yielded (a server in another network "
-                                     "namespace, a container, is not seen)"
-                                   : fmt::format(" (pid {}): it yields its GPUs to normal jobs by unloading",
-                                                 fmt::join(pids, ","))));
+                      pids.empty() ? " (or the agent may not read the processes' /proc/PID/fd): its GPUs are not "
+                                     "known, it is not yielded (a server in a container, behind another "
+                                     "account's proxy, is not seen)"
+                                   : fmt::format(" (pid {}, {}'s): it yields its GPUs to normal jobs by unloading",
+                                                 fmt::join(pids, ","), user)));
     }
     if (!pids.empty()) found.push_back(sched::ExternalBackfill{.name = name, .pids = std::move(pids)});
   }

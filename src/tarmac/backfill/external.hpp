@@ -36,15 +36,24 @@ struct ExternalOptions {
   BackfillConfig config;
   util::LogSink log;
   long long scan_every_ms = 2000;  // how often the servers' processes are looked for
-  // The processes serving a loopback port (host::processes_serving); tests inject one.
-  std::function<std::set<unsigned>(unsigned port)> serving;
-  // Unloads `model` from `server` (ollama::unload); tests inject one.
+  // The processes of `uid` serving a loopback port (host::processes_serving); tests inject one.
+  std::function<std::set<unsigned>(unsigned port, uid_t uid)> serving;
+  // The models `server` holds loaded (ollama::loaded), and the unload of one (ollama::unload); tests
+  // inject them.
+  std::function<Result<std::vector<std::string>>(const ServerConfig& server)> loaded;
   std::function<Result<void>(const ServerConfig& server, const std::string& model)> unload;
 };
 
-// Whether external server `server` can yield: its protocol can unload (Ollama) and its url is this
-// machine's loopback. Else why not, for the log.
-[[nodiscard]] Result<unsigned> yieldable_port(const ServerConfig& server);
+// Where an external server that can yield listens, and as whom.
+struct YieldTarget {
+  unsigned port = 0;
+  uid_t uid = 0;
+};
+
+// Whether external server `server` can yield: its protocol can unload (Ollama), its url is this
+// machine's loopback, and its `server_user` names the account that runs it (whose sockets and
+// processes alone are taken for the server's: a user who takes its port is not). Else why not.
+[[nodiscard]] Result<YieldTarget> yieldable(const ServerConfig& server);
 
 class ExternalServers {
  public:
@@ -75,6 +84,7 @@ class ExternalServers {
 
  private:
   struct Unloaded {
+    long long started_ms = 0;    // the yield's (Server::started_ms): an older yield's answer is not this one's
     long long ms = 0;            // from the yield until the last unload answered
     std::vector<std::string> failed;  // "model: why", one per unload that failed
   };
@@ -86,28 +96,35 @@ class ExternalServers {
     long long started_ms = 0;  // monotonic: when the yield was asked
     std::vector<std::string> gpus;  // given back
     long long for_job = 0;
-    std::string for_what;  // "job 7", "lease 8"
+    std::string for_what;  // "job 7", "lease 8": the latest it yielded to
+    std::set<long long> for_jobs;  // every job and lease it yielded to (sent again once none waits)
+    std::string last_note;  // the reason last written (a tick every 250 ms writes only a change)
     long long interrupted = 0;
     bool recorded = false;  // the yield's unload answered and its event was written
     std::set<long long> go_refused;  // batches whose go() was refused (said once)
   };
   // Shared with the thread, under mutex_.
   struct Shared {
-    std::map<std::string, unsigned> scan;  // server -> its loopback port: those with batches
+    std::map<std::string, YieldTarget> scan;  // server -> where it listens: those with batches
     std::vector<sched::ExternalBackfill> found;
-    std::vector<std::pair<std::string, std::vector<std::string>>> unload;  // server, models: to do
+    struct Unload {
+      std::string server;
+      std::vector<std::string> models;  // its batches'; those it holds loaded then are added
+      long long started_ms = 0;
+    };
+    std::vector<Unload> unload;  // to do
     std::map<std::string, Unloaded> unloaded;  // server -> its yield's unloads, answered
-    std::map<std::string, long long> unload_started;  // server -> monotonic ms of its yield
     bool rescan = false;  // the servers to look for changed
     bool stop = false;
   };
 
   void run();
-  void scan(const std::map<std::string, unsigned>& targets);
+  void scan(const std::map<std::string, YieldTarget>& targets);
+  void unload(const std::string& name, const std::vector<std::string>& models, long long started_ms);
   void publish_scan_targets();
   void record(Server& s, const Unloaded& done);
   void resume(Server& s);
-  void note(const Server& s, const std::string& reason);
+  void note(Server& s, const std::string& reason);
   void log(util::LogLevel level, const std::string& message) const {
     if (opt_.log) opt_.log(level, message);
   }

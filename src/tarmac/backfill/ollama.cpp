@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tarmac/backfill/answer_json.hpp"
+#include "tarmac/host/tcp_owner.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 
@@ -248,12 +249,28 @@ Result<net::Response> perform(net::Request http, std::string_view server_url_bas
   return make_error(Error::Code::Io, body.error().message, net::Failure::Connection);
 }
 
+namespace {
+
+// With a server_user, a connection whose other end is not that account's process sends nothing (a
+// user who took the port while the server was down hears neither the unload nor the models' names).
+Result<void> only_to_server_user(const ServerConfig& server, net::Request& http) {
+  if (server.server_user.empty()) return {};
+  TARMAC_TRY_ASSIGN(const uid_t uid, server_user_uid(server.server_user));
+  http.check_connection = [uid](const net::Connection& c) {
+    return host::tcp_owner({c.peer_ip, c.peer_port}, {c.local_ip, c.local_port}) == uid;
+  };
+  return {};
+}
+
+}  // namespace
+
 Result<void> unload(const ServerConfig& server, std::string_view model, long long timeout_ms) {
   net::Request http;
   http.url = server_url(server.url, "/api/generate");
   http.headers = {"Content-Type: application/json"};
   http.body = util::json_text(json{{"model", model}, {"keep_alive", 0}, {"stream", false}});
   http.timeout_ms = timeout_ms;
+  TARMAC_TRY(only_to_server_user(server, http));
   TARMAC_TRY_ASSIGN(net::Response answer, net::perform(http));
   auto doc = parse_object(answer.body, "the answer to an unload");
   if (answer.status != 200) {
@@ -270,6 +287,7 @@ Result<std::vector<LoadedModel>> loaded(const ServerConfig& server, long long ti
   http.method = "GET";
   http.url = server_url(server.url, "/api/ps");
   http.timeout_ms = timeout_ms;
+  TARMAC_TRY(only_to_server_user(server, http));
   TARMAC_TRY_ASSIGN(net::Response answer, net::perform(http));
   if (answer.status != 200) {
     return make_error(Error::Code::External, fmt::format("{}/api/ps: HTTP {}", server.url, answer.status));

@@ -2,6 +2,8 @@
 #include "tarmac/host/tcp_listeners.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -48,7 +50,7 @@ bool holds_socket(const std::string& proc_root, unsigned pid, const std::set<std
 
 }  // namespace
 
-std::vector<unsigned long long> listening_inodes(std::string_view table_text, unsigned port) {
+std::vector<unsigned long long> listening_inodes(std::string_view table_text, unsigned port, uid_t uid) {
   std::vector<unsigned long long> out;
   if (port == 0 || port > 65535) return out;  // port_of's "does not parse"
   std::istringstream lines{std::string(table_text)};
@@ -56,45 +58,44 @@ std::vector<unsigned long long> listening_inodes(std::string_view table_text, un
   std::getline(lines, line);  // the header
   while (std::getline(lines, line)) {
     std::istringstream fields(line);
-    std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout;
+    std::string slot, local, remote, state, queues, timer, retransmits, timeout;
+    long long owner = -1;
     unsigned long long inode = 0;
-    if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode)) {
+    if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> owner >> timeout >> inode)) {
       continue;
     }
-    if (state == "0A" && inode != 0 && port_of(local) == port) out.push_back(inode);
+    if (state == "0A" && inode != 0 && port_of(local) == port && owner == static_cast<long long>(uid)) {
+      out.push_back(inode);
+    }
   }
   return out;
 }
 
 std::set<unsigned> with_descendants(const std::set<unsigned>& roots, const std::map<unsigned, unsigned>& parent_of) {
+  std::map<unsigned, std::vector<unsigned>> children;
+  for (const auto& [pid, parent] : parent_of) children[parent].push_back(pid);
+  // Breadth first from the roots: each process is looked at once (a cycle, which a live /proc cannot
+  // show, ends at a member).
   std::set<unsigned> out = roots;
-  // Each process's chain walked up to a member or to its end; bounded by the table's size (a cycle,
-  // which a live /proc cannot show, ends it too).
-  for (const auto& [pid, parent] : parent_of) {
-    std::vector<unsigned> chain{pid};
-    unsigned up = parent;
-    bool member = out.contains(pid);
-    for (std::size_t steps = 0; !member && up != 0 && steps < parent_of.size(); ++steps) {
-      if (out.contains(up)) {
-        member = true;
-        break;
-      }
-      chain.push_back(up);
-      const auto it = parent_of.find(up);
-      if (it == parent_of.end()) break;
-      up = it->second;
+  std::vector<unsigned> next(roots.begin(), roots.end());
+  while (!next.empty()) {
+    const unsigned pid = next.back();
+    next.pop_back();
+    const auto it = children.find(pid);
+    if (it == children.end()) continue;
+    for (const unsigned child : it->second) {
+      if (out.insert(child).second) next.push_back(child);
     }
-    if (member) out.insert(chain.begin(), chain.end());
   }
   return out;
 }
 
-std::set<unsigned> processes_serving(unsigned port, const std::string& proc_root) {
+std::set<unsigned> processes_serving(unsigned port, uid_t uid, const std::string& proc_root) {
   std::set<std::string> links;
   for (const char* table : {"/net/tcp", "/net/tcp6"}) {
     const auto text = util::read_file(proc_root + table);
     if (!text) continue;
-    for (const auto inode : listening_inodes(*text, port)) links.insert("socket:[" + std::to_string(inode) + "]");
+    for (const auto inode : listening_inodes(*text, port, uid)) links.insert("socket:[" + std::to_string(inode) + "]");
   }
   if (links.empty()) return {};
   const ProcDir dir(::opendir(proc_root.c_str()));
@@ -104,6 +105,10 @@ std::set<unsigned> processes_serving(unsigned port, const std::string& proc_root
   while (const dirent* e = ::readdir(dir.get())) {
     const auto pid = pid_of_proc_entry(e->d_name);
     if (!pid) continue;
+    struct stat owner {};
+    // Only `uid`'s processes: neither a listener nor a descendant of anyone else's counts (the owner
+    // of /proc/PID is the process's effective uid).
+    if (::fstatat(::dirfd(dir.get()), e->d_name, &owner, 0) != 0 || owner.st_uid != uid) continue;
     const auto stat = util::read_file(proc_root + "/" + e->d_name + "/stat");
     const auto fields = stat ? parse_stat(*stat) : std::nullopt;
     if (!fields) continue;  // ended meanwhile

@@ -93,7 +93,7 @@ struct BackfillRoom {
                                                            const std::vector<ExternalBackfill>& external = {});
 
 // Why a request waits for `room`, for people: "waiting for backfill job 7 to yield GPU 0", "waiting
-// for backfill server llm to unload from GPU 1".
+// for backfill server llm to unload GPU 1".
 [[nodiscard]] std::string yield_reason(const BackfillRoom& room);
 
 // GPU-milliseconds per uid for fairness: `ended` (the jobs that ended in the window) plus the jobs

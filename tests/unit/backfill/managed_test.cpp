@@ -94,20 +94,28 @@ TEST(FreeLoopbackPort, IsAPort) {
 }
 
 // An external server yields only where tarmac can find its processes and unload it.
-TEST(ExternalYield, OnlyAnOllamaOnThisMachinesLoopbackYields) {
+TEST(ExternalYield, OnlyAnOllamaOnThisMachinesLoopbackRunByANamedAccountYields) {
   ServerConfig s;
   s.protocol = ServerProtocol::Ollama;
   s.url = "http://127.0.0.1:11434";
-  auto port = yieldable_port(s);
-  ASSERT_TRUE(port.ok()) << port.error().message;
-  EXPECT_EQ(*port, 11434u);
+  s.server_user = "root";
+  auto target = yieldable(s);
+  ASSERT_TRUE(target.ok()) << target.error().message;
+  EXPECT_EQ(target->port, 11434u);
+  EXPECT_EQ(target->uid, 0u);
+  s.server_user = "";
+  ASSERT_FALSE(yieldable(s).ok());
+  EXPECT_NE(yieldable(s).error().message.find("server_user"), std::string::npos);
+  s.server_user = "no-such-account-here";
+  EXPECT_FALSE(yieldable(s).ok());
+  s.server_user = "root";
   s.url = "http://gpu-7.example:11434";
-  ASSERT_FALSE(yieldable_port(s).ok());
-  EXPECT_NE(yieldable_port(s).error().message.find("not this machine's loopback"), std::string::npos);
+  ASSERT_FALSE(yieldable(s).ok());
+  EXPECT_NE(yieldable(s).error().message.find("not this machine's loopback"), std::string::npos);
   s.url = "http://127.0.0.1:8080";
   s.protocol = ServerProtocol::OpenAi;  // llama-server, vLLM: no unload
-  ASSERT_FALSE(yieldable_port(s).ok());
-  EXPECT_NE(yieldable_port(s).error().message.find("no unload"), std::string::npos);
+  ASSERT_FALSE(yieldable(s).ok());
+  EXPECT_NE(yieldable(s).error().message.find("no unload"), std::string::npos);
 }
 
 }  // namespace

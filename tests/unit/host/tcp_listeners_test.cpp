@@ -30,11 +30,12 @@ constexpr const char* kTable =
     "   3: 0100007F:2CAA\n";
 
 TEST(TcpListeners, OnlyListeningLinesOfThePortAreRead) {
-  EXPECT_EQ(listening_inodes(kTable, 11434), (std::vector<unsigned long long>{41234}));
-  EXPECT_EQ(listening_inodes(kTable, 8080), (std::vector<unsigned long long>{555}));
-  EXPECT_TRUE(listening_inodes(kTable, 50000).empty()) << "a connection's local end does not listen";
-  EXPECT_TRUE(listening_inodes("", 11434).empty());
-  EXPECT_TRUE(listening_inodes("header\n   0: 0100007F:ZZZZ 00000000:0000 0A a b c 0 0 9\n", 0).empty());
+  EXPECT_EQ(listening_inodes(kTable, 11434, 998), (std::vector<unsigned long long>{41234}));
+  EXPECT_EQ(listening_inodes(kTable, 8080, 0), (std::vector<unsigned long long>{555}));
+  EXPECT_TRUE(listening_inodes(kTable, 11434, 1000).empty()) << "another user's socket on the port";
+  EXPECT_TRUE(listening_inodes(kTable, 50000, 1000).empty()) << "a connection's local end does not listen";
+  EXPECT_TRUE(listening_inodes("", 11434, 998).empty());
+  EXPECT_TRUE(listening_inodes("header\n   0: 0100007F:ZZZZ 00000000:0000 0A a b c 0 0 9\n", 0, 0).empty());
 }
 
 TEST(TcpListeners, DescendantsAreFoundThroughAnyDepthAndNothingElse) {
@@ -71,14 +72,62 @@ TEST(TcpListeners, ThisProcessListeningAndItsChildAreFoundAndNothingForAClosedPo
   char c = 0;
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
   ::close(ready[0]);
-  const auto found = processes_serving(port);
+  const auto found = processes_serving(port, ::geteuid());
+  const auto not_theirs = processes_serving(port, ::geteuid() + 1);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   EXPECT_TRUE(found.contains(static_cast<unsigned>(::getpid())));
   EXPECT_TRUE(found.contains(static_cast<unsigned>(child)));
   EXPECT_FALSE(found.contains(1u));
+  EXPECT_TRUE(not_theirs.empty()) << "the socket and the processes are another account's";
   fd.reset();
-  EXPECT_TRUE(processes_serving(port).empty()) << "nobody listens there any more";
+  EXPECT_TRUE(processes_serving(port, ::geteuid()).empty()) << "nobody listens there any more";
+}
+
+// Another user listens on the same port of another address ([::1] beside 127.0.0.1: no conflict),
+// and hands the socket to a child: neither counts as the server's (issue 16's review H1).
+TEST(TcpListeners, AnotherUsersListenerOnThePortIsNotTheServers) {
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to make a listener as another user";
+  util::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd.get(), 4), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const unsigned port = ntohs(a.sin_port);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(fd.get());
+    if (::setgid(1001) != 0 || ::setuid(1001) != 0) ::_exit(1);
+    const int v6 = ::socket(AF_INET6, SOCK_STREAM, 0);
+    const int only = 1;
+    (void)::setsockopt(v6, IPPROTO_IPV6, IPV6_V6ONLY, &only, sizeof only);
+    sockaddr_in6 b{};
+    b.sin6_family = AF_INET6;
+    b.sin6_addr = in6addr_loopback;
+    b.sin6_port = htons(static_cast<uint16_t>(port));
+    const char ok = ::bind(v6, reinterpret_cast<sockaddr*>(&b), sizeof b) == 0 && ::listen(v6, 4) == 0 ? 'y' : 'n';
+    (void)!::write(ready[1], &ok, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+  ::close(ready[0]);
+  const auto root = processes_serving(port, 0);
+  const auto theirs = processes_serving(port, 1001);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_EQ(ok, 'y') << "the other user could not listen on [::1]:" << port;
+  EXPECT_TRUE(root.contains(static_cast<unsigned>(::getpid())));
+  EXPECT_FALSE(root.contains(static_cast<unsigned>(child))) << "another user's listener counted as root's server";
+  EXPECT_EQ(theirs, (std::set<unsigned>{static_cast<unsigned>(child)}));
 }
 
 }  // namespace
