@@ -10,13 +10,13 @@ the batch stops sending, both models are unloaded, the job starts, and the serve
 again, the model loads again, and the batch finishes, each custom_id once."""
 import json
 import signal
-import socket
 import subprocess
 import sys
+import time
 import unittest
 import urllib.request
 
-from agent_support import query, wait_for
+from agent_support import free_port, http_get, query, wait_for
 from test_backfill_llama import BatchQueueTest, answered_once
 from test_backfill_managed_ollama import FAKE, SIM_LOAD
 from test_sched_agent import SLOW
@@ -24,15 +24,11 @@ from test_sched_agent import SLOW
 TEXTS = 40
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ExternalOllamaYield(BatchQueueTest):
     def setUp(self):
         self.port = free_port()
+        self.http_port = free_port()
+        self.listen = f"127.0.0.1:{self.http_port}"
         self.config = ('backfill_idle = "1s"\n\n[backfill.server.llm]\n'
                        f'url = "http://127.0.0.1:{self.port}"\nprotocol = "ollama"\nserver_user = "root"\n'
                        'timeout = "30s"\nretries = 6\nmax_parallel = 4\n')
@@ -58,15 +54,29 @@ class ExternalOllamaYield(BatchQueueTest):
     def fake_events(self):
         return self.events.read_text().splitlines() if self.events.exists() else []
 
+    def batches_on_cards(self):
+        """GPU index -> the batches /api/v1/gpus shows on its card (what the dashboard draws)."""
+        status, _, body = http_get(self.http_port, "/api/v1/gpus")
+        if status != 200:
+            return {}
+        return {g["index"]: g["backfill"] for g in json.loads(body)["gpus"] if g["backfill"]}
+
     def yields(self):
         return [json.loads(d) for (d,) in query(self.db, "SELECT detail FROM event WHERE kind = 'backfill_yield'")]
 
     def test_the_server_unloads_for_a_job_that_needs_its_gpu_and_is_sent_to_again_after_it(self):
+        t0 = time.monotonic()
         batch_id, out = self.submit_texts(TEXTS)
         self.wait_status(batch_id, lambda s: s["done"] >= 2 and s["in_flight"] > 0,
                          "the batch did not reach 2 answers with requests in flight")
         self.assertTrue(wait_for(lambda: f"listens on port {self.port}" in self.agent_log(100000), timeout=30 * SLOW),
                         f"the agent did not find the server's process\n{self.agent_log()}")
+        # The card of GPU 2, where its runner is, shows the batch, and no other card does.
+        seen = {}
+        self.assertTrue(wait_for(lambda: seen.update(self.batches_on_cards()) or seen, timeout=30 * SLOW, step=0.05),
+                        f"no card showed the batch: {self.status(batch_id)}\n{self.agent_log()}")
+        self.assertEqual(list(seen), [2], seen)
+        self.assertEqual((seen[2][0]["server"], seen[2][0]["model"]), ("llm", "tiny"), seen)
 
         # One GPU is free elsewhere: the job starts there, and the server is not asked for anything.
         one = self.submit("/bin/sleep", "0.2", n=1)
@@ -108,6 +118,10 @@ class ExternalOllamaYield(BatchQueueTest):
         self.assertLess(asked, again, "\n".join(log))
         status = self.status(batch_id)
         self.assertEqual(status["done"], TEXTS, status)
+        # Its GPU time: one GPU while it was sent to, written on the tick after it ended; not the yield's.
+        gpu_s = self.wait_status(batch_id, lambda s: s["gpu_hours"] > 0, "no GPU time")["gpu_hours"] * 3600
+        self.assertGreater(gpu_s, 0.1, status)
+        self.assertLess(gpu_s, time.monotonic() - t0, status)
         print(f"\nexternal yield: the model unloaded {y['ms']} ms after the scheduler asked "
               f"({y['interrupted']} requests in flight back to pending)", file=sys.stderr, flush=True)
 

@@ -16,6 +16,7 @@ namespace tarmac::backfill {
 
 namespace {
 constexpr long long kUnloadTimeoutMs = 5000;  // as a managed server's (sched's kExternalUnloadMs waits as long)
+constexpr long long kAccountMs = 10 * 1000;    // a server's GPU time is written this often, as a managed one's
 }  // namespace
 
 Result<YieldTarget> yieldable(const ServerConfig& server) {
@@ -114,6 +115,7 @@ void ExternalServers::yield(const std::string& name, const std::vector<std::stri
   const long long now = util::monotonic_ms();
   // Nothing more is sent and the requests in flight are cancelled (their connections closed: the
   // server stops generating) and go back to pending; the unload runs on the thread.
+  account(s);  // its GPU time up to now; none while it yields
   long long interrupted = 0;
   for (const auto& [id, model] : s.batches) interrupted += dispatcher_.stop(id);
   std::vector<std::string> models;
@@ -128,6 +130,7 @@ void ExternalServers::yield(const std::string& name, const std::vector<std::stri
     s.recorded = false;
   }
   s.yielding = true;
+  s.accounted_ms = 0;  // counted again once it is sent to again
   s.interrupted += interrupted;
   s.for_job = for_job.id;
   s.for_what = for_what;
@@ -156,8 +159,19 @@ void ExternalServers::tick(sched::AgentJobs& jobs) {
     answered.swap(shared_.unloaded);
   }
   bool changed = false;
+  const auto found = holders();
   for (auto it = servers_.begin(); it != servers_.end();) {
     Server& s = it->second;
+    const auto holder = std::find_if(found.begin(), found.end(), [&s](const auto& h) { return h.name == s.name; });
+    auto on = holder == found.end() ? std::set<std::string>{} : jobs.gpus_of(holder->pids);
+    const bool one_ended = std::any_of(s.batches.begin(), s.batches.end(),
+                                       [this](const auto& b) { return !dispatcher_.holds(b.first); });
+    // Counted every kAccountMs, before a batch that ended leaves, and when its GPUs change.
+    if (one_ended || on != s.on || (s.accounted_ms != 0 && util::monotonic_ms() - s.accounted_ms >= kAccountMs)) {
+      account(s);
+    }
+    s.on = std::move(on);
+    if (s.accounted_ms == 0 && !s.yielding && !s.on.empty()) s.accounted_ms = util::monotonic_ms();
     for (auto b = s.batches.begin(); b != s.batches.end();) {
       if (dispatcher_.holds(b->first)) {
         ++b;
@@ -195,6 +209,29 @@ void ExternalServers::tick(sched::AgentJobs& jobs) {
     }
   }
   if (changed) publish_scan_targets();
+}
+
+void ExternalServers::account(Server& s) {
+  const long long now = util::monotonic_ms();
+  if (s.accounted_ms != 0 && !s.batches.empty() && !s.on.empty()) {
+    const long long share = (now - s.accounted_ms) * static_cast<long long>(s.on.size()) /
+                            static_cast<long long>(s.batches.size());
+    for (const auto& [id, model] : s.batches) {
+      if (auto r = db_.add_gpu_ms(id, share); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+    }
+  }
+  s.accounted_ms = !s.yielding && !s.on.empty() ? now : 0;
+}
+
+std::vector<ExternalServers::Placement> ExternalServers::placements() const {
+  std::vector<Placement> out;
+  for (const auto& [name, s] : servers_) {
+    if (s.yielding || s.on.empty() || s.batches.empty()) continue;
+    Placement p{.server = name, .batches = {}, .gpus = s.on};
+    for (const auto& [id, model] : s.batches) p.batches.push_back(id);
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 void ExternalServers::record(Server& s, const Unloaded& done) {

@@ -78,6 +78,15 @@ class ExternalServers {
   // unload answered, and a yielded server's batches sent again once no job or lease holds its GPUs.
   void tick(sched::AgentJobs& jobs);
 
+  // Where each server's batches run now (the dashboard's cards, Service::publish_on_gpus): the GPUs
+  // its processes were last seen on, while it is sent to (not yielding). The scheduler's thread.
+  struct Placement {
+    std::string server;
+    std::vector<long long> batches;
+    std::set<std::string> gpus;
+  };
+  [[nodiscard]] std::vector<Placement> placements() const;
+
   // Yields so far and their durations (until the unload answered), for /metrics; any thread.
   [[nodiscard]] long long yield_count() const { return yield_count_.load(); }
   [[nodiscard]] long long yield_ms() const { return yield_ms_.load(); }
@@ -102,6 +111,8 @@ class ExternalServers {
     long long interrupted = 0;
     bool recorded = false;  // the yield's unload answered and its event was written
     std::set<long long> go_refused;  // batches whose go() was refused (said once)
+    std::set<std::string> on;  // the GPUs its processes were last seen on (tick)
+    long long accounted_ms = 0;  // monotonic: its GPU time is counted up to then; 0: not being counted
   };
   // Shared with the thread, under mutex_.
   struct Shared {
@@ -123,6 +134,9 @@ class ExternalServers {
   void unload(const std::string& name, const std::vector<std::string>& models, long long started_ms);
   void publish_scan_targets();
   void record(Server& s, const Unloaded& done);
+  // Shares the GPU time since accounted_ms among its batches (add_gpu_ms), and counts anew from now
+  // while it is sent to on GPUs (else not at all).
+  void account(Server& s);
   void resume(Server& s);
   void note(Server& s, const std::string& reason);
   void log(util::LogLevel level, const std::string& message) const {

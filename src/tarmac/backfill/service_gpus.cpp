@@ -1,6 +1,6 @@
 // Which batch runs on which GPU (service.hpp BatchOnGpu), for the dashboard's cards: a managed
-// server's batches on the GPUs the scheduler gave its job. An external server's GPUs are not
-// tarmac's to know, so its batches show on no card.
+// server's batches on the GPUs the scheduler gave its job, an external server's on the GPUs its
+// processes were last seen on (one that yields, or whose processes are not known, on none).
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -30,6 +30,13 @@ void Service::publish_on_gpus(const sched::AgentJobs& jobs) {
     if (job == nullptr || job->state != sched::JobState::Running) continue;
     for (const long long id : server.sending) {
       for (const auto& uuid : job->gpu_uuids) placed.emplace_back(uuid, id, &name);
+    }
+  }
+  // An external server's: the GPUs its processes were last seen on (external.hpp).
+  const auto external = external_->placements();
+  for (const auto& p : external) {
+    for (const long long id : p.batches) {
+      for (const auto& uuid : p.gpus) placed.emplace_back(uuid, id, &p.server);
     }
   }
   std::sort(placed.begin(), placed.end());

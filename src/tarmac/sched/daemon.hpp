@@ -62,6 +62,8 @@ class AgentJobs {
   [[nodiscard]] virtual std::vector<long long> unfinished() const = 0;
   // The UUIDs of the GPUs given now to jobs (backfill ones too) and to leases.
   [[nodiscard]] virtual std::set<std::string> given_gpus() const = 0;
+  // The UUIDs of the GPUs on which the sampler last saw one of `pids`.
+  [[nodiscard]] virtual std::set<std::string> gpus_of(const std::set<unsigned>& pids) const = 0;
 };
 
 struct DaemonOptions {

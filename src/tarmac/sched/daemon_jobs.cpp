@@ -220,4 +220,14 @@ std::vector<long long> Daemon::State::unfinished() const {
   return out;
 }
 
+std::set<std::string> Daemon::State::gpus_of(const std::set<unsigned>& pids) const {
+  std::set<std::string> out;
+  for (const auto& [uuid, use] : gpus.seen()) {
+    if (std::any_of(use.pids.begin(), use.pids.end(), [&pids](unsigned pid) { return pids.contains(pid); })) {
+      out.insert(uuid);
+    }
+  }
+  return out;
+}
+
 }  // namespace tarmac::sched

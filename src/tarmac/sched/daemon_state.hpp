@@ -99,6 +99,7 @@ struct Daemon::State final : AgentJobs {
   [[nodiscard]] const Job* find(long long id) const override;
   [[nodiscard]] std::vector<long long> unfinished() const override;
   [[nodiscard]] std::set<std::string> given_gpus() const override { return table.given_gpus(); }
+  [[nodiscard]] std::set<std::string> gpus_of(const std::set<unsigned>& pids) const override;
 
   // --- recovery (daemon.cpp) ---
 
