@@ -234,6 +234,7 @@ Result<net::Response> perform(net::Request http, std::string_view server_url_bas
   http.url = server_url(server_url_base, native.path);
   http.body = native.body;
   http.on_data = [&reader](std::string_view piece) { return reader.feed(piece); };
+  http.answered = [&reader] { return reader.ended(); };  // a server that holds the connection after it
   auto sent = answer::unless_cancelled(net::perform(http), http.cancel);
   if (!sent.ok()) return answer::failed_stream(sent.take_error(), reader, "ollama_error");
   // An HTTP error's body is one {"error": ...} object, its last line often without a newline.

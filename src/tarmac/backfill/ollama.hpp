@@ -49,6 +49,8 @@ class StreamReader {
   // Whether the stream's trouble is the server's own {"error": ...} line.
   [[nodiscard]] bool server_error() const { return server_error_; }
   [[nodiscard]] bool too_large() const { return too_large_; }
+  // Whether the stream's last event came: nothing more is needed (net::Request::answered).
+  [[nodiscard]] bool ended() const { return done_; }
 
  private:
   bool take_line(std::string_view line);

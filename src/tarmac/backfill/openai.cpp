@@ -267,6 +267,7 @@ Result<net::Response> perform(net::Request http, Endpoint endpoint, std::string_
   http.body = std::move(*streamed);
   StreamReader reader(endpoint, http.max_body_bytes);
   http.on_data = [&reader](std::string_view piece) { return reader.feed(piece); };
+  http.answered = [&reader] { return reader.ended(); };  // a server that holds the connection after it
   auto sent = answer::unless_cancelled(net::perform(http), http.cancel);
   if (!sent.ok()) return answer::failed_stream(sent.take_error(), reader, "stream_error");
   auto answer = reader.finish();

@@ -48,6 +48,8 @@ class StreamReader {
   [[nodiscard]] bool too_large() const { return too_large_; }
   // Whether any "data:" event came: the answer is a stream.
   [[nodiscard]] bool streamed() const { return streamed_; }
+  // Whether the stream's last event came: nothing more is needed (net::Request::answered).
+  [[nodiscard]] bool ended() const { return done_; }
 
  private:
   bool take_line(std::string_view line);

@@ -12,6 +12,8 @@
 #include <memory>
 #include <mutex>
 
+#include "tarmac/util/clock.hpp"
+
 namespace tarmac::net {
 namespace {
 
@@ -86,6 +88,8 @@ struct Transfer {
   bool too_large = false;
   bool stopped = false;  // on_data said stop
   bool untrusted = false;  // check_connection said no
+  long long answered_at_ms = 0;  // monotonic: when Request::answered was first seen true
+  bool lingered = false;  // ended by us: the answer was whole, the server held the connection
 };
 
 std::size_t on_write(char* data, std::size_t size, std::size_t count, void* user) {
@@ -109,8 +113,18 @@ std::size_t on_write(char* data, std::size_t size, std::size_t count, void* user
 
 // Called often during a transfer: a non-zero answer aborts it (the cancel flag).
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  const auto* t = static_cast<Transfer*>(user);
-  return t->request->cancel != nullptr && t->request->cancel->is_set() ? 1 : 0;
+  auto* t = static_cast<Transfer*>(user);
+  if (t->request->cancel != nullptr && t->request->cancel->is_set()) return 1;
+  if (t->request->answered && t->request->answered()) {
+    const long long now = util::monotonic_ms();
+    if (t->answered_at_ms == 0) {
+      t->answered_at_ms = now;
+    } else if (now - t->answered_at_ms >= t->request->answered_linger_ms) {
+      t->lingered = true;
+      return 1;
+    }
+  }
+  return 0;
 }
 
 // A socket libcurl made, before it connects: watched by the request's Cancel.
@@ -346,6 +360,12 @@ Result<Response> perform(const Request& request) {
   char detail[CURL_ERROR_SIZE] = {};  // libcurl's own account: "SSL certificate problem: ..."
   c.easy_setopt(e, CURLOPT_ERRORBUFFER, detail);
   const CURLcode rc = c.easy_perform(e);
+  if (rc != CURLE_OK && transfer.lingered) {
+    Response response;  // whole by the caller's reading: the server only held the connection
+    c.easy_getinfo(e, CURLINFO_RESPONSE_CODE, &response.status);
+    response.body = std::move(transfer.body);
+    return response;
+  }
   if (rc != CURLE_OK) {
     if (transfer.too_large) {
       return make_error(Error::Code::Io, fmt::format("the answer is larger than {} bytes", request.max_body_bytes),

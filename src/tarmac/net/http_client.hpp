@@ -62,6 +62,13 @@ struct Request {
   // (an Error of code Io saying it was stopped). Without it, the body is kept in Response::body.
   std::function<bool(std::string_view)> on_data;
   std::size_t max_body_bytes = 1 << 20;  // kept in Response::body; more is an error
+  // Whether the answer is whole by the caller's reading of on_data (a stream's last event seen).
+  // Once it is, a server that neither ends the body nor sends more for answered_linger_ms (it holds
+  // the connection) is not waited for: the request ends as answered, a Response with its status,
+  // and the connection is closed, not kept. Looked at about once a second (libcurl's progress
+  // calls). Empty: the body's own end is waited for, up to the timeout.
+  std::function<bool()> answered;
+  long long answered_linger_ms = 1000;
   // Called once the connection is made, before anything is sent on it; false: nothing is sent and
   // the request fails (Failure::Untrusted). Needs libcurl 7.80 (CURLOPT_PREREQFUNCTION): with an
   // older one the request fails rather than go unchecked.

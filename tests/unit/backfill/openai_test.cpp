@@ -2,6 +2,7 @@
 // hostile streams (llama-server's own, cut at every byte), and perform against a local fake.
 #include "tarmac/backfill/openai.hpp"
 
+#include <chrono>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -234,6 +235,23 @@ TEST(OpenAiStream, PerformStreamsAndAnswersAsUnstreamed) {
   ASSERT_TRUE(refused.ok()) << refused.error().message;
   EXPECT_EQ(refused->status, 400);
   EXPECT_EQ(refused->body, R"({"error":{"code":400,"message":"bad messages"}})");  // the server's own
+}
+
+// Review W4: a server that holds the connection after [DONE] (its body never ends) is not waited for
+// until the request's timeout: the answer is whole, and taken about a second later.
+TEST(OpenAiStream, AServerThatHoldsTheConnectionAfterDoneIsNotWaitedFor) {
+  if (!net::available().ok()) GTEST_SKIP() << net::available().error().message;
+  FakeLlm fake([](int, const std::string&) { return FakeLlm::Reply{"200 OK", kChatStream, false, true}; });
+  auto http = request_to(fake);
+  http.timeout_ms = 30000;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto sent = perform(http, Endpoint::ChatCompletions, kAsked, true);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(sent.ok()) << sent.error().message;
+  EXPECT_EQ(sent->status, 200);
+  EXPECT_EQ(json::parse(sent->body)["usage"]["completion_tokens"], 4);
+  EXPECT_LT(took, std::chrono::seconds(10)) << "waited for the timeout";
+  EXPECT_TRUE(FakeLlm::wait_for([&] { return fake.closed_by_client() == 1; })) << "the held connection was closed";
 }
 
 TEST(OpenAiStream, AStreamCutShortByACancelIsACancelNotALostConnection) {

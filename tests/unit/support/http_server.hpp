@@ -125,6 +125,7 @@ class FakeLlm {
     std::string status = "200 OK";
     std::string body;
     bool hang = false;  // answer nothing; wait for the client to close the connection
+    bool hold = false;  // answer `body`, then hold the connection as if more were to come, until the client closes it
   };
   using Handler = std::function<Reply(int number, const std::string& request)>;
 
@@ -226,7 +227,14 @@ class FakeLlm {
     for (int seen = max_in_flight_; now > seen && !max_in_flight_.compare_exchange_weak(seen, now);) {
     }
     const Reply reply = handler_(number, request);
-    if (reply.hang) {
+    if (reply.hold) {
+      // One byte more announced than sent: the client waits for it, as for a chunked body whose
+      // last chunk never comes.
+      const std::string answer = "HTTP/1.1 " + reply.status + "\r\nContent-Type: text/event-stream\r\nContent-Length: " +
+                                 std::to_string(reply.body.size() + 1) + "\r\n\r\n" + reply.body;
+      (void)::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+    }
+    if (reply.hang || reply.hold) {
       ++hanging_;
       // Held until the client closes (recv answers 0) or the server stops.
       for (;;) {
