@@ -121,6 +121,9 @@ class ExternalOllamaYield(BatchQueueTest):
         # Its GPU time: one GPU while it was sent to, written on the tick after it ended; not the yield's.
         gpu_s = self.wait_status(batch_id, lambda s: s["gpu_hours"] > 0, "no GPU time")["gpu_hours"] * 3600
         self.assertGreater(gpu_s, 0.1, status)
+        # One GPU at most, for at most the batch's own span (and not the job's time on it).
+        span_s = (status["ended_unix_ms"] - status["started_unix_ms"]) / 1000
+        self.assertLessEqual(gpu_s, span_s + 0.5, status)
         self.assertLess(gpu_s, time.monotonic() - t0, status)
         print(f"\nexternal yield: the model unloaded {y['ms']} ms after the scheduler asked "
               f"({y['interrupted']} requests in flight back to pending)", file=sys.stderr, flush=True)

@@ -66,7 +66,8 @@ ExternalServers::~ExternalServers() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool ExternalServers::sending(const std::string& name, long long id, const std::string& model) {
+bool ExternalServers::sending(const std::string& name, long long id, const std::string& model,
+                              const std::string& window) {
   const auto config = opt_.config.servers.find(name);
   if (config == opt_.config.servers.end()) return false;
   if (auto port = yieldable(config->second); !port.ok()) {
@@ -78,9 +79,20 @@ bool ExternalServers::sending(const std::string& name, long long id, const std::
   }
   auto& s = servers_[name];
   s.name = name;
-  s.batches[id] = model;
+  account(s);  // the time so far is the batches' that were there
+  s.batches[id] = Server::Held{.model = model, .window = window};
+  if (in_window(window, dispatcher_.local_minute())) s.active.push_back(id);
+  // Started paused while it yields: its reason (the dispatcher's own) is replaced at the next tick.
+  if (s.yielding) s.last_note.clear();
   publish_scan_targets();
   return s.yielding;
+}
+
+void ExternalServers::not_sending(const std::string& name, long long id) {
+  const auto it = servers_.find(name);
+  if (it == servers_.end()) return;
+  it->second.batches.erase(id);
+  std::erase(it->second.active, id);
 }
 
 std::vector<sched::ExternalBackfill> ExternalServers::holders() const {
@@ -91,7 +103,9 @@ std::vector<sched::ExternalBackfill> ExternalServers::holders() const {
 void ExternalServers::publish_scan_targets() {
   std::map<std::string, YieldTarget> targets;
   for (const auto& [name, s] : servers_) {
-    if (s.batches.empty()) continue;
+    // Only while a batch is inside its window (or the server yields): a batch that waits for its
+    // window has nothing of its own on the server's GPUs, and is no reason to unload anyone's model.
+    if (s.active.empty() && !s.yielding) continue;
     if (auto target = yieldable(opt_.config.servers.at(name)); target.ok()) targets[name] = *target;
   }
   {
@@ -117,10 +131,10 @@ void ExternalServers::yield(const std::string& name, const std::vector<std::stri
   // server stops generating) and go back to pending; the unload runs on the thread.
   account(s);  // its GPU time up to now; none while it yields
   long long interrupted = 0;
-  for (const auto& [id, model] : s.batches) interrupted += dispatcher_.stop(id);
+  for (const auto& [id, held] : s.batches) interrupted += dispatcher_.stop(id);
   std::vector<std::string> models;
-  for (const auto& [id, model] : s.batches) {
-    if (std::find(models.begin(), models.end(), model) == models.end()) models.push_back(model);
+  for (const auto& [id, held] : s.batches) {
+    if (std::find(models.begin(), models.end(), held.model) == models.end()) models.push_back(held.model);
   }
   const std::string for_what =
       fmt::format("{} {}", for_job.kind == sched::JobKind::Lease ? "lease" : "job", for_job.id);
@@ -160,26 +174,36 @@ void ExternalServers::tick(sched::AgentJobs& jobs) {
   }
   bool changed = false;
   const auto found = holders();
+  const int minute = dispatcher_.local_minute();
   for (auto it = servers_.begin(); it != servers_.end();) {
     Server& s = it->second;
     const auto holder = std::find_if(found.begin(), found.end(), [&s](const auto& h) { return h.name == s.name; });
     auto on = holder == found.end() ? std::set<std::string>{} : jobs.gpus_of(holder->pids);
-    const bool one_ended = std::any_of(s.batches.begin(), s.batches.end(),
-                                       [this](const auto& b) { return !dispatcher_.holds(b.first); });
-    // Counted every kAccountMs, before a batch that ended leaves, and when its GPUs change.
-    if (one_ended || on != s.on || (s.accounted_ms != 0 && util::monotonic_ms() - s.accounted_ms >= kAccountMs)) {
+    std::vector<long long> ended;
+    std::vector<long long> active;
+    for (const auto& [id, held] : s.batches) {
+      if (!dispatcher_.holds(id)) {
+        ended.push_back(id);  // done or cancelled
+      } else if (in_window(held.window, minute)) {
+        active.push_back(id);
+      }
+    }
+    // Counted every kAccountMs, and whenever who shares it changes (a batch ended, a window opened
+    // or closed) or its GPUs do: each stretch is charged to the batches active in it.
+    if (!ended.empty() || active != s.active || on != s.on ||
+        (s.accounted_ms != 0 && util::monotonic_ms() - s.accounted_ms >= kAccountMs)) {
       account(s);
     }
+    if (active != s.active) changed = true;
     s.on = std::move(on);
-    if (s.accounted_ms == 0 && !s.yielding && !s.on.empty()) s.accounted_ms = util::monotonic_ms();
-    for (auto b = s.batches.begin(); b != s.batches.end();) {
-      if (dispatcher_.holds(b->first)) {
-        ++b;
-      } else {
-        s.go_refused.erase(b->first);
-        b = s.batches.erase(b);  // done or cancelled
-        changed = true;
-      }
+    s.active = std::move(active);
+    for (const long long id : ended) {
+      s.go_refused.erase(id);
+      s.batches.erase(id);
+      changed = true;
+    }
+    if (s.accounted_ms == 0 && !s.yielding && !s.on.empty() && !s.active.empty()) {
+      s.accounted_ms = util::monotonic_ms();
     }
     if (const auto done = answered.find(s.name);
         done != answered.end() && s.yielding && !s.recorded && done->second.started_ms == s.started_ms) {
@@ -213,22 +237,22 @@ void ExternalServers::tick(sched::AgentJobs& jobs) {
 
 void ExternalServers::account(Server& s) {
   const long long now = util::monotonic_ms();
-  if (s.accounted_ms != 0 && !s.batches.empty() && !s.on.empty()) {
+  if (s.accounted_ms != 0 && !s.active.empty() && !s.on.empty()) {
     const long long share = (now - s.accounted_ms) * static_cast<long long>(s.on.size()) /
-                            static_cast<long long>(s.batches.size());
-    for (const auto& [id, model] : s.batches) {
+                            static_cast<long long>(s.active.size());
+    for (const long long id : s.active) {
       if (auto r = db_.add_gpu_ms(id, share); !r.ok()) log(util::LogLevel::Warning, r.error().message);
     }
   }
-  s.accounted_ms = !s.yielding && !s.on.empty() ? now : 0;
+  // Counted on from now while it is sent to on GPUs; the next tick starts it once that holds.
+  s.accounted_ms = !s.yielding && !s.on.empty() && !s.active.empty() ? now : 0;
 }
 
 std::vector<ExternalServers::Placement> ExternalServers::placements() const {
   std::vector<Placement> out;
   for (const auto& [name, s] : servers_) {
-    if (s.yielding || s.on.empty() || s.batches.empty()) continue;
-    Placement p{.server = name, .batches = {}, .gpus = s.on};
-    for (const auto& [id, model] : s.batches) p.batches.push_back(id);
+    if (s.yielding || s.on.empty() || s.active.empty()) continue;
+    Placement p{.server = name, .batches = s.active, .gpus = s.on};
     out.push_back(std::move(p));
   }
   return out;
@@ -259,7 +283,7 @@ void ExternalServers::record(Server& s, const Unloaded& done) {
 
 void ExternalServers::resume(Server& s) {
   bool all = true;
-  for (const auto& [id, model] : s.batches) {
+  for (const auto& [id, held] : s.batches) {
     if (auto r = dispatcher_.go(id); !r.ok()) {
       all = false;
       if (s.go_refused.insert(id).second) {
@@ -283,7 +307,7 @@ void ExternalServers::resume(Server& s) {
 void ExternalServers::note(Server& s, const std::string& reason) {
   if (reason == s.last_note) return;  // a tick every 250 ms: write only what changed
   s.last_note = reason;
-  for (const auto& [id, model] : s.batches) dispatcher_.note(id, reason);
+  for (const auto& [id, held] : s.batches) dispatcher_.note(id, reason);
 }
 
 void ExternalServers::run() {
@@ -323,8 +347,12 @@ void ExternalServers::unload(const std::string& name, const std::vector<std::str
   if (config != opt_.config.servers.end()) {
     std::vector<std::string> all = models;
     if (auto held = opt_.loaded(config->second); held.ok()) {
+      // Ollama lists "tiny" as "tiny:latest": one model, unloaded once.
+      const auto named = [&all](const std::string& m) {
+        return std::any_of(all.begin(), all.end(), [&m](const std::string& a) { return a == m || a + ":latest" == m; });
+      };
       for (auto& m : *held) {
-        if (std::find(all.begin(), all.end(), m) == all.end()) all.push_back(std::move(m));
+        if (!named(m)) all.push_back(std::move(m));
       }
     } else {
       done.failed.push_back(fmt::format("its loaded models (/api/ps): {}", held.error().message));

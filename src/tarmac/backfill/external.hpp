@@ -65,7 +65,9 @@ class ExternalServers {
   // Batch `id` (for `model`) is being sent to external server `name` from now on (Service::send,
   // on the scheduler's thread). True when the server is yielding now: the batch is to wait, paused,
   // until its batches are sent again.
-  bool sending(const std::string& name, long long id, const std::string& model);
+  bool sending(const std::string& name, long long id, const std::string& model, const std::string& window);
+  // Batch `id` was not taken by the dispatcher after all (its start failed): forgotten.
+  void not_sending(const std::string& name, long long id);
 
   // The servers whose processes were found, for the scheduler's pass (any thread; a copy).
   [[nodiscard]] std::vector<sched::ExternalBackfill> holders() const;
@@ -100,7 +102,12 @@ class ExternalServers {
   // Scheduler's thread only.
   struct Server {
     std::string name;
-    std::map<long long, std::string> batches;  // being sent (or paused by a yield): id -> model
+    struct Held {
+      std::string model;
+      std::string window;  // --window: outside it the batch sends nothing, and is neither charged nor shown
+    };
+    std::map<long long, Held> batches;  // held by the dispatcher (sent, or paused by a yield)
+    std::vector<long long> active;      // of those, the ones inside their window at the last tick
     bool yielding = false;
     long long started_ms = 0;  // monotonic: when the yield was asked
     std::vector<std::string> gpus;  // given back

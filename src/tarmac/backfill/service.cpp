@@ -331,8 +331,10 @@ Result<Reconciled> Service::send(const Batch& batch, util::Fd output) {
   ServerConfig config = server->second;
   if (managed) config.server_user = config.user;
   // An external server that yields its GPUs now: the batch waits with the server's others.
-  const bool yielding = !managed && external_->sending(batch.server, batch.id, batch.model);
-  return dispatcher_->start(batch, config, std::move(output), managed || yielding);
+  const bool yielding = !managed && external_->sending(batch.server, batch.id, batch.model, batch.window);
+  auto started = dispatcher_->start(batch, config, std::move(output), managed || yielding);
+  if (!started.ok() && !managed) external_->not_sending(batch.server, batch.id);
+  return started;
 }
 
 json Service::answer_batch(const Batch& b) {

@@ -252,6 +252,21 @@ TEST(OpenAiStream, AServerThatHoldsTheConnectionAfterDoneIsNotWaitedFor) {
   EXPECT_EQ(json::parse(sent->body)["usage"]["completion_tokens"], 4);
   EXPECT_LT(took, std::chrono::seconds(10)) << "waited for the timeout";
   EXPECT_TRUE(FakeLlm::wait_for([&] { return fake.closed_by_client() == 1; })) << "the held connection was closed";
+
+  // Without its last event the answer is not whole: the server holding the connection is waited
+  // for up to the request's timeout, as a generation that is slow to come.
+  FakeLlm partial([](int, const std::string&) {
+    return FakeLlm::Reply{"200 OK", "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n", false,
+                          true};
+  });
+  auto slow = request_to(partial);
+  slow.timeout_ms = 2500;
+  const auto t1 = std::chrono::steady_clock::now();
+  auto cut = perform(slow, Endpoint::ChatCompletions, kAsked, true);
+  ASSERT_FALSE(cut.ok());
+  ASSERT_NE(cut.error().cause_as<net::Failure>(), nullptr);
+  EXPECT_EQ(*cut.error().cause_as<net::Failure>(), net::Failure::Timeout) << cut.error().message;
+  EXPECT_GE(std::chrono::steady_clock::now() - t1, std::chrono::milliseconds(2000)) << "not ended early";
 }
 
 TEST(OpenAiStream, AStreamCutShortByACancelIsACancelNotALostConnection) {

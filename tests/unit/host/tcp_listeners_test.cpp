@@ -85,7 +85,8 @@ TEST(TcpListeners, ThisProcessListeningAndItsChildAreFoundAndNothingForAClosedPo
 }
 
 // Another user listens on the same port of another address ([::1] beside 127.0.0.1: no conflict),
-// and hands the socket to a child: neither counts as the server's (issue 16's review H1).
+// in a child of the server's own process: it counts neither as a listener of the server's account
+// nor as a descendant of its listener (issue 16's review X, H1).
 TEST(TcpListeners, AnotherUsersListenerOnThePortIsNotTheServers) {
   if (::getuid() != 0) GTEST_SKIP() << "needs root to make a listener as another user";
   util::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
