@@ -451,7 +451,13 @@ class SimMemory:
     """A loaded model's simulated GPU memory: a tarmac-sim-load child per model, started at its load
     and ended FREE_DELAY seconds after its unload (on a thread: the unload's answer does not wait).
     Each child is ended once, whatever the order of loads and unloads (a model loaded again before
-    its last memory was freed holds two for a while), and none is left when the fake ends."""
+    its last memory was freed holds two for a while), and none is left when the fake ends.
+
+    Its memory is freed, as NVML sees it, when the child's entry leaves the simulation's registry
+    (TARMAC_SIM_STATE/procs/PID: the child removes it on SIGTERM, before it dies): "freed" is
+    recorded then, by the thread that ended it or by holding(), whichever looks first, so that a
+    SIGTERM that came once NVML listed none of it reads "freed" before it, however slowly the child
+    then dies."""
 
     def __init__(self, program, size, free_delay, record):
         self.program, self.size, self.free_delay, self.record = program, size, free_delay, record
@@ -459,6 +465,14 @@ class SimMemory:
         self.loads = {}     # name -> Popen: loaded now
         self.freeing = []   # (name, Popen): unloaded, its memory not yet given back
         self.closed = False
+        self.state = os.environ.get("TARMAC_SIM_STATE")
+
+    def _registered(self, proc):
+        """Whether NVML still lists PROC's memory (its registry entry is there); without a state
+        directory, whether it runs."""
+        if self.state:
+            return os.path.exists(os.path.join(self.state, "procs", str(proc.pid)))
+        return proc.poll() is None
 
     def load(self, name):
         with self.lock:  # a load racing the end starts nothing the end would miss
@@ -478,16 +492,26 @@ class SimMemory:
             self.freeing.append((name, proc))
         threading.Thread(target=self._free, args=(name, proc), daemon=True).start()
 
+    def _freed(self, name, proc):
+        """Records "freed NAME" once for PROC, under the lock."""
+        if (name, proc) in self.freeing:
+            self.freeing.remove((name, proc))
+            self.record(f"freed {name}")
+
     def _free(self, name, proc):
         time.sleep(self.free_delay)
         proc.terminate()
         proc.wait()
         with self.lock:
-            self.freeing.remove((name, proc))
-        self.record(f"freed {name}")
+            self._freed(name, proc)
 
     def holding(self):
+        """The models whose memory NVML still lists; a freeing one that it no longer lists is
+        recorded as freed first."""
         with self.lock:
+            for name, proc in list(self.freeing):
+                if not self._registered(proc):
+                    self._freed(name, proc)
             return sorted(set(self.loads) | {name for name, _ in self.freeing})
 
     def end(self):

@@ -78,9 +78,11 @@ class ManagedOllamaYield(BatchQueueTest):
         # then the SIGTERM, with nothing held. Without the wait the SIGTERM comes while it is held.
         events = self.events.read_text().splitlines()
         first = events.index(next(e for e in events if e.startswith("sigterm")))
+        yield_lines = "\n".join(line for line in self.log_path.read_text(errors="replace").splitlines()
+                                if any(w in line for w in ("yield", "unload", "NVML", "memory", "preempt")))
         self.assertEqual(events[:first + 1],
                          ["load tiny:latest", "unload tiny:latest", "freed tiny:latest", "sigterm holding=-"],
-                         "\n".join(events))
+                         "\n".join(events) + "\nthe agent's log of the yield:\n" + yield_lines)
         # The yield's event says NVML confirmed it, after the fake's delay at least.
         yields = [json.loads(d) for (d,) in query(self.db, "SELECT detail FROM event WHERE kind = 'backfill_yield'")]
         self.assertEqual(len(yields), 1, yields)
