@@ -96,8 +96,10 @@ TEST(Dispatch, AStopDoesNotWaitForAWriteThatHangsAndTheBatchGoesOnOnceItReturns)
   ASSERT_TRUE(wait_done(f));
   expect_exactly_once(f);
   // The answer whose write hung, and the one queued behind it, were written, not asked for again;
-  // only the one its sender still held is (interrupted).
-  EXPECT_EQ(fake.requests(), 6 + interrupted);
+  // only the one its sender still held is (interrupted), which the server may or may not have seen
+  // before stop() shut its connection.
+  EXPECT_GE(fake.requests(), 6);
+  EXPECT_LE(fake.requests(), 6 + interrupted);
   EXPECT_LE(interrupted, 1);
 }
 
