@@ -5,8 +5,9 @@
 
 namespace tarmac::sched {
 
-Client::Client(Connection conn, Peer peer, long long now_ms)
-    : conn_(std::move(conn)), peer_(std::move(peer)), last_request_ms_(now_ms), last_write_ms_(now_ms) {}
+Client::Client(Connection conn, Peer peer, long long now_ms, std::uint64_t serial)
+    : conn_(std::move(conn)), peer_(std::move(peer)), serial_(serial), last_request_ms_(now_ms),
+      last_write_ms_(now_ms) {}
 
 void Client::push(const std::string& line, std::size_t max_output, long long now_ms) {
   if (gone_) return;
@@ -33,7 +34,7 @@ void Client::flush(long long now_ms) {
 
 long long Client::deadline_ms(long long idle_timeout_ms) const {
   if (has_output()) return last_write_ms_ + idle_timeout_ms;
-  if (watching == 0) return last_request_ms_ + idle_timeout_ms;
+  if (watching == 0 && !awaiting_) return last_request_ms_ + idle_timeout_ms;
   return std::numeric_limits<long long>::max();
 }
 

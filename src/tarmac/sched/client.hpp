@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,11 +26,13 @@ struct ClientLimits {
 
 class Client {
  public:
-  Client(Connection conn, Peer peer, long long now_ms);
+  // `serial`: this client's number among the agent's, never reused (an answer given later finds it).
+  Client(Connection conn, Peer peer, long long now_ms, std::uint64_t serial = 0);
 
   [[nodiscard]] Connection& conn() { return conn_; }
   [[nodiscard]] const Peer& peer() const { return peer_; }
   [[nodiscard]] uid_t uid() const { return peer_.uid; }
+  [[nodiscard]] std::uint64_t serial() const { return serial_; }
 
   // Descriptors that came with the request being answered; what it does not take is closed after it.
   std::vector<util::Fd> fds;
@@ -43,25 +46,35 @@ class Client {
   // A complete request was read: the idle clock starts again.
   void requested(long long now_ms) { last_request_ms_ = now_ms; }
 
+  // Its request is answered later (sched::Defer): until answered() nothing more is read from it,
+  // and it is not dropped for making no progress (only when it hangs up).
+  void await() { awaiting_ = true; }
+  void answered() { awaiting_ = false; }
+  [[nodiscard]] bool awaiting() const { return awaiting_; }
+
   // Close once the output is written (the answer to a one-shot request).
   void close_when_written() { closing_ = true; }
   // Close now, whatever is unread (the peer hung up, broke the protocol or passed a limit).
   void drop() { gone_ = true; }
 
   [[nodiscard]] bool has_output() const { return conn_.pending_output() > 0; }
-  // Whether requests may be read: not while an answer waits to be read, nor once it is closing.
-  [[nodiscard]] bool reading() const { return !gone_ && !closing_ && !has_output(); }
+  // Whether requests may be read: not while an answer waits to be read or to be given, nor once it
+  // is closing.
+  [[nodiscard]] bool reading() const { return !gone_ && !closing_ && !awaiting_ && !has_output(); }
   // Whether it is to be closed now.
   [[nodiscard]] bool finished() const { return gone_ || (closing_ && !has_output()); }
   // When it is dropped for making no progress: output unread for `idle_timeout_ms`, or (not
-  // following a job) no request for as long. LLONG_MAX when never (it follows a job, output read).
+  // following a job) no request for as long. LLONG_MAX when never (it follows a job, or waits for
+  // an answer given later, its output read).
   [[nodiscard]] long long deadline_ms(long long idle_timeout_ms) const;
 
  private:
   Connection conn_;
   Peer peer_;
+  std::uint64_t serial_ = 0;
   bool closing_ = false;
   bool gone_ = false;
+  bool awaiting_ = false;
   long long last_request_ms_ = 0;  // accepted, or its last complete request (monotonic)
   long long last_write_ms_ = 0;    // its output last moved, or became pending (monotonic)
 };

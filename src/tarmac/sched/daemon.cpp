@@ -40,8 +40,10 @@ Daemon::State::State(DaemonOptions options, JobDb db, LeaseDir dir, Listener lis
               ClientLimits{.idle_timeout_ms = opt.config.connection_idle_timeout_ms,
                            .user_connection_cap = opt.config.user_connection_cap},
               [this] { return clock(); },
-              [this](Client& c, const nlohmann::json& req) { return requests.answer(c, req); },
-              [this](long long id) { return table.find(id) != nullptr; }, opt.log),
+              [this](Client& c, const nlohmann::json& req, const Defer& defer) {
+                return requests.answer(c, req, defer);
+              },
+              [this](long long id) { return table.find(id) != nullptr; }, opt.log, wake.get()),
       wake_fd(std::move(wake)) {
   table.on_event([this](const Job& job, JobEvent event) { on_job_event(job, event); });
   pass.before_preempt(opt.before_preempt);
@@ -153,6 +155,7 @@ void Daemon::State::run() {
       std::uint64_t v = 0;
       (void)!::read(wake_fd.get(), &v, sizeof v);
     }
+    clients.deliver_posted();  // answers another thread finished (before the wake-up was read, or since)
     clients.serve_ready(fds, polled);
     for (std::size_t i = 0; i < watched.size(); ++i) {
       if (fds[first_wrapper + i].revents == 0) continue;

@@ -36,12 +36,27 @@ struct LeaseNotice {
   std::string summary;  // one line for people
 };
 
+// The last step of a request answered later (AnswerLater): run on the scheduler's thread, it
+// returns the answer.
+using Finish = std::function<nlohmann::json()>;
+// Posts the last step of a request that is answered later, from any thread, once: the scheduler's
+// thread runs it soon after and sends what it returns. Meanwhile the client waits: nothing more of
+// what it sends is read, and it is not dropped as idle (it is when it hangs up). A client that hung
+// up before gets no answer, but its Finish still runs (what it does must be done either way). One
+// that is never posted leaves its client waiting until the client gives up: post every one.
+using AnswerLater = std::function<void(Finish)>;
+// What a request that is answered later is given: called (at most once, while answering), it says
+// so and returns the request's AnswerLater; the request's own answer is then ignored.
+using Defer = std::function<AnswerLater()>;
+
 // Requests for another part of the agent on the scheduler's socket (backfill's `backfill_*`),
 // answered on the scheduler's thread with the peer's credentials (SO_PEERCRED, never the request's
 // word) and the descriptors that came with the request (what it does not take is closed): an
-// answer, or nullopt when the op is not theirs. sched knows nothing of what they do.
-using MoreRequests =
-    std::function<std::optional<nlohmann::json>(const Peer&, std::vector<util::Fd>&, const nlohmann::json&)>;
+// answer, or nullopt when the op is not theirs. One whose work would hold the scheduler's thread
+// (a batch's 200 MiB input to parse and store) hands it to a thread of its own and answers later
+// (Defer). sched knows nothing of what they do.
+using MoreRequests = std::function<std::optional<nlohmann::json>(const Peer&, std::vector<util::Fd>&,
+                                                                 const nlohmann::json&, const Defer&)>;
 
 // Jobs the agent runs on its own behalf (backfill's managed servers): queued, started, preempted
 // and requeued like any job of the queue (a backfill one runs only on GPUs idle for

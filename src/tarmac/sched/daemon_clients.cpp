@@ -3,6 +3,9 @@
 // closing what makes no progress.
 #include "tarmac/sched/daemon_clients.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -21,12 +24,21 @@ namespace {
 constexpr long long kAcceptPauseMs = 100;  // out of descriptors: accept again after this
 }  // namespace
 
+Clients::Clients(Listener listener, ClientLimits limits, std::function<long long()> clock, Answer answer, Lives lives,
+                 util::LogSink log, int wake_fd)
+    : listener_(std::move(listener)), limits_(limits), clock_(std::move(clock)), answer_(std::move(answer)),
+      lives_(std::move(lives)), log_(std::move(log)) {
+  posted_->wake = util::Fd(wake_fd >= 0 ? ::fcntl(wake_fd, F_DUPFD_CLOEXEC, 0) : -1);
+}
+
 Clients::Polled Clients::add_to_poll(std::vector<pollfd>& fds, long long now_ms) const {
   Polled out;
   out.listener = fds.size();
   fds.push_back({now_ms >= accept_after_ms_ ? listener_.fd() : -1, POLLIN, 0});
   for (const auto& c : clients_) {
-    fds.push_back({c->conn().fd(), static_cast<short>(c->has_output() ? POLLOUT : POLLIN), 0});
+    // One that waits for an answer given later is read from no more: only its hanging up is seen.
+    const short events = c->has_output() ? POLLOUT : c->awaiting() ? 0 : POLLIN;
+    fds.push_back({c->conn().fd(), events, 0});
     out.clients.push_back(c.get());
   }
   return out;
@@ -34,8 +46,13 @@ Clients::Polled Clients::add_to_poll(std::vector<pollfd>& fds, long long now_ms)
 
 void Clients::serve_ready(const std::vector<pollfd>& fds, const Polled& polled) {
   for (std::size_t i = 0; i < polled.clients.size(); ++i) {
-    if (fds[polled.listener + 1 + i].revents == 0) continue;
+    const short revents = fds[polled.listener + 1 + i].revents;
+    if (revents == 0) continue;
     Client& c = *polled.clients[i];
+    if (c.awaiting() && !c.has_output()) {
+      if ((revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) c.drop();  // hung up: its answer has no one to go to
+      continue;
+    }
     if (c.has_output()) c.flush(clock_());
     serve(c);  // its answer was read: the next request, if any is buffered or arrives
   }
@@ -74,7 +91,7 @@ void Clients::accept() {
       (void)conn.flush();
       continue;
     }
-    clients_.push_back(std::make_unique<Client>(std::move(conn), std::move(*peer), now));
+    clients_.push_back(std::make_unique<Client>(std::move(conn), std::move(*peer), now, next_serial_++));
     serve(*clients_.back());  // a request often arrives with the connection
   }
 }
@@ -93,10 +110,51 @@ void Clients::serve(Client& c) {
     }
     c.requested(clock_());
     const json req = json::parse(line, nullptr, false);
-    const json answer = req.is_object() ? answer_(c, req) : failure("invalid", "a request must be one JSON object");
-    send(c, util::json_text(answer));
-    if (c.watching == 0 || !lives_(c.watching)) c.close_when_written();
+    const json answer = req.is_object() ? answer_(c, req, [this, &c] { return later(c); })
+                                        : failure("invalid", "a request must be one JSON object");
     c.fds.clear();  // descriptors came with this request; what it did not take is closed
+    if (c.awaiting()) return;  // answered later (deliver_posted)
+    send_answer(c, answer);
+  }
+}
+
+void Clients::send_answer(Client& c, const json& answer) {
+  send(c, util::json_text(answer));
+  if (c.watching == 0 || !lives_(c.watching)) c.close_when_written();
+}
+
+AnswerLater Clients::later(Client& c) {
+  c.await();
+  return [posted = posted_, serial = c.serial()](Finish finish) {
+    {
+      std::lock_guard lock(posted->mutex);
+      posted->finishes.emplace_back(serial, std::move(finish));
+    }
+    const std::uint64_t one = 1;
+    (void)!::write(posted->wake.get(), &one, sizeof one);
+  };
+}
+
+void Clients::deliver_posted() {
+  std::vector<std::pair<std::uint64_t, Finish>> ready;
+  {
+    std::lock_guard lock(posted_->mutex);
+    ready.swap(posted_->finishes);
+  }
+  for (auto& [serial, finish] : ready) {
+    json answer;
+    try {
+      answer = finish();  // whether or not its client is still there: it may have work to end
+    } catch (const std::exception& e) {
+      log(util::LogLevel::Error, fmt::format("scheduler: a request's last step failed: {}", e.what()));
+      answer = failure("io", "the agent could not finish the request; see its log");
+    }
+    const auto it = std::find_if(clients_.begin(), clients_.end(), [serial = serial](const auto& c) {
+      return c->serial() == serial;
+    });
+    if (it == clients_.end() || !(*it)->awaiting() || (*it)->finished()) continue;  // it hung up
+    (*it)->answered();
+    send_answer(**it, answer);
   }
 }
 

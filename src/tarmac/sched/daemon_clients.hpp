@@ -3,13 +3,17 @@
 
 #include <poll.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tarmac/sched/client.hpp"
+#include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/daemon_table.hpp"
 #include "tarmac/util/log.hpp"
 
@@ -20,17 +24,17 @@ namespace tarmac::sched {
 // without ever waiting, telling the clients that follow a job its events, and closing what makes
 // no progress. Owns the listener and every connection (and each descriptor a client sent, in a
 // util::Fd, so dropping a client on any path closes them). Times on the monotonic clock `clock`.
+// A request may be answered later, from another thread (Defer): its Finish is posted here, the
+// loop woken through `wake_fd` (the loop's eventfd, duplicated), and deliver_posted() runs it.
 class Clients {
  public:
-  // The answer to one request of `client`.
-  using Answer = std::function<nlohmann::json(Client& client, const nlohmann::json& request)>;
+  // The answer to one request of `client`; ignored when the request called `defer`.
+  using Answer = std::function<nlohmann::json(Client& client, const nlohmann::json& request, const Defer& defer)>;
   // Whether job `id` (which a client follows) has not ended.
   using Lives = std::function<bool(long long id)>;
 
   Clients(Listener listener, ClientLimits limits, std::function<long long()> clock, Answer answer, Lives lives,
-          util::LogSink log)
-      : listener_(std::move(listener)), limits_(limits), clock_(std::move(clock)), answer_(std::move(answer)),
-        lives_(std::move(lives)), log_(std::move(log)) {}
+          util::LogSink log, int wake_fd);
 
   // Where the loop's poll looks for the clients: the listener (unless it rests) and each connection.
   struct Polled {
@@ -56,6 +60,10 @@ class Clients {
   // Tells the clients that follow `job` about `event`; they are closed once it has ended.
   void tell_followers(const Job& job, JobEvent event);
 
+  // Runs the Finish of each answer posted since (AnswerLater) and sends it to its client, if that
+  // client is still there. The loop's thread, after each wake-up.
+  void deliver_posted();
+
  private:
   // Accepts every pending connection, refusing (with a line that says why) those past the caps.
   void accept();
@@ -63,6 +71,18 @@ class Clients {
   void serve(Client& c);
   // Sends `line` to c, dropping a client that lets its output pile up.
   void send(Client& c, const std::string& line);
+  // Sends c's answer to its request, and closes c once it is read unless c follows a job.
+  void send_answer(Client& c, const nlohmann::json& answer);
+  // c's request is answered later: c waits, and the AnswerLater posts its Finish.
+  AnswerLater later(Client& c);
+
+  // The answers posted by other threads for the loop to deliver; shared with each AnswerLater, so
+  // one posted after the scheduler has stopped is dropped harmlessly.
+  struct Posted {
+    std::mutex mutex;
+    std::vector<std::pair<std::uint64_t, Finish>> finishes;  // (client serial, its last step)
+    util::Fd wake;                                           // the loop's eventfd, duplicated
+  };
   void log(util::LogLevel level, const std::string& message) const {
     if (log_) log_(level, message);
   }
@@ -74,6 +94,8 @@ class Clients {
   Lives lives_;
   util::LogSink log_;
   std::vector<std::unique_ptr<Client>> clients_;
+  std::uint64_t next_serial_ = 1;
+  std::shared_ptr<Posted> posted_ = std::make_shared<Posted>();
   long long accept_after_ms_ = 0;  // out of descriptors: the listener rests until then
 };
 

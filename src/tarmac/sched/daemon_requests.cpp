@@ -90,7 +90,7 @@ std::variant<Job, json> read_submission(const json& req, const SchedulerConfig& 
 
 }  // namespace
 
-json Requests::answer(Client& c, const json& req) {
+json Requests::answer(Client& c, const json& req, const Defer& defer) {
   const auto op = json_field<std::string>(req, "op").value_or("");
   if (op == "submit") return submit(c, req);
   if (op == "jobs") return list(req);
@@ -100,7 +100,7 @@ json Requests::answer(Client& c, const json& req) {
   if (op == "release") return release(c, req);
   if (op == "extend") return extend(c, req);
   if (more_) {
-    if (auto answered = more_(c.peer(), c.fds, req)) return *answered;
+    if (auto answered = more_(c.peer(), c.fds, req, defer)) return *answered;
   }
   return failure("invalid", fmt::format("unknown request '{}'", op));
 }

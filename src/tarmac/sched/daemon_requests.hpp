@@ -33,8 +33,9 @@ class Requests {
       : config_(config), table_(table), wrappers_(wrappers), gpus_(gpus), files_(files), idle_(idle), pass_(pass),
         clock_(std::move(clock)), log_(std::move(log)), more_(std::move(more)) {}
 
-  // The answer to `req` from client `c`: {"ok": true, ...}, or a failure with its code and words.
-  [[nodiscard]] json answer(Client& c, const json& req);
+  // The answer to `req` from client `c`: {"ok": true, ...}, or a failure with its code and words;
+  // ignored when the request called `defer` (MoreRequests: it is answered later).
+  [[nodiscard]] json answer(Client& c, const json& req, const Defer& defer);
 
   // Records `job` (checked) in the store and the queue; `output` is its stdout and stderr until it
   // starts (empty: detached, its output to its log). The table's job, or the failure to answer.

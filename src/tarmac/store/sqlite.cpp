@@ -164,6 +164,8 @@ Result<std::optional<long long>> Database::scalar(std::string_view sql) {
   return std::optional<long long>{stmt.int64(0)};
 }
 
+long long Database::changes() const { return sqlite3_changes(db_); }
+
 bool Database::file_moved() const {
   int moved = 0;
   return sqlite3_file_control(db_, "main", SQLITE_FCNTL_HAS_MOVED, &moved) == SQLITE_OK && moved != 0;

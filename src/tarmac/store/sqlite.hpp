@@ -84,6 +84,9 @@ class Database {
   // The first column of the first row of `sql`, or nullopt when it returns no row.
   [[nodiscard]] Result<std::optional<long long>> scalar(std::string_view sql);
 
+  // The rows the last INSERT, UPDATE or DELETE on this connection changed.
+  [[nodiscard]] long long changes() const;
+
   // Whether the file was deleted or renamed since it was opened (writes would go nowhere).
   [[nodiscard]] bool file_moved() const;
 

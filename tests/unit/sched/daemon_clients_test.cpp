@@ -12,6 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <gtest/gtest.h>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/wire.hpp"
@@ -107,6 +110,105 @@ TEST_F(DaemonClients, DescriptorsOfClientsThatHangUpMidLineAreClosed) {
   }
   ASSERT_TRUE(ask_line(R"({"op":"jobs"})").ok());
   EXPECT_TRUE(eventually([&] { return open_fds() <= before; })) << open_fds() << " open, " << before << " before";
+}
+
+// Requests answered later (sched::Defer): "slow" is handed to the test, which answers it from a
+// thread of its own, as backfill's intake answers a submission once it has read it.
+class DeferredAnswers : public testing::DaemonTest {
+ protected:
+  void SetUp() override {
+    DaemonTest::SetUp();
+    clock_runs_ = false;
+    options_.config.connection_idle_timeout_ms = 5000;
+    options_.open_backend = [] { return Result<std::unique_ptr<gpu::Backend>>(make_error(Error::Code::NotFound, "no GPUs")); };
+    options_.more_requests = [this](const Peer&, std::vector<util::Fd>&, const nlohmann::json& req,
+                                    const Defer& defer) -> std::optional<nlohmann::json> {
+      if (req.value("op", "") != "slow") return std::nullopt;
+      std::lock_guard lock(mutex_);
+      later_.push_back(defer());
+      return nlohmann::json{{"ok", false}, {"error", "this answer is not sent: the request is answered later"}};
+    };
+    start();
+  }
+  std::size_t deferred() {
+    std::lock_guard lock(mutex_);
+    return later_.size();
+  }
+  // Posts the answer to the `i`th deferred request from another thread; its Finish records the
+  // thread it ran on.
+  void answer_from_another_thread(std::size_t i, std::atomic<bool>& ran) {
+    sched::AnswerLater later;
+    {
+      std::lock_guard lock(mutex_);
+      later = later_.at(i);
+    }
+    std::thread([&, later] {
+      later([&] {
+        finished_on_ = std::this_thread::get_id();
+        ran = true;
+        return nlohmann::json{{"ok", true}, {"answered", "later"}};
+      });
+    }).join();
+  }
+  static bool hung_up(const Connection& c) {
+    pollfd p{.fd = c.fd(), .events = POLLIN, .revents = 0};
+    return ::poll(&p, 1, 0) == 1 && (p.revents & POLLHUP) != 0;
+  }
+
+  std::mutex mutex_;
+  std::vector<sched::AnswerLater> later_;
+  std::thread::id finished_on_;
+};
+
+TEST_F(DeferredAnswers, OthersAreAnsweredMeanwhileAndTheWaitingClientIsNeitherReadNorDroppedUntilItsAnswer) {
+  auto slow = Connection::connect(dir_ + "/agent.sock");
+  ASSERT_TRUE(slow.ok());
+  ASSERT_TRUE(slow->send_line(R"({"op":"slow"})").ok());
+  ASSERT_TRUE(slow->send_line(R"({"op":"slow"})").ok());  // a second request behind it
+  ASSERT_TRUE(eventually([&] { return deferred() == 1; }));
+  auto other = ask_line(R"({"op":"jobs"})");
+  ASSERT_TRUE(other.ok()) << "another client waits for the deferred request: " << other.error().message;
+  now_ += 60000;  // far past the idle timeout: a client waiting for its answer is not dropped
+  ASSERT_TRUE(ask_line(R"({"op":"jobs"})").ok());  // the loop has run (and closed what was idle) since
+  EXPECT_FALSE(hung_up(*slow));
+  EXPECT_FALSE(slow->wait_readable(0)) << "nothing is sent before the answer";
+  EXPECT_EQ(deferred(), 1U) << "nothing more is read from a client that waits for its answer";
+
+  std::atomic<bool> ran{false};
+  answer_from_another_thread(0, ran);
+  auto line = slow->read_line(20000);
+  ASSERT_TRUE(line.ok()) << line.error().message;
+  EXPECT_EQ(nlohmann::json::parse(*line), (nlohmann::json{{"ok", true}, {"answered", "later"}}));
+  EXPECT_TRUE(ran.load());
+  EXPECT_NE(finished_on_, std::this_thread::get_id());
+  EXPECT_TRUE(eventually([&] { return hung_up(*slow); })) << "a one-shot request's connection closes once answered";
+  EXPECT_EQ(deferred(), 1U);
+}
+
+TEST_F(DeferredAnswers, AClientThatHangsUpIsDroppedItsFinishStillRunsAndOnePostedAfterTheStopIsDropped) {
+  ASSERT_TRUE(ask_line(R"({"op":"jobs"})").ok());
+  const int before = open_fds();
+  {
+    auto gone = Connection::connect(dir_ + "/agent.sock");
+    ASSERT_TRUE(gone.ok());
+    ASSERT_TRUE(gone->send_line(R"({"op":"slow"})").ok());
+    ASSERT_TRUE(eventually([&] { return deferred() == 1; }));
+  }  // hung up before its answer
+  EXPECT_TRUE(eventually([&] { return open_fds() <= before; })) << "dropped once it hung up, before its answer";
+  std::atomic<bool> ran{false};
+  answer_from_another_thread(0, ran);
+  ASSERT_TRUE(ask_line(R"({"op":"jobs"})").ok());
+  EXPECT_TRUE(ran.load()) << "what the request still had to do is done, though no one reads the answer";
+
+  auto waiting = Connection::connect(dir_ + "/agent.sock");
+  ASSERT_TRUE(waiting.ok());
+  ASSERT_TRUE(waiting->send_line(R"({"op":"slow"})").ok());
+  ASSERT_TRUE(eventually([&] { return deferred() == 2; }));
+  stop();
+  std::atomic<bool> late{false};
+  answer_from_another_thread(1, late);  // the scheduler has stopped: dropped, never run
+  EXPECT_FALSE(late.load());
+  EXPECT_FALSE(waiting->read_line(1000).ok()) << "the agent's stop closed the connection with no answer";
 }
 
 }  // namespace
