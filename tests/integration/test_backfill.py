@@ -21,7 +21,7 @@ import time
 import unittest
 
 from devtools import demoted
-from test_sched_agent import AgentQueueTest, SecondUser
+from test_sched_agent import SLOW, TARMAC, AgentQueueTest, SecondUser
 
 # A client that hands the agent crafted descriptors: CRAFT SOCKET MODE OUTPUT [ID]; prints the
 # agent's answer (one JSON line). MODE: fifo (the input a FIFO), unsealed (an unsealed memfd),
@@ -206,6 +206,42 @@ class BackfillBatches(BatchCommands, AgentQueueTest):
                                 "--output", str(self.tmp / "x.jsonl"))
         self.assertEqual(no_slot.returncode, 2)
         self.assertIn("{text}", no_slot.stderr)
+
+    def test_the_agent_answers_others_while_it_reads_a_large_batch(self):
+        # 40 MiB of requests take the agent a second or more to parse and store (longer under a
+        # sanitizer); another user's `tarmac jobs` meanwhile is answered at once, not after it.
+        pad = "x" * 2048
+        inp = self.write_input([request_line(f"r{i}", pad) for i in range(20000)], "large.jsonl")
+        out = self.tmp / "large-out.jsonl"
+        t0 = time.monotonic()
+        submit = subprocess.Popen([TARMAC, "--json", "backfill", "submit", "--model", "m", "--input", inp, "--output",
+                                   str(out), "--window", closed_window()],
+                                  env=self.env(), cwd=str(self.tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        try:
+            deadline = time.monotonic() + 120 * SLOW
+            while "reading a batch of" not in self.agent_log(20000):  # the event: its parse has begun
+                if submit.poll() is not None:
+                    self.fail(f"the submission ended before it was read: {submit.stderr.read()}{self.agent_log()}")
+                self.assertLess(time.monotonic(), deadline, self.agent_log())
+                time.sleep(0.02)
+            t1 = time.monotonic()
+            jobs = self.tarmac("--json", "jobs")
+            answered_ms = (time.monotonic() - t1) * 1000
+            self.assertEqual(jobs.returncode, 0, jobs.stderr)
+            self.assertNotIn("read and stored in", self.agent_log(20000),
+                             f"jobs was answered only once the batch was stored ({answered_ms:.0f} ms)")
+            stdout, stderr = submit.communicate(timeout=300 * SLOW)
+        finally:
+            if submit.poll() is None:
+                submit.kill()
+                submit.wait()
+        self.assertEqual(submit.returncode, 0, stderr + self.agent_log())
+        self.assertEqual(json.loads(stdout)["requests"], 20000)
+        print(f"\n  a 40 MiB batch was submitted in {(time.monotonic() - t0) * 1000:.0f} ms; `tarmac jobs` "
+              f"meanwhile was answered in {answered_ms:.0f} ms", flush=True)
+        batch = self.status_json()["batches"][0]
+        self.assertEqual((batch["pending"], batch["requests"]), (20000, 20000))
 
     def test_results_come_in_input_order(self):
         inp = self.write_input([request_line(f"r{i}") for i in range(3)])

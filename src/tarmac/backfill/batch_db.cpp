@@ -40,6 +40,9 @@ UPDATE backfill_batch SET body_bytes =
 )sql";
 
 constexpr const char* kUnfinished = "state IN ('queued', 'running')";
+// What the quotas count and a new output is checked against: the unfinished, and those being stored.
+constexpr const char* kHeld = "state IN ('loading', 'queued', 'running')";
+constexpr const char* kLoading = "loading";
 
 constexpr const char* kBatchColumns =
     "id, uid, user, name, model, server, time_window, parallel, state, reason, output_path, output_dev, output_ino, "
@@ -180,36 +183,102 @@ Result<void> BatchDb::in_transaction(const std::function<Result<void>()>& body) 
   return {};
 }
 
-Result<void> BatchDb::create(Batch& batch, const std::vector<BatchRequest>& requests) {
+namespace {
+
+// The requests' count and their bodies' bytes, into `batch`.
+void count_requests(Batch& batch, const std::vector<BatchRequest>& requests) {
   batch.requests = static_cast<long long>(requests.size());
   batch.body_bytes = 0;
   for (const auto& r : requests) batch.body_bytes += static_cast<long long>(r.body.size());
-  long long id = 0;
+}
+
+}  // namespace
+
+Result<void> BatchDb::insert_batch(Batch& batch) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("INSERT INTO backfill_batch({}) VALUES(NULL, ?2, ?3, ?4, ?5, ?6, "
+                                                    "?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
+                                                    "?20, ?21, ?22) RETURNING id",
+                                                    kBatchColumns)));
+  bind_batch(s, batch);
+  TARMAC_TRY_ASSIGN(const bool row, s.step());
+  if (!row) return make_error(Error::Code::Internal, "INSERT ... RETURNING gave no id");
+  batch.id = s.int64(0);
+  return {};
+}
+
+Result<void> BatchDb::insert_requests(long long id, const std::vector<BatchRequest>& requests, std::size_t from,
+                                      std::size_t to) {
+  TARMAC_TRY_ASSIGN(auto* insert, cached("INSERT INTO backfill_request(batch, idx, custom_id, url, body, state, "
+                                         "attempts, error) VALUES(?1, ?2, ?3, ?4, ?5, 'pending', 0, '')"));
+  for (std::size_t i = from; i < std::min(to, requests.size()); ++i) {
+    insert->reset();
+    insert->bind(1, id);
+    insert->bind(2, static_cast<long long>(i));
+    insert->bind(3, std::string_view(requests[i].custom_id));
+    insert->bind(4, to_url(requests[i].endpoint));
+    insert->bind(5, std::string_view(requests[i].body));
+    TARMAC_TRY(insert->run());
+  }
+  insert->reset();
+  return {};
+}
+
+Result<void> BatchDb::create(Batch& batch, const std::vector<BatchRequest>& requests) {
+  count_requests(batch, requests);
+  Batch row = batch;
   const auto insert_all = [&]() -> Result<void> {
-    TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("INSERT INTO backfill_batch({}) VALUES(NULL, ?2, ?3, ?4, ?5, ?6, "
-                                                      "?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-                                                      "?20, ?21, ?22) RETURNING id",
-                                                      kBatchColumns)));
-    bind_batch(s, batch);
-    TARMAC_TRY_ASSIGN(const bool row, s.step());
-    if (!row) return make_error(Error::Code::Internal, "INSERT ... RETURNING gave no id");
-    id = s.int64(0);
-    s.reset();
-    TARMAC_TRY_ASSIGN(auto insert, db_.prepare("INSERT INTO backfill_request(batch, idx, custom_id, url, body, state, "
-                                               "attempts, error) VALUES(?1, ?2, ?3, ?4, ?5, 'pending', 0, '')"));
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      insert.bind(1, id);
-      insert.bind(2, static_cast<long long>(i));
-      insert.bind(3, std::string_view(requests[i].custom_id));
-      insert.bind(4, to_url(requests[i].endpoint));
-      insert.bind(5, std::string_view(requests[i].body));
-      TARMAC_TRY(insert.run());
-    }
-    return {};
+    TARMAC_TRY(insert_batch(row));
+    return insert_requests(row.id, requests, 0, requests.size());
   };
   TARMAC_TRY(in_transaction(insert_all));
-  batch.id = id;
+  batch.id = row.id;
   return {};
+}
+
+Result<void> BatchDb::begin_loading(Batch& batch, const std::vector<BatchRequest>& requests) {
+  count_requests(batch, requests);
+  Batch row = batch;
+  const auto insert_loading = [&]() -> Result<void> {
+    TARMAC_TRY(insert_batch(row));
+    TARMAC_TRY_ASSIGN(auto mark, db_.prepare("UPDATE backfill_batch SET state = ?2 WHERE id = ?1"));
+    mark.bind(1, row.id);
+    mark.bind(2, std::string_view(kLoading));
+    return mark.run();
+  };
+  TARMAC_TRY(in_transaction(insert_loading));
+  batch.id = row.id;
+  return {};
+}
+
+Result<void> BatchDb::load(long long id, const std::vector<BatchRequest>& requests, std::size_t from, std::size_t to) {
+  return in_transaction([&] { return insert_requests(id, requests, from, to); });
+}
+
+Result<bool> BatchDb::loaded(long long id) {
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare("UPDATE backfill_batch SET state = 'queued' WHERE id = ?1 AND state = ?2"));
+  s.bind(1, id);
+  s.bind(2, std::string_view(kLoading));
+  TARMAC_TRY(s.run());
+  return db_.changes() == 1;
+}
+
+Result<long long> BatchDb::drop_loading(std::optional<long long> id) {
+  long long dropped = 0;
+  const auto drop = [&]() -> Result<void> {
+    TARMAC_TRY_ASSIGN(auto rows, db_.prepare("DELETE FROM backfill_request WHERE batch IN (SELECT id FROM "
+                                             "backfill_batch WHERE state = ?1 AND (?2 IS NULL OR id = ?2))"));
+    rows.bind(1, std::string_view(kLoading));
+    rows.bind(2, id);
+    TARMAC_TRY(rows.run());
+    TARMAC_TRY_ASSIGN(auto batches, db_.prepare("DELETE FROM backfill_batch WHERE state = ?1 AND (?2 IS NULL OR id = ?2)"));
+    batches.bind(1, std::string_view(kLoading));
+    batches.bind(2, id);
+    TARMAC_TRY(batches.run());
+    dropped = db_.changes();
+    return {};
+  };
+  TARMAC_TRY(in_transaction(drop));
+  return dropped;
 }
 
 Result<void> BatchDb::save(const Batch& batch) {
@@ -284,7 +353,7 @@ Result<void> BatchDb::drop_bodies_if_ended(const Batch& batch) {
 Result<Holding> BatchDb::holding(std::optional<uid_t> uid) {
   TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("SELECT count(*), total(body_bytes) FROM backfill_batch WHERE {} "
                                                     "AND (?1 IS NULL OR uid = ?1)",
-                                                    kUnfinished)));
+                                                    kHeld)));
   s.bind(1, uid ? std::optional<long long>(*uid) : std::nullopt);
   TARMAC_TRY_ASSIGN(const bool row, s.step());
   if (!row) return Holding{};
@@ -294,7 +363,7 @@ Result<Holding> BatchDb::holding(std::optional<uid_t> uid) {
 Result<std::optional<long long>> BatchDb::unfinished_on(long long dev, long long ino) {
   TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("SELECT id FROM backfill_batch WHERE output_dev = ?1 AND "
                                                     "output_ino = ?2 AND {} LIMIT 1",
-                                                    kUnfinished)));
+                                                    kHeld)));
   s.bind(1, dev);
   s.bind(2, ino);
   TARMAC_TRY_ASSIGN(const bool row, s.step());
@@ -303,7 +372,8 @@ Result<std::optional<long long>> BatchDb::unfinished_on(long long dev, long long
 }
 
 Result<std::optional<Batch>> BatchDb::batch(long long id) {
-  TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("SELECT {} FROM backfill_batch WHERE id = ?1", kBatchColumns)));
+  TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("SELECT {} FROM backfill_batch WHERE id = ?1 AND state != '{}'",
+                                                    kBatchColumns, kLoading)));
   s.bind(1, id);
   TARMAC_TRY_ASSIGN(const bool row, s.step());
   if (!row) return std::optional<Batch>();
@@ -311,7 +381,8 @@ Result<std::optional<Batch>> BatchDb::batch(long long id) {
 }
 
 Result<std::vector<Batch>> BatchDb::batches(Which which) {
-  const std::string where = which == Which::All ? "" : fmt::format("WHERE {}", kUnfinished);
+  const std::string where = which == Which::All ? fmt::format("WHERE state != '{}'", kLoading)
+                                                 : fmt::format("WHERE {}", kUnfinished);
   TARMAC_TRY_ASSIGN(auto s, db_.prepare(fmt::format("SELECT {} FROM backfill_batch {} ORDER BY id", kBatchColumns,
                                                     where)));
   std::vector<Batch> out;

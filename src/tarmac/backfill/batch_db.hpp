@@ -19,7 +19,8 @@ namespace tarmac::backfill {
 // output's birth time, and keeps no bodies for ended batches.
 inline constexpr long long kBatchTablesVersion = 2;
 
-// What unfinished (queued or running) batches hold in the store: the quotas' measure.
+// What unfinished (queued or running) batches, and those being stored, hold in the store: the
+// quotas' measure.
 struct Holding {
   long long batches = 0;
   long long body_bytes = 0;
@@ -57,8 +58,23 @@ class BatchDb {
   // upgrading them in place; refuses tables newer than this tarmac reads.
   [[nodiscard]] static Result<BatchDb> open(const std::string& path);
 
-  // Records `batch` (its id and body_bytes set here) and its requests, pending, in one transaction.
+  // Records `batch` (its id, requests and body_bytes set here) and its requests, pending, in one
+  // transaction.
   [[nodiscard]] Result<void> create(Batch& batch, const std::vector<BatchRequest>& requests);
+
+  // A batch stored in steps, so that no other writer of the store waits behind one transaction of a
+  // 200 MiB input (docs/backfill.md "Security"). begin_loading() records `batch` (its id, requests
+  // and body_bytes set here from `requests`) as "loading": nothing lists, shows, sends or resumes
+  // such a batch (batch(), batches()), but the quotas and the check of a new output count it
+  // (holding(), unfinished_on()). load() adds its requests [from, to) in one transaction;
+  // loaded() makes it queued (false when it was not loading: dropped meanwhile); drop_loading()
+  // removes a batch still loading (a refusal, the agent's stop), or every one (nullopt: what a
+  // crash left) and says how many.
+  [[nodiscard]] Result<void> begin_loading(Batch& batch, const std::vector<BatchRequest>& requests);
+  [[nodiscard]] Result<void> load(long long id, const std::vector<BatchRequest>& requests, std::size_t from,
+                                  std::size_t to);
+  [[nodiscard]] Result<bool> loaded(long long id);
+  [[nodiscard]] Result<long long> drop_loading(std::optional<long long> id);
   // Writes the batch's own columns (not output_bytes, which only commit() moves, nor windows,
   // which only add_window() moves). A batch that has
   // ended drops its requests' bodies in the same transaction: nothing will send them, and the
@@ -75,10 +91,10 @@ class BatchDb {
   // of each stint that answered something.
   [[nodiscard]] Result<void> add_window(long long id, Span span);
 
-  // What the unfinished batches of `uid` (nullopt: of everyone) hold.
+  // What the unfinished batches of `uid` (nullopt: of everyone) hold, those loading included.
   [[nodiscard]] Result<Holding> holding(std::optional<uid_t> uid);
-  // The unfinished batch whose output is the file (dev, ino), if any: two batches on one file
-  // would overwrite each other's lines.
+  // The unfinished (or loading) batch whose output is the file (dev, ino), if any: two batches on
+  // one file would overwrite each other's lines.
   [[nodiscard]] Result<std::optional<long long>> unfinished_on(long long dev, long long ino);
 
   [[nodiscard]] Result<std::optional<Batch>> batch(long long id);
@@ -125,6 +141,10 @@ class BatchDb {
   [[nodiscard]] Result<store::Statement*> cached(const std::string& sql);
   [[nodiscard]] Result<void> in_transaction(const std::function<Result<void>()>& body);
   [[nodiscard]] Result<void> drop_bodies_if_ended(const Batch& batch);
+  // Inside a transaction: `batch`'s row (its id set here), and its requests [from, to) as pending.
+  [[nodiscard]] Result<void> insert_batch(Batch& batch);
+  [[nodiscard]] Result<void> insert_requests(long long id, const std::vector<BatchRequest>& requests,
+                                             std::size_t from, std::size_t to);
   store::Database db_;
   std::map<std::string, store::Statement> cached_;  // after db_: finalized before it is closed
 };

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "tarmac/backfill/intake.hpp"
 #include "tarmac/backfill/output_file.hpp"
 #include "tarmac/sched/job.hpp"
 #include "tarmac/util/clock.hpp"
@@ -26,7 +27,6 @@ namespace {
 constexpr unsigned kMaxParallel = 256;
 constexpr std::size_t kMaxNameBytes = 128;
 constexpr std::size_t kMaxPathBytes = 4096;
-constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 
 json failure(const std::string& code, const std::string& message) {
   return json{{"ok", false}, {"code", code}, {"error", message}};
@@ -41,43 +41,11 @@ json failure_of(const Error& e) {
   return failure(code != nullptr ? *code : "io", e.message);
 }
 
-std::string user_name(uid_t uid) {
-  passwd pw{};
-  passwd* found = nullptr;
-  std::vector<char> buf(16384);
-  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) return found->pw_name;
-  return std::to_string(uid);
-}
-
 bool printable(std::string_view text) {
   for (const unsigned char c : text) {
     if (c < 0x20 || c == 0x7f) return false;
   }
   return util::valid_utf8(text) == text;
-}
-
-// The input the CLI handed over: a sealed memfd (it can neither change nor block while the agent
-// reads it) of at most max_input_bytes.
-Result<std::string> read_input(int fd, const InputLimits& limits) {
-  const int seals = ::fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || (seals & kRequiredSeals) != kRequiredSeals) {
-    return make_error(Error::Code::Invalid, "the input must come as a sealed memfd (tarmac backfill submit makes one)");
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return make_error(Error::Code::Invalid, "the input is not a file");
-  if (static_cast<std::uint64_t>(st.st_size) > limits.max_input_bytes) {
-    return make_error(Error::Code::Invalid, fmt::format("the input is {} bytes, more than the {} a batch may hold",
-                                                        st.st_size, limits.max_input_bytes));
-  }
-  std::string text(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::pread(fd, text.data() + got, text.size() - got, static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return make_error(Error::Code::Io, fmt::format("cannot read the input: {}", std::strerror(errno)));
-    got += static_cast<std::size_t>(n);
-  }
-  return text;
 }
 
 // The output the CLI handed over: on a local disk or NFS (asked before anything that reaches the
@@ -160,34 +128,6 @@ std::optional<int> two_digits(std::string_view s, int max) {
   }
   const int v = (s[0] - '0') * 10 + (s[1] - '0');
   return v <= max ? std::optional<int>(v) : std::nullopt;
-}
-
-// Whether `uid` may queue one more batch (quota.hpp), asked before its input is read.
-Result<void> room_for_a_batch(BatchDb& db, uid_t uid, const BatchQuota& quota) {
-  TARMAC_TRY_ASSIGN(const auto held, db.holding(uid));
-  return room_for_a_batch(uid, held, quota);
-}
-
-// Whether the file (dev, ino) may be a new batch's output: not while another unfinished batch
-// writes to it (their lines would overwrite each other, and each one's recovery cut the other's).
-Result<void> output_is_free(BatchDb& db, const struct stat& st) {
-  TARMAC_TRY_ASSIGN(const auto other, db.unfinished_on(static_cast<long long>(st.st_dev),
-                                                       static_cast<long long>(st.st_ino)));
-  if (!other) return {};
-  return make_error(Error::Code::Invalid,
-                    fmt::format("that file is already the output of batch {}, which has not ended: name a new file",
-                                *other),
-                    std::string("invalid"));
-}
-
-// Whether the bodies of `requests` fit in `uid`'s quota and everyone's (quota.hpp).
-Result<void> room_for_requests(BatchDb& db, uid_t uid, const std::vector<BatchRequest>& requests,
-                               const BatchQuota& quota) {
-  long long bytes = 0;
-  for (const auto& r : requests) bytes += static_cast<long long>(r.body.size());
-  TARMAC_TRY_ASSIGN(const auto user, db.holding(uid));
-  TARMAC_TRY_ASSIGN(const auto all, db.holding(std::nullopt));
-  return room_for_bodies(uid, bytes, user, all, quota);
 }
 
 }  // namespace
@@ -281,8 +221,19 @@ Result<std::unique_ptr<Service>> Service::open(ServiceOptions options) {
   if (!options.managed.log) options.managed.log = options.log;
   options.external.config = options.config;
   if (!options.external.log) options.external.log = options.log;
+  // A batch the agent was storing when it stopped was never answered: its submitter was told it
+  // may be queued, and it is not.
+  TARMAC_TRY_ASSIGN(const long long half_stored, db.drop_loading(std::nullopt));
   TARMAC_TRY_ASSIGN(auto dispatcher, Dispatcher::open(options.dispatch));
   auto service = std::unique_ptr<Service>(new Service(std::move(options), std::move(db), std::move(dispatcher)));
+  if (half_stored > 0) {
+    service->log(util::LogLevel::Warning, fmt::format("backfill: removed {} batches the agent was storing when it "
+                                                      "stopped (their submitters got no answer)",
+                                                      half_stored));
+  }
+  IntakeOptions intake{service->opt_.db_path, service->opt_.limits, service->opt_.quota, service->opt_.log};
+  TARMAC_TRY_ASSIGN(service->intake_,
+                    Intake::open(std::move(intake), [raw = service.get()](Intaken in) { return raw->stored(std::move(in)); }));
   TARMAC_TRY_ASSIGN(auto unfinished, service->db_.batches(BatchDb::Which::Unfinished));
   for (auto& b : unfinished) {
     b.state = BatchState::Queued;  // nothing sends it until its output is handed over again
@@ -301,9 +252,10 @@ void Service::log(util::LogLevel level, const std::string& message) const {
   if (opt_.log) opt_.log(level, message);
 }
 
-std::optional<json> Service::answer(const sched::Peer& peer, std::vector<util::Fd>& fds, const json& req) {
+std::optional<json> Service::answer(const sched::Peer& peer, std::vector<util::Fd>& fds, const json& req,
+                                   const sched::Defer& defer) {
   const auto op = json_field<std::string>(req, "op").value_or("");
-  if (op == "backfill_submit") return submit(peer, fds, req);
+  if (op == "backfill_submit") return submit(peer, fds, req, defer);
   if (op == "backfill_status") return status(peer, req);
   if (op == "backfill_cancel") return cancel(peer, req);
   if (op == "backfill_resume") return resume(peer, fds, req);
@@ -343,59 +295,75 @@ json Service::answer_batch(const Batch& b) {
   return json{{"ok", true}, {"batch", batch_json(b, *p, util::wall_ms())}};
 }
 
-json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const json& req) {
+json Service::submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const json& req, const sched::Defer& defer) {
   if (fds.size() != 2) return failure("invalid", "a submission carries two descriptors: the input and the output");
   auto fields = read_batch_fields(req);
   if (!fields.ok()) return failure("invalid", fields.error().message);
-  Batch batch = std::move(*fields);
+  Submission s;
+  s.uid = peer.uid;
+  s.batch = std::move(*fields);
+  // What is quick is checked here, so that most refusals come at once; the intake checks the
+  // quotas and the output's other batches again when it stores the batch.
   if (auto room = room_for_a_batch(db_, peer.uid, opt_.quota); !room.ok()) return failure_of(room.error());
-  auto server = pick_server(opt_.config, batch.server);
+  if (auto room = intake_->room_for(peer.uid); !room.ok()) return failure_of(room.error());
+  auto server = pick_server(opt_.config, s.batch.server);
   if (!server.ok()) return failure("invalid", server.error().message);
-  batch.server = *server;
-  if (const auto& models = opt_.config.servers.at(batch.server).models;
-      !models.empty() && std::find(models.begin(), models.end(), batch.model) == models.end()) {
-    return failure("invalid", fmt::format("server {} serves only the models {}: not --model {}", batch.server,
-                                          fmt::join(models, ", "), batch.model));
+  s.batch.server = *server;
+  if (const auto& models = opt_.config.servers.at(s.batch.server).models;
+      !models.empty() && std::find(models.begin(), models.end(), s.batch.model) == models.end()) {
+    return failure("invalid", fmt::format("server {} serves only the models {}: not --model {}", s.batch.server,
+                                          fmt::join(models, ", "), s.batch.model));
   }
   auto output = check_output(fds[1].get(), peer.uid, true);
   if (!output.ok()) return failure("invalid", output.error().message);
   if (auto free = output_is_free(db_, *output); !free.ok()) return failure_of(free.error());
-  if (dispatcher_->drains_output(output->st_dev, output->st_ino)) {
-    return failure("invalid", "that file was the output of a cancelled batch whose last write has not returned yet (a "
-                              "hung file system?): name a new file, or try again once it has");
-  }
-  auto input = read_input(fds[0].get(), opt_.limits);
-  if (!input.ok()) return failure("invalid", input.error().message);
-  if (auto rate = input_rate_.take(peer.uid, input->size(), util::monotonic_ms()); !rate.ok()) {
-    return failure_of(rate.error());
-  }
+  if (auto refusal = refuse_draining(*output)) return *refusal;
   const std::string format = json_field<std::string>(req, "format").value_or("jsonl");
-  auto requests = format == "texts"
-                      ? parse_texts(*input, json_field<std::string>(req, "template").value_or(""), batch.model,
-                                    opt_.limits)
-                      : parse_jsonl(*input, batch.model, opt_.limits);
-  if (!requests.ok()) {
-    json refusal = failure("invalid", requests.error().message);
-    if (const auto line = problem_line(requests.error()); line > 0) refusal["line"] = line;
+  s.texts = format == "texts";
+  s.template_text = json_field<std::string>(req, "template").value_or("");
+  s.input = std::move(fds[0]);
+  s.output = std::move(fds[1]);
+  s.output_stat = *output;
+  // Reading, parsing and storing a 200 MiB input takes seconds: the intake's thread does it, and
+  // the answer comes from stored(), on this thread, once it has.
+  s.answer = defer();
+  intake_->add(std::move(s));
+  return json();
+}
+
+std::optional<json> Service::refuse_draining(const struct stat& output) {
+  if (!dispatcher_->drains_output(output.st_dev, output.st_ino)) return std::nullopt;
+  return failure("invalid", "that file was the output of a cancelled batch whose last write has not returned yet (a "
+                            "hung file system?): name a new file, or try again once it has");
+}
+
+json Service::stored(Intaken in) {
+  if (in.refusal) {
+    json refusal = failure_of(*in.refusal);
+    if (in.line > 0) refusal["line"] = in.line;
     return refusal;  // nothing is queued
   }
-  if (auto room = room_for_requests(db_, peer.uid, *requests, opt_.quota); !room.ok()) return failure_of(room.error());
-  batch.uid = peer.uid;
-  batch.user = user_name(peer.uid);
-  batch.output_dev = static_cast<long long>(output->st_dev);
-  batch.output_ino = static_cast<long long>(output->st_ino);
-  batch.output_btime_ns = birth_time_ns(fds[1].get());
-  auto own = private_description(fds[1].get());
-  if (!own.ok()) return failure_of(own.error());
-  batch.submitted_ms = util::wall_ms();
-  batch.state = BatchState::Queued;
-  batch.reason = fmt::format("queued for server {}", batch.server);
-  if (auto r = db_.create(batch, *requests); !r.ok()) {
-    return failure("io", fmt::format("cannot record the batch in the store: {}", r.error().message));
+  Batch& batch = in.batch;
+  struct stat st {};
+  st.st_dev = static_cast<dev_t>(batch.output_dev);
+  st.st_ino = static_cast<ino_t>(batch.output_ino);
+  // A cancel of the batch that wrote to this file may have been answered while the intake read.
+  std::optional<json> refusal = refuse_draining(st);
+  if (!refusal) {
+    auto made = db_.loaded(batch.id);
+    if (!made.ok() || !*made) {
+      refusal = failure("io", fmt::format("cannot record the batch in the store: {}",
+                                          made.ok() ? "it was removed while it was stored" : made.error().message));
+    }
   }
-  log(util::LogLevel::Info, fmt::format("backfill: batch {} of {}: {} requests for {} on server {}", batch.id,
-                                        batch.user, batch.requests, batch.model, batch.server));
-  if (auto sent = send(batch, std::move(*own)); !sent.ok()) not_sent(batch, sent.error());
+  if (refusal) {
+    if (auto r = db_.drop_loading(batch.id); !r.ok()) log(util::LogLevel::Warning, r.error().message);
+    return *refusal;
+  }
+  log(util::LogLevel::Info, fmt::format("backfill: batch {} of {}: {} requests for {} on server {} (read and stored in "
+                                        "{} ms)",
+                                        batch.id, batch.user, batch.requests, batch.model, batch.server, in.took_ms));
+  if (auto sent = send(batch, std::move(in.own_output)); !sent.ok()) not_sent(batch, sent.error());
   return answer_batch(batch.id);
 }
 
@@ -453,7 +421,7 @@ json Service::cancel(const sched::Peer& peer, const json& req) {
   }
   batch.state = BatchState::Cancelled;
   batch.ended_ms = util::wall_ms();
-  batch.reason = fmt::format("cancelled by {} ({} requests in flight interrupted)", user_name(peer.uid), interrupted);
+  batch.reason = fmt::format("cancelled by {} ({} requests in flight interrupted)", account_name(peer.uid), interrupted);
   if (auto r = db_.save(batch); !r.ok()) return failure("io", r.error().message);
   return answer_batch(batch);
 }

@@ -16,6 +16,7 @@
 #include "tarmac/backfill/batch_db.hpp"
 #include "tarmac/backfill/dispatch.hpp"
 #include "tarmac/backfill/external.hpp"
+#include "tarmac/backfill/intake.hpp"
 #include "tarmac/backfill/managed.hpp"
 #include "tarmac/backfill/quota.hpp"
 #include "tarmac/backfill/settings.hpp"
@@ -65,8 +66,9 @@ class Service {
   [[nodiscard]] static Result<std::unique_ptr<Service>> open(ServiceOptions options);
 
   // The answer to a backfill_* request from `peer` with descriptors `fds`; nullopt for other ops.
+  // A submission is answered later (`defer`), once its input is read and stored (intake.hpp).
   [[nodiscard]] std::optional<nlohmann::json> answer(const sched::Peer& peer, std::vector<util::Fd>& fds,
-                                                     const nlohmann::json& req);
+                                                     const nlohmann::json& req, const sched::Defer& defer);
   // The scheduler's thread, about every 250 ms (sched::DaemonOptions::agent_tick): the managed
   // servers are started, followed and stopped for the batches that want them.
   void tick(sched::AgentJobs& jobs);
@@ -99,9 +101,14 @@ class Service {
         db_(std::move(db)),
         dispatcher_(std::move(dispatcher)),
         managed_(std::make_unique<ManagedServers>(opt_.managed, db_, *dispatcher_)),
-        external_(std::make_unique<ExternalServers>(opt_.external, db_, *dispatcher_)),
-        input_rate_(opt_.quota.input_bytes_per_minute) {}
-  nlohmann::json submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req);
+        external_(std::make_unique<ExternalServers>(opt_.external, db_, *dispatcher_)) {}
+  nlohmann::json submit(const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req,
+                        const sched::Defer& defer);
+  // The last step of a submission, once the intake has read and stored it (or refused it): the
+  // batch is queued and sent, and the answer says so.
+  nlohmann::json stored(Intaken in);
+  // The refusal of a new output that a cancelled batch's writer still writes to; nullopt if none.
+  [[nodiscard]] std::optional<nlohmann::json> refuse_draining(const struct stat& output);
   nlohmann::json status(const sched::Peer& peer, const nlohmann::json& req);
   nlohmann::json cancel(const sched::Peer& peer, const nlohmann::json& req);
   nlohmann::json resume(const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req);
@@ -121,11 +128,12 @@ class Service {
   std::unique_ptr<Dispatcher> dispatcher_;  // holds the outputs of the batches being sent
   std::unique_ptr<ManagedServers> managed_;  // before the dispatcher in destruction: it stops its sending
   std::unique_ptr<ExternalServers> external_;  // likewise
-  InputRate input_rate_;
   mutable std::mutex on_gpus_mutex_;
   std::vector<BatchOnGpu> on_gpus_;  // under on_gpus_mutex_
   long long on_gpus_at_ms_ = 0;      // monotonic; scheduler's thread
   std::vector<std::pair<std::string, long long>> on_gpus_key_;  // (GPU UUID, batch) last published
+  // Last: stopped first, before what the Finish it posts uses.
+  std::unique_ptr<Intake> intake_;
 };
 
 }  // namespace tarmac::backfill

@@ -238,9 +238,8 @@ std::shared_ptr<backfill::Service> open_batches(const GlobalOptions& global, con
 // backfill jobs (followed on its tick, let go of before a preemption).
 void wire_backfill(sched::DaemonOptions& dopts, const std::shared_ptr<backfill::Service>& batches) {
   if (!batches) return;
-  dopts.more_requests = [batches](const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req) {
-    return batches->answer(peer, fds, req);
-  };
+  dopts.more_requests = [batches](const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req,
+                                  const sched::Defer& defer) { return batches->answer(peer, fds, req, defer); };
   dopts.agent_tick = [batches](sched::AgentJobs& jobs) { batches->tick(jobs); };
   dopts.before_preempt = [batches](const sched::Job& job, const sched::Job& for_job) {
     batches->before_preempt(job, for_job);

@@ -33,6 +33,8 @@ using json = nlohmann::json;
 
 namespace {
 
+constexpr int kSubmitAnswerTimeoutMs = 10 * 60 * 1000;
+
 struct SubmitFlags {
   std::string model, input, texts, template_text, output, server, window, name;
   unsigned parallel = 1;
@@ -50,7 +52,10 @@ enum class AskFailure { None, Refused, NoAnswer };
 // One request to the agent with `fds`; prints why when it fails (no agent: exit 3).
 std::optional<json> ask(const GlobalOptions& global, const char* command, const json& req, int& exit_code,
                         const std::vector<int>& fds = {}, AskFailure* failure = nullptr) {
-  auto answer = ask_agent(agent_socket(global), req, fds);
+  // A submission is answered once the agent has read and stored it, after those of other users
+  // that came first: up to 200 MiB each, seconds apiece.
+  const int timeout_ms = std::string_view(command) == "submit" ? kSubmitAnswerTimeoutMs : 30000;
+  auto answer = ask_agent(agent_socket(global), req, fds, timeout_ms);
   if (failure != nullptr) {
     const bool unreached = !answer.ok() && answer.error().code == Error::Code::NotFound;  // connect failed
     *failure = answer.ok() ? (answer->body.value("ok", false) ? AskFailure::None : AskFailure::Refused)

@@ -223,14 +223,15 @@ std::string agent_socket(const GlobalOptions& global) {
   return sched::socket_path(loaded.ok() ? loaded->config.scheduler.socket : std::string());
 }
 
-Result<AgentAnswer> ask_agent(const std::string& socket, const json& req, const std::vector<int>& fds) {
+Result<AgentAnswer> ask_agent(const std::string& socket, const json& req, const std::vector<int>& fds,
+                              int answer_timeout_ms) {
   TARMAC_TRY_ASSIGN(auto conn, sched::Connection::connect(socket));
   // Not util::json_text: a request carries argv and environment that must reach the job exactly,
   // so invalid UTF-8 in them is refused (nlohmann throws) rather than replaced.
   const auto sent = conn.send_line(req.dump(), fds);
   // An agent that refuses the connection (a cap) says why and closes at once, maybe before the
   // request is sent: its line is read even when sending failed.
-  auto line = conn.read_line(sent.ok() ? kAnswerTimeoutMs : 0);
+  auto line = conn.read_line(sent.ok() ? answer_timeout_ms : 0);
   if (!line.ok()) return sent.ok() ? line.error() : sent.error();
   json body = json::parse(*line, nullptr, false);
   if (!body.is_object()) return make_error(Error::Code::Io, "the agent's answer is not JSON");

@@ -19,14 +19,15 @@ void add_jobs_commands(CLI::App& app, const GlobalOptions& global, int& exit_cod
 // The agent's socket path for this configuration (TARMAC_SOCKET, scheduler.socket, the default).
 [[nodiscard]] std::string agent_socket(const GlobalOptions& global);
 
-// Sends one request (with `fds`) on a new connection and reads the answer. An error when no agent
-// answers (its message names the socket). The connection is returned for the events that follow.
+// Sends one request (with `fds`) on a new connection and reads the answer, waiting up to
+// `answer_timeout_ms` for it. An error when no agent answers (its message names the socket). The
+// connection is returned for the events that follow.
 struct AgentAnswer {
   nlohmann::json body;
   sched::Connection conn;
 };
 [[nodiscard]] Result<AgentAnswer> ask_agent(const std::string& socket, const nlohmann::json& request,
-                                            const std::vector<int>& fds = {});
+                                            const std::vector<int>& fds = {}, int answer_timeout_ms = 30000);
 
 // The exit code for a failed answer ({"ok": false, "code": ...}): 1 busy, 3 io, else 2.
 [[nodiscard]] int exit_code_for(const nlohmann::json& failure);

@@ -81,5 +81,54 @@ TEST(Spans, TheStoreAddsToABatchsWindowsAndSaveLeavesThemAlone) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(LoadingBatch, IsStoredInStepsHiddenUntilLoadedCountedByTheQuotasAndDroppedWhenLeftOver) {
+  char tmpl[] = "/tmp/tarmac-backfill-loading-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    auto db = BatchDb::open(dir + "/tarmac.db");
+    ASSERT_TRUE(db.ok()) << db.error().message;
+    std::vector<BatchRequest> requests;
+    for (int i = 0; i < 5; ++i) requests.push_back({"c" + std::to_string(i), Endpoint::Completions, "body", static_cast<std::size_t>(i) + 1});
+    Batch b;
+    b.uid = 1234;
+    b.user = "amy";
+    b.model = "m";
+    b.output_dev = 7;
+    b.output_ino = 8;
+    ASSERT_TRUE(db->begin_loading(b, requests).ok());
+    EXPECT_EQ(b.requests, 5);
+    EXPECT_EQ(b.body_bytes, 20);
+    ASSERT_TRUE(db->load(b.id, requests, 0, 2).ok());
+    ASSERT_TRUE(db->load(b.id, requests, 2, 99).ok());  // past the end: up to it
+    // Neither shown, nor sent, nor resumed while it loads...
+    EXPECT_FALSE(db->batch(b.id)->has_value());
+    EXPECT_TRUE(db->batches(BatchDb::Which::All)->empty());
+    EXPECT_TRUE(db->batches(BatchDb::Which::Unfinished)->empty());
+    // ...but what it holds counts, and its output is taken.
+    EXPECT_EQ(db->holding(1234)->batches, 1);
+    EXPECT_EQ(db->holding(std::nullopt)->body_bytes, 20);
+    EXPECT_EQ(db->unfinished_on(7, 8).value(), std::optional<long long>(b.id));
+    ASSERT_TRUE(db->loaded(b.id).value());
+    EXPECT_FALSE(db->loaded(b.id).value()) << "loaded once";
+    auto back = db->batch(b.id);
+    ASSERT_TRUE(back.ok() && *back);
+    EXPECT_EQ((*back)->state, BatchState::Queued);
+    EXPECT_EQ(db->progress(b.id)->pending, 5);
+    EXPECT_EQ(db->drop_loading(b.id).value(), 0) << "a queued batch is not dropped";
+
+    // What a crash in the middle leaves: removed, rows and all; others are kept.
+    Batch half = b;
+    ASSERT_TRUE(db->begin_loading(half, requests).ok());
+    ASSERT_TRUE(db->load(half.id, requests, 0, 3).ok());
+    EXPECT_EQ(db->drop_loading(std::nullopt).value(), 1);
+    EXPECT_FALSE(db->loaded(half.id).value());
+    EXPECT_EQ(db->rows(half.id)->size(), 0U);
+    EXPECT_EQ(db->rows(b.id)->size(), 5U);
+    EXPECT_EQ(db->holding(1234)->batches, 1);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tarmac::backfill

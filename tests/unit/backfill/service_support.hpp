@@ -9,7 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -78,12 +81,33 @@ class ServiceFixture : public ::testing::Test {
     if (uid != ::getuid()) EXPECT_EQ(::fchown(fd.get(), uid, static_cast<gid_t>(-1)), 0);
     return fd;
   }
+  // An answer given later (a submission's): its last step, posted from the intake's thread.
+  struct Posted {
+    std::mutex mutex;
+    std::condition_variable cv;
+    sched::Finish finish;
+  };
+  // The answer to `req`, as the scheduler's thread gives it: a submission's last step is run here
+  // once the intake has posted it, as the agent's loop runs it.
   nlohmann::json ask(uid_t uid, std::vector<util::Fd> fds, nlohmann::json req) {
     sched::Peer peer;
     peer.uid = uid;
-    auto answer = service_->answer(peer, fds, req);
+    auto posted = std::make_shared<Posted>();
+    bool deferred = false;
+    auto answer = service_->answer(peer, fds, req, [&] {
+      deferred = true;
+      return [posted](sched::Finish finish) {
+        std::lock_guard lock(posted->mutex);
+        posted->finish = std::move(finish);
+        posted->cv.notify_all();
+      };
+    });
     EXPECT_TRUE(answer.has_value());
-    return answer.value_or(nlohmann::json::object());
+    if (!deferred) return answer.value_or(nlohmann::json::object());
+    std::unique_lock lock(posted->mutex);
+    EXPECT_TRUE(posted->cv.wait_for(lock, std::chrono::seconds(60), [&] { return bool(posted->finish); }))
+        << "the submission was never answered";
+    return posted->finish ? posted->finish() : nlohmann::json::object();
   }
   nlohmann::json submit(uid_t uid, util::Fd input, util::Fd out, const std::string& name = "out.jsonl") {
     std::vector<util::Fd> fds;
