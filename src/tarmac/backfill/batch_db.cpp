@@ -25,7 +25,9 @@ CREATE TABLE IF NOT EXISTS backfill_request(
   state TEXT NOT NULL, attempts INTEGER NOT NULL, prompt_tokens INTEGER, completion_tokens INTEGER,
   started_unix_ms INTEGER, ended_unix_ms INTEGER, error TEXT NOT NULL, out_offset INTEGER, out_len INTEGER,
   PRIMARY KEY(batch, idx)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS backfill_request_by_state ON backfill_request(batch, state, idx);
+DROP INDEX IF EXISTS backfill_request_by_state;
+CREATE INDEX IF NOT EXISTS backfill_request_progress ON backfill_request(batch, state, idx, prompt_tokens,
+  completion_tokens, started_unix_ms, ended_unix_ms);
 )sql";
 
 // Version 1 to 2: the columns quotas and resume need; bodies counted as stored, and those of ended
@@ -418,6 +420,15 @@ Result<Progress> BatchDb::progress(long long id) {
     p.last_ended_ms = std::max(p.last_ended_ms, s.opt_int64(5).value_or(0));
   }
   return p;
+}
+
+Result<bool> BatchDb::unanswered(long long id) {
+  TARMAC_TRY_ASSIGN(auto* statement, cached("SELECT EXISTS(SELECT 1 FROM backfill_request WHERE batch = ?1 AND "
+                                            "state IN ('pending', 'in_flight'))"));
+  const Hold s(*statement);
+  s->bind(1, id);
+  TARMAC_TRY_ASSIGN(const bool row, s->step());
+  return row && s->int64(0) != 0;
 }
 
 Result<std::vector<RequestRow>> BatchDb::rows(long long id) {

@@ -100,7 +100,10 @@ class BatchDb {
   [[nodiscard]] Result<std::optional<Batch>> batch(long long id);
   enum class Which { All, Unfinished };
   [[nodiscard]] Result<std::vector<Batch>> batches(Which which);
+  // Batch `id`'s counts and tokens (read from an index alone: a batch's bodies are not read).
   [[nodiscard]] Result<Progress> progress(long long id);
+  // Whether batch `id` has a request pending or in flight; cheaper than progress().
+  [[nodiscard]] Result<bool> unanswered(long long id);
   // Every request of batch `id` in input order, without bodies.
   [[nodiscard]] Result<std::vector<RequestRow>> rows(long long id);
   [[nodiscard]] Result<std::optional<RequestState>> state_of(long long id, long long index);

@@ -214,8 +214,8 @@ std::vector<Batch> ManagedServers::wanting(const Server& s) {
   const int minute = dispatcher_.local_minute();
   for (auto& b : *unfinished) {
     if (b.server != s.name || !dispatcher_.holds(b.id) || !in_window(b.window, minute)) continue;
-    const auto p = db_.progress(b.id);
-    if (p.ok() && p->pending + p->in_flight > 0) out.push_back(std::move(b));
+    const auto left = db_.unanswered(b.id);
+    if (left.ok() && *left) out.push_back(std::move(b));
   }
   return out;
 }

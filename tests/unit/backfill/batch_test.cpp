@@ -130,5 +130,43 @@ TEST(LoadingBatch, IsStoredInStepsHiddenUntilLoadedCountedByTheQuotasAndDroppedW
   std::filesystem::remove_all(dir);
 }
 
+TEST(BatchDbReads, ProgressAndWhatIsLeftAreReadFromAnIndexNotTheRowsBodies) {
+  char tmpl[] = "/tmp/tarmac-backfill-progress-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    auto db = BatchDb::open(dir + "/tarmac.db");
+    ASSERT_TRUE(db.ok()) << db.error().message;
+    Batch b;
+    b.user = "amy";
+    b.model = "m";
+    const std::string body(100000, 'b');  // far past a page: read, it would mean its overflow pages
+    ASSERT_TRUE(db->create(b, {{"a", Endpoint::Completions, body, 1}, {"b", Endpoint::Completions, body, 2}}).ok());
+    EXPECT_TRUE(db->unanswered(b.id).value());
+    auto taken = db->take_pending(b.id, 2, 1000);
+    ASSERT_TRUE(taken.ok() && taken->size() == 2);
+    EXPECT_TRUE(db->unanswered(b.id).value()) << "in flight is not answered";
+    Commit commit;
+    commit.answered = {{0, RequestState::Done, 3, 5, 2000, "", 0, 10}, {1, RequestState::Failed, {}, {}, 3000, "no", 10, 10}};
+    commit.output_bytes = 20;
+    ASSERT_TRUE(db->commit(b.id, commit).ok());
+    EXPECT_FALSE(db->unanswered(b.id).value());
+    auto p = db->progress(b.id);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ((std::vector<long long>{p->done, p->failed, p->pending, p->prompt_tokens, p->completion_tokens,
+                                      p->first_started_ms, p->last_ended_ms}),
+              (std::vector<long long>{1, 1, 0, 3, 5, 1000, 3000}));
+    // The same query as progress(): SQLite answers it from the index alone.
+    auto plan = db->database().prepare("EXPLAIN QUERY PLAN SELECT state, count(*), total(prompt_tokens), "
+                                       "total(completion_tokens), min(started_unix_ms), max(ended_unix_ms) FROM "
+                                       "backfill_request WHERE batch = 1 GROUP BY state");
+    ASSERT_TRUE(plan.ok());
+    std::string details;
+    for (auto row = plan->step(); row.ok() && *row; row = plan->step()) details += plan->text(3) + "\n";
+    EXPECT_NE(details.find("COVERING INDEX backfill_request_progress"), std::string::npos) << details;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tarmac::backfill
