@@ -5,13 +5,16 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fmt/format.h>
 #include <vector>
 
 #include "tarmac/backfill/output_file.hpp"
 #include "tarmac/util/clock.hpp"
+#include "tarmac/util/closer.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::backfill {
@@ -165,8 +168,22 @@ void Intake::run() {
       busy_.insert(s.uid);
       last_ = s.uid;
     }
-    auto result = std::make_shared<Intaken>(take(s));
-    if (stop_.load()) return;  // take() dropped what it had stored
+    std::shared_ptr<Intaken> result;
+    try {
+      result = std::make_shared<Intaken>(take(s));
+    } catch (const std::exception& e) {  // out of memory, with 200 MiB to parse
+      result = std::make_shared<Intaken>();
+      result->uid = s.uid;
+      result->refusal = make_error(Error::Code::Io, fmt::format("the agent could not read the batch: {}", e.what()),
+                                   std::string("io"));
+    }
+    // The user's descriptors, closed off this thread: a close can wait on the sender (its FUSE
+    // mount's flush, a socket it set to linger), and other users' batches wait behind this one.
+    util::close_in_background(std::move(s.input));
+    util::close_in_background(std::move(s.output));
+    // Stopped: what take() stored was dropped, or (stopped after its last step) stays `loading`,
+    // removed when the agent starts again; the client gets no answer.
+    if (stop_.load()) return;
     // The scheduler's thread makes the batch queued (or drops it) and answers; only then may this
     // user's next submission be taken up.
     s.answer([this, result] {
@@ -195,7 +212,6 @@ Intaken Intake::take(Submission& s) {
   std::vector<BatchRequest> requests;
   {
     auto input = read_input(s.input.get(), opt_.limits);
-    s.input.reset();
     if (!input.ok()) return refuse(coded("invalid", input.error()));
     log(util::LogLevel::Info, fmt::format("backfill: reading a batch of {} ({})", out.batch.user,
                                           util::format_bytes(input->size())));
@@ -255,11 +271,15 @@ Result<bool> Intake::store(Intaken& out, const std::vector<BatchRequest>& reques
       bytes += requests[to].body.size();
       ++to;
     }
+    const long long began = util::monotonic_ms();
     if (auto r = db_.load(id, requests, from, to); !r.ok()) {
       drop();
       return r.error();
     }
     from = to;
+    if (from < requests.size()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::max(1LL, (util::monotonic_ms() - began) / 2)));
+    }
   }
   return true;
 }

@@ -72,10 +72,11 @@ struct IntakeOptions {
   InputLimits limits;
   BatchQuota quota;
   util::LogSink log;
-  // Requests per transaction while storing, and body bytes: each holds the store's writers for
-  // a moment only.
-  std::size_t chunk_requests = 1000;
-  std::size_t chunk_bytes = 8U << 20;
+  // Requests per transaction while storing, and body bytes: each holds the store's other writers
+  // (the scheduler's, the recorder's) for a moment only, and after each the intake rests half as
+  // long as it took, so that a writer waiting in SQLite's busy handler finds the store free.
+  std::size_t chunk_requests = 500;
+  std::size_t chunk_bytes = 2U << 20;
   // Submissions waiting or being read, of one user (not root) and of all: each holds its client's
   // connection and two descriptors of the agent's until it is answered.
   std::size_t max_per_user = 4;

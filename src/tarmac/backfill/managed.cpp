@@ -17,6 +17,7 @@
 #include <system_error>
 
 #include "tarmac/backfill/ollama.hpp"
+#include "tarmac/host/tcp_owner.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/clock.hpp"
@@ -145,15 +146,19 @@ Result<int> free_loopback_port() {
 }
 
 // A server's health path asked every probe_every_ms on a thread of its own (the scheduler's thread
-// never waits on a server) until it answers 200, or ready_timeout passes, or it is let go.
+// never waits on a server) until it answers 200, or ready_timeout passes, or it is let go. Only
+// the server's account's listener counts (review T, M1): another user who took the port first
+// and answers the health path does not make the server look ready.
 struct ManagedServers::Probe {
   net::Cancel cancel;            // its request's sockets are shut down when it is set
   std::atomic<int> result{0};  // 0: asking; 1: ready; -1: not within ready_timeout
   std::thread thread;
 
-  Probe(std::string url, long long timeout_ms, long long every_ms) {
+  Probe(std::string url, long long timeout_ms, long long every_ms, uid_t owner) {
     try {
-      thread = std::thread([this, url = std::move(url), timeout_ms, every_ms] { ask(url, timeout_ms, every_ms); });
+      thread = std::thread([this, url = std::move(url), timeout_ms, every_ms, owner] {
+        ask(url, timeout_ms, every_ms, owner);
+      });
     } catch (const std::system_error&) {
       result = -1;  // the system will not make a thread now (its task limit): not ready, tried again later
     }
@@ -165,7 +170,7 @@ struct ManagedServers::Probe {
   Probe(const Probe&) = delete;
   Probe& operator=(const Probe&) = delete;
 
-  void ask(const std::string& url, long long timeout_ms, long long every_ms) {
+  void ask(const std::string& url, long long timeout_ms, long long every_ms, uid_t owner) {
     const long long deadline = util::monotonic_ms() + timeout_ms;
     net::Request get;
     get.method = "GET";
@@ -173,6 +178,9 @@ struct ManagedServers::Probe {
     get.timeout_ms = kProbeTimeoutMs;
     get.cancel = &cancel;
     get.max_body_bytes = 64 << 10;
+    get.check_connection = [owner](const net::Connection& c) {
+      return host::tcp_owner({c.peer_ip, c.peer_port}, {c.local_ip, c.local_port}) == owner;
+    };
     while (!cancel.is_set() && util::monotonic_ms() < deadline) {
       const auto answer = net::perform(get);
       if (answer.ok() && answer->status == 200) {
@@ -354,7 +362,7 @@ void ManagedServers::on_running(Server& s, sched::AgentJobs& jobs, const sched::
     s.run_started = job.started_ms;
     s.phase = Phase::Starting;
     s.accounted_ms = util::monotonic_ms();  // its GPUs are held from now: the batches it serves pay for its start
-    s.probe = std::make_unique<Probe>(url + s.health_path, s.config.ready_timeout_ms, opt_.probe_every_ms);
+    s.probe = std::make_unique<Probe>(url + s.health_path, s.config.ready_timeout_ms, opt_.probe_every_ms, job.uid);
     note(s, wanted, fmt::format("server {} starting on GPU {} (job {}): waiting for {} to answer", s.name,
                                 fmt::join(job.gpus, ","), s.job, s.health_path));
     return;

@@ -1,5 +1,7 @@
 #include "tarmac/sched/client.hpp"
 
+#include "tarmac/util/closer.hpp"
+
 #include <algorithm>
 #include <limits>
 
@@ -8,6 +10,8 @@ namespace tarmac::sched {
 Client::Client(Connection conn, Peer peer, long long now_ms, std::uint64_t serial)
     : conn_(std::move(conn)), peer_(std::move(peer)), serial_(serial), last_request_ms_(now_ms),
       last_write_ms_(now_ms) {}
+
+Client::~Client() { util::close_in_background(fds); }
 
 void Client::push(const std::string& line, std::size_t max_output, long long now_ms) {
   if (gone_) return;

@@ -28,6 +28,10 @@ class Client {
  public:
   // `serial`: this client's number among the agent's, never reused (an answer given later finds it).
   Client(Connection conn, Peer peer, long long now_ms, std::uint64_t serial = 0);
+  // The descriptors it sent that no request took are closed off this thread (util/closer.hpp).
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
   [[nodiscard]] Connection& conn() { return conn_; }
   [[nodiscard]] const Peer& peer() const { return peer_; }

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "tarmac/sched/daemon_common.hpp"
+#include "tarmac/util/closer.hpp"
 #include "tarmac/util/escape.hpp"
 
 namespace tarmac::sched {
@@ -112,7 +113,9 @@ void Clients::serve(Client& c) {
     const json req = json::parse(line, nullptr, false);
     const json answer = req.is_object() ? answer_(c, req, [this, &c] { return later(c); })
                                         : failure("invalid", "a request must be one JSON object");
-    c.fds.clear();  // descriptors came with this request; what it did not take is closed
+    // Descriptors came with this request; what it did not take is closed, off this thread: a close
+    // can wait on the sender (a file of its FUSE mount, a socket it set to linger).
+    util::close_in_background(c.fds);
     if (c.awaiting()) return;  // answered later (deliver_posted)
     send_answer(c, answer);
   }

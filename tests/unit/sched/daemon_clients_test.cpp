@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/wire.hpp"
 
+#include "../support/lingering_socket.hpp"
 #include "daemon_fixture.hpp"
 #include "open_fds.hpp"
 
@@ -112,6 +114,22 @@ TEST_F(DaemonClients, DescriptorsOfClientsThatHangUpMidLineAreClosed) {
   EXPECT_TRUE(eventually([&] { return open_fds() <= before; })) << open_fds() << " open, " << before << " before";
 }
 
+TEST_F(DaemonClients, ADescriptorWhoseCloseWaitsDoesNotHoldTheLoop) {
+  // A user hands over a socket whose close lingers for 30 s with a request that takes nothing.
+  auto lingering = ::tarmac::testing::LingeringSocket::make(30);
+  ASSERT_TRUE(lingering.sender);
+  auto sender = Connection::connect(dir_ + "/agent.sock");
+  ASSERT_TRUE(sender.ok());
+  ASSERT_TRUE(sender->send_line(R"({"op":"jobs"})", std::vector<int>{lingering.sender.get()}).ok());
+  lingering.sender.reset();  // the agent's is now the last: its close is the one that waits
+  ASSERT_TRUE(sender->read_line(20000).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto other = ask_line(R"({"op":"jobs"})");
+  ASSERT_TRUE(other.ok()) << other.error().message;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "the loop waited for the close";
+  EXPECT_TRUE(lingering.drain()) << "the agent never closed it";
+}
+
 // Requests answered later (sched::Defer): "slow" is handed to the test, which answers it from a
 // thread of its own, as backfill's intake answers a submission once it has read it.
 class DeferredAnswers : public testing::DaemonTest {
@@ -157,7 +175,7 @@ class DeferredAnswers : public testing::DaemonTest {
 
   std::mutex mutex_;
   std::vector<sched::AnswerLater> later_;
-  std::thread::id finished_on_;
+  std::atomic<std::thread::id> finished_on_;
 };
 
 TEST_F(DeferredAnswers, OthersAreAnsweredMeanwhileAndTheWaitingClientIsNeitherReadNorDroppedUntilItsAnswer) {
@@ -180,7 +198,7 @@ TEST_F(DeferredAnswers, OthersAreAnsweredMeanwhileAndTheWaitingClientIsNeitherRe
   ASSERT_TRUE(line.ok()) << line.error().message;
   EXPECT_EQ(nlohmann::json::parse(*line), (nlohmann::json{{"ok", true}, {"answered", "later"}}));
   EXPECT_TRUE(ran.load());
-  EXPECT_NE(finished_on_, std::this_thread::get_id());
+  EXPECT_NE(finished_on_.load(), std::this_thread::get_id());
   EXPECT_TRUE(eventually([&] { return hung_up(*slow); })) << "a one-shot request's connection closes once answered";
   EXPECT_EQ(deferred(), 1U);
 }
