@@ -1,10 +1,13 @@
 // When a batch ran (batch.hpp Span): spans joined across a short gap, bounded in number, kept in the
-// store as JSON that a damaged column cannot break, and written in local time.
+// store as JSON that a damaged column cannot break, and written in local time. And the store's
+// batches (batch_db.hpp): one stored in steps (loading), and what is read without its bodies.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include <filesystem>
+#include <optional>
+#include <string>
 
 #include "tarmac/backfill/batch.hpp"
 #include "tarmac/backfill/batch_db.hpp"
@@ -56,116 +59,115 @@ TEST(Spans, LocalTextWritesTheEndsDateOnlyWhenItIsAnotherDay) {
   ::tzset();
 }
 
-TEST(Spans, TheStoreAddsToABatchsWindowsAndSaveLeavesThemAlone) {
-  char tmpl[] = "/tmp/tarmac-backfill-spans-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  {
-    auto db = BatchDb::open(dir + "/tarmac.db");
+// A store in a directory of its own, removed after the test.
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tarmac-backfill-db-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto db = BatchDb::open(dir_ + "/tarmac.db");
     ASSERT_TRUE(db.ok()) << db.error().message;
-    Batch b;
-    b.user = "amy";
-    b.model = "m";
-    ASSERT_TRUE(db->create(b, {{"a", Endpoint::Completions, R"({"model":"m","prompt":"x"})", 1}}).ok());
-    Batch stale = b;  // a copy read before the span was added: its save must not write it away
-    ASSERT_TRUE(db->add_window(b.id, {10 * kMin, 20 * kMin}).ok());
-    ASSERT_TRUE(db->add_window(b.id, {21 * kMin, 30 * kMin}).ok());
-    stale.reason = "cancelled";
-    ASSERT_TRUE(db->save(stale).ok());
-    auto back = db->batch(b.id);
-    ASSERT_TRUE(back.ok() && *back);
-    EXPECT_EQ((*back)->reason, "cancelled");
-    EXPECT_EQ((*back)->windows, (std::vector<Span>{{10 * kMin, 30 * kMin}}));
-    EXPECT_TRUE(db->add_window(b.id + 1, {1, 2}).ok()) << "a batch that is gone: nothing to add to";
+    db_.emplace(std::move(*db));
   }
-  std::filesystem::remove_all(dir);
+  void TearDown() override {
+    db_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  std::string dir_;
+  std::optional<BatchDb> db_;
+};
+
+class SpansInTheStore : public StoreTest {};
+class LoadingBatch : public StoreTest {};
+class BatchDbReads : public StoreTest {};
+
+TEST_F(SpansInTheStore, TheStoreAddsToABatchsWindowsAndSaveLeavesThemAlone) {
+  Batch b;
+  b.user = "amy";
+  b.model = "m";
+  ASSERT_TRUE(db_->create(b, {{"a", Endpoint::Completions, R"({"model":"m","prompt":"x"})", 1}}).ok());
+  Batch stale = b;  // a copy read before the span was added: its save must not write it away
+  ASSERT_TRUE(db_->add_window(b.id, {10 * kMin, 20 * kMin}).ok());
+  ASSERT_TRUE(db_->add_window(b.id, {21 * kMin, 30 * kMin}).ok());
+  stale.reason = "cancelled";
+  ASSERT_TRUE(db_->save(stale).ok());
+  auto back = db_->batch(b.id);
+  ASSERT_TRUE(back.ok() && *back);
+  EXPECT_EQ((*back)->reason, "cancelled");
+  EXPECT_EQ((*back)->windows, (std::vector<Span>{{10 * kMin, 30 * kMin}}));
+  EXPECT_TRUE(db_->add_window(b.id + 1, {1, 2}).ok()) << "a batch that is gone: nothing to add to";
 }
 
-TEST(LoadingBatch, IsStoredInStepsHiddenUntilLoadedCountedByTheQuotasAndDroppedWhenLeftOver) {
-  char tmpl[] = "/tmp/tarmac-backfill-loading-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  {
-    auto db = BatchDb::open(dir + "/tarmac.db");
-    ASSERT_TRUE(db.ok()) << db.error().message;
-    std::vector<BatchRequest> requests;
-    for (int i = 0; i < 5; ++i) requests.push_back({"c" + std::to_string(i), Endpoint::Completions, "body", static_cast<std::size_t>(i) + 1});
-    Batch b;
-    b.uid = 1234;
-    b.user = "amy";
-    b.model = "m";
-    b.output_dev = 7;
-    b.output_ino = 8;
-    ASSERT_TRUE(db->begin_loading(b, requests).ok());
-    EXPECT_EQ(b.requests, 5);
-    EXPECT_EQ(b.body_bytes, 20);
-    ASSERT_TRUE(db->load(b.id, requests, 0, 2).ok());
-    ASSERT_TRUE(db->load(b.id, requests, 2, 99).ok());  // past the end: up to it
-    // Neither shown, nor sent, nor resumed while it loads...
-    EXPECT_FALSE(db->batch(b.id)->has_value());
-    EXPECT_TRUE(db->batches(BatchDb::Which::All)->empty());
-    EXPECT_TRUE(db->batches(BatchDb::Which::Unfinished)->empty());
-    // ...but what it holds counts, and its output is taken.
-    EXPECT_EQ(db->holding(1234)->batches, 1);
-    EXPECT_EQ(db->holding(std::nullopt)->body_bytes, 20);
-    EXPECT_EQ(db->unfinished_on(7, 8).value(), std::optional<long long>(b.id));
-    ASSERT_TRUE(db->loaded(b.id).value());
-    EXPECT_FALSE(db->loaded(b.id).value()) << "loaded once";
-    auto back = db->batch(b.id);
-    ASSERT_TRUE(back.ok() && *back);
-    EXPECT_EQ((*back)->state, BatchState::Queued);
-    EXPECT_EQ(db->progress(b.id)->pending, 5);
-    EXPECT_EQ(db->drop_loading(b.id).value(), 0) << "a queued batch is not dropped";
+TEST_F(LoadingBatch, IsStoredInStepsHiddenUntilLoadedCountedByTheQuotasAndDroppedWhenLeftOver) {
+  std::vector<BatchRequest> requests;
+  for (int i = 0; i < 5; ++i) requests.push_back({"c" + std::to_string(i), Endpoint::Completions, "body", static_cast<std::size_t>(i) + 1});
+  Batch b;
+  b.uid = 1234;
+  b.user = "amy";
+  b.model = "m";
+  b.output_dev = 7;
+  b.output_ino = 8;
+  ASSERT_TRUE(db_->begin_loading(b, requests).ok());
+  EXPECT_EQ(b.requests, 5);
+  EXPECT_EQ(b.body_bytes, 20);
+  ASSERT_TRUE(db_->load(b.id, requests, 0, 2).ok());
+  ASSERT_TRUE(db_->load(b.id, requests, 2, 99).ok());  // past the end: up to it
+  // Neither shown, nor sent, nor resumed while it loads...
+  EXPECT_FALSE(db_->batch(b.id)->has_value());
+  EXPECT_TRUE(db_->batches(BatchDb::Which::All)->empty());
+  EXPECT_TRUE(db_->batches(BatchDb::Which::Unfinished)->empty());
+  // ...but what it holds counts, and its output is taken.
+  EXPECT_EQ(db_->holding(1234)->batches, 1);
+  EXPECT_EQ(db_->holding(std::nullopt)->body_bytes, 20);
+  EXPECT_EQ(db_->unfinished_on(7, 8).value(), std::optional<long long>(b.id));
+  ASSERT_TRUE(db_->loaded(b.id).value());
+  EXPECT_FALSE(db_->loaded(b.id).value()) << "loaded once";
+  auto back = db_->batch(b.id);
+  ASSERT_TRUE(back.ok() && *back);
+  EXPECT_EQ((*back)->state, BatchState::Queued);
+  EXPECT_EQ(db_->progress(b.id)->pending, 5);
+  EXPECT_EQ(db_->drop_loading(b.id).value(), 0) << "a queued batch is not dropped";
 
-    // What a crash in the middle leaves: removed, rows and all; others are kept.
-    Batch half = b;
-    ASSERT_TRUE(db->begin_loading(half, requests).ok());
-    ASSERT_TRUE(db->load(half.id, requests, 0, 3).ok());
-    EXPECT_EQ(db->drop_loading(std::nullopt).value(), 1);
-    EXPECT_FALSE(db->loaded(half.id).value());
-    EXPECT_EQ(db->rows(half.id)->size(), 0U);
-    EXPECT_EQ(db->rows(b.id)->size(), 5U);
-    EXPECT_EQ(db->holding(1234)->batches, 1);
-  }
-  std::filesystem::remove_all(dir);
+  // What a crash in the middle leaves: removed, rows and all; others are kept.
+  Batch half = b;
+  ASSERT_TRUE(db_->begin_loading(half, requests).ok());
+  ASSERT_TRUE(db_->load(half.id, requests, 0, 3).ok());
+  EXPECT_EQ(db_->drop_loading(std::nullopt).value(), 1);
+  EXPECT_FALSE(db_->loaded(half.id).value());
+  EXPECT_EQ(db_->rows(half.id)->size(), 0U);
+  EXPECT_EQ(db_->rows(b.id)->size(), 5U);
+  EXPECT_EQ(db_->holding(1234)->batches, 1);
 }
 
-TEST(BatchDbReads, ProgressAndWhatIsLeftAreReadFromAnIndexNotTheRowsBodies) {
-  char tmpl[] = "/tmp/tarmac-backfill-progress-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  {
-    auto db = BatchDb::open(dir + "/tarmac.db");
-    ASSERT_TRUE(db.ok()) << db.error().message;
-    Batch b;
-    b.user = "amy";
-    b.model = "m";
-    const std::string body(100000, 'b');  // far past a page: read, it would mean its overflow pages
-    ASSERT_TRUE(db->create(b, {{"a", Endpoint::Completions, body, 1}, {"b", Endpoint::Completions, body, 2}}).ok());
-    EXPECT_TRUE(db->unanswered(b.id).value());
-    auto taken = db->take_pending(b.id, 2, 1000);
-    ASSERT_TRUE(taken.ok() && taken->size() == 2);
-    EXPECT_TRUE(db->unanswered(b.id).value()) << "in flight is not answered";
-    Commit commit;
-    commit.answered = {{0, RequestState::Done, 3, 5, 2000, "", 0, 10}, {1, RequestState::Failed, {}, {}, 3000, "no", 10, 10}};
-    commit.output_bytes = 20;
-    ASSERT_TRUE(db->commit(b.id, commit).ok());
-    EXPECT_FALSE(db->unanswered(b.id).value());
-    auto p = db->progress(b.id);
-    ASSERT_TRUE(p.ok());
-    EXPECT_EQ((std::vector<long long>{p->done, p->failed, p->pending, p->prompt_tokens, p->completion_tokens,
-                                      p->first_started_ms, p->last_ended_ms}),
-              (std::vector<long long>{1, 1, 0, 3, 5, 1000, 3000}));
-    // The same query as progress(): SQLite answers it from the index alone.
-    auto plan = db->database().prepare("EXPLAIN QUERY PLAN SELECT state, count(*), total(prompt_tokens), "
-                                       "total(completion_tokens), min(started_unix_ms), max(ended_unix_ms) FROM "
-                                       "backfill_request WHERE batch = 1 GROUP BY state");
-    ASSERT_TRUE(plan.ok());
-    std::string details;
-    for (auto row = plan->step(); row.ok() && *row; row = plan->step()) details += plan->text(3) + "\n";
-    EXPECT_NE(details.find("COVERING INDEX backfill_request_progress"), std::string::npos) << details;
-  }
-  std::filesystem::remove_all(dir);
+TEST_F(BatchDbReads, ProgressAndWhatIsLeftAreReadFromAnIndexNotTheRowsBodies) {
+  Batch b;
+  b.user = "amy";
+  b.model = "m";
+  const std::string body(100000, 'b');  // far past a page: read, it would mean its overflow pages
+  ASSERT_TRUE(db_->create(b, {{"a", Endpoint::Completions, body, 1}, {"b", Endpoint::Completions, body, 2}}).ok());
+  EXPECT_TRUE(db_->unanswered(b.id).value());
+  auto taken = db_->take_pending(b.id, 2, 1000);
+  ASSERT_TRUE(taken.ok() && taken->size() == 2);
+  EXPECT_TRUE(db_->unanswered(b.id).value()) << "in flight is not answered";
+  Commit commit;
+  commit.answered = {{0, RequestState::Done, 3, 5, 2000, "", 0, 10}, {1, RequestState::Failed, {}, {}, 3000, "no", 10, 10}};
+  commit.output_bytes = 20;
+  ASSERT_TRUE(db_->commit(b.id, commit).ok());
+  EXPECT_FALSE(db_->unanswered(b.id).value());
+  auto p = db_->progress(b.id);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((std::vector<long long>{p->done, p->failed, p->pending, p->prompt_tokens, p->completion_tokens,
+                                    p->first_started_ms, p->last_ended_ms}),
+            (std::vector<long long>{1, 1, 0, 3, 5, 1000, 3000}));
+  // The same query as progress(): SQLite answers it from the index alone.
+  auto plan = db_->database().prepare("EXPLAIN QUERY PLAN SELECT state, count(*), total(prompt_tokens), "
+                                     "total(completion_tokens), min(started_unix_ms), max(ended_unix_ms) FROM "
+                                     "backfill_request WHERE batch = 1 GROUP BY state");
+  ASSERT_TRUE(plan.ok());
+  std::string details;
+  for (auto row = plan->step(); row.ok() && *row; row = plan->step()) details += plan->text(3) + "\n";
+  EXPECT_NE(details.find("COVERING INDEX backfill_request_progress"), std::string::npos) << details;
 }
 
 }  // namespace
