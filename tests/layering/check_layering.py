@@ -45,7 +45,9 @@ ALLOWED = {
     "serve": {"report", "diagnose", "store"} | BELOW_STORE,
     "backfill": {"sched", "net", "report", "diagnose", "store"} | BELOW_STORE,
     "config": {"agent", "alerts", "sched", "backfill", "net", "store", "diagnose", "reap"} | BELOW_STORE,
-    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "backfill", "report", "agent", "diagnose", "store", "net"}
+    "tui": {"net", "diagnose"} | BELOW_STORE,
+    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "backfill", "report", "agent", "diagnose", "store", "net",
+            "tui"}
     | BELOW_STORE,
     "apps": {"cli"},
     "sim": {"util", "nvml"},

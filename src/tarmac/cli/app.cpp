@@ -22,6 +22,7 @@
 #include "tarmac/cli/sim_command.hpp"
 #include "tarmac/cli/status.hpp"
 #include "tarmac/cli/topo.hpp"
+#include "tarmac/cli/top_command.hpp"
 #include "tarmac/cli/watch.hpp"
 
 #ifndef TARMAC_VERSION
@@ -68,6 +69,7 @@ int run_app(int argc, char** argv) {
   add_status_command(app, global, exit_code);
   add_topo_command(app, global, exit_code);
   add_watch_command(app, global, exit_code);
+  add_top_command(app, global, exit_code);
   add_query_command(app, global, exit_code);
   add_doctor_command(app, global, exit_code);
   add_config_command(app, global, exit_code);

@@ -91,15 +91,7 @@ std::string short_bus_id(const std::optional<std::string>& id) {
 }
 
 std::string container_cell(const host::ProcessInfo& h) {
-  std::string out;
-  if (h.container) {
-    if (h.container->pod_uid) {
-      out = "pod " + h.container->pod_uid->substr(0, 8);
-    } else {
-      out = h.container->runtime + " " + h.container->id.substr(0, 12);
-    }
-  }
-  if (h.slurm_job_id) out += (out.empty() ? "" : " ") + ("slurm " + *h.slurm_job_id);
+  std::string out = host::workload_label(h);
   return out.empty() ? dash() : out;
 }
 

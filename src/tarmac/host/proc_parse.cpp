@@ -57,14 +57,21 @@ std::optional<StatFields> parse_stat(std::string_view stat_text) {
   constexpr std::size_t kState = 0;
   constexpr std::size_t kPpid = 1;
   constexpr std::size_t kTtyNr = 7 - 3;
+  constexpr std::size_t kUtime = 14 - 3;
+  constexpr std::size_t kStime = 15 - 3;
   constexpr std::size_t kStarttime = 22 - 3;
+  constexpr std::size_t kRss = 24 - 3;
   if (rest.size() <= kStarttime || rest[kState].size() != 1) return std::nullopt;
   const auto ppid = parse_unsigned<unsigned>(rest[kPpid]);
   const auto starttime = parse_unsigned<unsigned long long>(rest[kStarttime]);
   const auto tty_nr = util::parse_int(rest[kTtyNr]);
   if (!ppid || !starttime || !tty_nr) return std::nullopt;
-  return StatFields{std::string(stat_text.substr(open + 1, close - open - 1)), rest[kState][0], *ppid, *starttime,
-                    *tty_nr};
+  StatFields out{std::string(stat_text.substr(open + 1, close - open - 1)), rest[kState][0], *ppid, *starttime, *tty_nr};
+  // CPU times and the resident size are extras: a line without them still names the process.
+  out.utime_ticks = parse_unsigned<unsigned long long>(rest[kUtime]).value_or(0);
+  out.stime_ticks = parse_unsigned<unsigned long long>(rest[kStime]).value_or(0);
+  if (rest.size() > kRss) out.rss_pages = parse_unsigned<unsigned long long>(rest[kRss]).value_or(0);
+  return out;
 }
 
 std::string join_cmdline(std::string_view raw_nul_separated) {

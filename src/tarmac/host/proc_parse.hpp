@@ -14,6 +14,9 @@ struct StatFields {
   unsigned ppid = 0;
   unsigned long long starttime_ticks = 0;  // clock ticks after boot
   long long tty_nr = 0;                    // the controlling terminal's device number; 0 for none
+  unsigned long long utime_ticks = 0;      // CPU time in user mode (field 14), clock ticks
+  unsigned long long stime_ticks = 0;      // in kernel mode (field 15)
+  unsigned long long rss_pages = 0;        // resident set size (field 24), pages
 };
 
 // Parses /proc/<pid>/stat; comm may hold spaces and ')', so fields are read after the LAST ')'.

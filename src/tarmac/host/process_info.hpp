@@ -40,4 +40,8 @@ struct ProcessInfo {
   std::optional<std::string> unread;
 };
 
+// Where a process runs, in a few words: "pod 0123abcd", "docker 0123456789ab", "slurm 42",
+// "pod deadbeef slurm 42"; "" when neither a container nor a Slurm job (status, top).
+[[nodiscard]] std::string workload_label(const ProcessInfo& info);
+
 }  // namespace tarmac::host

@@ -24,6 +24,21 @@ TEST(ParseStat, PlainLine) {
   EXPECT_EQ(stat->starttime_ticks, 987654ULL);
 }
 
+TEST(ParseStat, CpuTimesAndResidentSize) {
+  // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+  // cutime cstime priority nice threads itrealvalue starttime vsize rss
+  const auto stat = parse_stat("77 (x) R 1 77 77 0 -1 0 0 0 0 0 1234 56 0 0 20 0 1 0 999 1000000 4321 18446744073709551615");
+  ASSERT_TRUE(stat);
+  EXPECT_EQ(stat->utime_ticks, 1234ULL);
+  EXPECT_EQ(stat->stime_ticks, 56ULL);
+  EXPECT_EQ(stat->starttime_ticks, 999ULL);
+  EXPECT_EQ(stat->rss_pages, 4321ULL);
+  // A line cut after the start time still names the process; its size is unknown (0).
+  const auto short_line = parse_stat("77 (x) R 1 77 77 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 999");
+  ASSERT_TRUE(short_line);
+  EXPECT_EQ(short_line->rss_pages, 0ULL);
+}
+
 TEST(ParseStat, CommWithSpacesAndParentheses) {
   // A process can name itself anything: fields must be read after the last ')'.
   const auto stat = parse_stat(stat_line("evil) (R 1 2", 'D', 77, 5));

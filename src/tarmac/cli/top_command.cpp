@@ -1,0 +1,381 @@
+#include "tarmac/cli/top_command.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <clocale>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "tarmac/cli/app.hpp"
+#include "tarmac/cli/status.hpp"
+#include "tarmac/net/http_client.hpp"
+#include "tarmac/tui/actions.hpp"
+#include "tarmac/tui/layout.hpp"
+#include "tarmac/tui/sources.hpp"
+#include "tarmac/tui/terminal.hpp"
+#include "tarmac/util/clock.hpp"
+#include "tarmac/util/escape.hpp"
+#include "tarmac/util/fd.hpp"
+#include "tarmac/util/process.hpp"
+
+namespace tarmac::cli {
+
+namespace {
+
+struct TopOptions {
+  double interval_s = 1.0;
+  bool once = false;
+  bool ascii = false;
+  bool readonly = false;
+  bool tree = false;
+  std::vector<std::string> hosts;  // agents; "local" for this machine
+  std::string sort = "mem";
+};
+
+constexpr long long kHistorySeconds = 600;
+
+std::optional<tui::Column> sort_column(const std::string& name) {
+  static const std::pair<const char*, tui::Column> kNames[] = {
+      {"gpu", tui::Column::Gpu}, {"pid", tui::Column::Pid}, {"user", tui::Column::User}, {"mem", tui::Column::Mem},
+      {"sm", tui::Column::Sm},   {"cpu", tui::Column::Cpu}, {"rss", tui::Column::Rss},   {"age", tui::Column::Age},
+      {"command", tui::Column::Command}};
+  for (const auto& [n, c] : kNames) {
+    if (name == n) return c;
+  }
+  return std::nullopt;
+}
+
+// One source per host, and the model they feed.
+struct Sources {
+  tui::Model model;
+  std::vector<std::unique_ptr<tui::Poller>> pollers;  // by host index
+  std::optional<std::size_t> local;                  // the index of this machine, if shown
+};
+
+// The local reader's first read also brings the local agent's history, when one answers on the
+// loopback address the configuration names (the graphs are then full from the first frame).
+tui::Poller::Read local_read(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThresholds thresholds,
+                             std::string agent, long long step_ms) {
+  auto reader = std::make_shared<tui::LocalReader>(std::move(backend), thresholds);
+  auto first = std::make_shared<bool>(true);
+  return [reader, first, agent = std::move(agent), step_ms] {
+    tui::HostData data = reader->read();
+    if (*first && data.snapshot) {
+      *first = false;
+      if (!agent.empty() && net::is_loopback_url(tui::agent_url(agent))) {
+        tui::AgentReader history(agent, 500);
+        data.history_prefill = history.history(kHistorySeconds, step_ms);
+      }
+    }
+    return data;
+  };
+}
+
+tui::Poller::Read agent_read(const std::string& address, long long step_ms) {
+  auto reader = std::make_shared<tui::AgentReader>(address);
+  auto first = std::make_shared<bool>(true);
+  return [reader, first, step_ms] {
+    tui::HostData data = reader->read();
+    if (*first && data.snapshot) {
+      *first = false;
+      data.history_prefill = reader->history(kHistorySeconds, step_ms);
+    }
+    return data;
+  };
+}
+
+nlohmann::json once_json(const tui::Model& model, const std::vector<tui::Row>& rows) {
+  using nlohmann::json;
+  auto opt = [](const auto& v) { return v ? json(*v) : json(nullptr); };
+  json hosts = json::array();
+  for (const auto& h : model.hosts()) {
+    json gpus = json::array();
+    if (h.snapshot) {
+      for (std::size_t i = 0; i < h.snapshot->devices.size(); ++i) {
+        const auto& d = h.snapshot->devices[i];
+        gpus.push_back({{"index", d.id.index},
+                        {"name", opt(d.id.name)},
+                        {"uuid", opt(d.id.uuid)},
+                        {"activity", i < h.classes.size() ? json(gpu::to_string(h.classes[i])) : json(nullptr)},
+                        {"util_gpu_pct", opt(d.sample.util_gpu_pct)},
+                        {"util_mem_pct", opt(d.sample.util_mem_pct)},
+                        {"mem_used_bytes", opt(d.sample.mem_used_bytes)},
+                        {"mem_total_bytes", opt(d.id.mem_total_bytes)},
+                        {"temp_c", opt(d.sample.temp_c)},
+                        {"power_mw", opt(d.sample.power_mw)},
+                        {"lost", opt(d.lost)}});
+      }
+    }
+    hosts.push_back({{"name", h.name.empty() ? json(nullptr) : json(h.name)},
+                     {"problem", opt(h.problem)},
+                     {"gpus", std::move(gpus)}});
+  }
+  json procs = json::array();
+  for (const auto& r : rows) {
+    procs.push_back({{"host", r.host_name.empty() ? json(nullptr) : json(r.host_name)},
+                     {"gpu", opt(r.gpu)},
+                     {"pid", r.pid},
+                     {"user", r.user.empty() ? json(nullptr) : json(r.user)},
+                     {"where", r.where.empty() ? json(nullptr) : json(r.where)},
+                     {"mem_bytes", opt(r.mem_bytes)},
+                     {"sm_util_pct", opt(r.sm_pct)},
+                     {"cpu_pct", opt(r.cpu_pct)},
+                     {"rss_bytes", opt(r.rss_bytes)},
+                     {"age_s", opt(r.age_s)},
+                     {"state", r.state},
+                     {"command", r.command},
+                     {"launcher", r.launcher},
+                     {"depth", r.depth}});
+  }
+  json verdicts = json::array();
+  for (const auto& v : model.verdicts()) {
+    verdicts.push_back({{"severity", diagnose::to_string(v.severity)}, {"code", v.code}, {"text", v.text}});
+  }
+  return {{"hosts", std::move(hosts)}, {"processes", std::move(procs)}, {"verdicts", std::move(verdicts)}};
+}
+
+std::pair<int, int> stdout_size() {
+  winsize ws{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return {ws.ws_col, ws.ws_row};
+  if (const char* c = std::getenv("COLUMNS")) {
+    const int n = std::atoi(c);
+    if (n >= 20 && n <= 1000) return {n, 0};
+  }
+  return {120, 0};
+}
+
+tui::Detail detail_of(const tui::Model& model, const tui::Row& row, const host::ProcReader& proc) {
+  tui::Detail d;
+  d.row = row;
+  if (row.remote) {
+    d.environment_problem = "a process of another host: its environment is read there, not here";
+    return d;
+  }
+  auto env = tui::interesting_environment(proc, row.pid);
+  if (env.ok()) {
+    d.environment = std::move(*env);
+  } else {
+    d.environment_problem = env.error().message;
+  }
+  if (row.host < model.hosts().size()) {
+    const auto& anc = model.hosts()[row.host].ancestors;
+    unsigned pid = row.pid;
+    for (int depth = 0; depth < 16; ++depth) {
+      const auto me = anc.find(pid);
+      if (me == anc.end() || me->second.parent_pid == 0) break;
+      const auto parent = anc.find(me->second.parent_pid);
+      if (parent == anc.end()) {
+        d.parents.push_back(fmt::format("{}", me->second.parent_pid));
+        break;
+      }
+      d.parents.push_back(fmt::format("{} {}", me->second.parent_pid,
+                                      parent->second.command.empty() ? parent->second.name : parent->second.command));
+      pid = me->second.parent_pid;
+    }
+  }
+  return d;
+}
+
+std::vector<std::pair<std::size_t, unsigned>> gpu_choices(const tui::Model& model) {
+  std::vector<std::pair<std::size_t, unsigned>> out;
+  for (std::size_t i = 0; i < model.hosts().size(); ++i) {
+    const auto& h = model.hosts()[i];
+    if (!h.snapshot) continue;
+    for (const auto& d : h.snapshot->devices) out.emplace_back(i, d.id.index);
+  }
+  return out;
+}
+
+int run_top(const GlobalOptions& global, const TopOptions& options) {
+  StatusOptions status;
+  if (!resolve_thresholds(global, status)) return kExitUsage;
+  const auto sort = sort_column(options.sort);
+  if (!sort) {
+    print_error(make_error(Error::Code::Invalid, fmt::format("--sort {}: not one of gpu, pid, user, mem, sm, cpu, rss, age, command",
+                                                            util::terminal_text(options.sort))));
+    return kExitUsage;
+  }
+  const bool interactive = !options.once;
+  if (interactive) {
+    if (::isatty(STDIN_FILENO) == 0 || ::isatty(STDOUT_FILENO) == 0) {
+      print_error(make_error(Error::Code::Invalid, "tarmac top needs a terminal; tarmac top --once prints one frame, tarmac watch redraws status"));
+      return kExitUsage;
+    }
+    if (const auto refusal = tui::terminal_refusal(std::getenv("TERM"))) {
+      print_error(make_error(Error::Code::Invalid, *refusal));
+      return kExitUsage;
+    }
+  }
+  std::setlocale(LC_ALL, "");
+  std::string agent_listen;
+  if (auto loaded = load_config(global); loaded.ok()) agent_listen = loaded->config.http_listen;
+
+  Sources s{tui::Model(status.thresholds), {}, std::nullopt};
+  std::shared_ptr<gpu::Backend> backend;
+  const std::vector<std::string> hosts = options.hosts.empty() ? std::vector<std::string>{"local"} : options.hosts;
+  for (const auto& h : hosts) {
+    if (h == "local" && !s.local) {
+      auto opened = open_backend(global);
+      if (!opened.ok()) return kExitCouldNotLook;
+      backend = std::move(*opened);
+      s.local = s.model.add_host("", false);
+    } else if (h != "local") {
+      if (auto ok = net::check_url(tui::agent_url(h)); !ok.ok()) {
+        print_error(make_error(Error::Code::Invalid, fmt::format("--host {}: {}", util::terminal_text(h), ok.error().message)));
+        return kExitUsage;
+      }
+      s.model.add_host(h, true);
+    }
+  }
+  const long long interval_ms = static_cast<long long>(options.interval_s * 1000.0 + 0.5);
+  const long long step_ms = std::max(1000LL, interval_ms);
+
+  tui::ViewState view;
+  view.table.sort = *sort;
+  view.table.descending = !(*sort == tui::Column::Gpu || *sort == tui::Column::Pid || *sort == tui::Column::User ||
+                            *sort == tui::Column::Command);
+  view.table.tree = options.tree;
+  view.table.viewer_uid = static_cast<unsigned>(::geteuid());
+  view.readonly = options.readonly;
+  view.interval_s = options.interval_s;
+  view.ascii = options.ascii || !tui::locale_is_utf8();
+  view.color = use_color(global, stdout);
+
+  if (options.once) {
+    // One frame: every host read once, in turn, with its own deadline.
+    for (std::size_t i = 0; i < s.model.hosts().size(); ++i) {
+      tui::HostData data = s.local && i == *s.local
+                               ? local_read(backend, status.thresholds, agent_listen, step_ms)()
+                               : agent_read(s.model.hosts()[i].name, step_ms)();
+      s.model.update(i, std::move(data), util::monotonic_ms());
+    }
+    const auto rows = s.model.rows(view.table, util::wall_ms() / 1000, util::monotonic_ms());
+    if (global.json) {
+      fmt::print("{}\n", util::json_text(once_json(s.model, rows), 2));
+    } else {
+      tui::FrameContext ctx;
+      std::tie(ctx.width, ctx.height) = stdout_size();
+      ctx.height = 0;  // as tall as it takes
+      ctx.now_ms = util::monotonic_ms();
+      ctx.now_unix_s = util::wall_ms() / 1000;
+      ctx.title_host = util::host_name();
+      view.color = view.color && ::isatty(STDOUT_FILENO) != 0;
+      fmt::print("{}", tui::frame_text(tui::render(s.model, rows, view, ctx), view.color));
+    }
+    bool any = false;
+    for (const auto& h : s.model.hosts()) any = any || h.snapshot.has_value();
+    if (!any) {
+      for (const auto& h : s.model.hosts()) {
+        if (h.problem) print_error(make_error(Error::Code::Io, (h.name.empty() ? "this host" : h.name) + ": " + *h.problem));
+      }
+      return kExitCouldNotLook;
+    }
+    return kExitOk;
+  }
+
+  util::Fd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake) {
+    print_error(make_error(Error::Code::Io, "eventfd failed"));
+    return kExitCouldNotLook;
+  }
+  for (std::size_t i = 0; i < s.model.hosts().size(); ++i) {
+    const bool local = s.local && i == *s.local;
+    // An agent is asked at most twice a second, whatever the screen's refresh.
+    const auto every = std::chrono::milliseconds(local ? interval_ms : std::max(interval_ms, 500LL));
+    s.pollers.push_back(std::make_unique<tui::Poller>(
+        local ? local_read(backend, status.thresholds, agent_listen, step_ms) : agent_read(s.model.hosts()[i].name, step_ms),
+        every, wake.get()));
+  }
+  backend.reset();  // the local poller's reader holds it now
+
+  int rc = kExitOk;
+  {
+    auto term = tui::Terminal::open(view.color);
+    if (!term.ok()) {
+      print_error(term.error());
+      rc = kExitUsage;
+    } else {
+      host::ProcReader proc;
+      const unsigned my_uid = static_cast<unsigned>(::geteuid());
+      const std::string title_host = util::host_name();
+      std::vector<tui::Row> rows;
+      const long long nvml_slow_ms = std::max(2000LL, 2 * interval_ms);
+      bool quit = false;
+      while (!quit && tui::pending_stop_signal() == 0) {
+        for (std::size_t i = 0; i < s.pollers.size(); ++i) {
+          if (auto data = s.pollers[i]->take()) s.model.update(i, std::move(*data), util::monotonic_ms());
+        }
+        std::optional<std::pair<std::size_t, unsigned>> before;
+        if (view.selected < rows.size()) before = std::make_pair(rows[view.selected].host, rows[view.selected].pid);
+        rows = s.model.rows(view.table, util::wall_ms() / 1000, util::monotonic_ms());
+        tui::follow_selection(view, rows, before);
+        tui::FrameContext ctx;
+        std::tie(ctx.width, ctx.height) = (*term)->size();
+        ctx.now_ms = util::monotonic_ms();
+        ctx.now_unix_s = util::wall_ms() / 1000;
+        ctx.title_host = title_host;
+        if (s.local) {
+          const long long waiting = s.pollers[*s.local]->busy_for_ms();
+          if (waiting > nvml_slow_ms) ctx.nvml_waiting_ms = waiting;
+        }
+        (*term)->draw(tui::render(s.model, rows, view, ctx));
+
+        // Wait for a key, new data, or the next second (the clock, ages and waits move on).
+        pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {wake.get(), POLLIN, 0}};
+        const long long to_next_second = 1000 - util::wall_ms() % 1000;
+        const int ready = ::poll(fds, 2, static_cast<int>(to_next_second));
+        if (ready > 0 && (fds[1].revents & POLLIN) != 0) {
+          std::uint64_t n = 0;
+          [[maybe_unused]] const auto got = ::read(wake.get(), &n, sizeof n);
+        }
+        if (ready > 0 && (fds[0].revents & (POLLHUP | POLLERR)) != 0 && (fds[0].revents & POLLIN) == 0) break;  // the terminal is gone
+        for (const auto& input : (*term)->read_input()) {
+          const auto command = tui::handle_input(input, view, rows, gpu_choices(s.model));
+          if (command.kind == tui::CommandKind::Quit) {
+            quit = true;
+            break;
+          }
+          if (command.kind == tui::CommandKind::SendSignal) {
+            view.message = tui::send_signal(proc, command.row, command.signal, my_uid);
+          } else if (command.kind == tui::CommandKind::OpenDetail) {
+            view.detail = detail_of(s.model, command.row, proc);
+            view.mode = tui::Mode::Detail;
+          }
+        }
+      }
+    }
+  }
+  // The terminal is restored; a poller stuck in a driver call is not waited for.
+  bool stuck = false;
+  for (auto& p : s.pollers) stuck = !p->stop(std::chrono::milliseconds(300)) || stuck;
+  if (stuck) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(rc);
+  }
+  return rc;
+}
+
+}  // namespace
+
+void add_top_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  auto* cmd = app.add_subcommand("top", "Interactive view of GPUs and their processes (docs/top.md)");
+  auto options = std::make_shared<TopOptions>();
+  cmd->add_option("-n,--interval", options->interval_s, "Seconds between readings (default 1, at least 0.1)")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_flag("--once", options->once, "Print one frame and exit (with --json: the data as JSON)");
+  cmd->add_flag("--ascii", options->ascii, "ASCII only: no block or box-drawing characters");
+  cmd->add_flag("--readonly", options->readonly, "No actions: signals are refused");
+  cmd->add_flag("--tree", options->tree, "Start in the tree view (ranks under their launcher)");
+  cmd->add_option("--sort", options->sort, "Sort by gpu, pid, user, mem (default), sm, cpu, rss, age or command");
+  cmd->add_option("--host", options->hosts,
+                  "An agent's address (host:port or URL; repeatable), read through its JSON API; \"local\" for this machine");
+  cmd->callback([&global, &exit_code, options] { exit_code = run_top(global, *options); });
+}
+
+}  // namespace tarmac::cli

@@ -1,0 +1,710 @@
+#include "tarmac/tui/layout.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <ctime>
+#include <cwchar>
+#include <fmt/format.h>
+#include <set>
+
+#include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/util/escape.hpp"
+
+namespace tarmac::tui {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = kMiB * 1024.0;
+
+// Decodes one UTF-8 character at `i` of valid UTF-8 `text`; advances `i`.
+char32_t next_char(std::string_view text, std::size_t& i) {
+  const auto c = static_cast<unsigned char>(text[i]);
+  int extra = c < 0x80 ? 0 : c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
+  char32_t cp = extra == 0 ? c : extra == 1 ? (c & 0x1F) : extra == 2 ? (c & 0x0F) : (c & 0x07);
+  ++i;
+  for (; extra > 0 && i < text.size(); --extra, ++i) cp = (cp << 6) | (static_cast<unsigned char>(text[i]) & 0x3F);
+  return cp;
+}
+
+int char_width(char32_t cp) {
+  if (cp < 0x80) return 1;
+  const int w = ::wcwidth(static_cast<wchar_t>(cp));
+  return w < 0 ? 1 : w;
+}
+
+// Builds one line of at most `width` columns from spans; everything added is escaped for the
+// terminal first (others' command lines, user names, host names).
+class Builder {
+ public:
+  explicit Builder(int width) : width_(std::max(0, width)) {}
+
+  Builder& add(std::string_view text, Style style = Style::Plain) {
+    if (used_ >= width_ || text.empty()) return *this;
+    std::string t = fit(util::terminal_text(text), width_ - used_, false);
+    used_ += text_width(t);
+    line_.spans.push_back({std::move(t), style});
+    return *this;
+  }
+  Builder& pad_to(int column, Style style = Style::Plain) {
+    if (column > used_) add(std::string(static_cast<std::size_t>(std::min(column, width_) - used_), ' '), style);
+    return *this;
+  }
+  // Every span in `style` (a selected row), padded to the full width.
+  Builder& all(Style style) {
+    for (auto& s : line_.spans) s.style = style;
+    return pad_to(width_, style);
+  }
+  [[nodiscard]] int used() const { return used_; }
+  Line done() { return std::move(line_); }
+
+ private:
+  int width_;
+  int used_ = 0;
+  Line line_;
+};
+
+Line plain_line(int width, std::string_view text, Style style = Style::Plain) {
+  Builder b(width);
+  b.add(text, style);
+  return b.done();
+}
+
+Style class_style(gpu::Activity a) {
+  switch (a) {
+    case gpu::Activity::Busy: return Style::Good;
+    case gpu::Activity::Starved:
+    case gpu::Activity::Holding:
+    case gpu::Activity::ReservedIdle: return Style::Warn;
+    case gpu::Activity::Idle: return Style::Dim;
+    case gpu::Activity::Fault: return Style::Bad;
+  }
+  return Style::Plain;
+}
+
+Style state_style(const Row& r) {
+  if (r.state == "busy") return Style::Good;
+  if (r.state.rfind("holding", 0) == 0 || r.state == "starved") return Style::Warn;
+  if (r.launcher) return Style::Plain;
+  return Style::Dim;
+}
+
+std::string bytes_short(std::optional<std::uint64_t> bytes) {
+  if (!bytes) return "?";
+  const auto b = static_cast<double>(*bytes);
+  if (b >= kGiB) return fmt::format("{:.1f}G", b / kGiB);
+  return fmt::format("{:.0f}M", b / kMiB);
+}
+
+template <typename T>
+std::string or_dash(const std::optional<T>& v, const char* suffix = "") {
+  return v ? fmt::format("{}{}", *v, suffix) : "-";
+}
+
+std::string power_text(const gpu::Device& d) {
+  const auto limit = d.modes.enforced_power_limit_mw ? d.modes.enforced_power_limit_mw : d.modes.power_limit_mw;
+  if (!d.sample.power_mw) return limit ? fmt::format("-/{:.0f} W", *limit / 1000.0) : "- W";
+  if (!limit) return fmt::format("{:.0f} W", *d.sample.power_mw / 1000.0);
+  return fmt::format("{:.0f}/{:.0f} W", *d.sample.power_mw / 1000.0, *limit / 1000.0);
+}
+
+std::string events_text(const gpu::Device& d) {
+  if (!d.sample.clock_event_reasons) return "-";
+  std::string out;
+  for (const auto& n : gpu::clock_event_names()) {
+    if ((*d.sample.clock_event_reasons & n.bit) == 0 || n.bit == 0x1) continue;  // idle clocks are not news
+    out += (out.empty() ? "" : ", ") + std::string(n.words);
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::string holders(const gpu::Device& d) {
+  std::vector<std::string> users;
+  for (const auto& p : d.processes) {
+    const std::string u = p.host.user.value_or("?");
+    if (std::find(users.begin(), users.end(), u) == users.end()) users.push_back(u);
+  }
+  if (users.empty()) return "";
+  std::string out = users.front();
+  if (users.size() > 1) out += fmt::format(" +{}", users.size() - 1);
+  return out;
+}
+
+std::string host_prefix(const Model& model, std::size_t host) {
+  if (model.hosts().size() <= 1) return "";
+  const auto& name = model.hosts()[host].name;
+  return (name.empty() ? std::string("local") : name) + " ";
+}
+
+std::string mem_text(const gpu::Device& d) {
+  if (!d.sample.mem_used_bytes || !d.id.mem_total_bytes) return "-";
+  return fmt::format("{:.1f}/{:.1f}G", static_cast<double>(*d.sample.mem_used_bytes) / kGiB,
+                     static_cast<double>(*d.id.mem_total_bytes) / kGiB);
+}
+
+double mem_fraction(const gpu::Device& d) {
+  if (!d.sample.mem_used_bytes || !d.id.mem_total_bytes || *d.id.mem_total_bytes == 0) return 0;
+  return static_cast<double>(*d.sample.mem_used_bytes) / static_cast<double>(*d.id.mem_total_bytes);
+}
+
+std::string short_name(const gpu::Device& d) {
+  std::string name = d.id.name.value_or("?");
+  if (name.rfind("NVIDIA ", 0) == 0) name = name.substr(7);
+  return name;
+}
+
+void gpu_compact(std::vector<Line>& out, const Model& model, std::size_t host, const gpu::Device& d, gpu::Activity cls,
+                 const ViewState& view, int width) {
+  Builder b(width);
+  b.add(host_prefix(model, host), Style::Bold).add(fmt::format("{:>2} ", d.id.index), Style::Bold);
+  b.add(fit(short_name(d), 16)).add(" ");
+  if (d.lost) {
+    b.add("lost: " + *d.lost, Style::Bad);
+    out.push_back(b.done());
+    return;
+  }
+  b.add(fit(gpu::to_string(cls), 8), class_style(cls)).add(" ");
+  b.add(bar(mem_fraction(d), 12, view.ascii)).add(" ");
+  b.add(fit(mem_text(d), 11)).add(" ");
+  b.add(fmt::format("{:>4} ", or_dash(d.sample.util_gpu_pct, "%")));
+  b.add(fmt::format("{:>4} ", or_dash(d.sample.temp_c, "C")));
+  b.add(fmt::format("{:>9} ", power_text(d)));
+  b.add(holders(d), Style::Dim);
+  out.push_back(b.done());
+}
+
+void gpu_full(std::vector<Line>& out, const Model& model, std::size_t host, const gpu::Device& d, gpu::Activity cls,
+              const ViewState& view, int width) {
+  const std::string indent(6, ' ');
+  {
+    Builder b(width);
+    b.add(host_prefix(model, host), Style::Bold).add(fmt::format("GPU {} ", d.id.index), Style::Bold);
+    b.add(fit(d.id.name.value_or("?"), 24)).add(" ");
+    if (d.lost) {
+      b.add("lost: " + *d.lost, Style::Bad);
+      out.push_back(b.done());
+      out.push_back(plain_line(width, indent + "no readings: the GPU does not answer (shown as it was last known)", Style::Dim));
+      out.push_back(Line{});
+      return;
+    }
+    b.add(fit(gpu::to_string(cls), 13), class_style(cls)).add(" MEM ");
+    b.add(bar(mem_fraction(d), 22, view.ascii)).add(" ");
+    b.add(fit(mem_text(d), 12)).add("  UTIL ").add(fmt::format("{:>4}", or_dash(d.sample.util_gpu_pct, "%")));
+    b.add("  MBW ").add(fmt::format("{:>4}", or_dash(d.sample.util_mem_pct, "%")));
+    const std::string who = holders(d);
+    if (!who.empty()) b.add("  ").add(who, Style::Dim);
+    out.push_back(b.done());
+  }
+  {
+    Builder b(width);
+    b.add(indent).add(fmt::format("{:>4}", or_dash(d.sample.temp_c, view.ascii ? "C" : "\u00b0C"))).add("  ");
+    b.add(fmt::format("{:>11}", power_text(d))).add("  SM ").add(or_dash(d.sample.clock_sm_mhz, " MHz"));
+    b.add("  FAN ").add(or_dash(d.sample.fan_pct, "%")).add("  ").add(d.sample.pstate ? fmt::format("P{}", *d.sample.pstate) : "P-");
+    const std::string ev = events_text(d);
+    b.add("  clocks: ").add(ev, ev == "none" || ev == "-" ? Style::Dim : Style::Warn);
+    out.push_back(b.done());
+  }
+  {
+    Builder b(width);
+    b.add(indent);
+    const GpuHistory* h = model.history(host, d.id.index);
+    const int graph = std::max(4, (width - 6 - 4 * 6) / 4 - 1);
+    const auto limit = d.modes.enforced_power_limit_mw ? d.modes.enforced_power_limit_mw : d.modes.power_limit_mw;
+    const double power_top = limit ? *limit / 1000.0 : 0;
+    struct G {
+      const char* label;
+      const Series* s;
+      double top;
+    };
+    const std::deque<double> none;
+    const G graphs[] = {{"util ", h ? &h->util_pct : nullptr, 100},
+                        {"mem ", h ? &h->mem_pct : nullptr, 100},
+                        {"pwr ", h ? &h->power_w : nullptr, power_top},
+                        {"temp ", h ? &h->temp_c : nullptr, 100}};
+    for (const auto& g : graphs) {
+      double top = g.top;
+      if (g.s && (top <= 0 || !g.s->points().empty())) {
+        for (double p : g.s->points()) top = std::max(top, p);
+      }
+      b.add(g.label, Style::Dim).add(sparkline(g.s ? g.s->points() : none, graph, top, view.ascii), Style::Good).add(" ");
+    }
+    out.push_back(b.done());
+  }
+}
+
+struct ColumnSpec {
+  Column column;
+  int width;
+};
+
+std::vector<ColumnSpec> table_columns(int width, bool hosts) {
+  std::vector<ColumnSpec> cols;
+  if (hosts) cols.push_back({Column::Host, 12});
+  cols.insert(cols.end(), {{Column::Gpu, 3},
+                           {Column::Pid, 7},
+                           {Column::User, 9},
+                           {Column::Where, 14},
+                           {Column::Mem, 8},
+                           {Column::Sm, 4},
+                           {Column::Cpu, 5},
+                           {Column::Rss, 7},
+                           {Column::Age, 5},
+                           {Column::State, 11}});
+  auto used = [&] {
+    int u = 0;
+    for (const auto& c : cols) u += c.width + 1;
+    return u;
+  };
+  // Columns given up, in this order, until the command line has room to be read.
+  for (Column drop : {Column::Where, Column::Rss, Column::Age, Column::Cpu, Column::User, Column::State}) {
+    if (width - used() >= 20) break;
+    cols.erase(std::remove_if(cols.begin(), cols.end(), [&](const ColumnSpec& c) { return c.column == drop; }),
+               cols.end());
+  }
+  cols.push_back({Column::Command, std::max(8, width - used())});
+  return cols;
+}
+
+std::string cell(const Row& r, Column c, const std::vector<Row>& rows, std::size_t index, bool ascii) {
+  switch (c) {
+    case Column::Host: return r.host_name.empty() ? "local" : r.host_name;
+    case Column::Gpu: return r.gpu ? std::to_string(*r.gpu) : "-";
+    case Column::Pid: return std::to_string(r.pid);
+    case Column::User: return r.user.empty() ? "?" : r.user;
+    case Column::Where: return r.where.empty() ? "-" : r.where;
+    case Column::Mem: return bytes_short(r.mem_bytes);
+    case Column::Sm: return r.sm_pct ? std::to_string(*r.sm_pct) : "?";
+    case Column::Cpu: return r.cpu_pct ? fmt::format("{:.0f}", *r.cpu_pct) : "-";
+    case Column::Rss: return r.rss_bytes ? bytes_short(r.rss_bytes) : "-";
+    case Column::Age: return r.age_s ? short_age(*r.age_s) : "-";
+    case Column::State: return r.state;
+    case Column::Command: {
+      if (r.depth == 0) return r.command;
+      const bool last = index + 1 >= rows.size() || rows[index + 1].depth == 0;
+      if (ascii) return std::string(last ? "`- " : "|- ") + r.command;
+      return std::string(last ? "\u2514\u2500 " : "\u251c\u2500 ") + r.command;
+    }
+  }
+  return "";
+}
+
+bool right_aligned(Column c) {
+  return c == Column::Pid || c == Column::Mem || c == Column::Sm || c == Column::Cpu || c == Column::Rss ||
+         c == Column::Age || c == Column::Gpu;
+}
+
+std::string clock_text(long long unix_s) {
+  const std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  return fmt::format("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+void help_screen(Frame& f, const FrameContext& ctx) {
+  static const char* const kLines[] = {
+      "tarmac top: keys (docs/top.md)",
+      "",
+      "  Up/Down PgUp/PgDn Home/End   select a process (the mouse too; the wheel scrolls)",
+      "  Enter                        details: command line, environment, parents, history",
+      "  k  F9                        send a signal (TERM, KILL, INT) to the selected process",
+      "  t                            tree: ranks under their launcher (torchrun, accelerate...)",
+      "  s  S                         sort by the next / previous column (a click on a title too)",
+      "  r                            reverse the order",
+      "  M  U  P  N  T                sort by GPU memory, SM %, CPU %, PID, age",
+      "  /                            filter by text (user, command, PID, container); Enter keeps it",
+      "  u                            only my processes",
+      "  g                            one GPU after the other, then all",
+      "  Esc                          clear the filters",
+      "  f                            layout: auto, compact, full",
+      "  h  ?                         this help (any key closes it)",
+      "  q  Ctrl-C                    quit",
+      "",
+      "SM% '?' is unknown (the driver did not say), never 0. STATE: busy, holding (memory held at",
+      "0 % SM, since when this view first saw it), starved (the GPU waits for data), unknown,",
+      "no /proc (the process is in another PID namespace). Dimmed rows are other users'.",
+  };
+  for (const char* l : kLines) f.lines.push_back(plain_line(ctx.width, l, l == kLines[0] ? Style::Title : Style::Plain));
+}
+
+void detail_screen(Frame& f, const Model& model, const ViewState& view, const FrameContext& ctx) {
+  const Detail& d = *view.detail;
+  const Row& r = d.row;
+  const int w = ctx.width;
+  f.lines.push_back(plain_line(w, fmt::format("Process {} ({}){}  user {}  {}", r.pid, r.name,
+                                              r.gpu ? fmt::format(" on GPU {}", *r.gpu) : std::string(),
+                                              r.user.empty() ? "?" : r.user, r.state),
+                               Style::Title));
+  f.lines.emplace_back();
+  f.lines.push_back(plain_line(w, "Command line:", Style::Bold));
+  // The whole command line, over as many lines as it takes (at most 8).
+  const std::string cmd = util::terminal_text(r.command);
+  const int per = std::max(10, w - 2);
+  std::size_t at = 0;
+  for (int n = 0; at < cmd.size() && n < 8; ++n) {
+    std::string piece = fit(std::string_view(cmd).substr(at), per, false);
+    if (piece.empty()) break;
+    std::size_t bytes = piece.size();
+    if (piece.back() == '~' && at + bytes < cmd.size()) --bytes;  // fit's cut mark
+    f.lines.push_back(plain_line(w, "  " + std::string(std::string_view(cmd).substr(at, bytes))));
+    at += bytes;
+  }
+  f.lines.emplace_back();
+  f.lines.push_back(plain_line(w, fmt::format("GPU memory {}  SM {}  CPU {}  RSS {}  age {}  where {}", bytes_short(r.mem_bytes),
+                                              r.sm_pct ? fmt::format("{}%", *r.sm_pct) : std::string("unknown"),
+                                              r.cpu_pct ? fmt::format("{:.0f}%", *r.cpu_pct) : std::string("-"),
+                                              r.rss_bytes ? bytes_short(r.rss_bytes) : std::string("-"),
+                                              r.age_s ? short_age(*r.age_s) : std::string("-"),
+                                              r.where.empty() ? std::string("-") : r.where)));
+  f.lines.emplace_back();
+  f.lines.push_back(plain_line(w, "Environment:", Style::Bold));
+  if (d.environment_problem) {
+    f.lines.push_back(plain_line(w, "  " + *d.environment_problem, Style::Dim));
+  } else if (d.environment.empty()) {
+    f.lines.push_back(plain_line(w, "  none of CUDA_VISIBLE_DEVICES, RANK, LOCAL_RANK, WORLD_SIZE, TARMAC_JOB_ID", Style::Dim));
+  }
+  for (const auto& [k, v] : d.environment) f.lines.push_back(plain_line(w, "  " + k + "=" + v));
+  f.lines.emplace_back();
+  f.lines.push_back(plain_line(w, "Parents:", Style::Bold));
+  if (d.parents.empty()) f.lines.push_back(plain_line(w, "  -", Style::Dim));
+  for (const auto& p : d.parents) f.lines.push_back(plain_line(w, "  " + p));
+  f.lines.emplace_back();
+  const ProcessHistory* h = model.process_history(r.host, r.pid);
+  const int graph = std::max(10, w - 14);
+  const std::deque<double> none;
+  double mem_top = 0;
+  if (h) {
+    for (double p : h->mem_mib.points()) mem_top = std::max(mem_top, p);
+  }
+  Builder sm(w);
+  sm.add("SM %      ", Style::Dim).add(sparkline(h ? h->sm_pct.points() : none, graph, 100, view.ascii), Style::Good);
+  f.lines.push_back(sm.done());
+  Builder mem(w);
+  mem.add("GPU mem   ", Style::Dim).add(sparkline(h ? h->mem_mib.points() : none, graph, mem_top, view.ascii), Style::Good);
+  f.lines.push_back(mem.done());
+  f.lines.emplace_back();
+  f.lines.push_back(plain_line(w, view.readonly ? "Esc back" : "Esc back   k send a signal", Style::Dim));
+}
+
+// The dialog, drawn over the middle of the main screen.
+void dialog_overlay(Frame& f, const ViewState& view, const FrameContext& ctx) {
+  if (!view.target) return;
+  const Row& r = *view.target;
+  const int inner = std::min(ctx.width - 4, 64);
+  if (inner < 20) return;
+  std::vector<std::string> body;
+  body.push_back(fmt::format("Send a signal to PID {} ({})", r.pid, r.name.empty() ? "?" : r.name));
+  body.push_back(fmt::format("user {}{}", r.user.empty() ? "?" : r.user, r.gpu ? fmt::format(", GPU {}", *r.gpu) : std::string()));
+  body.push_back(r.command);
+  body.emplace_back();
+  std::string choices;
+  for (std::size_t i = 0; i < std::size(kDialogSignals); ++i) {
+    const std::string name = signal_name(kDialogSignals[i]);
+    choices += i == view.signal_choice ? "[" + name + "]" : " " + name + " ";
+    choices += " ";
+  }
+  body.push_back("Signal: " + choices);
+  body.push_back("Enter send   Tab/arrows change   Esc cancel");
+  const std::string h = view.ascii ? "-" : "\u2500";
+  const std::string v = view.ascii ? "|" : "\u2502";
+  auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  std::vector<Line> box;
+  const int left = std::max(0, (ctx.width - inner - 4) / 2);
+  const std::string pad(static_cast<std::size_t>(left), ' ');
+  box.push_back(plain_line(ctx.width, pad + (view.ascii ? "+" : "\u250c") + repeat(h, inner + 2) + (view.ascii ? "+" : "\u2510"), Style::Bold));
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    Builder b(ctx.width);
+    b.add(pad).add(v + " ", Style::Bold).add(fit(util::terminal_text(body[i]), inner), i == 0 ? Style::Title : Style::Plain);
+    b.add(" " + v, Style::Bold);
+    box.push_back(b.done());
+  }
+  box.push_back(plain_line(ctx.width, pad + (view.ascii ? "+" : "\u2514") + repeat(h, inner + 2) + (view.ascii ? "+" : "\u2518"), Style::Bold));
+  const std::size_t top = f.lines.size() > box.size() ? (f.lines.size() - box.size()) / 2 : 0;
+  for (std::size_t i = 0; i < box.size(); ++i) {
+    if (top + i < f.lines.size()) {
+      f.lines[top + i] = box[i];
+    } else {
+      f.lines.push_back(box[i]);
+    }
+  }
+}
+
+}  // namespace
+
+std::string Line::text() const {
+  std::string out;
+  for (const auto& s : spans) out += s.text;
+  return out;
+}
+
+int text_width(std::string_view text) {
+  int w = 0;
+  for (std::size_t i = 0; i < text.size();) w += char_width(next_char(text, i));
+  return w;
+}
+
+std::string fit(std::string_view text, int width, bool pad) {
+  if (width <= 0) return "";
+  std::string out;
+  int used = 0;
+  const int total = text_width(text);
+  const int room = total > width ? width - 1 : width;  // a cut leaves one column for "~"
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t start = i;
+    const int w = char_width(next_char(text, i));
+    if (used + w > room) break;
+    out.append(text.substr(start, i - start));
+    used += w;
+  }
+  if (total > width) {
+    out += '~';
+    ++used;
+  }
+  if (pad && used < width) out.append(static_cast<std::size_t>(width - used), ' ');
+  return out;
+}
+
+std::string sparkline(const std::deque<double>& points, int width, double top, bool ascii) {
+  static const char* const kBlocks[] = {" ", "\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
+  static const char* const kAscii[] = {" ", "_", ".", "-", ":", "=", "+", "*", "#"};
+  if (width <= 0) return "";
+  std::string out;
+  const int n = static_cast<int>(points.size());
+  for (int i = 0; i < width - n; ++i) out += ' ';
+  for (int i = std::max(0, n - width); i < n; ++i) {
+    const double v = points[static_cast<std::size_t>(i)];
+    int level = 0;
+    if (top > 0 && v > 0) level = std::clamp(static_cast<int>(std::ceil(v / top * 8.0)), 1, 8);
+    out += ascii ? kAscii[level] : kBlocks[level];
+  }
+  return out;
+}
+
+std::string bar(double fraction, int width, bool ascii) {
+  const int cells = std::max(1, width - 2);
+  const int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * cells + 0.5);
+  std::string out = "[";
+  for (int i = 0; i < cells; ++i) out += i < filled ? (ascii ? "#" : "\u2588") : (ascii ? "-" : "\u2591");
+  return out + "]";
+}
+
+Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, const FrameContext& context) {
+  Frame f;
+  // A height of 0: as tall as it takes (--once), with no key hints.
+  const bool unbounded = context.height <= 0;
+  FrameContext ctx = context;
+  if (unbounded) ctx.height = 1 << 20;
+  const int w = std::max(1, ctx.width);
+  if (view.mode == Mode::Help) {
+    help_screen(f, ctx);
+    if (static_cast<int>(f.lines.size()) > ctx.height) f.lines.resize(static_cast<std::size_t>(std::max(0, ctx.height)));
+    return f;
+  }
+  if (view.mode == Mode::Detail && view.detail) {
+    detail_screen(f, model, view, ctx);
+    if (static_cast<int>(f.lines.size()) > ctx.height) f.lines.resize(static_cast<std::size_t>(std::max(0, ctx.height)));
+    return f;
+  }
+
+  // Title.
+  std::size_t gpus = 0;
+  std::set<std::pair<std::size_t, unsigned>> procs;
+  for (std::size_t i = 0; i < model.hosts().size(); ++i) {
+    const auto& h = model.hosts()[i];
+    if (!h.snapshot) continue;
+    gpus += h.snapshot->devices.size();
+    for (const auto& d : h.snapshot->devices) {
+      for (const auto& p : d.processes) procs.insert({i, p.pid});
+    }
+  }
+  {
+    Builder b(w);
+    b.add("tarmac top", Style::Title).add("  ");
+    if (model.hosts().size() > 1) {
+      b.add(fmt::format("{} hosts", model.hosts().size()), Style::Bold);
+    } else {
+      b.add(ctx.title_host.empty() ? std::string("this host") : ctx.title_host, Style::Bold);
+    }
+    b.add(fmt::format("  {} GPU{}  {} process{}  {}  every {:g}s", gpus, gpus == 1 ? "" : "s", procs.size(),
+                      procs.size() == 1 ? "" : "es", clock_text(ctx.now_unix_s), view.interval_s));
+    if (view.readonly) b.add("  read-only", Style::Dim);
+    f.lines.push_back(b.done());
+  }
+  // What does not answer.
+  if (ctx.nvml_waiting_ms) {
+    f.lines.push_back(plain_line(w, fmt::format("NVML has not answered for {}: showing what it said last",
+                                                short_age(*ctx.nvml_waiting_ms / 1000)),
+                                 Style::Warn));
+  }
+  for (const auto& h : model.hosts()) {
+    if (!h.problem) continue;
+    const std::string who = h.name.empty() ? std::string("this host") : h.name;
+    std::string text = fmt::format("{}: {} (for {}", who, *h.problem, short_age((ctx.now_ms - h.problem_since_ms) / 1000));
+    text += h.snapshot ? fmt::format("; its data is {} old)", short_age((ctx.now_ms - h.received_ms) / 1000)) : ")";
+    f.lines.push_back(plain_line(w, text, Style::Bad));
+  }
+
+  // GPU panels: full when asked, or when the terminal has the room.
+  const int table_min = 5;  // header, three rows, footer
+  bool full = view.layout == LayoutChoice::Full;
+  if (view.layout == LayoutChoice::Auto) {
+    full = w >= 100 && static_cast<int>(f.lines.size()) + static_cast<int>(gpus) * 3 + 3 + table_min <= ctx.height;
+  }
+  std::vector<Line> panels;
+  for (std::size_t i = 0; i < model.hosts().size(); ++i) {
+    const auto& h = model.hosts()[i];
+    if (!h.snapshot) {
+      if (!h.problem) {
+        panels.push_back(plain_line(w, (h.name.empty() ? std::string("this host") : h.name) + ": waiting for the first reading",
+                                    Style::Dim));
+      }
+      continue;
+    }
+    for (std::size_t di = 0; di < h.snapshot->devices.size(); ++di) {
+      const auto cls = di < h.classes.size() ? h.classes[di] : gpu::Activity::Idle;
+      if (full) {
+        gpu_full(panels, model, i, h.snapshot->devices[di], cls, view, w);
+      } else {
+        gpu_compact(panels, model, i, h.snapshot->devices[di], cls, view, w);
+      }
+    }
+  }
+  // Panels never push the table off the screen: what does not fit is counted.
+  const int room = std::max(1, ctx.height - static_cast<int>(f.lines.size()) - table_min);
+  if (static_cast<int>(panels.size()) > room) {
+    const auto hidden = panels.size() - static_cast<std::size_t>(room - 1);
+    panels.resize(static_cast<std::size_t>(room - 1));
+    panels.push_back(plain_line(w, fmt::format("... {} more lines of GPUs: a taller terminal shows them", hidden), Style::Dim));
+  }
+  for (auto& l : panels) f.lines.push_back(std::move(l));
+
+  // Verdicts: at most three lines.
+  const auto verdicts = model.verdicts();
+  const std::size_t shown = std::min<std::size_t>(verdicts.size(), static_cast<int>(f.lines.size()) + table_min + 3 <= ctx.height ? 3 : 1);
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto& v = verdicts[i];
+    const Style s = v.severity == diagnose::Severity::Critical ? Style::Bad
+                    : v.severity == diagnose::Severity::Warning ? Style::Warn
+                                                                 : Style::Dim;
+    std::string text = "! " + v.text;
+    if (i + 1 == shown && verdicts.size() > shown) text += fmt::format("  (+{} more)", verdicts.size() - shown);
+    f.lines.push_back(plain_line(w, text, s));
+  }
+
+  // The process table.
+  const auto cols = table_columns(w, model.hosts().size() > 1);
+  view.hits.header_columns.clear();
+  {
+    Builder b(w);
+    int x = 0;
+    for (const auto& c : cols) {
+      std::string title = column_title(c.column);
+      if (c.column == view.table.sort) title += view.ascii ? (view.table.descending ? "v" : "^") : (view.table.descending ? "\u25bc" : "\u25b2");
+      view.hits.header_columns.push_back({x, c.column});
+      const std::string text = right_aligned(c.column) ? fmt::format("{:>{}}", fit(title, c.width, false), c.width) : fit(title, c.width);
+      b.add(text, Style::Header).add(" ", Style::Header);
+      x += c.width + 1;
+    }
+    b.pad_to(w, Style::Header);
+    view.hits.header_line = static_cast<int>(f.lines.size());
+    f.lines.push_back(b.done());
+  }
+  const int visible = std::max(1, ctx.height - static_cast<int>(f.lines.size()) - 1);
+  view.hits.page = visible;
+  if (!rows.empty()) view.selected = std::min(view.selected, rows.size() - 1);
+  if (view.selected < view.scroll) view.scroll = view.selected;
+  if (view.selected >= view.scroll + static_cast<std::size_t>(visible)) view.scroll = view.selected - static_cast<std::size_t>(visible) + 1;
+  if (view.scroll > 0 && view.scroll + static_cast<std::size_t>(visible) > rows.size()) {
+    view.scroll = rows.size() > static_cast<std::size_t>(visible) ? rows.size() - static_cast<std::size_t>(visible) : 0;
+  }
+  view.hits.first_row_line = static_cast<int>(f.lines.size());
+  view.hits.first_row_index = view.scroll;
+  view.hits.rows_shown = 0;
+  if (rows.empty()) {
+    const bool filtered = !view.table.text.empty() || view.table.only_mine || view.table.gpu;
+    f.lines.push_back(plain_line(w, filtered ? "  no process matches the filters (Esc clears them)" : "  no GPU processes", Style::Dim));
+  }
+  for (std::size_t i = view.scroll; i < rows.size() && static_cast<int>(i - view.scroll) < visible; ++i) {
+    const Row& r = rows[i];
+    Builder b(w);
+    for (const auto& c : cols) {
+      const std::string text = cell(r, c.column, rows, i, view.ascii);
+      const std::string shown_text = right_aligned(c.column) ? fmt::format("{:>{}}", fit(text, c.width, false), c.width) : fit(text, c.width);
+      Style s = c.column == Column::State ? state_style(r) : Style::Plain;
+      if (c.column == Column::Sm && !r.sm_pct) s = Style::Dim;
+      if (r.others && !r.launcher) s = Style::Dim;
+      if (r.launcher && c.column == Column::Command) s = Style::Bold;
+      b.add(shown_text, s);
+      if (c.column != Column::Command) b.add(" ");
+    }
+    if (i == view.selected && view.mode != Mode::Dialog) b.all(Style::Selected);
+    f.lines.push_back(b.done());
+    ++view.hits.rows_shown;
+  }
+  if (unbounded) return f;
+  while (static_cast<int>(f.lines.size()) < ctx.height - 1) f.lines.emplace_back();
+
+  // Footer.
+  {
+    Builder b(w);
+    if (view.mode == Mode::Prompt) {
+      b.add("filter: ", Style::Bold).add(view.prompt).add("_", Style::Bold).add("   Enter keep  Esc cancel", Style::Dim);
+    } else if (!view.message.empty()) {
+      b.add(view.message, Style::Warn);
+    } else {
+      std::string filters;
+      if (!view.table.text.empty()) filters += " [/" + view.table.text + "]";
+      if (view.table.only_mine) filters += " [mine]";
+      if (view.table.gpu) {
+        filters += fmt::format(" [{}GPU {}]", host_prefix(model, view.table.gpu->first), view.table.gpu->second);
+      }
+      if (view.table.tree) filters += " [tree]";
+      if (!filters.empty()) b.add(filters.substr(1) + "  ", Style::Bold);
+      b.add(view.readonly ? "Enter detail  t tree  / filter  u mine  g GPU  s sort  h help  q quit"
+                          : "k signal  Enter detail  t tree  / filter  u mine  g GPU  s sort  h help  q quit",
+            Style::Dim);
+    }
+    f.lines.push_back(b.done());
+  }
+  if (view.mode == Mode::Dialog) dialog_overlay(f, view, ctx);
+  if (static_cast<int>(f.lines.size()) > ctx.height) f.lines.resize(static_cast<std::size_t>(std::max(0, ctx.height)));
+  return f;
+}
+
+std::string frame_text(const Frame& frame, bool color) {
+  std::string out;
+  for (const auto& line : frame.lines) {
+    std::string text;
+    for (const auto& s : line.spans) {
+      if (!color || s.style == Style::Plain) {
+        text += s.text;
+        continue;
+      }
+      const char* code = "";
+      switch (s.style) {
+        case Style::Plain: break;
+        case Style::Dim: code = "2"; break;
+        case Style::Bold:
+        case Style::Title: code = "1"; break;
+        case Style::Good: code = "32"; break;
+        case Style::Warn: code = "33"; break;
+        case Style::Bad: code = "31"; break;
+        case Style::Header:
+        case Style::Selected: code = "7"; break;
+      }
+      text += fmt::format("\033[{}m{}\033[0m", code, s.text);
+    }
+    if (!color) {
+      while (!text.empty() && text.back() == ' ') text.pop_back();
+    }
+    out += text;
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace tarmac::tui

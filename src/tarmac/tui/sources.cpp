@@ -1,0 +1,370 @@
+#include "tarmac/tui/sources.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fmt/format.h>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tarmac/host/proc_parse.hpp"
+#include "tarmac/net/http_client.hpp"
+#include "tarmac/util/clock.hpp"
+#include "tarmac/util/fs.hpp"
+
+namespace tarmac::tui {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::size_t kMaxAgentGpus = 1024;
+constexpr std::size_t kMaxAgentProcesses = 1 << 16;
+constexpr std::size_t kMaxAgentBody = 16U << 20;
+constexpr int kMaxAncestors = 16;
+
+template <typename T>
+std::optional<T> unsigned_at(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number_unsigned()) return std::nullopt;
+  const auto v = it->get<std::uint64_t>();
+  if (v > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) return std::nullopt;
+  return static_cast<T>(v);
+}
+
+std::optional<double> number_at(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  if (!(v >= 0 && v < 1e15)) return std::nullopt;  // NaN, negative, absurd
+  return v;
+}
+
+std::optional<std::string> string_at(const json& j, const char* key, std::size_t max = 4096) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return std::nullopt;
+  std::string s = it->get<std::string>();
+  if (s.size() > max) s.resize(max);
+  return s;
+}
+
+std::optional<gpu::Activity> activity_named(const std::string& name) {
+  for (const auto a : gpu::kActivities) {
+    if (name == gpu::to_string(a)) return a;
+  }
+  return std::nullopt;
+}
+
+Result<json> parse_object(std::string_view text, const char* what) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return make_error(Error::Code::Invalid, fmt::format("{} is not a JSON object", what));
+  return j;
+}
+
+Result<std::string> get(const std::string& url, long long timeout_ms) {
+  net::Request r;
+  r.method = "GET";
+  r.url = url;
+  r.timeout_ms = timeout_ms;
+  r.max_body_bytes = kMaxAgentBody;
+  TARMAC_TRY_ASSIGN(net::Response answer, net::perform(r));
+  if (answer.status != 200) return make_error(Error::Code::Io, fmt::format("{} answered HTTP {}", url, answer.status));
+  return std::move(answer.body);
+}
+
+}  // namespace
+
+// ---- Poller ----
+
+struct Poller::Shared {
+  std::mutex m;
+  std::condition_variable cv;
+  bool stop = false;
+  bool done = false;
+  std::optional<HostData> latest;
+  long long busy_since_ms = 0;  // 0: not reading
+  int wake_fd = -1;
+};
+
+Poller::Poller(Read read, std::chrono::milliseconds interval, int wake_fd) : shared_(std::make_shared<Shared>()) {
+  // The wake descriptor is duplicated: a thread left running at exit must not write to a number
+  // that names something else by then.
+  shared_->wake_fd = wake_fd >= 0 ? ::fcntl(wake_fd, F_DUPFD_CLOEXEC, 0) : -1;
+  thread_ = std::thread([shared = shared_, read = std::move(read), interval] {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(shared->m);
+        if (shared->stop) break;
+        shared->busy_since_ms = util::monotonic_ms();
+      }
+      HostData data = read();
+      const long long finished = util::monotonic_ms();
+      {
+        std::unique_lock<std::mutex> lock(shared->m);
+        const long long started = shared->busy_since_ms;
+        shared->busy_since_ms = 0;
+        shared->latest = std::move(data);
+        if (shared->wake_fd >= 0) {
+          const std::uint64_t one = 1;
+          [[maybe_unused]] const auto n = ::write(shared->wake_fd, &one, sizeof one);
+        }
+        // The next read starts `interval` after this one started (or at once if it took longer).
+        const auto wait = std::chrono::milliseconds(std::max(0LL, started + interval.count() - finished));
+        shared->cv.wait_for(lock, wait, [&] { return shared->stop; });
+        if (shared->stop) break;
+      }
+    }
+    std::lock_guard<std::mutex> lock(shared->m);
+    shared->done = true;
+    shared->cv.notify_all();
+  });
+}
+
+Poller::~Poller() {
+  if (thread_.joinable() && !stop(std::chrono::milliseconds(0))) thread_.detach();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Poller::stop(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(shared_->m);
+  shared_->stop = true;
+  shared_->cv.notify_all();
+  const bool finished = shared_->cv.wait_for(lock, wait, [&] { return shared_->done; });
+  lock.unlock();
+  if (finished && thread_.joinable()) thread_.join();
+  if (!finished && thread_.joinable()) thread_.detach();
+  return finished;
+}
+
+std::optional<HostData> Poller::take() {
+  std::lock_guard<std::mutex> lock(shared_->m);
+  std::optional<HostData> out = std::move(shared_->latest);
+  shared_->latest.reset();
+  return out;
+}
+
+long long Poller::busy_for_ms() const {
+  std::lock_guard<std::mutex> lock(shared_->m);
+  return shared_->busy_since_ms == 0 ? 0 : util::monotonic_ms() - shared_->busy_since_ms;
+}
+
+// ---- LocalReader ----
+
+LocalReader::LocalReader(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThresholds thresholds, std::string proc_root)
+    : backend_(std::move(backend)), thresholds_(thresholds), proc_(proc_root), proc_root_(std::move(proc_root)) {
+  if (const long t = ::sysconf(_SC_CLK_TCK); t > 0) ticks_per_s_ = t;
+  if (const long p = ::sysconf(_SC_PAGESIZE); p > 0) page_bytes_ = p;
+}
+
+HostData LocalReader::read() {
+  HostData out;
+  auto snap = backend_->snapshot(gpu::SnapshotOptions{});
+  out.received_ms = util::monotonic_ms();
+  if (!snap.ok()) {
+    out.problem = snap.error().message;
+    return out;
+  }
+  for (const auto& d : snap->devices) out.classes.push_back(gpu::classify(d, thresholds_, snap->timestamp_unix_ms / 1000));
+  // Per process: CPU since the previous read, resident size, and its parents for the tree.
+  decltype(cpu_before_) cpu_now;
+  decltype(ancestors_) ancestors_now;
+  std::set<unsigned> done;
+  for (const auto& d : snap->devices) {
+    for (const auto& p : d.processes) {
+      if (!done.insert(p.pid).second || p.host.visibility != host::PidVisibility::Visible) continue;
+      const auto text = util::read_file(fmt::format("{}/{}/stat", proc_root_, p.pid));
+      const auto stat = text ? host::parse_stat(*text) : std::nullopt;
+      if (!stat) continue;
+      ProcUsage usage;
+      usage.rss_bytes = stat->rss_pages * static_cast<unsigned long long>(page_bytes_);
+      const auto key = std::make_pair(p.pid, stat->starttime_ticks);
+      const unsigned long long ticks = stat->utime_ticks + stat->stime_ticks;
+      if (const auto before = cpu_before_.find(key); before != cpu_before_.end() && out.received_ms > before->second.second) {
+        const double seconds = static_cast<double>(out.received_ms - before->second.second) / 1000.0;
+        const double used = static_cast<double>(ticks - std::min(ticks, before->second.first)) / static_cast<double>(ticks_per_s_);
+        usage.cpu_pct = 100.0 * used / seconds;
+      }
+      cpu_now[key] = {ticks, out.received_ms};
+      out.usage[p.pid] = usage;
+      // Parents, up to init: each read once for as long as it lives.
+      unsigned pid = p.pid;
+      for (int depth = 0; depth < kMaxAncestors && pid > 1; ++depth) {
+        const auto st = proc_.stat(pid);
+        if (!st) break;
+        const auto akey = std::make_pair(pid, st->identity.starttime_ticks);
+        auto known = ancestors_.find(akey);
+        Ancestor a;
+        if (known != ancestors_.end()) {
+          a = known->second;
+        } else {
+          a.parent_pid = st->parent_pid;
+          a.name = st->name;
+          a.start_time_unix = st->start_time_unix;
+          if (pid != p.pid) {
+            const host::ProcessInfo info = proc_.read(pid);
+            a.command = info.command_line.value_or("");
+            a.user = info.user;
+          }
+        }
+        ancestors_now[akey] = a;
+        out.ancestors[pid] = a;
+        if (out.ancestors.count(st->parent_pid) != 0) break;  // the rest of the chain is known
+        pid = st->parent_pid;
+      }
+    }
+  }
+  cpu_before_ = std::move(cpu_now);
+  ancestors_ = std::move(ancestors_now);
+  out.snapshot = std::move(*snap);
+  return out;
+}
+
+// ---- AgentReader ----
+
+std::string agent_url(const std::string& address) {
+  std::string url = address.find("://") == std::string::npos ? "http://" + address : address;
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  return url;
+}
+
+AgentReader::AgentReader(std::string address, long long timeout_ms) : base_(agent_url(address)), timeout_ms_(timeout_ms) {}
+
+HostData AgentReader::read() {
+  HostData out;
+  out.remote = true;
+  auto gpus = get(base_ + "/api/v1/gpus", timeout_ms_);
+  auto procs = gpus.ok() ? get(base_ + "/api/v1/processes", timeout_ms_) : Result<std::string>(gpus.error());
+  out.received_ms = util::monotonic_ms();
+  if (!procs.ok()) {
+    out.problem = procs.error().message;
+    return out;
+  }
+  auto parsed = parse_agent(*gpus, *procs);
+  if (!parsed.ok()) {
+    out.problem = parsed.error().message;
+    return out;
+  }
+  parsed->received_ms = out.received_ms;
+  parsed->remote = true;
+  return std::move(*parsed);
+}
+
+std::map<unsigned, GpuHistory> AgentReader::history(long long seconds, long long step_ms) {
+  auto body = get(fmt::format("{}/api/v1/history?since={}s&step={}ms", base_, seconds, std::max(1000LL, step_ms)), timeout_ms_);
+  if (!body.ok()) return {};
+  auto parsed = parse_agent_history(*body);
+  return parsed.ok() ? std::move(*parsed) : std::map<unsigned, GpuHistory>{};
+}
+
+Result<HostData> parse_agent(std::string_view gpus_json, std::string_view processes_json) {
+  TARMAC_TRY_ASSIGN(const json g, parse_object(gpus_json, "the agent's /api/v1/gpus"));
+  TARMAC_TRY_ASSIGN(const json p, parse_object(processes_json, "the agent's /api/v1/processes"));
+  const auto gpus = g.find("gpus");
+  const auto procs = p.find("processes");
+  if (gpus == g.end() || !gpus->is_array()) return make_error(Error::Code::Invalid, "the agent's /api/v1/gpus has no \"gpus\" list");
+  if (procs == p.end() || !procs->is_array()) {
+    return make_error(Error::Code::Invalid, "the agent's /api/v1/processes has no \"processes\" list");
+  }
+  if (gpus->size() > kMaxAgentGpus || procs->size() > kMaxAgentProcesses) {
+    return make_error(Error::Code::Invalid, "the agent's answer lists more GPUs or processes than tarmac top shows");
+  }
+  HostData out;
+  gpu::Snapshot snap;
+  snap.driver_version = string_at(g, "driver_version", 64);
+  if (const auto ts = g.find("timestamp_ms"); ts != g.end() && ts->is_number_integer()) snap.timestamp_unix_ms = ts->get<long long>();
+  std::map<unsigned, std::size_t> by_index;
+  for (const auto& item : *gpus) {
+    if (!item.is_object()) continue;
+    const auto index = unsigned_at<unsigned>(item, "index");
+    if (!index || by_index.count(*index) != 0) continue;
+    gpu::Device d;
+    d.id.index = *index;
+    d.id.uuid = string_at(item, "uuid", 128);
+    d.id.name = string_at(item, "name", 128);
+    d.id.pci_bus_id = string_at(item, "pci_bus_id", 64);
+    if (const auto total = number_at(item, "mem_total_mib")) d.id.mem_total_bytes = static_cast<std::uint64_t>(*total * 1024 * 1024);
+    if (const auto used = number_at(item, "mem_used_mib")) d.sample.mem_used_bytes = static_cast<std::uint64_t>(*used * 1024 * 1024);
+    d.sample.util_gpu_pct = unsigned_at<unsigned>(item, "util_gpu_pct");
+    d.sample.util_mem_pct = unsigned_at<unsigned>(item, "util_mem_pct");
+    d.sample.temp_c = unsigned_at<unsigned>(item, "temp_c");
+    d.sample.clock_sm_mhz = unsigned_at<unsigned>(item, "clock_sm_mhz");
+    if (const auto w = number_at(item, "power_w")) d.sample.power_mw = static_cast<unsigned>(std::min(*w * 1000.0, 4e9));
+    if (const auto w = number_at(item, "power_limit_w")) d.modes.enforced_power_limit_mw = static_cast<unsigned>(std::min(*w * 1000.0, 4e9));
+    d.lost = string_at(item, "lost", 256);
+    const auto activity = string_at(item, "activity", 32);
+    by_index[*index] = snap.devices.size();
+    snap.devices.push_back(std::move(d));
+    out.classes.push_back(activity ? activity_named(*activity).value_or(gpu::Activity::Idle) : gpu::Activity::Idle);
+  }
+  for (const auto& item : *procs) {
+    if (!item.is_object()) continue;
+    const auto index = unsigned_at<unsigned>(item, "gpu");
+    const auto pid = unsigned_at<unsigned>(item, "pid");
+    if (!index || !pid) continue;
+    const auto at = by_index.find(*index);
+    if (at == by_index.end()) continue;
+    gpu::GpuProcess proc;
+    proc.pid = *pid;
+    proc.host.pid = *pid;
+    proc.host.visibility = host::PidVisibility::Visible;  // on its own host
+    proc.host.user = string_at(item, "user", 64);
+    proc.host.command_line = string_at(item, "command", 4096);
+    if (proc.host.command_line) {
+      const auto space = proc.host.command_line->find(' ');
+      const std::string first = proc.host.command_line->substr(0, space);
+      proc.host.name = first.substr(first.rfind('/') == std::string::npos ? 0 : first.rfind('/') + 1);
+    }
+    if (const auto c = string_at(item, "container", 128)) proc.host.container = host::ContainerRef{*c, "", std::nullopt};
+    proc.host.slurm_job_id = string_at(item, "job", 64);
+    if (const auto mib = number_at(item, "used_mib")) proc.used_mem_bytes = static_cast<std::uint64_t>(*mib * 1024 * 1024);
+    proc.sm_util_pct = unsigned_at<unsigned>(item, "sm_util_pct");
+    if (proc.sm_util_pct && *proc.sm_util_pct > 100) proc.sm_util_pct.reset();
+    snap.devices[at->second].processes.push_back(std::move(proc));
+  }
+  out.snapshot = std::move(snap);
+  return out;
+}
+
+Result<std::map<unsigned, GpuHistory>> parse_agent_history(std::string_view history_json) {
+  TARMAC_TRY_ASSIGN(const json h, parse_object(history_json, "the agent's /api/v1/history"));
+  const auto gpus = h.find("gpus");
+  if (gpus == h.end() || !gpus->is_array()) return make_error(Error::Code::Invalid, "the agent's history has no \"gpus\" list");
+  std::map<unsigned, GpuHistory> out;
+  for (const auto& g : *gpus) {
+    if (!g.is_object() || out.size() >= kMaxAgentGpus) continue;
+    const auto index = unsigned_at<unsigned>(g, "gpu");
+    const auto points = g.find("points");
+    if (!index || points == g.end() || !points->is_array()) continue;
+    GpuHistory& series = out[*index];
+    for (const auto& p : *points) {
+      if (!p.is_object()) continue;
+      if (const auto v = number_at(p, "util_gpu_pct")) series.util_pct.add(std::min(*v, 100.0));
+      if (const auto v = number_at(p, "power_w")) series.power_w.add(*v);
+      if (const auto v = number_at(p, "temp_c")) series.temp_c.add(*v);
+    }
+  }
+  return out;
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> interesting_environment(const host::ProcReader& proc, unsigned pid) {
+  static const char* const kKeys[] = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "RANK",         "LOCAL_RANK",
+                                      "WORLD_SIZE",           "MASTER_ADDR",       "MASTER_PORT",  "SLURM_JOB_ID",
+                                      "TARMAC_JOB_ID",        "NCCL_DEBUG",        "OMP_NUM_THREADS"};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const char* k : kKeys) {
+    auto v = proc.environ_value(pid, k);
+    if (!v.ok()) return v.error();
+    if (*v) out.emplace_back(k, **v);
+  }
+  // environ_value cannot tell "no such variable" from "not allowed to read": say which.
+  if (out.empty() && ::access(fmt::format("{}/{}/environ", proc.root(), pid).c_str(), R_OK) != 0) {
+    return make_error(Error::Code::Io, fmt::format("cannot read its environment: {} (only its owner and root may)",
+                                                   std::strerror(errno)));
+  }
+  return out;
+}
+
+}  // namespace tarmac::tui

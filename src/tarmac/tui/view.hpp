@@ -1,0 +1,105 @@
+// What the person at `tarmac top` chose (sort, filter, tree, selection, the screen open) and how
+// each key and click changes it. Pure: the actions a key asks for (a signal, reading a process's
+// environment) come back as a Command for the caller to carry out.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tarmac/tui/model.hpp"
+
+namespace tarmac::tui {
+
+// Keys beyond the printable ones (which are their own code).
+enum Key : int {
+  kKeyUp = 0x110000,
+  kKeyDown,
+  kKeyLeft,
+  kKeyRight,
+  kKeyPageUp,
+  kKeyPageDown,
+  kKeyHome,
+  kKeyEnd,
+  kKeyEnter,
+  kKeyEscape,
+  kKeyBackspace,
+  kKeyTab,
+  kKeyResize,
+  kKeyClick,      // a left click at (x, y)
+  kKeyWheelUp,
+  kKeyWheelDown,
+  kKeyInterrupt,  // Ctrl-C
+  kKeyF9,         // htop's kill key
+};
+
+struct Input {
+  int key = 0;
+  int x = -1;  // column and line of a click
+  int y = -1;
+};
+
+enum class Mode { Main, Help, Detail, Dialog, Prompt };
+enum class LayoutChoice { Auto, Compact, Full };
+
+// The signals the dialog offers, in its order.
+inline constexpr int kDialogSignals[] = {15, 9, 2};  // TERM, KILL, INT
+
+// The detail screen's facts that the model does not keep (read when it opens).
+struct Detail {
+  Row row;
+  std::vector<std::pair<std::string, std::string>> environment;  // the variables that matter
+  std::optional<std::string> environment_problem;                 // why they could not be read
+  std::vector<std::string> parents;                               // "4200 torchrun", nearest first
+};
+
+// Where the table and its header landed on the last frame, for clicks.
+struct HitMap {
+  int header_line = -1;
+  std::vector<std::pair<int, Column>> header_columns;  // start column of each title
+  int first_row_line = -1;
+  std::size_t first_row_index = 0;
+  int rows_shown = 0;
+  int page = 10;
+};
+
+struct ViewState {
+  TableOptions table;
+  std::size_t selected = 0;  // index into the rows
+  std::size_t scroll = 0;    // the first row shown
+  Mode mode = Mode::Main;
+  LayoutChoice layout = LayoutChoice::Auto;
+  bool readonly = false;
+  bool ascii = false;
+  bool color = true;
+  double interval_s = 1.0;
+  std::optional<Row> target;  // the dialog's process
+  std::size_t signal_choice = 0;
+  std::string prompt;  // the filter being typed
+  std::string message;  // one line of news (what a signal did), until the next key
+  std::optional<Detail> detail;
+  HitMap hits;
+};
+
+enum class CommandKind { None, Quit, SendSignal, OpenDetail };
+
+struct Command {
+  CommandKind kind = CommandKind::None;
+  Row row;         // the process a signal or the detail screen is for
+  int signal = 0;  // SendSignal
+};
+
+// Applies one input to `view` given the rows now shown (after the filters); the Command says what
+// the caller must do. `gpu_choices` are the (host, GPU) pairs the GPU filter cycles through.
+[[nodiscard]] Command handle_input(const Input& input, ViewState& view, const std::vector<Row>& rows,
+                                   const std::vector<std::pair<std::size_t, unsigned>>& gpu_choices);
+
+// Keeps the selection on the same process across refreshes (rows move when they are sorted):
+// `pid_before`/`host_before` name the selected row before the new rows were built.
+void follow_selection(ViewState& view, const std::vector<Row>& rows, std::optional<std::pair<std::size_t, unsigned>> before);
+
+[[nodiscard]] const char* signal_name(int signal);
+
+}  // namespace tarmac::tui

@@ -1,0 +1,118 @@
+#include "tarmac/tui/sources.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "tarmac/util/fd.hpp"
+
+namespace tarmac::tui {
+namespace {
+
+constexpr const char* kGpus = R"({"hostname":"b","driver_version":"550.54","timestamp_ms":1700000000000,"gpus":[
+ {"index":0,"uuid":"GPU-0","name":"NVIDIA H100","activity":"busy","util_gpu_pct":97,"util_mem_pct":40,
+  "mem_used_mib":40960,"mem_total_mib":81920,"temp_c":70,"power_w":650.5,"power_limit_w":700,"clock_sm_mhz":1980,
+  "processes":1,"backfill":[],"lost":null},
+ {"index":1,"uuid":"GPU-1","name":"NVIDIA H100","activity":"fault","util_gpu_pct":null,"mem_used_mib":null,
+  "mem_total_mib":81920,"temp_c":null,"power_w":null,"power_limit_w":null,"clock_sm_mhz":null,"lost":"GPU is lost"}],
+ "alerts":[]})";
+constexpr const char* kProcs = R"({"timestamp_ms":1700000000000,"processes":[
+ {"gpu":0,"uuid":"GPU-0","pid":4242,"user":"alice","command":"/usr/bin/python3 train.py","container":"docker:0123456789ab",
+  "job":"77","used_mib":40000,"sm_util_pct":97},
+ {"gpu":7,"pid":1,"user":"x","command":"not on a listed GPU","used_mib":1,"sm_util_pct":1},
+ {"gpu":0,"pid":4243,"user":"bob","command":"python x.py","used_mib":100,"sm_util_pct":null}]})";
+
+TEST(AgentSource, AnAgentsAnswerBecomesASnapshot) {
+  auto h = parse_agent(kGpus, kProcs);
+  ASSERT_TRUE(h.ok()) << h.error().message;
+  ASSERT_TRUE(h->snapshot);
+  const auto& s = *h->snapshot;
+  ASSERT_EQ(s.devices.size(), 2U);
+  EXPECT_EQ(h->classes, (std::vector<gpu::Activity>{gpu::Activity::Busy, gpu::Activity::Fault}));
+  EXPECT_EQ(s.devices[0].sample.util_gpu_pct, 97U);
+  EXPECT_EQ(s.devices[0].sample.power_mw, 650500U);
+  EXPECT_EQ(*s.devices[0].id.mem_total_bytes, 81920ULL << 20);
+  EXPECT_EQ(s.devices[1].lost, "GPU is lost");
+  ASSERT_EQ(s.devices[0].processes.size(), 2U);
+  const auto& p = s.devices[0].processes[0];
+  EXPECT_EQ(p.pid, 4242U);
+  EXPECT_EQ(p.host.user, "alice");
+  EXPECT_EQ(p.host.name, "python3");
+  EXPECT_EQ(p.host.slurm_job_id, "77");
+  EXPECT_EQ(p.sm_util_pct, 97U);
+  EXPECT_FALSE(s.devices[0].processes[1].sm_util_pct);  // unknown stays unknown
+}
+
+TEST(AgentSource, HostileAnswersAreRefusedOrCut) {
+  EXPECT_FALSE(parse_agent("[]", kProcs).ok());
+  EXPECT_FALSE(parse_agent("{\"gpus\":5}", kProcs).ok());
+  EXPECT_FALSE(parse_agent(kGpus, "{").ok());
+  // Wrong types, negative and absurd numbers are dropped, not trusted.
+  auto h = parse_agent(R"({"gpus":[{"index":-1},{"index":0,"util_gpu_pct":-5,"power_w":1e300,"name":7},{"index":0}]})",
+                       R"({"processes":[{"gpu":0,"pid":"12"},{"gpu":0,"pid":5,"sm_util_pct":1000}]})");
+  ASSERT_TRUE(h.ok());
+  ASSERT_EQ(h->snapshot->devices.size(), 1U);
+  EXPECT_FALSE(h->snapshot->devices[0].sample.util_gpu_pct);
+  EXPECT_FALSE(h->snapshot->devices[0].sample.power_mw);
+  EXPECT_FALSE(h->snapshot->devices[0].id.name);
+  ASSERT_EQ(h->snapshot->devices[0].processes.size(), 1U);
+  EXPECT_FALSE(h->snapshot->devices[0].processes[0].sm_util_pct);
+}
+
+TEST(AgentSource, HistoryBecomesGraphPoints) {
+  auto h = parse_agent_history(R"({"gpus":[{"gpu":0,"points":[{"ts_ms":1,"util_gpu_pct":10,"power_w":100,"temp_c":40},
+    {"ts_ms":2,"util_gpu_pct":null,"power_w":110,"temp_c":41}]},{"gpu":"x"}]})");
+  ASSERT_TRUE(h.ok());
+  ASSERT_EQ(h->size(), 1U);
+  EXPECT_EQ(h->at(0).util_pct.points().size(), 1U);
+  EXPECT_EQ(h->at(0).power_w.points().size(), 2U);
+}
+
+TEST(AgentSource, AddressesBecomeUrls) {
+  EXPECT_EQ(agent_url("b:9478"), "http://b:9478");
+  EXPECT_EQ(agent_url("https://b.example:9478/"), "https://b.example:9478");
+}
+
+TEST(Poller, ReadsOnItsThreadAndWakesTheLoop) {
+  util::Fd wake(::eventfd(0, EFD_CLOEXEC));
+  ASSERT_TRUE(wake);
+  std::atomic<int> reads{0};
+  Poller p(
+      [&] {
+        HostData h;
+        h.received_ms = ++reads;
+        return h;
+      },
+      std::chrono::milliseconds(10), wake.get());
+  std::uint64_t n = 0;
+  ASSERT_EQ(::read(wake.get(), &n, sizeof n), static_cast<ssize_t>(sizeof n));  // blocks until a read is done
+  const auto got = p.take();
+  ASSERT_TRUE(got);
+  EXPECT_GE(got->received_ms, 1);
+  EXPECT_TRUE(p.stop(std::chrono::milliseconds(5000)));
+}
+
+TEST(Poller, AReadThatHangsIsReportedAndDoesNotHoldTheStop) {
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  auto started = std::make_shared<std::atomic<bool>>(false);
+  util::Fd wake(::eventfd(0, EFD_CLOEXEC));
+  {
+    Poller p(
+        [release, started] {
+          started->store(true);
+          while (!release->load()) ::usleep(1000);
+          return HostData{};
+        },
+        std::chrono::milliseconds(10), wake.get());
+    while (!started->load()) ::usleep(1000);
+    while (p.busy_for_ms() < 20) ::usleep(1000);
+    EXPECT_FALSE(p.take());
+    EXPECT_FALSE(p.stop(std::chrono::milliseconds(10)));  // left behind, not waited for
+  }
+  release->store(true);  // the detached thread ends on its own
+}
+
+}  // namespace
+}  // namespace tarmac::tui
