@@ -240,7 +240,7 @@ struct ColumnSpec {
 
 std::vector<ColumnSpec> table_columns(int width, bool hosts) {
   std::vector<ColumnSpec> cols;
-  if (hosts) cols.push_back({Column::Host, 12});
+  if (hosts) cols.push_back({Column::Host, 18});
   cols.insert(cols.end(), {{Column::Gpu, 3},
                            {Column::Pid, 7},
                            {Column::User, 9},
