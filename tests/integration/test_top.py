@@ -200,6 +200,18 @@ class TopScreen(unittest.TestCase):
         self.assertIn("--name gamma", screen)
         self.assertRegex(screen, r"Process \d+ \(gamma\) on GPU 3")
 
+    def test_doctor_runs_on_the_selected_process_and_shows_its_findings(self):
+        pane = self.top()
+        screen = pane.wait_text("gamma")
+        python = rows(screen)[0][1]
+        pane.keys("d")
+        pane.wait_text(f"tarmac doctor is watching PID {python}")
+        screen = pane.wait_text("any key: back")
+        self.assertIn(f"tarmac doctor --pid {python} (python)", screen)
+        self.assertIn(f"job: PID {python}", screen)
+        pane.keys("Escape")
+        pane.wait(lambda s: "gamma" in s and "any key: back" not in s, "the main screen again")
+
     def test_ascii_and_no_color_frames_have_no_box_drawing_or_colours(self):
         plain = self.top("--ascii", env={"NO_COLOR": "1"})
         plain.wait_text("gamma")

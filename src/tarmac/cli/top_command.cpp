@@ -7,6 +7,7 @@
 
 #include <clocale>
 #include <cstdlib>
+#include <filesystem>
 #include <fmt/format.h>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -181,6 +182,21 @@ tui::Detail detail_of(const tui::Model& model, const tui::Row& row, const host::
   return d;
 }
 
+// This binary, to run its own subcommands (doctor, cancel) for the screen.
+std::string self_path() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("tarmac") : p.string();
+}
+
+// The global options a subcommand run for the screen must see too.
+std::vector<std::string> pass_on(const GlobalOptions& global) {
+  std::vector<std::string> args;
+  if (!global.nvml_lib.empty()) args.insert(args.end(), {"--nvml-lib", global.nvml_lib});
+  if (!global.config.empty()) args.insert(args.end(), {"--config", global.config});
+  return args;
+}
+
 std::vector<std::pair<std::size_t, unsigned>> gpu_choices(const tui::Model& model) {
   std::vector<std::pair<std::size_t, unsigned>> out;
   for (std::size_t i = 0; i < model.hosts().size(); ++i) {
@@ -304,11 +320,31 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
       const unsigned my_uid = static_cast<unsigned>(::geteuid());
       const std::string title_host = util::host_name();
       std::vector<tui::Row> rows;
+      std::unique_ptr<tui::Task> task;  // doctor or cancel, one at a time
+      bool task_is_doctor = false;
+      const std::string self = self_path();
       const long long nvml_slow_ms = std::max(2000LL, 2 * interval_ms);
       bool quit = false;
       while (!quit && tui::pending_stop_signal() == 0) {
         for (std::size_t i = 0; i < s.pollers.size(); ++i) {
           if (auto data = s.pollers[i]->take()) s.model.update(i, std::move(*data), util::monotonic_ms());
+        }
+        if (task) {
+          if (auto outcome = task->take()) {
+            task.reset();
+            if (task_is_doctor) {
+              view.mode = tui::Mode::Report;
+              view.report_title = outcome->title;
+              view.report_lines = std::move(outcome->lines);
+            } else {
+              std::string said;
+              for (const auto& l : outcome->lines) {
+                if (!l.empty()) said += (said.empty() ? "" : "; ") + l;
+              }
+              view.message = fmt::format("{}: {}", outcome->title,
+                                         said.empty() ? fmt::format("exit status {}", outcome->status) : said);
+            }
+          }
         }
         std::optional<std::pair<std::size_t, unsigned>> before;
         if (view.selected < rows.size()) before = std::make_pair(rows[view.selected].host, rows[view.selected].pid);
@@ -345,6 +381,27 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
           } else if (command.kind == tui::CommandKind::OpenDetail) {
             view.detail = detail_of(s.model, command.row, proc);
             view.mode = tui::Mode::Detail;
+          } else if (task && (command.kind == tui::CommandKind::RunDoctor || command.kind == tui::CommandKind::CancelJob)) {
+            view.message = "still running: " + task->title();
+          } else if (command.kind == tui::CommandKind::RunDoctor) {
+            task_is_doctor = true;
+            auto args = pass_on(global);
+            args.insert(args.end(), {"doctor", "--pid", std::to_string(command.row.pid), "--window", "5s"});
+            task = std::make_unique<tui::Task>(fmt::format("tarmac doctor --pid {} ({})", command.row.pid, command.row.name),
+                                               self, std::move(args), wake.get());
+            view.message = fmt::format("tarmac doctor is watching PID {} for 5 s...", command.row.pid);
+          } else if (command.kind == tui::CommandKind::CancelJob) {
+            const auto job = proc.environ_value(command.row.pid, "TARMAC_JOB_ID");
+            if (!job.ok() || !*job || (*job)->empty()) {
+              view.message = fmt::format("PID {} runs in no tarmac job (no TARMAC_JOB_ID it lets this user read)", command.row.pid);
+            } else {
+              task_is_doctor = false;
+              auto args = pass_on(global);
+              args.insert(args.end(), {"cancel", **job});
+              task = std::make_unique<tui::Task>(fmt::format("tarmac cancel {}", util::terminal_text(**job)), self,
+                                                 std::move(args), wake.get());
+              view.message = fmt::format("cancelling job {}...", util::terminal_text(**job));
+            }
           }
         }
       }

@@ -1,6 +1,19 @@
 #include "tarmac/tui/actions.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <fmt/format.h>
+#include <mutex>
+
+#include "tarmac/util/clock.hpp"
+#include "tarmac/util/fd.hpp"
 
 #include "tarmac/tui/view.hpp"
 #include "tarmac/util/process.hpp"
@@ -24,6 +37,91 @@ std::string send_signal(const host::ProcReader& proc, const Row& row, int signal
   const auto sent = util::signal_pidfd(*fd, signal);
   if (!sent.ok()) return who + ": " + sent.error().message;
   return fmt::format("SIG{} sent to {}", signal_name(signal), who);
+}
+
+}  // namespace tarmac::tui
+
+namespace tarmac::tui {
+
+struct Task::Shared {
+  std::mutex m;
+  std::optional<Outcome> outcome;
+  std::atomic<bool> abandon{false};
+  util::Fd wake;
+};
+
+Task::Task(std::string title, std::string program, std::vector<std::string> args, int wake_fd, long long timeout_ms)
+    : title_(std::move(title)), shared_(std::make_shared<Shared>()) {
+  if (wake_fd >= 0) shared_->wake = util::Fd(::fcntl(wake_fd, F_DUPFD_CLOEXEC, 0));
+  thread_ = std::thread([shared = shared_, title = title_, program = std::move(program), args = std::move(args), timeout_ms] {
+    Outcome out;
+    out.title = title;
+    int pipe_fds[2] = {-1, -1};
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+      out.lines.push_back(fmt::format("cannot run it: pipe: {}", std::strerror(errno)));
+    } else {
+      util::Fd read_end(pipe_fds[0]);
+      util::Fd write_end(pipe_fds[1]);
+      util::ProcessSpec spec;
+      spec.path = program;
+      spec.argv.push_back(program);
+      spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+      spec.env = util::own_environment();
+      spec.fds = {{0, util::kDevNull}, {1, write_end.get()}, {2, write_end.get()}};
+      spec.session = util::Session::NewGroup;  // the terminal's Ctrl-C is top's, not its
+      auto child = util::start_process(spec);
+      write_end.reset();
+      if (!child.ok()) {
+        out.lines.push_back(child.error().message);
+      } else {
+        std::string text;
+        const long long deadline = util::monotonic_ms() + timeout_ms;
+        bool killed = false;
+        for (;;) {
+          pollfd p{read_end.get(), POLLIN, 0};
+          const long long left = deadline - util::monotonic_ms();
+          if (left <= 0 || shared->abandon.load()) {
+            (void)util::send_signal(*child, SIGKILL);
+            killed = true;
+            break;
+          }
+          if (::poll(&p, 1, static_cast<int>(std::min(left, 200LL))) <= 0) continue;
+          char buf[4096];
+          const ssize_t n = ::read(read_end.get(), buf, sizeof buf);
+          if (n <= 0) break;
+          if (text.size() < (64U << 10)) text.append(buf, static_cast<std::size_t>(n));
+        }
+        auto status = util::wait_for(*child, killed ? 5000 : timeout_ms);
+        if (status.ok() && *status && WIFEXITED(**status)) out.status = WEXITSTATUS(**status);
+        if (killed) text += "\n(stopped: it took too long)";
+        std::size_t start = 0;
+        while (start < text.size()) {
+          const std::size_t end = text.find('\n', start);
+          out.lines.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+          if (end == std::string::npos) break;
+          start = end + 1;
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(shared->m);
+    shared->outcome = std::move(out);
+    if (shared->wake) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const auto n = ::write(shared->wake.get(), &one, sizeof one);
+    }
+  });
+}
+
+Task::~Task() {
+  shared_->abandon = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<Task::Outcome> Task::take() {
+  std::lock_guard<std::mutex> lock(shared_->m);
+  std::optional<Outcome> out = std::move(shared_->outcome);
+  shared_->outcome.reset();
+  return out;
 }
 
 }  // namespace tarmac::tui

@@ -308,6 +308,8 @@ void help_screen(Frame& f, const FrameContext& ctx) {
       "  Up/Down PgUp/PgDn Home/End   select a process (the mouse too; the wheel scrolls)",
       "  Enter                        details: command line, environment, parents, history",
       "  k  F9                        send a signal (TERM, KILL, INT) to the selected process",
+      "  d                            tarmac doctor on the selected process's job (5 s), in a panel",
+      "  c                            cancel the tarmac job the selected process runs in (tarmac cancel)",
       "  t                            tree: ranks under their launcher (torchrun, accelerate...)",
       "  s  S                         sort by the next / previous column (a click on a title too)",
       "  r                            reverse the order",
@@ -504,6 +506,21 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
     if (static_cast<int>(f.lines.size()) > ctx.height) f.lines.resize(static_cast<std::size_t>(std::max(0, ctx.height)));
     return f;
   }
+  if (view.mode == Mode::Report) {
+    f.lines.push_back(plain_line(w, view.report_title, Style::Title));
+    f.lines.emplace_back();
+    for (const auto& l : view.report_lines) {
+      if (static_cast<int>(f.lines.size()) + 2 >= ctx.height) {
+        f.lines.push_back(plain_line(w, "... (a taller terminal shows the rest)", Style::Dim));
+        break;
+      }
+      f.lines.push_back(plain_line(w, l));
+    }
+    f.lines.emplace_back();
+    f.lines.push_back(plain_line(w, "any key: back", Style::Dim));
+    if (static_cast<int>(f.lines.size()) > ctx.height) f.lines.resize(static_cast<std::size_t>(std::max(0, ctx.height)));
+    return f;
+  }
   if (view.mode == Mode::Detail && view.detail) {
     detail_screen(f, model, view, ctx);
     if (static_cast<int>(f.lines.size()) > ctx.height) f.lines.resize(static_cast<std::size_t>(std::max(0, ctx.height)));
@@ -664,8 +681,8 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
       }
       if (view.table.tree) filters += " [tree]";
       if (!filters.empty()) b.add(filters.substr(1) + "  ", Style::Bold);
-      b.add(view.readonly ? "Enter detail  t tree  / filter  u mine  g GPU  s sort  h help  q quit"
-                          : "k signal  Enter detail  t tree  / filter  u mine  g GPU  s sort  h help  q quit",
+      b.add(view.readonly ? "Enter detail  d doctor  t tree  / filter  u mine  g GPU  s sort  h help  q quit"
+                          : "k signal  Enter detail  d doctor  c cancel job  t tree  / filter  u mine  g GPU  s sort  h help  q quit",
             Style::Dim);
     }
     f.lines.push_back(b.done());

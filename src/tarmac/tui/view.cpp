@@ -125,6 +125,24 @@ Command main_input(const Input& in, ViewState& view, const std::vector<Row>& row
       break;
     case 'k':
     case kKeyF9: return open_dialog(view, rows);
+    case 'd':
+      if (rows.empty()) break;
+      if (rows[view.selected].remote) {
+        view.message = "a process of another host: run tarmac doctor there";
+        break;
+      }
+      return Command{CommandKind::RunDoctor, rows[view.selected], 0};
+    case 'c':
+      if (rows.empty()) break;
+      if (view.readonly) {
+        view.message = "read-only (--readonly): no cancel";
+        break;
+      }
+      if (rows[view.selected].remote) {
+        view.message = "a process of another host: cancel its job there";
+        break;
+      }
+      return Command{CommandKind::CancelJob, rows[view.selected], 0};
     case kKeyClick:
       if (in.y == view.hits.header_line) {
         Column hit = Column::Command;
@@ -164,6 +182,7 @@ Command handle_input(const Input& in, ViewState& view, const std::vector<Row>& r
   if (in.key != kKeyInterrupt) view.message.clear();
   switch (view.mode) {
     case Mode::Help:
+    case Mode::Report:
       if (in.key == kKeyInterrupt) return Command{CommandKind::Quit, {}, 0};
       view.mode = Mode::Main;  // any key closes it
       return {};

@@ -41,7 +41,7 @@ struct Input {
   int y = -1;
 };
 
-enum class Mode { Main, Help, Detail, Dialog, Prompt };
+enum class Mode { Main, Help, Detail, Dialog, Prompt, Report };
 enum class LayoutChoice { Auto, Compact, Full };
 
 // The signals the dialog offers, in its order.
@@ -80,14 +80,17 @@ struct ViewState {
   std::string prompt;  // the filter being typed
   std::string message;  // one line of news (what a signal did), until the next key
   std::optional<Detail> detail;
+  // The Report screen: what a background command (doctor) said.
+  std::string report_title;
+  std::vector<std::string> report_lines;
   HitMap hits;
 };
 
-enum class CommandKind { None, Quit, SendSignal, OpenDetail };
+enum class CommandKind { None, Quit, SendSignal, OpenDetail, RunDoctor, CancelJob };
 
 struct Command {
   CommandKind kind = CommandKind::None;
-  Row row;         // the process a signal or the detail screen is for
+  Row row;         // the process a signal, the detail screen, doctor or the cancel is for
   int signal = 0;  // SendSignal
 };
 

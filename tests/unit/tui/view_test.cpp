@@ -146,6 +146,32 @@ TEST(TuiView, EnterOpensTheDetailOfTheSelectedProcessAndQuitQuits) {
   EXPECT_EQ(press(v, rows, kKeyInterrupt).kind, CommandKind::Quit);
 }
 
+TEST(TuiView, DoctorAndCancelAskForTheSelectedProcessButNotOnAnotherHostOrReadOnly) {
+  Model m;
+  m.update(m.add_host("", false), test::gpu0_only(), 1);
+  ViewState v;
+  const auto rows = rows_of(m, v);
+  auto c = press(v, rows, 'd');
+  EXPECT_EQ(c.kind, CommandKind::RunDoctor);
+  EXPECT_EQ(c.row.pid, 4242U);
+  c = press(v, rows, 'c');
+  EXPECT_EQ(c.kind, CommandKind::CancelJob);
+  v.readonly = true;
+  EXPECT_EQ(press(v, rows, 'c').kind, CommandKind::None);
+  EXPECT_NE(v.message.find("read-only"), std::string::npos);
+  EXPECT_EQ(press(v, rows, 'd').kind, CommandKind::RunDoctor);  // looking is not acting
+  Model remote;
+  remote.update(remote.add_host("b:9478", true), test::gpu0_only(), 1);
+  ViewState r;
+  const auto remote_rows = rows_of(remote, r);
+  EXPECT_EQ(press(r, remote_rows, 'd').kind, CommandKind::None);
+  EXPECT_EQ(press(r, remote_rows, 'c').kind, CommandKind::None);
+  // What doctor said closes with any key.
+  r.mode = Mode::Report;
+  (void)press(r, remote_rows, 'x');
+  EXPECT_EQ(r.mode, Mode::Main);
+}
+
 TEST(TuiView, TheSelectionFollowsItsProcessWhenRowsMove) {
   Model m;
   m.update(m.add_host("", false), test::torchrun_job(), 1);
