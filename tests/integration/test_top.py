@@ -239,13 +239,13 @@ class TopScreen(unittest.TestCase):
         self.assertIn("COMMAND", screen)
 
     def test_quitting_restores_the_screen(self):
-        for how in ("q", "C-c", "TERM"):
+        for how in ("q", "C-c", "TERM", "HUP"):
             with self.subTest(how=how):
                 pane = self.top()
                 pane.wait_text("gamma")
                 self.assertEqual(pane.tmux("display", "-p", "#{alternate_on}").strip(), "1")
-                if how == "TERM":
-                    os.kill(pane.top_pid(), signal.SIGTERM)
+                if how in ("TERM", "HUP"):
+                    os.kill(pane.top_pid(), getattr(signal, "SIG" + how))
                 else:
                     pane.keys(how)
                 screen = pane.wait_text("[exit 0]")
