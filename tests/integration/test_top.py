@@ -112,6 +112,24 @@ class TopOnce(unittest.TestCase):
         self.assertIn("python", j["processes"][0]["command"])
         self.assertIn("single-gpu-active", [v["code"] for v in j["verdicts"]])
 
+    def test_a_leased_gpu_names_its_job_and_is_reserved_idle(self):
+        held = HeldSim("a100x4-gpu0-only")
+        self.addCleanup(held.close)
+        locks = tempfile.mkdtemp(prefix="tarmac-top-locks-")
+        os.chmod(locks, 0o755)
+        env = held.env({"TARMAC_LOCK_DIR": locks, "COLUMNS": "160"})
+        job = subprocess.Popen([TARMAC, "run", "-n", "1", "--", "sleep", "600"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.addCleanup(end_process, job)
+        deadline = time.monotonic() + HANG_S
+        while not any(n.endswith(".lease") for n in os.listdir(locks)):
+            self.assertLess(time.monotonic(), deadline, "no lease written")
+            self.assertIsNone(job.poll(), "tarmac run ended")
+            time.sleep(0.05)
+        r = subprocess.run([TARMAC, "top", "--once"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"GPU [1-3] NVIDIA A100-SXM4-40GB\s+reserved-idle .* job \S+ \S+", r.stdout)
+
     def test_a_full_screen_needs_a_terminal(self):
         r = subprocess.run([TARMAC, "top"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         self.assertEqual(r.returncode, 2)

@@ -15,6 +15,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/status.hpp"
 #include "tarmac/net/http_client.hpp"
+#include "tarmac/sched/leases.hpp"
 #include "tarmac/tui/actions.hpp"
 #include "tarmac/tui/layout.hpp"
 #include "tarmac/tui/sources.hpp"
@@ -60,9 +61,25 @@ struct Sources {
 
 // The local reader's first read also brings the local agent's history, when one answers on the
 // loopback address the configuration names (the graphs are then full from the first frame).
+// The scheduler's live leases by GPU UUID ("job 12 alice"), read without its lock (nothing is
+// removed); none when there is no lock directory.
+tui::LocalReader::Leases lease_reader(const config::Config& config) {
+  return [dir = sched::lock_dir(config.scheduler_lock_dir), max_hold = config.scheduler.max_hold_ms] {
+    std::map<std::string, std::string> out;
+    auto leases_dir = sched::LeaseDir::open(dir, max_hold);
+    if (!leases_dir.ok()) return out;
+    auto leases = leases_dir->live_leases(util::wall_ms(), sched::LeaseDir::StaleFiles::Keep);
+    if (!leases.ok()) return out;
+    for (const auto& l : *leases) {
+      out[l.uuid] = l.job_id.empty() ? "lease " + l.user : "job " + l.job_id + " " + l.user;
+    }
+    return out;
+  };
+}
+
 tui::Poller::Read local_read(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThresholds thresholds,
-                             std::string agent, long long step_ms) {
-  auto reader = std::make_shared<tui::LocalReader>(std::move(backend), thresholds);
+                             tui::LocalReader::Leases leases, std::string agent, long long step_ms) {
+  auto reader = std::make_shared<tui::LocalReader>(std::move(backend), thresholds, std::move(leases));
   auto first = std::make_shared<bool>(true);
   return [reader, first, agent = std::move(agent), step_ms] {
     tui::HostData data = reader->read();
@@ -229,7 +246,11 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
   }
   std::setlocale(LC_ALL, "");
   std::string agent_listen;
-  if (auto loaded = load_config(global); loaded.ok()) agent_listen = loaded->config.http_listen;
+  tui::LocalReader::Leases leases;
+  if (auto loaded = load_config(global); loaded.ok()) {
+    agent_listen = loaded->config.http_listen;
+    leases = lease_reader(loaded->config);
+  }
 
   Sources s{tui::Model(status.thresholds), {}, std::nullopt};
   std::shared_ptr<gpu::Backend> backend;
@@ -266,7 +287,7 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
     // One frame: every host read once, in turn, with its own deadline.
     for (std::size_t i = 0; i < s.model.hosts().size(); ++i) {
       tui::HostData data = s.local && i == *s.local
-                               ? local_read(backend, status.thresholds, agent_listen, step_ms)()
+                               ? local_read(backend, status.thresholds, leases, agent_listen, step_ms)()
                                : agent_read(s.model.hosts()[i].name, step_ms)();
       s.model.update(i, std::move(data), util::monotonic_ms());
     }
@@ -304,7 +325,7 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
     // An agent is asked at most twice a second, whatever the screen's refresh.
     const auto every = std::chrono::milliseconds(local ? interval_ms : std::max(interval_ms, 500LL));
     s.pollers.push_back(std::make_unique<tui::Poller>(
-        local ? local_read(backend, status.thresholds, agent_listen, step_ms) : agent_read(s.model.hosts()[i].name, step_ms),
+        local ? local_read(backend, status.thresholds, leases, agent_listen, step_ms) : agent_read(s.model.hosts()[i].name, step_ms),
         every, wake.get()));
   }
   backend.reset();  // the local poller's reader holds it now

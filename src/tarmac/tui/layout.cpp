@@ -119,15 +119,25 @@ std::string events_text(const gpu::Device& d) {
   return out.empty() ? "none" : out;
 }
 
-std::string holders(const gpu::Device& d) {
+// Who holds the GPU: the scheduler's lease on it ("job 12 alice"), then its processes' users
+// ("bob +2") but for the lease's own user.
+std::string holders(const gpu::Device& d, const HostData& host) {
+  const auto lease = host.leases.find(d.id.index);
   std::vector<std::string> users;
   for (const auto& p : d.processes) {
     const std::string u = p.host.user.value_or("?");
-    if (std::find(users.begin(), users.end(), u) == users.end()) users.push_back(u);
+    if (std::find(users.begin(), users.end(), u) != users.end()) continue;
+    if (lease != host.leases.end() && lease->second.size() > u.size() &&
+        lease->second.compare(lease->second.size() - u.size() - 1, std::string::npos, " " + u) == 0) {
+      continue;
+    }
+    users.push_back(u);
   }
-  if (users.empty()) return "";
-  std::string out = users.front();
-  if (users.size() > 1) out += fmt::format(" +{}", users.size() - 1);
+  std::string out = lease != host.leases.end() ? lease->second : "";
+  if (!users.empty()) {
+    out += (out.empty() ? "" : ", ") + users.front();
+    if (users.size() > 1) out += fmt::format(" +{}", users.size() - 1);
+  }
   return out;
 }
 
@@ -170,7 +180,7 @@ void gpu_compact(std::vector<Line>& out, const Model& model, std::size_t host, c
   b.add(fmt::format("{:>4} ", or_dash(d.sample.util_gpu_pct, "%")));
   b.add(fmt::format("{:>4} ", or_dash(d.sample.temp_c, "C")));
   b.add(fmt::format("{:>9} ", power_text(d)));
-  b.add(holders(d), Style::Dim);
+  b.add(holders(d, model.hosts()[host]), Style::Dim);
   out.push_back(b.done());
 }
 
@@ -192,7 +202,7 @@ void gpu_full(std::vector<Line>& out, const Model& model, std::size_t host, cons
     b.add(bar(mem_fraction(d), 22, view.ascii)).add(" ");
     b.add(fit(mem_text(d), 12)).add("  UTIL ").add(fmt::format("{:>4}", or_dash(d.sample.util_gpu_pct, "%")));
     b.add("  MBW ").add(fmt::format("{:>4}", or_dash(d.sample.util_mem_pct, "%")));
-    const std::string who = holders(d);
+    const std::string who = holders(d, model.hosts()[host]);
     if (!who.empty()) b.add("  ").add(who, Style::Dim);
     out.push_back(b.done());
   }

@@ -60,6 +60,7 @@ struct HostData {
   std::vector<gpu::Activity> classes;     // per device of snapshot, in order
   std::map<unsigned, ProcUsage> usage;    // by pid
   std::map<unsigned, Ancestor> ancestors;  // by pid: parents (and theirs) of the GPU processes
+  std::map<unsigned, std::string> leases;  // GPU index -> the scheduler's lease on it ("job 12 alice")
   long long received_ms = 0;              // steady-clock ms when snapshot arrived
   std::optional<std::string> problem;     // the source's last failure, while it lasts
   long long problem_since_ms = 0;         // steady-clock ms of the first failure in a row

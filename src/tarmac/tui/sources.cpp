@@ -153,8 +153,13 @@ long long Poller::busy_for_ms() const {
 
 // ---- LocalReader ----
 
-LocalReader::LocalReader(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThresholds thresholds, std::string proc_root)
-    : backend_(std::move(backend)), thresholds_(thresholds), proc_(proc_root), proc_root_(std::move(proc_root)) {
+LocalReader::LocalReader(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThresholds thresholds, Leases leases,
+                         std::string proc_root)
+    : backend_(std::move(backend)),
+      thresholds_(thresholds),
+      leases_(std::move(leases)),
+      proc_(proc_root),
+      proc_root_(std::move(proc_root)) {
   if (const long t = ::sysconf(_SC_CLK_TCK); t > 0) ticks_per_s_ = t;
   if (const long p = ::sysconf(_SC_PAGESIZE); p > 0) page_bytes_ = p;
 }
@@ -167,7 +172,14 @@ HostData LocalReader::read() {
     out.problem = snap.error().message;
     return out;
   }
-  for (const auto& d : snap->devices) out.classes.push_back(gpu::classify(d, thresholds_, snap->timestamp_unix_ms / 1000));
+  const auto leases = leases_ ? leases_() : std::map<std::string, std::string>{};
+  for (const auto& d : snap->devices) {
+    const auto lease = d.id.uuid ? leases.find(*d.id.uuid) : leases.end();
+    if (lease != leases.end()) out.leases[d.id.index] = lease->second;
+    // A leased GPU with nothing running is reserved-idle, as the agent and status say.
+    out.classes.push_back(gpu::classify(d, thresholds_, snap->timestamp_unix_ms / 1000,
+                                        lease != leases.end() ? gpu::Leased::Yes : gpu::Leased::No));
+  }
   // Per process: CPU since the previous read, resident size, and its parents for the tree.
   decltype(cpu_before_) cpu_now;
   decltype(ancestors_) ancestors_now;

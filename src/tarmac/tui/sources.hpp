@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -46,12 +47,17 @@ class Poller {
 // size, and the parents of the GPU processes (the tree view). Meant to run on a Poller's thread.
 class LocalReader {
  public:
-  LocalReader(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThresholds thresholds, std::string proc_root = "/proc");
+  // The scheduler's live leases, by GPU UUID: what each says ("job 12 alice"); read on the
+  // reader's thread (they are files).
+  using Leases = std::function<std::map<std::string, std::string>()>;
+  LocalReader(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThresholds thresholds, Leases leases = {},
+              std::string proc_root = "/proc");
   [[nodiscard]] HostData read();
 
  private:
   std::shared_ptr<gpu::Backend> backend_;
   gpu::ActivityThresholds thresholds_;
+  Leases leases_;
   host::ProcReader proc_;
   std::string proc_root_;
   long ticks_per_s_ = 100;
