@@ -372,9 +372,36 @@ std::vector<Row> tree_rows(const std::vector<Row>& rows, const std::vector<HostD
   std::stable_sort(units.begin(), units.end(),
                    [&](const Unit& a, const Unit& b) { return row_less(key_of(a), key_of(b), options); });
   std::vector<Row> out;
+  auto add = [&](Row r) {
+    const std::size_t host = r.host;
+    const unsigned pid = r.pid;
+    const unsigned depth = r.depth;
+    const bool others = r.others;
+    const bool remote = r.remote;
+    const std::string host_name = r.host_name;
+    out.push_back(std::move(r));
+    if (host >= hosts.size()) return;
+    // Its hidden holders under it.
+    for (const auto& [hpid, h] : hosts[host].hidden) {
+      if (h.parent_pid != pid || gpu_pids.count({host, hpid}) != 0) continue;
+      Row hr;
+      hr.host = host;
+      hr.host_name = host_name;
+      hr.pid = hpid;
+      hr.start_time_unix = h.start_time_unix;
+      hr.user = h.user.value_or("");
+      hr.others = others;
+      hr.name = h.name;
+      hr.command = h.command.empty() ? h.name : h.command;
+      hr.state = "hidden holder";
+      hr.depth = depth + 1;
+      hr.remote = remote;
+      out.push_back(std::move(hr));
+    }
+  };
   for (auto& u : units) {
-    if (u.head) out.push_back(std::move(*u.head));
-    for (auto& m : u.members) out.push_back(std::move(m));
+    if (u.head) add(std::move(*u.head));
+    for (auto& m : u.members) add(std::move(m));
   }
   return out;
 }

@@ -61,6 +61,9 @@ struct HostData {
   std::map<unsigned, ProcUsage> usage;    // by pid
   std::map<unsigned, Ancestor> ancestors;  // by pid: parents (and theirs) of the GPU processes
   std::map<unsigned, std::string> leases;  // GPU index -> the scheduler's lease on it ("job 12 alice")
+  // Descendants of GPU processes that hold an NVIDIA device file without being listed by the
+  // driver (a DataLoader worker that inherited the descriptors), by pid; parent_pid says whose.
+  std::map<unsigned, Ancestor> hidden;
   long long received_ms = 0;              // steady-clock ms when snapshot arrived
   std::optional<std::string> problem;     // the source's last failure, while it lasts
   long long problem_since_ms = 0;         // steady-clock ms of the first failure in a row

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tarmac/host/device_files.hpp"
 #include "tarmac/host/proc_parse.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/util/clock.hpp"
@@ -230,7 +231,45 @@ HostData LocalReader::read() {
   }
   cpu_before_ = std::move(cpu_now);
   ancestors_ = std::move(ancestors_now);
+  if (hidden_scanned_ms_ == 0 || out.received_ms - hidden_scanned_ms_ >= kHiddenScanMs) {
+    hidden_scanned_ms_ = out.received_ms;
+    hidden_ = hidden_holders(*snap);
+  }
+  out.hidden = hidden_;
   out.snapshot = std::move(*snap);
+  return out;
+}
+
+std::map<unsigned, Ancestor> LocalReader::hidden_holders(const gpu::Snapshot& snap) const {
+  std::set<unsigned> listed;
+  for (const auto& d : snap.devices) {
+    for (const auto& p : d.processes) listed.insert(p.pid);
+  }
+  std::map<unsigned, Ancestor> out;
+  if (listed.empty()) return out;
+  const host::ParentIndex parents = proc_.parent_index();
+  std::map<unsigned, unsigned> parent_of;  // the GPU processes' descendants, and their parents
+  for (const unsigned pid : listed) {
+    std::vector<unsigned> level{pid};
+    for (int depth = 0; depth < kMaxAncestors && !level.empty(); ++depth) {
+      std::vector<unsigned> next;
+      for (const unsigned p : level) {
+        for (const unsigned child : parents.children(p)) {
+          if (parent_of.emplace(child, p).second) next.push_back(child);
+        }
+      }
+      level = std::move(next);
+    }
+  }
+  for (const auto& holder : host::device_file_holders(proc_root_, [&](unsigned pid) {
+         return parent_of.count(pid) != 0 && listed.count(pid) == 0;
+       })) {
+    const auto st = proc_.stat(holder.pid);
+    if (!st) continue;
+    const host::ProcessInfo info = proc_.read(holder.pid);
+    out[holder.pid] = Ancestor{parent_of[holder.pid], st->name, info.command_line.value_or(""), info.user,
+                               st->start_time_unix};
+  }
   return out;
 }
 

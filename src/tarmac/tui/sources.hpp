@@ -55,6 +55,8 @@ class LocalReader {
   [[nodiscard]] HostData read();
 
  private:
+  [[nodiscard]] std::map<unsigned, Ancestor> hidden_holders(const gpu::Snapshot& snap) const;
+
   std::shared_ptr<gpu::Backend> backend_;
   gpu::ActivityThresholds thresholds_;
   Leases leases_;
@@ -66,6 +68,11 @@ class LocalReader {
   std::map<std::pair<unsigned, unsigned long long>, std::pair<unsigned long long, long long>> cpu_before_;
   // Ancestors read before, by pid and start time: a command line is read once per process.
   std::map<std::pair<unsigned, unsigned long long>, Ancestor> ancestors_;
+  // The hidden holders found by the last scan, and when it ran (a scan of every process's parent
+  // and of the GPU processes' descendants' descriptors: every kHiddenScanMs, not every reading).
+  std::map<unsigned, Ancestor> hidden_;
+  long long hidden_scanned_ms_ = 0;
+  static constexpr long long kHiddenScanMs = 5000;
 };
 
 // Reads an agent's JSON API (/api/v1/gpus and /api/v1/processes; docs/metrics.md) at `address`

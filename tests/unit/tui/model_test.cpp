@@ -170,6 +170,25 @@ TEST(TuiModel, TreeGroupsRanksUnderTheirLauncher) {
   EXPECT_EQ(rows[5].depth, 0U);  // the notebook's shell has one GPU child: no group
 }
 
+TEST(TuiModel, HiddenHoldersAreDrawnUnderTheirParentInTheTree) {
+  Model m;
+  const auto h = m.add_host("", false);
+  auto data = test::torchrun_job();
+  data.hidden[300] = Ancestor{101, "pt_data_worker", "python -u train.py --local-rank=0", std::string("alice"), 1001};
+  m.update(h, data, 1);
+  TableOptions o;
+  o.tree = true;
+  const auto rows = m.rows(o, 2000, 1);
+  ASSERT_EQ(pids(rows), (std::vector<unsigned>{100, 104, 103, 102, 101, 300, 200}));
+  EXPECT_EQ(rows[5].state, "hidden holder");
+  EXPECT_EQ(rows[5].depth, 2U);
+  EXPECT_FALSE(rows[5].gpu);
+  EXPECT_FALSE(rows[5].mem_bytes);
+  // The flat table lists what the driver lists.
+  o.tree = false;
+  EXPECT_EQ(m.rows(o, 2000, 1).size(), 5U);
+}
+
 TEST(TuiModel, SiblingsWithoutALauncherGroupUnderTheirParent) {
   Model m;
   const auto h = m.add_host("", false);
