@@ -390,7 +390,7 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
           std::uint64_t n = 0;
           [[maybe_unused]] const auto got = ::read(wake.get(), &n, sizeof n);
         }
-        if (ready > 0 && (fds[0].revents & (POLLHUP | POLLERR)) != 0 && (fds[0].revents & POLLIN) == 0) break;  // the terminal is gone
+        if (ready > 0 && (fds[0].revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) break;  // the terminal is gone
         for (const auto& input : (*term)->read_input()) {
           const auto command = tui::handle_input(input, view, rows, gpu_choices(s.model));
           if (command.kind == tui::CommandKind::Quit) {

@@ -314,8 +314,8 @@ std::vector<Row> tree_rows(const std::vector<Row>& rows, const std::vector<HostD
       pid = me->second.parent_pid;
     }
     const auto me = anc.find(r.pid);
-    if (me != anc.end() && me->second.parent_pid > 1 && parent_count[{r.host, me->second.parent_pid}] > 1 &&
-        gpu_pids.count({r.host, me->second.parent_pid}) == 0) {
+    if (me != anc.end() && me->second.parent_pid > 1 && anc.count(me->second.parent_pid) != 0 &&
+        parent_count[{r.host, me->second.parent_pid}] > 1 && gpu_pids.count({r.host, me->second.parent_pid}) == 0) {
       return me->second.parent_pid;
     }
     return std::nullopt;

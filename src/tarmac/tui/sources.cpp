@@ -14,6 +14,7 @@
 #include "tarmac/host/proc_parse.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/util/clock.hpp"
+#include "tarmac/util/fd.hpp"
 #include "tarmac/util/fs.hpp"
 
 namespace tarmac::tui {
@@ -87,13 +88,13 @@ struct Poller::Shared {
   bool done = false;
   std::optional<HostData> latest;
   long long busy_since_ms = 0;  // 0: not reading
-  int wake_fd = -1;
+  util::Fd wake;                // closed with the last owner: the Poller, or a thread left behind
 };
 
 Poller::Poller(Read read, std::chrono::milliseconds interval, int wake_fd) : shared_(std::make_shared<Shared>()) {
   // The wake descriptor is duplicated: a thread left running at exit must not write to a number
   // that names something else by then.
-  shared_->wake_fd = wake_fd >= 0 ? ::fcntl(wake_fd, F_DUPFD_CLOEXEC, 0) : -1;
+  if (wake_fd >= 0) shared_->wake = util::Fd(::fcntl(wake_fd, F_DUPFD_CLOEXEC, 0));
   thread_ = std::thread([shared = shared_, read = std::move(read), interval] {
     for (;;) {
       {
@@ -108,9 +109,9 @@ Poller::Poller(Read read, std::chrono::milliseconds interval, int wake_fd) : sha
         const long long started = shared->busy_since_ms;
         shared->busy_since_ms = 0;
         shared->latest = std::move(data);
-        if (shared->wake_fd >= 0) {
+        if (shared->wake) {
           const std::uint64_t one = 1;
-          [[maybe_unused]] const auto n = ::write(shared->wake_fd, &one, sizeof one);
+          [[maybe_unused]] const auto n = ::write(shared->wake.get(), &one, sizeof one);
         }
         // The next read starts `interval` after this one started (or at once if it took longer).
         const auto wait = std::chrono::milliseconds(std::max(0LL, started + interval.count() - finished));
@@ -125,8 +126,8 @@ Poller::Poller(Read read, std::chrono::milliseconds interval, int wake_fd) : sha
 }
 
 Poller::~Poller() {
-  if (thread_.joinable() && !stop(std::chrono::milliseconds(0))) thread_.detach();
-  if (thread_.joinable()) thread_.join();
+  // A read that does not end within the second is left to finish on its own (stop detaches it).
+  if (thread_.joinable()) (void)stop(std::chrono::milliseconds(1000));
 }
 
 bool Poller::stop(std::chrono::milliseconds wait) {

@@ -204,6 +204,20 @@ TEST(TuiModel, SiblingsWithoutALauncherGroupUnderTheirParent) {
   EXPECT_TRUE(rows[0].launcher);
 }
 
+TEST(TuiModel, ATreeWithoutTheParentsFactsStaysFlat) {
+  // The parent ended, or /proc would not say: its ranks are listed on their own, nothing made up.
+  Model m;
+  const auto h = m.add_host("", false);
+  auto data = test::torchrun_job();
+  data.ancestors.erase(100);
+  m.update(h, data, 1);
+  TableOptions o;
+  o.tree = true;
+  const auto rows = m.rows(o, 2000, 1);
+  ASSERT_EQ(rows.size(), 5U);
+  for (const auto& r : rows) EXPECT_EQ(r.depth, 0U) << r.pid;
+}
+
 TEST(TuiModel, KnowsTheLaunchers) {
   EXPECT_TRUE(is_launcher("torchrun", ""));
   EXPECT_TRUE(is_launcher("python3", "python3 -m torch.distributed.run --nproc_per_node 8 x.py"));
