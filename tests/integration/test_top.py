@@ -15,6 +15,7 @@ import unittest
 
 from agent_support import HANG_S, HeldSim, LiveAgent, end_process
 from devtools import require_tool
+from test_sched_agent import AgentQueueTest
 from test_status import BUILD, TARMAC, sim
 
 LOAD = str(BUILD / "sim" / "tarmac-sim-load")
@@ -359,6 +360,33 @@ class TopHosts(unittest.TestCase):
         self.assertIn(f"{ha} GPU 0", screen)
         clock = re.search(r"\d\d:\d\d:\d\d", screen).group(0)
         pane.wait(lambda s: re.search(r"\d\d:\d\d:\d\d", s).group(0) != clock, "the view goes on")
+
+
+class TopCancel(AgentQueueTest):
+    def test_c_cancels_the_job_a_process_runs_in_after_a_confirmation(self):
+        job = self.submit(LOAD, "--name", "worker", "--mem", "1GiB", "--util", "10")
+        self.wait_state(job, ("running",))
+        # A process that names the job in its environment without being in it.
+        forger = start_load(self.sim, "--mem", "1GiB", "--util", "0", name="forger", gpu=3,
+                            env={"TARMAC_JOB_ID": str(job)})
+        self.addCleanup(end_process, forger)
+        pane = Pane(self, shlex.join([TARMAC, "top"]), self.env())
+        pane.wait(lambda s: "worker" in s and "forger" in s, "both processes")
+        pane.keys("/", "f", "o", "r", "g", "e", "r", "Enter")
+        pane.wait(lambda s: len(rows(s)) == 1, "the forger alone")
+        pane.keys("c")
+        pane.wait_text(f"PID {forger.pid} runs in no tarmac job")
+        pane.keys("Escape")  # the filters cleared: "/" starts from the one in effect
+        pane.wait(lambda s: len(rows(s)) > 1, "every row back")
+        pane.keys("/", "w", "o", "r", "k", "e", "r", "Enter")
+        pane.wait(lambda s: len(rows(s)) == 1 and "worker" in s, "the worker alone")
+        pane.keys("c")
+        pane.wait_text(f"Cancel tarmac job {job} of ")
+        self.assertEqual(self.job(job)["state"], "running", "nothing before the confirmation")
+        pane.keys("Enter")
+        pane.wait(lambda s: f"tarmac cancel {job}:" in s, "the answer of tarmac cancel")
+        self.wait_state(job, ("cancelled", "done", "failed", "killed"))
+        self.assertIsNone(forger.poll())
 
 
 class TopTree(unittest.TestCase):

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tarmac/cli/app.hpp"
+#include "tarmac/cli/jobs_command.hpp"
 #include "tarmac/cli/status.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/sched/leases.hpp"
@@ -75,6 +76,42 @@ tui::LocalReader::Leases lease_reader(const config::Config& config) {
     }
     return out;
   };
+}
+
+// The scheduler's job that `row`'s process runs in, and the lease's user: the lease whose owner
+// process (pid and start time, checked now) is the process or one of its ancestors. Not the
+// process's own TARMAC_JOB_ID: its owner can set that to anyone's job. nullopt, with `why`, when
+// none is.
+std::optional<std::pair<std::string, std::string>> owning_job(const config::Config& config, const host::ProcReader& proc,
+                                                              const tui::Row& row, std::string& why) {
+  const auto me = proc.stat(row.pid);
+  if (!me || me->start_time_unix != row.start_time_unix) {
+    why = fmt::format("PID {} has ended, or its pid names another process now", row.pid);
+    return std::nullopt;
+  }
+  auto dir = sched::LeaseDir::open(sched::lock_dir(config.scheduler_lock_dir), config.scheduler.max_hold_ms);
+  auto leases = dir.ok() ? dir->live_leases(util::wall_ms(), sched::LeaseDir::StaleFiles::Keep)
+                         : Result<std::vector<sched::Lease>>(dir.error());
+  if (!leases.ok()) {
+    why = "no scheduler's leases to read: " + leases.error().message;
+    return std::nullopt;
+  }
+  // The process and its ancestors, each with its start time.
+  std::map<unsigned, unsigned long long> line;
+  unsigned pid = row.pid;
+  for (int depth = 0; depth < 64 && pid > 1; ++depth) {
+    const auto st = proc.stat(pid);
+    if (!st) break;
+    line[pid] = st->identity.starttime_ticks;
+    pid = st->parent_pid;
+  }
+  for (const auto& l : *leases) {
+    if (l.pid <= 1 || l.job_id.empty()) continue;
+    const auto it = line.find(static_cast<unsigned>(l.pid));
+    if (it != line.end() && it->second == l.starttime) return std::make_pair(l.job_id, l.user);
+  }
+  why = fmt::format("PID {} runs in no tarmac job: no lease's owner is it or one of its parents", row.pid);
+  return std::nullopt;
 }
 
 tui::Poller::Read local_read(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThresholds thresholds,
@@ -247,9 +284,11 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
   std::setlocale(LC_ALL, "");
   std::string agent_listen;
   tui::LocalReader::Leases leases;
+  config::Config config;
   if (auto loaded = load_config(global); loaded.ok()) {
-    agent_listen = loaded->config.http_listen;
-    leases = lease_reader(loaded->config);
+    config = loaded->config;
+    agent_listen = config.http_listen;
+    leases = lease_reader(config);
   }
 
   Sources s{tui::Model(status.thresholds), {}, std::nullopt};
@@ -367,8 +406,8 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
             }
           }
         }
-        std::optional<std::pair<std::size_t, unsigned>> before;
-        if (view.selected < rows.size()) before = std::make_pair(rows[view.selected].host, rows[view.selected].pid);
+        std::optional<tui::RowKey> before;
+        if (view.selected < rows.size()) before = tui::key_of(rows[view.selected]);
         rows = s.model.rows(view.table, util::wall_ms() / 1000, util::monotonic_ms());
         tui::follow_selection(view, rows, before);
         tui::FrameContext ctx;
@@ -402,7 +441,7 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
           } else if (command.kind == tui::CommandKind::OpenDetail) {
             view.detail = detail_of(s.model, command.row, proc);
             view.mode = tui::Mode::Detail;
-          } else if (task && (command.kind == tui::CommandKind::RunDoctor || command.kind == tui::CommandKind::CancelJob)) {
+          } else if (task && (command.kind == tui::CommandKind::RunDoctor || command.kind == tui::CommandKind::CancelConfirmed)) {
             view.message = "still running: " + task->title();
           } else if (command.kind == tui::CommandKind::RunDoctor) {
             task_is_doctor = true;
@@ -412,17 +451,25 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
                                                self, std::move(args), wake.get());
             view.message = fmt::format("tarmac doctor is watching PID {} for 5 s...", command.row.pid);
           } else if (command.kind == tui::CommandKind::CancelJob) {
-            const auto job = proc.environ_value(command.row.pid, "TARMAC_JOB_ID");
-            if (!job.ok() || !*job || (*job)->empty()) {
-              view.message = fmt::format("PID {} runs in no tarmac job (no TARMAC_JOB_ID it lets this user read)", command.row.pid);
+            std::string why;
+            const auto job = owning_job(config, proc, command.row, why);
+            if (!job) {
+              view.message = why;
+            } else if (!detail::parse_id(job->first)) {
+              view.message = fmt::format("job {} runs under tarmac run without the agent: end it from there, or signal it (k)",
+                                         util::terminal_text(job->first));
             } else {
-              task_is_doctor = false;
-              auto args = pass_on(global);
-              args.insert(args.end(), {"cancel", **job});
-              task = std::make_unique<tui::Task>(fmt::format("tarmac cancel {}", util::terminal_text(**job)), self,
-                                                 std::move(args), wake.get());
-              view.message = fmt::format("cancelling job {}...", util::terminal_text(**job));
+              view.mode = tui::Mode::Confirm;
+              view.confirm_job = job->first;
+              view.confirm_text = fmt::format("Cancel tarmac job {} of {} (PID {} runs in it)?", util::terminal_text(job->first),
+                                              util::terminal_text(job->second), command.row.pid);
             }
+          } else if (command.kind == tui::CommandKind::CancelConfirmed) {
+            task_is_doctor = false;
+            auto args = pass_on(global);
+            args.insert(args.end(), {"cancel", "--", command.job});
+            task = std::make_unique<tui::Task>(fmt::format("tarmac cancel {}", command.job), self, std::move(args), wake.get());
+            view.message = fmt::format("cancelling job {}...", command.job);
           }
         }
       }

@@ -16,6 +16,7 @@ namespace tarmac::tui {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
+constexpr int kFullWidth = 110;  // the full layout's first line of a GPU, without its holders
 constexpr double kGiB = kMiB * 1024.0;
 
 // Decodes one UTF-8 character at `i` of valid UTF-8 `text`; advances `i`.
@@ -64,6 +65,9 @@ class Builder {
   int used_ = 0;
   Line line_;
 };
+
+// Others' text cut to `width` columns: escaped first, so the cut counts the columns it will take.
+std::string safe_fit(std::string_view text, int width, bool pad = true) { return fit(util::terminal_text(text), width, pad); }
 
 Line plain_line(int width, std::string_view text, Style style = Style::Plain) {
   Builder b(width);
@@ -168,7 +172,7 @@ void gpu_compact(std::vector<Line>& out, const Model& model, std::size_t host, c
                  const ViewState& view, int width) {
   Builder b(width);
   b.add(host_prefix(model, host), Style::Bold).add(fmt::format("{:>2} ", d.id.index), Style::Bold);
-  b.add(fit(short_name(d), 16)).add(" ");
+  b.add(safe_fit(short_name(d), 16)).add(" ");
   if (d.lost) {
     b.add("lost: " + *d.lost, Style::Bad);
     out.push_back(b.done());
@@ -190,7 +194,7 @@ void gpu_full(std::vector<Line>& out, const Model& model, std::size_t host, cons
   {
     Builder b(width);
     b.add(host_prefix(model, host), Style::Bold).add(fmt::format("GPU {} ", d.id.index), Style::Bold);
-    b.add(fit(d.id.name.value_or("?"), 24)).add(" ");
+    b.add(safe_fit(d.id.name.value_or("?"), 24)).add(" ");
     if (d.lost) {
       b.add("lost: " + *d.lost, Style::Bad);
       out.push_back(b.done());
@@ -579,7 +583,7 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
   const int table_min = 5;  // header, three rows, footer
   bool full = view.layout == LayoutChoice::Full;
   if (view.layout == LayoutChoice::Auto) {
-    full = w >= 100 && static_cast<int>(f.lines.size()) + static_cast<int>(gpus) * 3 + 3 + table_min <= ctx.height;
+    full = w >= kFullWidth && static_cast<int>(f.lines.size()) + static_cast<int>(gpus) * 3 + 3 + table_min <= ctx.height;
   }
   std::vector<Line> panels;
   for (std::size_t i = 0; i < model.hosts().size(); ++i) {
@@ -659,7 +663,7 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
     const Row& r = rows[i];
     Builder b(w);
     for (const auto& c : cols) {
-      const std::string text = cell(r, c.column, rows, i, view.ascii);
+      const std::string text = util::terminal_text(cell(r, c.column, rows, i, view.ascii));
       const std::string shown_text = right_aligned(c.column) ? fmt::format("{:>{}}", fit(text, c.width, false), c.width) : fit(text, c.width);
       Style s = c.column == Column::State ? state_style(r) : Style::Plain;
       if (c.column == Column::Sm && !r.sm_pct) s = Style::Dim;
@@ -678,7 +682,9 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
   // Footer.
   {
     Builder b(w);
-    if (view.mode == Mode::Prompt) {
+    if (view.mode == Mode::Confirm) {
+      b.add(view.confirm_text, Style::Warn).add("   Enter cancel it   any other key keeps it", Style::Bold);
+    } else if (view.mode == Mode::Prompt) {
       b.add("filter: ", Style::Bold).add(view.prompt).add("_", Style::Bold).add("   Enter keep  Esc cancel", Style::Dim);
     } else if (!view.message.empty()) {
       b.add(view.message, Style::Warn);
@@ -697,7 +703,17 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
     }
     f.lines.push_back(b.done());
   }
-  if (view.mode == Mode::Dialog) dialog_overlay(f, view, ctx);
+  if (view.mode == Mode::Dialog) {
+    // A dialog that cannot be shown whole is not opened: Enter must never send what was not read.
+    if (ctx.height < 10 || ctx.width < 24) {
+      view.mode = Mode::Main;
+      view.target.reset();
+      view.message = "the terminal is too small for the signal dialog: nothing sent";
+      f.lines.back() = plain_line(w, view.message, Style::Warn);
+    } else {
+      dialog_overlay(f, view, ctx);
+    }
+  }
   if (static_cast<int>(f.lines.size()) > ctx.height) f.lines.resize(static_cast<std::size_t>(std::max(0, ctx.height)));
   return f;
 }

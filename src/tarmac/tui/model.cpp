@@ -157,8 +157,13 @@ void Model::update(std::size_t index, HostData data, long long now_ms) {
       }
     }
   }
-  // Forget what this host no longer shows: the processes that ended, the idle clocks of those
-  // that worked.
+  // Forget what this host no longer shows: its GPUs gone (an agent may name any index), the
+  // processes that ended, the idle clocks of those that worked.
+  std::set<unsigned> gpus;
+  for (const auto& d : host.snapshot->devices) gpus.insert(d.id.index);
+  for (auto it = gpu_history_.begin(); it != gpu_history_.end();) {
+    it = (it->first.first == index && gpus.count(it->first.second) == 0) ? gpu_history_.erase(it) : std::next(it);
+  }
   for (auto it = proc_history_.begin(); it != proc_history_.end();) {
     it = (it->first.first == index && seen.count(it->first.second) == 0) ? proc_history_.erase(it) : std::next(it);
   }
@@ -342,8 +347,12 @@ std::vector<Row> tree_rows(const std::vector<Row>& rows, const std::vector<HostD
       head.pid = *l;
       head.start_time_unix = a.start_time_unix;
       head.user = a.user.value_or("");
-      head.others = r.others;
-      head.uid = r.uid;
+      head.uid = a.uid;
+      head.others = options.viewer_uid && (!a.uid || *a.uid != *options.viewer_uid);
+      // now = a rank's start + its age: the launcher's age from the same clock.
+      if (a.start_time_unix && r.age_s && r.start_time_unix) {
+        head.age_s = std::max(0LL, *r.age_s + *r.start_time_unix - *a.start_time_unix);
+      }
       head.name = a.name;
       head.command = a.command.empty() ? a.name : a.command;
       head.launcher = true;
@@ -390,7 +399,8 @@ std::vector<Row> tree_rows(const std::vector<Row>& rows, const std::vector<HostD
       hr.pid = hpid;
       hr.start_time_unix = h.start_time_unix;
       hr.user = h.user.value_or("");
-      hr.others = others;
+      hr.uid = h.uid;
+      hr.others = options.viewer_uid ? (!h.uid || *h.uid != *options.viewer_uid) : others;
       hr.name = h.name;
       hr.command = h.command.empty() ? h.name : h.command;
       hr.state = "hidden holder";

@@ -33,6 +33,7 @@ struct Ancestor {
   std::string command;  // its command line ("" when unreadable)
   std::optional<std::string> user;
   std::optional<long long> start_time_unix;
+  std::optional<unsigned> uid;
 };
 
 // A bounded series of one value, one point per refresh; missing readings are skipped.

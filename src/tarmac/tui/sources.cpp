@@ -24,8 +24,16 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kMaxAgentGpus = 1024;
-constexpr std::size_t kMaxAgentProcesses = 1 << 16;
-constexpr std::size_t kMaxAgentBody = 16U << 20;
+constexpr std::size_t kMaxAgentProcesses = 1 << 14;
+// What each of an agent's answers may weigh: 1,024 GPUs are about 0.5 MiB, 16,384 processes about
+// 6 MiB, 600 points of history for 1,024 GPUs about 0.1 GiB... which no screen needs: 4 MiB.
+constexpr std::size_t kMaxGpusBody = 1U << 20;
+constexpr std::size_t kMaxProcessesBody = 8U << 20;
+constexpr std::size_t kMaxHistoryBody = 4U << 20;
+// An agent's answers nest 4 deep; a document nested deeper is refused before it is parsed (a
+// megabyte of "[" would otherwise become a tree of a gigabyte).
+constexpr int kMaxJsonDepth = 8;
+constexpr double kMaxMib = static_cast<double>(1ULL << 40);  // 1 EiB: beyond, a number is not memory
 constexpr int kMaxAncestors = 16;
 
 template <typename T>
@@ -45,6 +53,13 @@ std::optional<double> number_at(const json& j, const char* key) {
   return v;
 }
 
+// A MiB count as bytes, nullopt beyond kMaxMib (the conversion would overflow).
+std::optional<std::uint64_t> mib_at(const json& j, const char* key) {
+  const auto v = number_at(j, key);
+  if (!v || *v >= kMaxMib) return std::nullopt;
+  return static_cast<std::uint64_t>(*v * 1024.0 * 1024.0);
+}
+
 std::optional<std::string> string_at(const json& j, const char* key, std::size_t max = 4096) {
   const auto it = j.find(key);
   if (it == j.end() || !it->is_string()) return std::nullopt;
@@ -60,18 +75,45 @@ std::optional<gpu::Activity> activity_named(const std::string& name) {
   return std::nullopt;
 }
 
+// The deepest nesting of arrays and objects in `text` (strings skipped).
+int json_depth(std::string_view text) {
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 Result<json> parse_object(std::string_view text, const char* what) {
+  if (json_depth(text) > kMaxJsonDepth) {
+    return make_error(Error::Code::Invalid, fmt::format("{} nests deeper than {} levels", what, kMaxJsonDepth));
+  }
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return make_error(Error::Code::Invalid, fmt::format("{} is not a JSON object", what));
   return j;
 }
 
-Result<std::string> get(const std::string& url, long long timeout_ms) {
+Result<std::string> get(const std::string& url, long long timeout_ms, std::size_t max_bytes) {
   net::Request r;
   r.method = "GET";
   r.url = url;
   r.timeout_ms = timeout_ms;
-  r.max_body_bytes = kMaxAgentBody;
+  r.max_body_bytes = max_bytes;
   TARMAC_TRY_ASSIGN(net::Response answer, net::perform(r));
   if (answer.status != 200) return make_error(Error::Code::Io, fmt::format("{} answered HTTP {}", url, answer.status));
   return std::move(answer.body);
@@ -213,6 +255,7 @@ HostData LocalReader::read() {
         Ancestor a;
         if (known != ancestors_.end()) {
           a = known->second;
+          a.parent_pid = st->parent_pid;  // a process is reparented when its parent ends
         } else {
           a.parent_pid = st->parent_pid;
           a.name = st->name;
@@ -221,6 +264,7 @@ HostData LocalReader::read() {
             const host::ProcessInfo info = proc_.read(pid);
             a.command = info.command_line.value_or("");
             a.user = info.user;
+            a.uid = info.uid;
           }
         }
         ancestors_now[akey] = a;
@@ -269,7 +313,7 @@ std::map<unsigned, Ancestor> LocalReader::hidden_holders(const gpu::Snapshot& sn
     if (!st) continue;
     const host::ProcessInfo info = proc_.read(holder.pid);
     out[holder.pid] = Ancestor{parent_of[holder.pid], st->name, info.command_line.value_or(""), info.user,
-                               st->start_time_unix};
+                               st->start_time_unix, info.uid};
   }
   return out;
 }
@@ -287,8 +331,8 @@ AgentReader::AgentReader(std::string address, long long timeout_ms) : base_(agen
 HostData AgentReader::read() {
   HostData out;
   out.remote = true;
-  auto gpus = get(base_ + "/api/v1/gpus", timeout_ms_);
-  auto procs = gpus.ok() ? get(base_ + "/api/v1/processes", timeout_ms_) : Result<std::string>(gpus.error());
+  auto gpus = get(base_ + "/api/v1/gpus", timeout_ms_, kMaxGpusBody);
+  auto procs = gpus.ok() ? get(base_ + "/api/v1/processes", timeout_ms_, kMaxProcessesBody) : Result<std::string>(gpus.error());
   out.received_ms = util::monotonic_ms();
   if (!procs.ok()) {
     out.problem = procs.error().message;
@@ -305,7 +349,8 @@ HostData AgentReader::read() {
 }
 
 std::map<unsigned, GpuHistory> AgentReader::history(long long seconds, long long step_ms) {
-  auto body = get(fmt::format("{}/api/v1/history?since={}s&step={}ms", base_, seconds, std::max(1000LL, step_ms)), timeout_ms_);
+  auto body = get(fmt::format("{}/api/v1/history?since={}s&step={}ms", base_, seconds, std::max(1000LL, step_ms)), timeout_ms_,
+                  kMaxHistoryBody);
   if (!body.ok()) return {};
   auto parsed = parse_agent_history(*body);
   return parsed.ok() ? std::move(*parsed) : std::map<unsigned, GpuHistory>{};
@@ -337,8 +382,8 @@ Result<HostData> parse_agent(std::string_view gpus_json, std::string_view proces
     d.id.uuid = string_at(item, "uuid", 128);
     d.id.name = string_at(item, "name", 128);
     d.id.pci_bus_id = string_at(item, "pci_bus_id", 64);
-    if (const auto total = number_at(item, "mem_total_mib")) d.id.mem_total_bytes = static_cast<std::uint64_t>(*total * 1024 * 1024);
-    if (const auto used = number_at(item, "mem_used_mib")) d.sample.mem_used_bytes = static_cast<std::uint64_t>(*used * 1024 * 1024);
+    d.id.mem_total_bytes = mib_at(item, "mem_total_mib");
+    d.sample.mem_used_bytes = mib_at(item, "mem_used_mib");
     d.sample.util_gpu_pct = unsigned_at<unsigned>(item, "util_gpu_pct");
     d.sample.util_mem_pct = unsigned_at<unsigned>(item, "util_mem_pct");
     d.sample.temp_c = unsigned_at<unsigned>(item, "temp_c");
@@ -371,7 +416,7 @@ Result<HostData> parse_agent(std::string_view gpus_json, std::string_view proces
     }
     if (const auto c = string_at(item, "container", 128)) proc.host.container = host::ContainerRef{*c, "", std::nullopt};
     proc.host.slurm_job_id = string_at(item, "job", 64);
-    if (const auto mib = number_at(item, "used_mib")) proc.used_mem_bytes = static_cast<std::uint64_t>(*mib * 1024 * 1024);
+    proc.used_mem_bytes = mib_at(item, "used_mib");
     proc.sm_util_pct = unsigned_at<unsigned>(item, "sm_util_pct");
     if (proc.sm_util_pct && *proc.sm_util_pct > 100) proc.sm_util_pct.reset();
     snap.devices[at->second].processes.push_back(std::move(proc));

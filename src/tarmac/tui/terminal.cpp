@@ -23,7 +23,8 @@ void on_stop(int signo) { g_stop_signal = signo; }
 // A crash must not leave the person's terminal in the alternate screen without a cursor or echo:
 // only async-signal-safe calls here, then the signal's own end.
 void on_crash(int signo) {
-  static const char kRestore[] = "\033[?1000l\033[?1006l\033[?25h\033[?1049l";
+  // Mouse reports off, keypad in normal mode, the cursor shown, the normal screen back.
+  static const char kRestore[] = "\033[?1000l\033[?1002l\033[?1006l\033[?1l\033>\033[?25h\033[?1049l";
   [[maybe_unused]] const auto n = ::write(STDOUT_FILENO, kRestore, sizeof kRestore - 1);
   if (g_termios_saved != 0) ::tcsetattr(STDIN_FILENO, TCSANOW, &g_saved_termios);
   ::signal(signo, SIG_DFL);
@@ -43,10 +44,16 @@ void install_handlers() {
   ::sigaction(SIGINT, &stop, &g_saved.intr);
   ::sigaction(SIGTERM, &stop, &g_saved.term);
   ::sigaction(SIGHUP, &stop, &g_saved.hup);
+  // A stack overflow's SIGSEGV has no stack left to run the handler on: it gets one of its own.
+  static char alternate[1 << 16];
+  stack_t stack{};
+  stack.ss_sp = alternate;
+  stack.ss_size = sizeof alternate;
+  ::sigaltstack(&stack, nullptr);
   struct sigaction crash {};
   crash.sa_handler = on_crash;
   sigemptyset(&crash.sa_mask);
-  crash.sa_flags = SA_RESETHAND;
+  crash.sa_flags = SA_RESETHAND | SA_ONSTACK;
   ::sigaction(SIGSEGV, &crash, &g_saved.segv);
   ::sigaction(SIGABRT, &crash, &g_saved.abrt);
   ::sigaction(SIGBUS, &crash, &g_saved.bus);

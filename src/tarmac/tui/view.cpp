@@ -84,7 +84,7 @@ Command main_input(const Input& in, ViewState& view, const std::vector<Row>& row
   switch (in.key) {
     case 'q':
     case 'Q':
-    case kKeyInterrupt: return Command{CommandKind::Quit, {}, 0};
+    case kKeyInterrupt: return Command{CommandKind::Quit, {}, 0, {}};
     case kKeyUp: move_selection(view, rows, -1); break;
     case kKeyDown: move_selection(view, rows, 1); break;
     case kKeyPageUp: move_selection(view, rows, -page); break;
@@ -114,6 +114,7 @@ Command main_input(const Input& in, ViewState& view, const std::vector<Row>& row
     case '/':
       view.mode = Mode::Prompt;
       view.prompt = view.table.text;
+      view.prompt_before = view.table.text;
       break;
     case kKeyEscape:
       view.table.text.clear();
@@ -121,7 +122,7 @@ Command main_input(const Input& in, ViewState& view, const std::vector<Row>& row
       view.table.gpu.reset();
       break;
     case kKeyEnter:
-      if (!rows.empty()) return Command{CommandKind::OpenDetail, rows[view.selected], 0};
+      if (!rows.empty()) return Command{CommandKind::OpenDetail, rows[view.selected], 0, {}};
       break;
     case 'k':
     case kKeyF9: return open_dialog(view, rows);
@@ -131,7 +132,7 @@ Command main_input(const Input& in, ViewState& view, const std::vector<Row>& row
         view.message = "a process of another host: run tarmac doctor there";
         break;
       }
-      return Command{CommandKind::RunDoctor, rows[view.selected], 0};
+      return Command{CommandKind::RunDoctor, rows[view.selected], 0, {}};
     case 'c':
       if (rows.empty()) break;
       if (view.readonly) {
@@ -142,7 +143,7 @@ Command main_input(const Input& in, ViewState& view, const std::vector<Row>& row
         view.message = "a process of another host: cancel its job there";
         break;
       }
-      return Command{CommandKind::CancelJob, rows[view.selected], 0};
+      return Command{CommandKind::CancelJob, rows[view.selected], 0, {}};
     case kKeyClick:
       if (in.y == view.hits.header_line) {
         Column hit = Column::Command;
@@ -183,11 +184,11 @@ Command handle_input(const Input& in, ViewState& view, const std::vector<Row>& r
   switch (view.mode) {
     case Mode::Help:
     case Mode::Report:
-      if (in.key == kKeyInterrupt) return Command{CommandKind::Quit, {}, 0};
+      if (in.key == kKeyInterrupt) return Command{CommandKind::Quit, {}, 0, {}};
       view.mode = Mode::Main;  // any key closes it
       return {};
     case Mode::Detail:
-      if (in.key == kKeyInterrupt || in.key == 'q') return Command{CommandKind::Quit, {}, 0};
+      if (in.key == kKeyInterrupt || in.key == 'q') return Command{CommandKind::Quit, {}, 0, {}};
       if (in.key == 'k' || in.key == kKeyF9) {
         if (view.detail) {
           view.mode = Mode::Main;
@@ -204,7 +205,7 @@ Command handle_input(const Input& in, ViewState& view, const std::vector<Row>& r
       return {};
     case Mode::Dialog: {
       const std::size_t n = std::size(kDialogSignals);
-      if (in.key == kKeyInterrupt) return Command{CommandKind::Quit, {}, 0};
+      if (in.key == kKeyInterrupt) return Command{CommandKind::Quit, {}, 0, {}};
       if (in.key == kKeyEscape || in.key == 'n' || in.key == 'q') {
         view.mode = Mode::Main;
         view.target.reset();
@@ -216,21 +217,30 @@ Command handle_input(const Input& in, ViewState& view, const std::vector<Row>& r
       } else if (in.key >= '1' && in.key < '1' + static_cast<int>(n)) {
         view.signal_choice = static_cast<std::size_t>(in.key - '1');
       } else if ((in.key == kKeyEnter || in.key == 'y') && view.target) {
-        Command c{CommandKind::SendSignal, *view.target, kDialogSignals[view.signal_choice]};
+        Command c{CommandKind::SendSignal, *view.target, kDialogSignals[view.signal_choice], {}};
         view.mode = Mode::Main;
         view.target.reset();
         return c;
       }
       return {};
     }
+    case Mode::Confirm:
+      if (in.key == kKeyInterrupt) return Command{CommandKind::Quit, {}, 0, {}};
+      view.mode = Mode::Main;
+      if (in.key == kKeyEnter || in.key == 'y') return Command{CommandKind::CancelConfirmed, {}, 0, view.confirm_job};
+      view.message = "nothing cancelled";
+      return {};
     case Mode::Prompt:
-      if (in.key == kKeyInterrupt) return Command{CommandKind::Quit, {}, 0};
+      if (in.key == kKeyInterrupt) return Command{CommandKind::Quit, {}, 0, {}};
       if (in.key == kKeyEnter) {
         view.table.text = view.prompt;
         view.mode = Mode::Main;
         view.selected = 0;
+        return {};
       } else if (in.key == kKeyEscape) {
         view.mode = Mode::Main;
+        view.table.text = view.prompt_before;  // what was typed is dropped
+        return {};
       } else if (in.key == kKeyBackspace) {
         if (!view.prompt.empty()) {
           // Back one character, not one byte.
@@ -249,10 +259,12 @@ Command handle_input(const Input& in, ViewState& view, const std::vector<Row>& r
   return {};
 }
 
-void follow_selection(ViewState& view, const std::vector<Row>& rows, std::optional<std::pair<std::size_t, unsigned>> before) {
+RowKey key_of(const Row& row) { return RowKey{row.host, row.pid, row.gpu, row.depth}; }
+
+void follow_selection(ViewState& view, const std::vector<Row>& rows, const std::optional<RowKey>& before) {
   if (before) {
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i].host == before->first && rows[i].pid == before->second) {
+      if (key_of(rows[i]) == *before) {
         view.selected = i;
         return;
       }

@@ -41,7 +41,7 @@ struct Input {
   int y = -1;
 };
 
-enum class Mode { Main, Help, Detail, Dialog, Prompt, Report };
+enum class Mode { Main, Help, Detail, Dialog, Prompt, Report, Confirm };
 enum class LayoutChoice { Auto, Compact, Full };
 
 // The signals the dialog offers, in its order.
@@ -78,20 +78,25 @@ struct ViewState {
   std::optional<Row> target;  // the dialog's process
   std::size_t signal_choice = 0;
   std::string prompt;  // the filter being typed
+  std::string prompt_before;  // the filter when `/` was pressed: Esc puts it back
   std::string message;  // one line of news (what a signal did), until the next key
   std::optional<Detail> detail;
+  // The Confirm line: a cancel asked for, and the job it would end.
+  std::string confirm_text;
+  std::string confirm_job;
   // The Report screen: what a background command (doctor) said.
   std::string report_title;
   std::vector<std::string> report_lines;
   HitMap hits;
 };
 
-enum class CommandKind { None, Quit, SendSignal, OpenDetail, RunDoctor, CancelJob };
+enum class CommandKind { None, Quit, SendSignal, OpenDetail, RunDoctor, CancelJob, CancelConfirmed };
 
 struct Command {
   CommandKind kind = CommandKind::None;
   Row row;         // the process a signal, the detail screen, doctor or the cancel is for
   int signal = 0;  // SendSignal
+  std::string job;  // CancelConfirmed: the job's id
 };
 
 // Applies one input to `view` given the rows now shown (after the filters); the Command says what
@@ -99,9 +104,20 @@ struct Command {
 [[nodiscard]] Command handle_input(const Input& input, ViewState& view, const std::vector<Row>& rows,
                                    const std::vector<std::pair<std::size_t, unsigned>>& gpu_choices);
 
-// Keeps the selection on the same process across refreshes (rows move when they are sorted):
-// `pid_before`/`host_before` name the selected row before the new rows were built.
-void follow_selection(ViewState& view, const std::vector<Row>& rows, std::optional<std::pair<std::size_t, unsigned>> before);
+// Which row is which across refreshes: host, pid, GPU (a process on two GPUs has two rows) and
+// whether it is a launcher's or a hidden holder's row.
+struct RowKey {
+  std::size_t host = 0;
+  unsigned pid = 0;
+  std::optional<unsigned> gpu;
+  unsigned depth = 0;
+  friend bool operator==(const RowKey&, const RowKey&) = default;
+};
+[[nodiscard]] RowKey key_of(const Row& row);
+
+// Keeps the selection on the same row across refreshes (rows move when they are sorted): `before`
+// names the selected row before the new rows were built.
+void follow_selection(ViewState& view, const std::vector<Row>& rows, const std::optional<RowKey>& before);
 
 [[nodiscard]] const char* signal_name(int signal);
 

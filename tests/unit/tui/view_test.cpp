@@ -71,6 +71,13 @@ TEST(TuiView, TheFilterPromptFiltersAsYouTypeAndEscapeClearsEverything) {
   (void)press(v, rows, kKeyEnter);
   EXPECT_EQ(v.mode, Mode::Main);
   EXPECT_EQ(v.table.text, "bob");
+  // Esc in the prompt drops what was typed and keeps the filter there was.
+  (void)press(v, rows, '/');
+  (void)press(v, rows, 'x');
+  EXPECT_EQ(v.table.text, "bobx");
+  (void)press(v, rows, kKeyEscape);
+  EXPECT_EQ(v.mode, Mode::Main);
+  EXPECT_EQ(v.table.text, "bob");
   (void)press(v, rows, 'u');
   EXPECT_TRUE(v.table.only_mine);
   (void)press(v, rows, kKeyEscape);
@@ -172,13 +179,30 @@ TEST(TuiView, DoctorAndCancelAskForTheSelectedProcessButNotOnAnotherHostOrReadOn
   EXPECT_EQ(r.mode, Mode::Main);
 }
 
+TEST(TuiView, DownMovesPastAProcessOnTwoGpus) {
+  Model m;
+  auto data = test::gpu0_only();
+  auto twice = data.snapshot->devices[0].processes[0];
+  data.snapshot->devices[1].processes.push_back(twice);
+  m.update(m.add_host("", false), data, 1);
+  ViewState v;
+  v.table.sort = Column::Pid;
+  auto rows = rows_of(m, v);
+  ASSERT_EQ(rows.size(), 2U);
+  (void)press(v, rows, kKeyDown);
+  const auto before = key_of(rows[v.selected]);
+  rows = rows_of(m, v);
+  follow_selection(v, rows, before);
+  EXPECT_EQ(v.selected, 1U);
+}
+
 TEST(TuiView, TheSelectionFollowsItsProcessWhenRowsMove) {
   Model m;
   m.update(m.add_host("", false), test::torchrun_job(), 1);
   ViewState v;
   auto rows = rows_of(m, v);
   v.selected = 0;  // 104, the most memory
-  const auto before = std::make_pair(rows[0].host, rows[0].pid);
+  const auto before = key_of(rows[0]);
   v.table.descending = false;
   rows = rows_of(m, v);
   follow_selection(v, rows, before);
