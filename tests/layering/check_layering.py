@@ -184,9 +184,9 @@ class SelfTest(unittest.TestCase):
                 self.assertEqual(self.check(rel, include), [])
 
     def test_a_folder_missing_from_the_table_is_reported(self):
-        found = self.check("src/tarmac/tui/view.cpp", "tarmac/util/fs.hpp")
+        found = self.check("src/tarmac/tray/view.cpp", "tarmac/util/fs.hpp")
         self.assertEqual(len(found), 1)
-        self.assertIn("tui/ is not in the layering table", found[0][3])
+        self.assertIn("tray/ is not in the layering table", found[0][3])
 
     def test_the_tree_today_passes(self):
         root = pathlib.Path(__file__).resolve().parents[2]
