@@ -66,13 +66,19 @@ struct Sources {
 // removed); none when there is no lock directory.
 tui::LocalReader::Leases lease_reader(const config::Config& config) {
   return [dir = sched::lock_dir(config.scheduler_lock_dir), max_hold = config.scheduler.max_hold_ms] {
-    std::map<std::string, std::string> out;
+    std::vector<tui::LocalReader::Lease> out;
     auto leases_dir = sched::LeaseDir::open(dir, max_hold);
     if (!leases_dir.ok()) return out;
     auto leases = leases_dir->live_leases(util::wall_ms(), sched::LeaseDir::StaleFiles::Keep);
     if (!leases.ok()) return out;
     for (const auto& l : *leases) {
-      out[l.uuid] = l.job_id.empty() ? "lease " + l.user : "job " + l.job_id + " " + l.user;
+      tui::LocalReader::Lease t;
+      t.uuid = l.uuid;
+      t.job = l.job_id.empty() ? "" : "job " + l.job_id;
+      t.label = l.job_id.empty() ? "lease " + l.user : t.job + " " + l.user;
+      t.owner_pid = l.pid > 1 ? static_cast<unsigned>(l.pid) : 0;
+      t.owner_ticks = l.starttime;
+      out.push_back(std::move(t));
     }
     return out;
   };

@@ -222,6 +222,7 @@ std::vector<Row> Model::rows(const TableOptions& options, long long now_unix_s, 
         r.uid = p.host.uid;
         r.others = options.viewer_uid && (!p.host.uid || *p.host.uid != *options.viewer_uid);
         r.where = host::workload_label(p.host);
+        if (const auto job = h.jobs.find(p.pid); job != h.jobs.end()) r.where += (r.where.empty() ? "" : " ") + job->second;
         r.mem_bytes = p.used_mem_bytes;
         r.sm_pct = p.sm_util_pct;
         if (const auto u = h.usage.find(p.pid); u != h.usage.end()) {

@@ -34,6 +34,7 @@ struct Ancestor {
   std::optional<std::string> user;
   std::optional<long long> start_time_unix;
   std::optional<unsigned> uid;
+  unsigned long long start_ticks = 0;  // /proc/PID/stat field 22: with the pid, who it is
 };
 
 // A bounded series of one value, one point per refresh; missing readings are skipped.
@@ -62,6 +63,7 @@ struct HostData {
   std::map<unsigned, ProcUsage> usage;    // by pid
   std::map<unsigned, Ancestor> ancestors;  // by pid: parents (and theirs) of the GPU processes
   std::map<unsigned, std::string> leases;  // GPU index -> the scheduler's lease on it ("job 12 alice")
+  std::map<unsigned, std::string> jobs;    // pid -> the tarmac job it runs in ("job 12"): its lease's owner is it or a parent
   // Descendants of GPU processes that hold an NVIDIA device file without being listed by the
   // driver (a DataLoader worker that inherited the descriptors), by pid; parent_pid says whose.
   std::map<unsigned, Ancestor> hidden;

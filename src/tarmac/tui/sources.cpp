@@ -216,7 +216,12 @@ HostData LocalReader::read() {
     out.problem = snap.error().message;
     return out;
   }
-  const auto leases = leases_ ? leases_() : std::map<std::string, std::string>{};
+  std::map<std::string, std::string> leases;  // uuid -> label
+  std::map<std::pair<unsigned, unsigned long long>, std::string> owners;  // (pid, start) -> "job 12"
+  for (const auto& l : leases_ ? leases_() : std::vector<Lease>{}) {
+    leases[l.uuid] = l.label;
+    if (l.owner_pid > 1 && !l.job.empty()) owners[{l.owner_pid, l.owner_ticks}] = l.job;
+  }
   for (const auto& d : snap->devices) {
     const auto lease = d.id.uuid ? leases.find(*d.id.uuid) : leases.end();
     if (lease != leases.end()) out.leases[d.id.index] = lease->second;
@@ -260,6 +265,7 @@ HostData LocalReader::read() {
           a.parent_pid = st->parent_pid;
           a.name = st->name;
           a.start_time_unix = st->start_time_unix;
+          a.start_ticks = st->identity.starttime_ticks;
           if (pid != p.pid) {
             const host::ProcessInfo info = proc_.read(pid);
             a.command = info.command_line.value_or("");
@@ -276,6 +282,21 @@ HostData LocalReader::read() {
   }
   cpu_before_ = std::move(cpu_now);
   ancestors_ = std::move(ancestors_now);
+  // The tarmac job of each GPU process: a lease's owner is the process or one of its parents.
+  if (!owners.empty()) {
+    for (const unsigned gpu_pid : done) {
+      unsigned pid = gpu_pid;
+      for (int depth = 0; depth < kMaxAncestors && pid > 1; ++depth) {
+        const auto a = out.ancestors.find(pid);
+        if (a == out.ancestors.end()) break;
+        if (const auto job = owners.find({pid, a->second.start_ticks}); job != owners.end()) {
+          out.jobs[gpu_pid] = job->second;
+          break;
+        }
+        pid = a->second.parent_pid;
+      }
+    }
+  }
   if (hidden_scanned_ms_ == 0 || out.received_ms - hidden_scanned_ms_ >= kHiddenScanMs) {
     hidden_scanned_ms_ = out.received_ms;
     hidden_ = hidden_holders(*snap);
@@ -313,7 +334,7 @@ std::map<unsigned, Ancestor> LocalReader::hidden_holders(const gpu::Snapshot& sn
     if (!st) continue;
     const host::ProcessInfo info = proc_.read(holder.pid);
     out[holder.pid] = Ancestor{parent_of[holder.pid], st->name, info.command_line.value_or(""), info.user,
-                               st->start_time_unix, info.uid};
+                               st->start_time_unix, info.uid, st->identity.starttime_ticks};
   }
   return out;
 }

@@ -47,9 +47,16 @@ class Poller {
 // size, and the parents of the GPU processes (the tree view). Meant to run on a Poller's thread.
 class LocalReader {
  public:
-  // The scheduler's live leases, by GPU UUID: what each says ("job 12 alice"); read on the
-  // reader's thread (they are files).
-  using Leases = std::function<std::map<std::string, std::string>()>;
+  // One of the scheduler's live leases.
+  struct Lease {
+    std::string uuid;                  // the GPU's
+    std::string label;                 // "job 12 alice", "lease alice"
+    std::string job;                   // "job 12"; "" for none
+    unsigned owner_pid = 0;            // the process that holds it (0: none)
+    unsigned long long owner_ticks = 0;  // its start time (/proc/PID/stat field 22)
+  };
+  // The scheduler's live leases, read on the reader's thread (they are files).
+  using Leases = std::function<std::vector<Lease>()>;
   LocalReader(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThresholds thresholds, Leases leases = {},
               std::string proc_root = "/proc");
   [[nodiscard]] HostData read();
