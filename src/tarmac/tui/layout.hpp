@@ -17,15 +17,18 @@ enum class Style { Plain, Dim, Bold, Good, Warn, Bad, Header, Selected, Title };
 struct Span {
   std::string text;  // safe for a terminal (no control characters), one column per character
   Style style = Style::Plain;
+  friend bool operator==(const Span&, const Span&) = default;
 };
 
 struct Line {
   std::vector<Span> spans;
   [[nodiscard]] std::string text() const;  // the spans' text joined
+  friend bool operator==(const Line&, const Line&) = default;
 };
 
 struct Frame {
   std::vector<Line> lines;  // at most the height, each at most the width
+  friend bool operator==(const Frame&, const Frame&) = default;
 };
 
 // What the frame needs besides the model and the view.

@@ -210,7 +210,16 @@ LocalReader::LocalReader(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThr
 
 HostData LocalReader::read() {
   HostData out;
-  auto snap = backend_->snapshot(gpu::SnapshotOptions{});
+  // What the screen shows, the classes and the verdicts read: not the PCIe link, BAR1, codecs,
+  // energy, other clocks or modes, which cost driver calls at every reading and are not shown.
+  using G = gpu::ValueGroup;
+  static const gpu::ValueGroups kShown{G::Name, G::Uuid, G::Pci, G::Board, G::TemperatureThresholds, G::MaxClocks,
+                                       G::Memory, G::PowerLimits, G::Fans, G::ClockEvents, G::Utilization,
+                                       G::Temperature, G::Power, G::ClockSm, G::PerformanceState, G::EccErrors,
+                                       G::RetiredPages, G::RemappedRows, G::ProcessUtilization, G::ProcessHost};
+  gpu::SnapshotOptions options;
+  options.values = kShown;
+  auto snap = backend_->snapshot(options);
   out.received_ms = util::monotonic_ms();
   if (!snap.ok()) {
     out.problem = snap.error().message;
@@ -218,7 +227,12 @@ HostData LocalReader::read() {
   }
   std::map<std::string, std::string> leases;  // uuid -> label
   std::map<std::pair<unsigned, unsigned long long>, std::string> owners;  // (pid, start) -> "job 12"
-  for (const auto& l : leases_ ? leases_() : std::vector<Lease>{}) {
+  // The lease files change when jobs start and end: read at most once a second.
+  if (leases_ && (leases_read_ms_ == 0 || out.received_ms - leases_read_ms_ >= 1000)) {
+    leases_read_ms_ = out.received_ms;
+    last_leases_ = leases_();
+  }
+  for (const auto& l : last_leases_) {
     leases[l.uuid] = l.label;
     if (l.owner_pid > 1 && !l.job.empty()) owners[{l.owner_pid, l.owner_ticks}] = l.job;
   }
@@ -250,22 +264,33 @@ HostData LocalReader::read() {
       }
       cpu_now[key] = {ticks, out.received_ms};
       out.usage[p.pid] = usage;
-      // Parents, up to init: each read once for as long as it lives.
+      // Parents, up to init: each read once for as long as it lives. The process's own stat was
+      // read above: not again.
       unsigned pid = p.pid;
       for (int depth = 0; depth < kMaxAncestors && pid > 1; ++depth) {
-        const auto st = proc_.stat(pid);
-        if (!st) break;
-        const auto akey = std::make_pair(pid, st->identity.starttime_ticks);
+        unsigned long long start_ticks = stat->starttime_ticks;
+        unsigned parent = stat->ppid;
+        std::string name = stat->comm;
+        std::optional<long long> start_unix = p.host.start_time_unix;
+        if (depth > 0) {
+          const auto st = proc_.stat(pid);
+          if (!st) break;
+          start_ticks = st->identity.starttime_ticks;
+          parent = st->parent_pid;
+          name = st->name;
+          start_unix = st->start_time_unix;
+        }
+        const auto akey = std::make_pair(pid, start_ticks);
         auto known = ancestors_.find(akey);
         Ancestor a;
         if (known != ancestors_.end()) {
           a = known->second;
-          a.parent_pid = st->parent_pid;  // a process is reparented when its parent ends
+          a.parent_pid = parent;  // a process is reparented when its parent ends
         } else {
-          a.parent_pid = st->parent_pid;
-          a.name = st->name;
-          a.start_time_unix = st->start_time_unix;
-          a.start_ticks = st->identity.starttime_ticks;
+          a.parent_pid = parent;
+          a.name = std::move(name);
+          a.start_time_unix = start_unix;
+          a.start_ticks = start_ticks;
           if (pid != p.pid) {
             const host::ProcessInfo info = proc_.read(pid);
             a.command = info.command_line.value_or("");
@@ -275,8 +300,8 @@ HostData LocalReader::read() {
         }
         ancestors_now[akey] = a;
         out.ancestors[pid] = a;
-        if (out.ancestors.count(st->parent_pid) != 0) break;  // the rest of the chain is known
-        pid = st->parent_pid;
+        if (out.ancestors.count(parent) != 0) break;  // the rest of the chain is known
+        pid = parent;
       }
     }
   }

@@ -67,6 +67,8 @@ class LocalReader {
   std::shared_ptr<gpu::Backend> backend_;
   gpu::ActivityThresholds thresholds_;
   Leases leases_;
+  std::vector<Lease> last_leases_;
+  long long leases_read_ms_ = 0;
   host::ProcReader proc_;
   std::string proc_root_;
   long ticks_per_s_ = 100;

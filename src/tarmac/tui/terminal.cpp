@@ -151,6 +151,7 @@ Result<std::unique_ptr<Terminal>> Terminal::open(bool color) {
   ::nodelay(stdscr, TRUE);
   ::curs_set(0);
   ::set_escdelay(25);
+  ::typeahead(-1);  // a frame goes out in one write, not one per line between looks at the keyboard
   ::mousemask(BUTTON1_CLICKED | BUTTON1_PRESSED | BUTTON4_PRESSED | BUTTON5_PRESSED, nullptr);
   ::mouseinterval(0);
   if (color && ::has_colors()) {
@@ -182,6 +183,10 @@ std::pair<int, int> Terminal::size() const {
 }
 
 void Terminal::draw(const Frame& frame) {
+  const auto now = size();
+  if (now == last_size_ && frame == last_) return;
+  last_size_ = now;
+  last_ = frame;
   ::erase();
   int y = 0;
   for (const auto& line : frame.lines) {

@@ -35,7 +35,8 @@ class Terminal {
 
   // The screen's size now (columns, lines).
   [[nodiscard]] std::pair<int, int> size() const;
-  // Draws `frame` (only what changed reaches the terminal).
+  // Draws `frame` (only what changed reaches the terminal; nothing when it is the frame drawn last
+  // and the screen was not resized).
   void draw(const Frame& frame);
   // Every key and click waiting, without blocking.
   [[nodiscard]] std::vector<Input> read_input();
@@ -44,6 +45,8 @@ class Terminal {
   Terminal() = default;
   void* screen_ = nullptr;  // ncurses' SCREEN
   bool color_ = false;
+  Frame last_;
+  std::pair<int, int> last_size_{-1, -1};
 };
 
 }  // namespace tarmac::tui
