@@ -14,14 +14,21 @@ ProcessInfo ProcessCache::lookup(unsigned pid) {
     entries_.erase(pid);
     return reader_.read(pid);  // gone or unreadable: the reader says which
   }
+  // What changes while a process lives, from this read.
+  const auto now = [&](ProcessInfo info) {
+    info.state = stat->state;
+    info.parent_pid = stat->ppid;
+    info.start_ticks = stat->starttime_ticks;
+    info.cpu_ticks = stat->utime_ticks + stat->stime_ticks;
+    info.rss_pages = stat->rss_pages;
+    return info;
+  };
   auto it = entries_.find(pid);
   if (it != entries_.end() && it->second.start_ticks == stat->starttime_ticks) {
     it->second.seen = true;
-    it->second.info.state = stat->state;  // the one fact that changes while a process lives
-    it->second.info.parent_pid = stat->ppid;
-    return it->second.info;
+    return now(it->second.info);
   }
-  Entry entry{stat->starttime_ticks, reader_.read(pid), true};
+  Entry entry{stat->starttime_ticks, now(reader_.read(pid)), true};
   // Facts that could not be read in time are unknown, not the process's: read again next time
   // (a read of it still stuck is refused at once, so that costs nothing while it is).
   if (entry.info.unread) {

@@ -38,6 +38,13 @@ struct ProcessInfo {
   // another user can keep those reads blocked): why. command_line, and slurm_job_id unless its
   // cgroup names the job, are then unknown, not absent; every rule that reads them must refuse.
   std::optional<std::string> unread;
+  // What the read of /proc/PID/stat that found it said, where a ProcessCache looked it up (each
+  // lookup reads it, so a caller that wants them need not read the file again): its start time in
+  // clock ticks after boot (with the pid, who it is), its CPU time so far (user + system, clock
+  // ticks) and its resident size (pages).
+  std::optional<unsigned long long> start_ticks;
+  std::optional<unsigned long long> cpu_ticks;
+  std::optional<unsigned long long> rss_pages;
 };
 
 // Where a process runs, in a few words: "pod 0123abcd", "docker 0123456789ab", "slurm 42",

@@ -31,7 +31,10 @@ std::string send_signal(const host::ProcReader& proc, const Row& row, int signal
   if (!fd.ok()) return who + ": " + fd.error().message + "; nothing sent";
   // Checked after the pidfd is open: from here the pidfd names this process or nobody.
   const auto now = proc.stat(row.pid);
-  if (!now || now->start_time_unix != row.start_time_unix || (!row.name.empty() && now->name != row.name)) {
+  const bool same = now && now->start_time_unix == row.start_time_unix &&
+                    (!row.start_ticks || now->identity.starttime_ticks == *row.start_ticks) &&
+                    (row.name.empty() || now->name == row.name);
+  if (!same) {
     return who + ": it has ended, or its pid now names another process; nothing sent";
   }
   const auto sent = util::signal_pidfd(*fd, signal);

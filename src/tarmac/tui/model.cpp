@@ -218,6 +218,7 @@ std::vector<Row> Model::rows(const TableOptions& options, long long now_unix_s, 
         r.gpu = d.id.index;
         r.pid = p.pid;
         r.start_time_unix = p.host.start_time_unix;
+        r.start_ticks = p.host.start_ticks;
         r.user = p.host.user.value_or("");
         r.uid = p.host.uid;
         r.others = options.viewer_uid && (!p.host.uid || *p.host.uid != *options.viewer_uid);
@@ -347,6 +348,7 @@ std::vector<Row> tree_rows(const std::vector<Row>& rows, const std::vector<HostD
       head.host_name = r.host_name;
       head.pid = *l;
       head.start_time_unix = a.start_time_unix;
+      head.start_ticks = a.start_ticks;
       head.user = a.user.value_or("");
       head.uid = a.uid;
       head.others = options.viewer_uid && (!a.uid || *a.uid != *options.viewer_uid);
@@ -399,6 +401,7 @@ std::vector<Row> tree_rows(const std::vector<Row>& rows, const std::vector<HostD
       hr.host_name = host_name;
       hr.pid = hpid;
       hr.start_time_unix = h.start_time_unix;
+      hr.start_ticks = h.start_ticks;
       hr.user = h.user.value_or("");
       hr.uid = h.uid;
       hr.others = options.viewer_uid ? (!h.uid || *h.uid != *options.viewer_uid) : others;

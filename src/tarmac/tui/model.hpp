@@ -94,6 +94,7 @@ struct Row {
   std::optional<unsigned> gpu;  // nullopt: a launcher row
   unsigned pid = 0;
   std::optional<long long> start_time_unix;  // with pid, who it is (checked before a signal)
+  std::optional<unsigned long long> start_ticks;  // the same to the clock tick, where known
   std::string user;                          // "" when unknown
   std::optional<unsigned> uid;
   bool others = false;  // another user's process (shown dimmed)

@@ -250,8 +250,17 @@ HostData LocalReader::read() {
   for (const auto& d : snap->devices) {
     for (const auto& p : d.processes) {
       if (!done.insert(p.pid).second || p.host.visibility != host::PidVisibility::Visible) continue;
-      const auto text = util::read_file(fmt::format("{}/{}/stat", proc_root_, p.pid));
-      const auto stat = text ? host::parse_stat(*text) : std::nullopt;
+      // The snapshot's own read of /proc/PID/stat says all this (host::ProcessCache); a backend
+      // that does not is read here.
+      std::optional<host::StatFields> stat;
+      if (p.host.start_ticks && p.host.cpu_ticks && p.host.rss_pages && p.host.parent_pid) {
+        stat = host::StatFields{p.host.name.value_or(""), p.host.state.value_or('?'), *p.host.parent_pid, *p.host.start_ticks, 0};
+        stat->utime_ticks = *p.host.cpu_ticks;
+        stat->rss_pages = *p.host.rss_pages;
+      } else {
+        const auto text = util::read_file(fmt::format("{}/{}/stat", proc_root_, p.pid));
+        if (text) stat = host::parse_stat(*text);
+      }
       if (!stat) continue;
       ProcUsage usage;
       usage.rss_bytes = stat->rss_pages * static_cast<unsigned long long>(page_bytes_);

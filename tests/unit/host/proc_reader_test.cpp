@@ -272,6 +272,23 @@ TEST(ProcessCache, ReusesFactsForTheSameProcessAndRereadsAReusedPid) {
   EXPECT_EQ(cache.lookup(300).visibility, PidVisibility::NotInNamespace);
 }
 
+TEST(ProcessCache, EachLookupCarriesWhatItsStatReadSaid) {
+  FakeProc proc;
+  proc.write("stat", "btime 1700000000\n");
+  proc.write("302/stat", "302 (python) R 1 302 302 0 -1 0 0 0 0 0 100 20 0 0 20 0 1 0 500 1000000 77");
+  ProcessCache cache(proc.root());
+  const ProcessInfo first = cache.lookup(302);
+  EXPECT_EQ(first.start_ticks, 500ULL);
+  EXPECT_EQ(first.cpu_ticks, 120ULL);
+  EXPECT_EQ(first.rss_pages, 77ULL);
+  // Cached facts, fresh times.
+  proc.write("302/stat", "302 (python) S 1 302 302 0 -1 0 0 0 0 0 300 30 0 0 20 0 1 0 500 1000000 99");
+  const ProcessInfo later = cache.lookup(302);
+  EXPECT_EQ(later.cpu_ticks, 330ULL);
+  EXPECT_EQ(later.rss_pages, 99ULL);
+  EXPECT_EQ(later.state, 'S');
+}
+
 // A command line that could not be read in time is not kept as the process's: the next lookup
 // reads it (refused at once while the earlier read is stuck, read once that one ended).
 TEST(ProcessCache, FactsThatCouldNotBeReadAreReadAgain) {
