@@ -215,11 +215,40 @@ HostData LocalReader::read() {
   using G = gpu::ValueGroup;
   static const gpu::ValueGroups kShown{G::Name, G::Uuid, G::Pci, G::Board, G::TemperatureThresholds, G::MaxClocks,
                                        G::Memory, G::PowerLimits, G::Fans, G::ClockEvents, G::Utilization,
-                                       G::Temperature, G::Power, G::ClockSm, G::PerformanceState, G::EccErrors,
-                                       G::RetiredPages, G::RemappedRows, G::ProcessUtilization, G::ProcessHost};
+                                       G::Temperature, G::Power, G::ClockSm, G::PerformanceState,
+                                       G::ProcessUtilization, G::ProcessHost};
+  // The memory-error counters (a fault's evidence) change rarely and cost several calls a GPU:
+  // read every kErrorsEveryMs, their last values kept in between.
+  static const gpu::ValueGroups kErrors{G::EccErrors, G::RetiredPages, G::RemappedRows};
+  const long long started = util::monotonic_ms();
+  const bool errors_due = errors_read_ms_ == 0 || started - errors_read_ms_ >= kErrorsEveryMs;
   gpu::SnapshotOptions options;
-  options.values = kShown;
+  options.values = errors_due ? (kShown | kErrors) : kShown;
   auto snap = backend_->snapshot(options);
+  if (snap.ok()) {
+    if (errors_due) {
+      errors_read_ms_ = started;
+      last_errors_.clear();
+      for (const auto& d : snap->devices) last_errors_[d.id.index] = d.sample;
+    } else {
+      for (auto& d : snap->devices) {
+        const auto before = last_errors_.find(d.id.index);
+        if (before == last_errors_.end()) continue;
+        const gpu::DeviceSample& b = before->second;
+        d.sample.ecc_corrected_volatile = b.ecc_corrected_volatile;
+        d.sample.ecc_uncorrected_volatile = b.ecc_uncorrected_volatile;
+        d.sample.ecc_corrected_aggregate = b.ecc_corrected_aggregate;
+        d.sample.ecc_uncorrected_aggregate = b.ecc_uncorrected_aggregate;
+        d.sample.retired_pages_sbe = b.retired_pages_sbe;
+        d.sample.retired_pages_dbe = b.retired_pages_dbe;
+        d.sample.retired_pages_pending = b.retired_pages_pending;
+        d.sample.remapped_rows_correctable = b.remapped_rows_correctable;
+        d.sample.remapped_rows_uncorrectable = b.remapped_rows_uncorrectable;
+        d.sample.remapped_rows_pending = b.remapped_rows_pending;
+        d.sample.remapped_rows_failure = b.remapped_rows_failure;
+      }
+    }
+  }
   out.received_ms = util::monotonic_ms();
   if (!snap.ok()) {
     out.problem = snap.error().message;

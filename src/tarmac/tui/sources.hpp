@@ -68,6 +68,10 @@ class LocalReader {
   gpu::ActivityThresholds thresholds_;
   Leases leases_;
   std::vector<Lease> last_leases_;
+  // The memory-error counters of each GPU as last read, and when (read less often than the rest).
+  std::map<unsigned, gpu::DeviceSample> last_errors_;
+  long long errors_read_ms_ = 0;
+  static constexpr long long kErrorsEveryMs = 5000;
   long long leases_read_ms_ = 0;
   host::ProcReader proc_;
   std::string proc_root_;
