@@ -269,6 +269,15 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   sopts.port = address->second;
   sopts.db_path = store::database_path(s.options.state_dir);
   sopts.hostname = util::host_name();
+  sopts.hostname_label = s.cfg.http.hostname_label;
+  sopts.insecure = s.cfg.http.insecure;
+  sopts.expose_command_lines = s.cfg.http.expose_command_lines;
+  sopts.trusted_files = geteuid() == 0;
+  if (!s.cfg.http.web_config_file.empty()) {
+    auto web = serve::load_web_config(s.cfg.http.web_config_file, sopts.trusted_files);
+    if (!web.ok()) return make_error(Error::Code::Invalid, "http.web_config_file " + web.error().message);
+    sopts.web = std::move(*web);
+  }
   sopts.alerts = [&alerter] { return firing_alerts(alerter); };
   sopts.reaper = [&reaper] { return std::optional<serve::ReaperMetrics>(reaper.metrics()); };
   if (batches) {
@@ -285,10 +294,12 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   if (auto r = service->start(); !r.ok()) {
     return make_error(Error::Code::Invalid, r.error().message + " (set http.listen, or --listen off)");
   }
+  if (!service->warning().empty()) log_line(util::LogLevel::Warning, service->warning());
   log_line(util::LogLevel::Info,
-           fmt::format("serving http://{}/ (dashboard; /metrics, /api/v1/gpus, /api/v1/processes, "
-                       "/api/v1/history, /healthz, /report)",
-                       s.cfg.http_listen));
+           fmt::format("serving {}://{}/ (dashboard; /metrics, /api/v1/gpus, /api/v1/processes, "
+                       "/api/v1/history, /healthz, /report){}",
+                       service->scheme(), s.cfg.http_listen,
+                       sopts.web && !sopts.web->users.empty() ? "; basic auth" : ""));
   return service;
 }
 

@@ -24,6 +24,14 @@ namespace tarmac::config {
 // Which clock the agent stamps its samples with.
 enum class AgentClock { Real, Sim };
 
+// The endpoint beyond http.listen (docs/fleet.md "Scraping across the network").
+struct HttpSettings {
+  std::string web_config_file;        // TLS and passwords, in Prometheus exporters' format; "" for none
+  bool insecure = false;              // serve beyond loopback without TLS and authentication
+  bool expose_command_lines = false;  // beyond loopback, whole command lines rather than programs' names
+  std::string hostname_label = "Hostname";  // the host label's name on DCGM_FI_* series
+};
+
 struct Config {
   gpu::ActivityThresholds activity;
   diagnose::DoctorThresholds doctor;
@@ -34,6 +42,7 @@ struct Config {
   store::Retention retention;
   // The agent's HTTP endpoint (docs/metrics.md): "host:port", or "" for none.
   std::string http_listen = "127.0.0.1:9478";
+  HttpSettings http;
   // The agent's alert rules and sinks (docs/alerts.md); also `tarmac alerts`.
   alerts::AlertConfig alerts;
   // The agentless scheduler's lock directory (docs/scheduler.md); "" for /run/tarmac/locks.

@@ -15,4 +15,11 @@ std::string workload_label(const ProcessInfo& info) {
   return out;
 }
 
+std::string program_name(const std::optional<std::string>& command_line) {
+  if (!command_line || command_line->empty()) return {};
+  const std::string_view argv0 = std::string_view(*command_line).substr(0, command_line->find(' '));
+  const std::size_t slash = argv0.rfind('/');
+  return std::string(slash == std::string_view::npos ? argv0 : argv0.substr(slash + 1));
+}
+
 }  // namespace tarmac::host

@@ -51,4 +51,8 @@ struct ProcessInfo {
 // "pod deadbeef slurm 42"; "" when neither a container nor a Slurm job (status, top).
 [[nodiscard]] std::string workload_label(const ProcessInfo& info);
 
+// argv[0]'s last path component ("/usr/bin/python3 train.py --token x" -> "python3"): what a
+// process runs without its arguments, which often hold tokens and paths. "" for none.
+[[nodiscard]] std::string program_name(const std::optional<std::string>& command_line);
+
 }  // namespace tarmac::host

@@ -4,18 +4,11 @@
 
 #include <algorithm>
 
+#include "tarmac/host/process_info.hpp"
 #include "tarmac/util/strings.hpp"
 
 namespace tarmac::reap {
 namespace {
-
-// argv[0]'s last path component ("/usr/bin/nvidia-smi" -> "nvidia-smi"); "" when there is none.
-std::string program_of(const std::optional<std::string>& command_line) {
-  if (!command_line || command_line->empty()) return {};
-  const std::string_view argv0 = std::string_view(*command_line).substr(0, command_line->find(' '));
-  const std::size_t slash = argv0.rfind('/');
-  return std::string(slash == std::string_view::npos ? argv0 : argv0.substr(slash + 1));
-}
 
 bool glob_matches(std::string_view pattern, const std::string& text) {
   if (text.empty()) return false;
@@ -26,7 +19,7 @@ bool glob_matches(std::string_view pattern, const std::string& text) {
 template <typename Patterns>
 std::optional<std::string> matching_command(const Patterns& patterns, const host::ProcessInfo& process) {
   const std::string name = process.name.value_or("");
-  const std::string program = program_of(process.command_line);
+  const std::string program = host::program_name(process.command_line);
   for (const auto& pattern : patterns) {
     if (glob_matches(pattern, name) || glob_matches(pattern, program)) return std::string(pattern);
   }

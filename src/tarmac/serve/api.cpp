@@ -31,11 +31,6 @@ json mib(const std::optional<std::uint64_t>& bytes) {
   return bytes ? json(*bytes / util::kMiB) : json(nullptr);
 }
 
-std::string command_of(const gpu::GpuProcess& p) {
-  if (p.host.command_line && !p.host.command_line->empty()) return *p.host.command_line;
-  return p.host.name.value_or("");
-}
-
 Error bad(std::string message) { return make_error(Error::Code::Invalid, std::move(message)); }
 
 // "1h" (ago, from now) or epoch milliseconds (a bare number), up to a year from now.
@@ -213,7 +208,7 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
   return util::json_text(out);
 }
 
-std::string processes_json(const LiveView& view) {
+std::string processes_json(const LiveView& view, Commands commands) {
   json procs = json::array();
   for (const auto& d : view.snapshot.devices) {
     for (const auto& p : d.processes) {
@@ -226,7 +221,7 @@ std::string processes_json(const LiveView& view) {
                        {"uuid", opt(d.id.uuid)},
                        {"pid", p.pid},
                        {"user", opt(p.host.user)},
-                       {"command", command_of(p)},
+                       {"command", shown_command(p, commands)},
                        {"container", container},
                        {"job", opt(p.host.slurm_job_id)},
                        {"used_mib", mib(p.used_mem_bytes)},

@@ -14,7 +14,7 @@ namespace tarmac::serve {
 
 [[nodiscard]] std::string gpus_json(const LiveView& view, const std::string& hostname,
                                     const std::vector<FiringAlert>& alerts, const std::vector<GpuBatch>& batches = {});
-[[nodiscard]] std::string processes_json(const LiveView& view);
+[[nodiscard]] std::string processes_json(const LiveView& view, Commands commands = Commands::Full);
 
 // /api/v1/history?gpu=0,1&since=1h&until=&step=30s over the store at `db_path`; `now_ms` is the
 // agent's clock, from which relative times count back. `since`/`until` take a duration ago ("1h")

@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +19,8 @@
 #include <span>
 #include <vector>
 
+#include "tarmac/serve/auth.hpp"
+#include "tarmac/serve/tls.hpp"
 #include "tarmac/util/strings.hpp"
 
 namespace tarmac::serve {
@@ -37,7 +41,9 @@ const char* reason(int status) {
     case 411: return "Length Required";
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
+    case 401: return "Unauthorized";
     case 421: return "Misdirected Request";
+    case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
@@ -186,6 +192,9 @@ Result<void> read_headers(std::span<const std::string_view> lines, ParsedHead& o
     } else if (name == "host") {
       if (!out.request.host.empty()) return http_error(400, "more than one Host header");
       out.request.host = value;
+    } else if (name == "authorization") {
+      if (!out.request.authorization.empty()) return http_error(400, "more than one Authorization header");
+      out.request.authorization = value;
     }
   }
   return {};
@@ -274,6 +283,10 @@ bool is_loopback_address(const sockaddr_storage& a) {
 
 struct HttpServer::Connection {
   util::Fd fd;
+  std::unique_ptr<TlsSession> tls;  // with TLS on: declared after fd, so it is freed before fd closes
+  bool handshaking = false;         // TLS: the handshake is not complete (no request is read)
+  bool wants_write = false;         // TLS: a read or the handshake waits for the socket to take output
+  bool write_wants_read = false;    // TLS: a write waits for the peer's bytes
   std::string in;
   std::string out;
   std::size_t skip_body = 0;
@@ -286,7 +299,8 @@ struct HttpServer::Connection {
   Steady::time_point last_written;  // when the client last took output, or had none pending
 };
 
-HttpServer::HttpServer(Handler handler, ServerLimits limits) : handler_(std::move(handler)), limits_(limits) {}
+HttpServer::HttpServer(Handler handler, ServerLimits limits, ServerSecurity security)
+    : handler_(std::move(handler)), limits_(limits), security_(std::move(security)) {}
 
 HttpServer::~HttpServer() { stop(); }
 
@@ -384,15 +398,11 @@ void HttpServer::serve_input(Connection& c) {
       c.close_after = true;
       return;
     }
-    if (loopback_only_ && !parsed->request.host.empty() && !is_loopback_host(parsed->request.host)) {
-      ++stats_.rejected;
-      c.out += serialize(text_response(421, "this agent listens on loopback and answers only Host: localhost, "
-                                            "127.0.0.1 or [::1] (docs/metrics.md)"),
-                         false, false);
-      c.close_after = true;
-      return;
-    }
     c.skip_body = parsed->body_bytes;
+    if (!admitted(c, parsed->request, parsed->keep_alive)) {
+      if (c.close_after) return;
+      continue;
+    }
     Response response;
     try {
       response = handler_(parsed->request);
@@ -404,7 +414,113 @@ void HttpServer::serve_input(Connection& c) {
   }
 }
 
+bool HttpServer::admitted(Connection& c, const Request& request, bool keep_alive) {
+  if (loopback_only_ && !request.host.empty() && !is_loopback_host(request.host)) {
+    ++stats_.rejected;
+    c.out += serialize(text_response(421, "this agent listens on loopback and answers only Host: localhost, "
+                                          "127.0.0.1 or [::1] (docs/metrics.md)"),
+                       false, false);
+    c.close_after = true;
+    return false;
+  }
+  if (!security_.auth) return true;
+  switch (security_.auth->check(request.authorization, Steady::now())) {
+    case BasicAuth::Verdict::Allowed: return true;
+    case BasicAuth::Verdict::Denied: {
+      ++stats_.rejected;
+      ++stats_.auth_failures;
+      Response r = text_response(401, "a user name and password are needed (basic_auth_users in the agent's "
+                                      "http.web_config_file)");
+      r.extra_headers = "WWW-Authenticate: Basic realm=\"tarmac\", charset=\"UTF-8\"\r\n";
+      c.out += serialize(r, request.method == "HEAD", keep_alive);
+      if (!keep_alive) c.close_after = true;
+      return false;
+    }
+    case BasicAuth::Verdict::Busy: {
+      ++stats_.rejected;
+      Response r = text_response(429, "too many new passwords to check this second; try again");
+      r.extra_headers = "Retry-After: 1\r\n";
+      c.out += serialize(r, request.method == "HEAD", false);
+      c.close_after = true;
+      return false;
+    }
+  }
+  return false;
+}
+
+long HttpServer::receive(Connection& c, char* buf, std::size_t n) {
+  if (!c.tls || c.draining) {
+    const ssize_t got = recv(c.fd.get(), buf, n, 0);
+    if (got >= 0) return got;
+    return errno == EAGAIN || errno == EINTR ? -1 : -2;
+  }
+  std::size_t got = 0;
+  c.wants_write = false;
+  switch (c.tls->read(buf, n, got)) {
+    case TlsSession::Io::Ok: return static_cast<long>(got);
+    case TlsSession::Io::WantRead: return -1;
+    case TlsSession::Io::WantWrite: c.wants_write = true; return -1;
+    case TlsSession::Io::Closed: return 0;
+    case TlsSession::Io::Failed: return -2;
+  }
+  return -2;
+}
+
+long HttpServer::transmit(Connection& c, const char* buf, std::size_t n) {
+  if (!c.tls) {
+    const ssize_t sent = send(c.fd.get(), buf, n, MSG_NOSIGNAL);
+    if (sent >= 0) return sent;
+    return errno == EAGAIN || errno == EINTR ? -1 : -2;
+  }
+  std::size_t sent = 0;
+  c.write_wants_read = false;
+  switch (c.tls->write(buf, n, sent)) {
+    case TlsSession::Io::Ok: return static_cast<long>(sent);
+    case TlsSession::Io::WantWrite: return -1;
+    case TlsSession::Io::WantRead: c.write_wants_read = true; return -1;
+    case TlsSession::Io::Closed:
+    case TlsSession::Io::Failed: return -2;
+  }
+  return -2;
+}
+
+void HttpServer::handshake(Connection& c, Steady::time_point now) {
+  c.wants_write = false;
+  switch (c.tls->handshake()) {
+    case TlsSession::Io::Ok:
+      c.handshaking = false;
+      c.head_started = c.last_active = now;
+      return;
+    case TlsSession::Io::WantRead: return;
+    case TlsSession::Io::WantWrite: c.wants_write = true; return;
+    case TlsSession::Io::Closed:
+    case TlsSession::Io::Failed:
+      ++stats_.tls_failures;
+      c.close_after = c.peer_gone = true;
+      return;
+  }
+}
+
+namespace {
+
+// What a connection waits for: the handshake's next step, its answers leaving, or a request.
+short poll_events(bool handshaking, bool wants_write, bool write_wants_read, bool has_output, bool draining) {
+  if (draining) return POLLIN;
+  if (handshaking) return wants_write ? POLLOUT : POLLIN;
+  // A connection with answers pending is not read: what it sends waits in the kernel.
+  if (has_output) return write_wants_read ? POLLIN : POLLOUT;
+  return wants_write ? POLLOUT : POLLIN;
+}
+
+}  // namespace
+
 void HttpServer::run() {
+  // OpenSSL writes with write(2), not send(MSG_NOSIGNAL): a peer gone mid-answer must give EPIPE
+  // here, not kill the agent. Blocked in this thread alone; no child is started from it.
+  sigset_t pipe_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
   std::list<Connection> conns;
   std::vector<pollfd> fds;
   std::vector<Connection*> by_index;
@@ -416,8 +532,9 @@ void HttpServer::run() {
     fds.push_back({wake_read_.get(), POLLIN, 0});
     fds.push_back({listen_fd_.get(), static_cast<short>(accepting ? POLLIN : 0), 0});
     for (auto& c : conns) {
-      // A connection with answers pending is not read: what it sends waits in the kernel.
-      fds.push_back({c.fd.get(), static_cast<short>(c.out.empty() || c.draining ? POLLIN : POLLOUT), 0});
+      fds.push_back({c.fd.get(), poll_events(c.handshaking, c.wants_write, c.write_wants_read, !c.out.empty(),
+                                             c.draining),
+                     0});
       by_index.push_back(&c);
     }
     const auto paused_ms = std::chrono::ceil<std::chrono::milliseconds>(accept_resumes_ - before).count();
@@ -445,6 +562,7 @@ void HttpServer::accept_connections(std::list<Connection>& conns, Steady::time_p
     }
     if (conns.size() >= limits_.max_connections) {
       ++stats_.rejected;
+      if (security_.tls) continue;  // no handshake is spent on a connection that cannot be served
       const std::string busy = serialize(text_response(503, "too many connections"), false, false);
       (void)!send(fd.get(), busy.data(), busy.size(), MSG_NOSIGNAL);
       continue;
@@ -452,6 +570,14 @@ void HttpServer::accept_connections(std::list<Connection>& conns, Steady::time_p
     const int one = 1;
     setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     Connection c;
+    if (security_.tls) {
+      c.tls = security_.tls->accept(fd.get());
+      if (!c.tls) {
+        ++stats_.tls_failures;
+        continue;
+      }
+      c.handshaking = true;
+    }
     c.fd = std::move(fd);
     c.head_started = c.last_active = c.last_written = now;
     conns.push_back(std::move(c));
@@ -467,26 +593,37 @@ void HttpServer::on_ready(Connection& c, short events, Steady::time_point now) {
     gone();
     return;
   }
-  if (events & (POLLIN | POLLHUP)) {
+  if (c.handshaking && !c.draining) {
+    if ((events & (POLLIN | POLLOUT | POLLHUP)) == 0) return;
+    handshake(c, now);
+    if (c.handshaking || c.peer_gone) return;
+    events |= POLLIN;  // the request may have come with the handshake's last bytes
+  }
+  const bool readable = (events & (POLLIN | POLLHUP)) != 0 || (c.wants_write && (events & POLLOUT) != 0);
+  if (readable && (c.out.empty() || c.draining)) {
     char buf[16384];
-    const ssize_t got = recv(c.fd.get(), buf, sizeof buf, 0);
-    if (got <= 0) {
-      if (got == 0 || (errno != EAGAIN && errno != EINTR)) gone();
-      return;
+    // TLS may hold decrypted bytes the socket no longer shows: read them before polling again.
+    for (bool more = true; more;) {
+      const long got = receive(c, buf, sizeof buf);
+      if (got <= 0) {
+        if (got == 0 || got == -2) gone();
+        return;
+      }
+      if (c.draining) return;  // the rest of a refused request: read and dropped
+      if (c.in.empty() && c.skip_body == 0) c.head_started = now;
+      c.in.append(buf, static_cast<std::size_t>(got));
+      c.last_active = now;
+      serve_input(c);
+      more = c.tls && c.tls->pending() > 0 && c.out.empty() && !c.close_after;
     }
-    if (c.draining) return;  // the rest of a refused request: read and dropped
-    if (c.in.empty() && c.skip_body == 0) c.head_started = now;
-    c.in.append(buf, static_cast<std::size_t>(got));
-    c.last_active = now;
-    serve_input(c);
   }
   if (!c.out.empty()) {
-    const ssize_t sent = send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    const long sent = transmit(c, c.out.data(), c.out.size());
     if (sent > 0) {
       c.out.erase(0, static_cast<std::size_t>(sent));
       c.last_active = c.last_written = now;
       if (c.out.size() < limits_.max_output_bytes && !c.draining) serve_input(c);  // requests held back
-    } else if (sent < 0 && errno != EAGAIN && errno != EINTR) {
+    } else if (sent == -2) {
       gone();
     }
   }
@@ -496,10 +633,20 @@ bool HttpServer::finished(Connection& c, Steady::time_point now) {
   const auto since = [&](Steady::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
   };
+  if (c.handshaking && !c.peer_gone) {
+    // A handshake that does not finish holds a connection slot for nothing.
+    if (since(c.head_started) <= limits_.head_timeout_ms) return false;
+    ++stats_.tls_failures;
+    return true;
+  }
   if (c.out.empty() && !c.close_after && !c.in.empty() && since(c.head_started) > limits_.head_timeout_ms) {
     ++stats_.rejected;
     const std::string late = serialize(text_response(408, "the request head took too long"), false, false);
-    (void)!send(c.fd.get(), late.data(), late.size(), MSG_NOSIGNAL);
+    if (c.tls) {
+      c.out = late;  // sent through the session like any answer
+    } else {
+      (void)!send(c.fd.get(), late.data(), late.size(), MSG_NOSIGNAL);
+    }
     c.close_after = true;
   }
   const bool idle = c.out.empty() && c.in.empty() && since(c.last_active) > limits_.idle_timeout_ms;
@@ -509,6 +656,7 @@ bool HttpServer::finished(Connection& c, Steady::time_point now) {
   if (c.close_after && c.out.empty() && !c.peer_gone && !c.draining) {
     // A lingering close: closing with unread input would reset the connection and could
     // destroy the answer before the client reads it. Stop writing, drain for a moment.
+    if (c.tls) c.tls->close_notify();
     shutdown(c.fd.get(), SHUT_WR);
     c.draining = true;
     c.drain_until = now + std::chrono::seconds(2);

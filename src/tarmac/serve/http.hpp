@@ -23,6 +23,7 @@ struct Request {
   std::string path;    // "/api/v1/history", percent-decoded
   std::map<std::string, std::string> query;  // decoded; a repeated name keeps the last value
   std::string host;    // the Host header as sent; empty when there was none
+  std::string authorization;  // the Authorization header as sent; empty when there was none
 };
 
 struct Response {
@@ -56,6 +57,19 @@ struct ServerStats {
   std::atomic<long long> requests{0};
   std::atomic<long long> rejected{0};  // 4xx and 5xx answers the server gave itself
   std::atomic<long long> accept_failures{0};  // accepts that failed for want of descriptors or memory
+  std::atomic<long long> tls_failures{0};     // TLS handshakes that failed or timed out
+  std::atomic<long long> auth_failures{0};    // requests refused with 401
+};
+
+class BasicAuth;
+class TlsContext;
+
+// Who may talk to the server, and how (web.config.file, docs/fleet.md): with `tls`, every connection
+// is TLS; with `auth`, every request must carry a right password (401 otherwise, 429 while too many
+// new passwords are being checked). Both unset: plain HTTP to anyone who reaches the port.
+struct ServerSecurity {
+  std::shared_ptr<const TlsContext> tls;
+  std::shared_ptr<BasicAuth> auth;  // used by the server's thread alone
 };
 
 // Parses the head of one request ("GET /x?a=1 HTTP/1.1\r\nHost: ...\r\n\r\n"), for tests and the
@@ -83,7 +97,7 @@ struct Refusal {
 
 class HttpServer {
  public:
-  HttpServer(Handler handler, ServerLimits limits = {});
+  HttpServer(Handler handler, ServerLimits limits = {}, ServerSecurity security = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -92,6 +106,8 @@ class HttpServer {
   [[nodiscard]] Result<void> start(const std::string& host, unsigned port);
   // The port bound (useful after port 0).
   [[nodiscard]] unsigned port() const { return port_; }
+  // Whether the address bound is loopback (after start).
+  [[nodiscard]] bool loopback_only() const { return loopback_only_; }
   const ServerStats& stats() const { return stats_; }
   void stop();
 
@@ -105,9 +121,17 @@ class HttpServer {
   // Applies the timeouts and the lingering close; true when the connection is to be closed now.
   [[nodiscard]] bool finished(Connection& c, TimePoint now);
   void serve_input(Connection& c);
+  // Whether the request may be answered; otherwise its refusal is queued on `c`.
+  [[nodiscard]] bool admitted(Connection& c, const Request& request, bool keep_alive);
+  // The socket's bytes, through TLS when it is on: > 0 bytes, 0 at the end, -1 when there is
+  // nothing now, -2 on an error.
+  [[nodiscard]] long receive(Connection& c, char* buf, std::size_t n);
+  [[nodiscard]] long transmit(Connection& c, const char* buf, std::size_t n);
+  void handshake(Connection& c, std::chrono::steady_clock::time_point now);
 
   Handler handler_;
   ServerLimits limits_;
+  ServerSecurity security_;
   ServerStats stats_;
   util::Fd listen_fd_;
   util::Fd wake_read_;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/host/process_info.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
@@ -167,6 +168,10 @@ const std::vector<Family>& own_families() {
       {"tarmac_agent_http_rejected_total", Type::Counter, "HTTP requests answered with 4xx or 5xx (malformed, too big)."},
       {"tarmac_agent_http_accept_failures_total", Type::Counter,
        "Connections the HTTP server could not accept for want of descriptors or memory (each pauses accepting)."},
+      {"tarmac_agent_http_tls_failures_total", Type::Counter,
+       "TLS handshakes that failed (no or a wrong client certificate, plain HTTP on the TLS port) or timed out."},
+      {"tarmac_agent_http_auth_failures_total", Type::Counter,
+       "HTTP requests refused with 401: no, a malformed, or a wrong user name and password."},
   };
   return families;
 }
@@ -222,20 +227,19 @@ std::string own_labels(const gpu::Device& d, const std::string& hostname) {
 }
 
 // dcgm-exporter's labels for one GPU (its camelCase names, which its dashboards select on).
-std::string gpu_labels(const gpu::Device& d, const std::string& hostname, const std::string& driver) {
+std::string gpu_labels(const gpu::Device& d, const SampleLabels& host, const std::string& driver) {
   const auto& id = d.id;
   std::string device = id.minor_number ? fmt::format("nvidia{}", *id.minor_number) : fmt::format("nvidia{}", id.index);
   std::string out = fmt::format("{},{},{},{},{},{}", label("gpu", std::to_string(id.index)),
                                 label("UUID", id.uuid.value_or("")), label("pci_bus_id", id.pci_bus_id.value_or("")),
                                 label("device", device), label("modelName", id.name.value_or("")),
-                                label("Hostname", hostname));
+                                label(host.hostname_label, host.hostname));
   if (!driver.empty()) out += "," + label("DCGM_FI_DRIVER_VERSION", driver);
   return out;
 }
 
-std::string process_labels(const std::string& base, const gpu::GpuProcess& p) {
-  const std::string& command = p.host.command_line && !p.host.command_line->empty() ? *p.host.command_line
-                                                                                    : p.host.name.value_or("");
+std::string process_labels(const std::string& base, const gpu::GpuProcess& p, Commands commands) {
+  const std::string command = shown_command(p, commands);
   std::string container;
   if (p.host.container) {
     container = p.host.container->id.empty() ? p.host.container->runtime
@@ -322,12 +326,13 @@ struct ProcessRow {
 };
 
 // tarmac's per-process families.
-void write_process_families(Writer& w, const LiveView& view, const std::vector<std::string>& labels) {
+void write_process_families(Writer& w, const LiveView& view, const std::vector<std::string>& labels,
+                            Commands commands) {
   const auto& devices = view.snapshot.devices;
   std::vector<ProcessRow> procs;
   for (std::size_t i = 0; i < devices.size(); ++i) {
     for (const auto& p : devices[i].processes) {
-      procs.push_back({process_labels(labels[i], p), &p, class_of(view, devices[i]) == gpu::Activity::Holding});
+      procs.push_back({process_labels(labels[i], p, commands), &p, class_of(view, devices[i]) == gpu::Activity::Holding});
     }
   }
   const auto begin = [&w](const char* name) { w.begin(own_family(name)); };
@@ -410,8 +415,14 @@ std::vector<std::string> metric_names() {
   return out;
 }
 
-std::string render_sample_metrics(const LiveView& view, const std::string& hostname,
+std::string shown_command(const gpu::GpuProcess& p, Commands commands) {
+  if (!p.host.command_line || p.host.command_line->empty()) return p.host.name.value_or("");
+  return commands == Commands::Full ? *p.host.command_line : host::program_name(p.host.command_line);
+}
+
+std::string render_sample_metrics(const LiveView& view, const SampleLabels& sample,
                                   const std::vector<FiringAlert>& alerts) {
+  const std::string& hostname = sample.hostname;
   const auto& devices = view.snapshot.devices;
   const std::string driver = view.snapshot.driver_version.value_or("");
   std::vector<std::string> dcgm;
@@ -419,13 +430,13 @@ std::string render_sample_metrics(const LiveView& view, const std::string& hostn
   dcgm.reserve(devices.size());
   labels.reserve(devices.size());
   for (const auto& d : devices) {
-    dcgm.push_back(gpu_labels(d, hostname, driver));
+    dcgm.push_back(gpu_labels(d, sample, driver));
     labels.push_back(own_labels(d, hostname));
   }
   Writer w;
   write_dcgm_fields(w, devices, dcgm);
   write_gpu_families(w, view, labels);
-  write_process_families(w, view, labels);
+  write_process_families(w, view, labels, sample.commands);
   write_alerts(w, alerts, hostname);
   return w.take();
 }
@@ -455,13 +466,18 @@ std::string render_agent_metrics(const LiveView& view, const MetricsExtras& extr
   w.sample("tarmac_agent_http_rejected_total", "", static_cast<double>(extras.http_rejected));
   begin("tarmac_agent_http_accept_failures_total");
   w.sample("tarmac_agent_http_accept_failures_total", "", static_cast<double>(extras.http_accept_failures));
+  begin("tarmac_agent_http_tls_failures_total");
+  w.sample("tarmac_agent_http_tls_failures_total", "", static_cast<double>(extras.http_tls_failures));
+  begin("tarmac_agent_http_auth_failures_total");
+  w.sample("tarmac_agent_http_auth_failures_total", "", static_cast<double>(extras.http_auth_failures));
   if (extras.reaper) write_reaper(w, view, *extras.reaper, extras.hostname);
   if (extras.backfill) write_backfill(w, *extras.backfill, extras.hostname);
   return w.take();
 }
 
 std::string render_metrics(const LiveView& view, const MetricsExtras& extras) {
-  return render_sample_metrics(view, extras.hostname, extras.alerts) + render_agent_metrics(view, extras);
+  return render_sample_metrics(view, {extras.hostname, extras.hostname_label, extras.commands}, extras.alerts) +
+         render_agent_metrics(view, extras);
 }
 
 }  // namespace tarmac::serve

@@ -61,6 +61,23 @@ struct BackfillMetrics {
   double yield_seconds = 0;       // ... their durations summed
 };
 
+// How much of a process's command line leaves the host (http.expose_command_lines): on a listener
+// beyond loopback, by default only the program's name, since arguments often hold tokens and paths.
+enum class Commands { Full, ProgramOnly };
+
+// The command a process is shown with: its command line (or, without one, its name), or only
+// argv[0]'s base name.
+[[nodiscard]] std::string shown_command(const gpu::GpuProcess& p, Commands commands);
+
+// How the sample's series are labelled.
+struct SampleLabels {
+  std::string hostname;
+  // The host label's name on DCGM_FI_* series: "Hostname", as dcgm-exporter's releases spell it,
+  // or "hostname", as its newer code does (http.hostname_label).
+  std::string hostname_label = "Hostname";
+  Commands commands = Commands::Full;
+};
+
 // What /metrics says beyond the live view: the host, alerts, and the agent's own cost.
 struct MetricsExtras {
   std::string hostname;
@@ -73,6 +90,10 @@ struct MetricsExtras {
   long long now_unix_ms = 0;
   std::optional<ReaperMetrics> reaper;  // nullopt: no reaper runs (nothing written)
   std::optional<BackfillMetrics> backfill;  // nullopt: no batches are served (nothing written)
+  long long http_tls_failures = 0;
+  long long http_auth_failures = 0;
+  std::string hostname_label = "Hostname";  // as SampleLabels
+  Commands commands = Commands::Full;
 };
 
 [[nodiscard]] std::string render_metrics(const LiveView& view, const MetricsExtras& extras);
@@ -80,7 +101,7 @@ struct MetricsExtras {
 // The two parts of render_metrics: what depends only on the sample and its alerts (rendered once
 // per sample and reused by every scrape until the next one), and the agent's own metrics (fresh
 // at every scrape).
-[[nodiscard]] std::string render_sample_metrics(const LiveView& view, const std::string& hostname,
+[[nodiscard]] std::string render_sample_metrics(const LiveView& view, const SampleLabels& labels,
                                                 const std::vector<FiringAlert>& alerts);
 [[nodiscard]] std::string render_agent_metrics(const LiveView& view, const MetricsExtras& extras);
 

@@ -2,11 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fmt/format.h>
 
 #include "tarmac/report/report.hpp"
+#include "tarmac/host/process_info.hpp"
 #include "tarmac/serve/api.hpp"
+#include "tarmac/serve/auth.hpp"
+#include "tarmac/serve/tls.hpp"
 #include "tarmac/store/reader.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/strings.hpp"
@@ -42,6 +46,29 @@ Response json_response(std::string body) {
   return r;
 }
 
+// The report as it may leave the host when only programs' names may (Commands::ProgramOnly): the
+// commands' GPU-hours merged by program.
+void hide_arguments(report::Report& r) {
+  std::vector<report::Consumer> merged;
+  for (auto& c : r.commands) {
+    const std::string program = host::program_name(c.name);
+    const std::string name = program.empty() ? c.name : program;
+    auto it = std::find_if(merged.begin(), merged.end(), [&](const report::Consumer& m) { return m.name == name; });
+    if (it == merged.end()) {
+      merged.push_back({name, c.gpu_hours, c.processes});
+    } else {
+      it->gpu_hours += c.gpu_hours;
+      it->processes += c.processes;
+    }
+  }
+  std::sort(merged.begin(), merged.end(), [](const auto& a, const auto& b) { return a.gpu_hours > b.gpu_hours; });
+  r.commands = std::move(merged);
+  for (auto& h : r.holding) {
+    for (auto& p : h.processes) p.command = host::program_name(p.command);
+  }
+  for (auto& a : r.zombies.recent) a.command = host::program_name(a.command);
+}
+
 Response not_ready() {
   Response r = text_response(503, "no sample yet: the agent is starting");
   r.extra_headers = "Retry-After: 1\r\n";
@@ -50,14 +77,44 @@ Response not_ready() {
 
 }  // namespace
 
-Service::Service(const LiveState& live, ServiceOptions options)
-    : live_(live), options_(std::move(options)), server_([this](const Request& r) { return handle(r); }) {}
+Service::Service(const LiveState& live, ServiceOptions options) : live_(live), options_(std::move(options)) {}
 
 Service::~Service() { stop(); }
 
-Result<void> Service::start() { return server_.start(options_.host, options_.port); }
+Result<void> Service::start() {
+  ServerSecurity security;
+  if (options_.web && options_.web->tls) {
+    TARMAC_TRY_ASSIGN(security.tls, TlsContext::load(*options_.web->tls, options_.trusted_files));
+  }
+  if (options_.web && !options_.web->users.empty()) security.auth = std::make_shared<BasicAuth>(options_.web->users);
+  const bool guarded = security.tls && options_.web->authenticates();
+  server_ = std::make_unique<HttpServer>([this](const Request& r) { return handle(r); }, ServerLimits{}, security);
+  TARMAC_TRY(server_->start(options_.host, options_.port));
+  if (server_->loopback_only()) return {};
+  if (!options_.expose_command_lines) commands_ = Commands::ProgramOnly;
+  if (guarded) return {};
+  const std::string missing = !security.tls && !security.auth ? "TLS and authentication"
+                              : !security.tls                 ? "TLS (passwords would cross the network in clear)"
+                                                              : "authentication (basic_auth_users or "
+                                                                "RequireAndVerifyClientCert)";
+  const std::string where = fmt::format("{}:{}", options_.host, options_.port);
+  if (!options_.insecure) {
+    server_->stop();
+    return make_error(Error::Code::Invalid,
+                      fmt::format("http.listen {} is reachable beyond this machine, and the endpoint has no {}: anyone "
+                                  "on the network could read it. Give http.web_config_file (docs/fleet.md), or set "
+                                  "http.insecure = true to serve it so anyway",
+                                  where, missing));
+  }
+  warning_ = fmt::format("serving {} beyond loopback without {} (http.insecure = true): anyone who reaches the port "
+                         "reads the GPUs and their processes' users{}",
+                         where, missing, commands_ == Commands::Full ? " and command lines" : "");
+  return {};
+}
 
-void Service::stop() { server_.stop(); }
+void Service::stop() {
+  if (server_) server_->stop();
+}
 
 Response Service::metrics() {
   const auto started = Steady::now();
@@ -65,7 +122,7 @@ Response Service::metrics() {
   if (!view) return not_ready();
   // Scrapes between two samples get the same values: render them once per sample.
   if (view != rendered_view_) {
-    rendered_ = render_sample_metrics(*view, options_.hostname,
+    rendered_ = render_sample_metrics(*view, {options_.hostname, options_.hostname_label, commands_},
                                       options_.alerts ? options_.alerts() : std::vector<FiringAlert>{});
     rendered_view_ = view;
   }
@@ -78,9 +135,13 @@ Response Service::metrics() {
     rss_read_at_ = now;
   }
   extras.resident_bytes = rss_bytes_;
-  extras.http_requests = server_.stats().requests.load();
-  extras.http_rejected = server_.stats().rejected.load();
-  extras.http_accept_failures = server_.stats().accept_failures.load();
+  const ServerStats unserved;  // handle() called without start(), as the unit tests do
+  const ServerStats& stats = server_ ? server_->stats() : unserved;
+  extras.http_requests = stats.requests.load();
+  extras.http_rejected = stats.rejected.load();
+  extras.http_accept_failures = stats.accept_failures.load();
+  extras.http_tls_failures = stats.tls_failures.load();
+  extras.http_auth_failures = stats.auth_failures.load();
   extras.now_unix_ms = unix_ms();
   if (options_.reaper) extras.reaper = options_.reaper();
   if (options_.backfill) extras.backfill = options_.backfill();
@@ -104,6 +165,7 @@ Response Service::report() {
   options.range.since_ms = std::max((*recorded)->since_ms, options.range.until_ms - kReportMs);
   auto built = report::build(*reader, options);
   if (!built.ok()) return text_response(500, built.error().message);
+  if (commands_ == Commands::ProgramOnly) hide_arguments(*built);
   Response r;
   r.content_type = "text/html; charset=utf-8";
   r.body = report::render_html(*built);
@@ -136,7 +198,7 @@ Response Service::handle(const Request& request) {
           gpus_json(*view, options_.hostname, options_.alerts ? options_.alerts() : std::vector<FiringAlert>{},
                     options_.batches_on_gpus ? options_.batches_on_gpus() : std::vector<GpuBatch>{}));
     }
-    return json_response(processes_json(*view));
+    return json_response(processes_json(*view, commands_));
   }
   if (path == "/api/v1/history") {
     const auto view = live_.view();
