@@ -6,6 +6,7 @@
 #include <set>
 
 #include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/host/process_info.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
 
@@ -22,15 +23,17 @@ std::string gpu_label(const gpu::Device& d) {
 }
 
 // The first three words of a command line: enough to recognise it in one line.
-std::string short_command(const gpu::GpuProcess& p) {
-  if (p.host.command_line && !p.host.command_line->empty()) {
-    std::vector<std::string> words;
-    for (auto& w : util::split(*p.host.command_line, ' ')) {
-      if (!w.empty()) words.push_back(std::move(w));
-      if (words.size() == 3) break;
-    }
-    return fmt::format("{}", fmt::join(words, " "));
+std::string first_words(const std::string& command_line) {
+  std::vector<std::string> words;
+  for (auto& w : util::split(command_line, ' ')) {
+    if (!w.empty()) words.push_back(std::move(w));
+    if (words.size() == 3) break;
   }
+  return fmt::format("{}", fmt::join(words, " "));
+}
+
+std::string short_command(const gpu::GpuProcess& p) {
+  if (p.host.command_line && !p.host.command_line->empty()) return first_words(*p.host.command_line);
   if (p.host.name) return *p.host.name;
   return "process";
 }
@@ -396,6 +399,14 @@ std::vector<Alert> Evaluator::firing() const {
     if (s.firing) out.push_back(s.alert);
   }
   return out;
+}
+
+std::string summary_without_arguments(const Alert& alert) {
+  if (alert.command.empty()) return alert.summary;
+  const std::string shown = first_words(alert.command);
+  const auto at = alert.summary.find(shown);
+  if (shown.empty() || at == std::string::npos) return alert.summary;
+  return alert.summary.substr(0, at) + host::program_name(alert.command) + alert.summary.substr(at + shown.size());
 }
 
 }  // namespace tarmac::alerts

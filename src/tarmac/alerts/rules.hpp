@@ -88,6 +88,10 @@ struct Alert {
   std::string summary;             // one line for people
 };
 
+// The alert's summary with its process's command cut to the program's name ("python3 (bob, pid
+// 7) holds ..."), for readers beyond the host (http.expose_command_lines).
+[[nodiscard]] std::string summary_without_arguments(const Alert& alert);
+
 // A change worth telling someone about.
 struct Notice {
   enum class Kind { Firing, Resolved };

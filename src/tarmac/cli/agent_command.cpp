@@ -209,7 +209,8 @@ void install_stop_handlers() {
 std::vector<serve::FiringAlert> firing_alerts(const alerts::Alerter& alerter) {
   std::vector<serve::FiringAlert> out;
   for (const auto& a : alerter.firing()) {
-    out.push_back({alerts::to_string(a.rule), alerts::to_string(a.severity), a.gpu, a.summary, a.since_ms});
+    out.push_back({alerts::to_string(a.rule), alerts::to_string(a.severity), a.gpu, a.summary, a.since_ms,
+                   alerts::summary_without_arguments(a)});
   }
   return out;
 }

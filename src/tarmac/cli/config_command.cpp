@@ -3,6 +3,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
@@ -84,6 +85,10 @@ int run_web_config(WebConfigOptions options) {
   }
   if (!options.users.empty()) out += "basic_auth_users:\n";
   for (const auto& user : options.users) {
+    if (std::any_of(user.begin(), user.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      fmt::print(stderr, "tarmac: --user {}: a user name cannot hold a control character\n", util::terminal_text(user));
+      return kExitUsage;
+    }
     const auto password = read_password(user);
     if (!password || password->empty()) {
       fmt::print(stderr, "tarmac: no password for {} on stdin\n", util::terminal_text(user));

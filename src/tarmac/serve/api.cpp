@@ -163,7 +163,7 @@ Result<Buckets> read_buckets(store::Reader& reader, const HistoryQuery& q) {
 }  // namespace
 
 std::string gpus_json(const LiveView& view, const std::string& hostname, const std::vector<FiringAlert>& alerts,
-                      const std::vector<GpuBatch>& batches) {
+                      const std::vector<GpuBatch>& batches, Commands commands) {
   json gpus = json::array();
   for (const auto& d : view.snapshot.devices) {
     const auto cls = view.classes.find(d.id.index);
@@ -197,7 +197,7 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
     firing.push_back({{"rule", a.rule},
                       {"severity", a.severity},
                       {"gpu", opt(a.gpu)},
-                      {"summary", a.summary},
+                      {"summary", commands == Commands::Full ? a.summary : a.brief_summary},
                       {"since_ms", a.since_ms}});
   }
   json out = {{"hostname", hostname},

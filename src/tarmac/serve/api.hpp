@@ -12,8 +12,10 @@
 
 namespace tarmac::serve {
 
+// `commands`: alerts' summaries with whole command lines, or with programs' names only.
 [[nodiscard]] std::string gpus_json(const LiveView& view, const std::string& hostname,
-                                    const std::vector<FiringAlert>& alerts, const std::vector<GpuBatch>& batches = {});
+                                    const std::vector<FiringAlert>& alerts, const std::vector<GpuBatch>& batches = {},
+                                    Commands commands = Commands::Full);
 [[nodiscard]] std::string processes_json(const LiveView& view, Commands commands = Commands::Full);
 
 // /api/v1/history?gpu=0,1&since=1h&until=&step=30s over the store at `db_path`; `now_ms` is the

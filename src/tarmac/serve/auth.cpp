@@ -14,6 +14,8 @@ namespace {
 
 // Wrong credentials remembered; past this the memory is dropped (right ones are one per user).
 constexpr std::size_t kMaxRememberedWrong = 1024;
+// Client addresses whose ration is kept; past this every ration starts afresh.
+constexpr std::size_t kMaxClients = 4096;
 // Checked when the user is unknown, so that an unknown name takes as long as a wrong password.
 constexpr const char* kDecoyHash = "$2b$10$ZbaG2oNm/3tmVv3cJ1fWuOlY0YeVq1CTcVfnlY9w5Y1bq1rE8wK7W";
 
@@ -79,11 +81,25 @@ Result<std::string> bcrypt_hash(const std::string& password, int cost) {
   return std::string(out);
 }
 
-BasicAuth::BasicAuth(std::map<std::string, std::string> users, int checks_per_second)
-    : users_(std::move(users)), checks_per_second_(std::max(1, checks_per_second)),
-      budget_(std::max(1, checks_per_second)) {}
+BasicAuth::BasicAuth(std::map<std::string, std::string> users, Ration ration)
+    : users_(std::move(users)), ration_(ration) {
+  // An unknown name is checked against a hash of the same cost as the slowest user's, so the time
+  // of a 401 does not tell whether the name exists. Only the setting's cost and salt are used.
+  std::string cost = "10";
+  for (const auto& [name, hash] : users_) cost = std::max(cost, hash.substr(4, 2));
+  decoy_ = "$2b$" + cost + "$" + std::string(kDecoyHash).substr(7);
+  total_.seconds = ration_.total_seconds;
+}
 
-BasicAuth::Verdict BasicAuth::check(std::string_view authorization, Clock::time_point now) {
+bool BasicAuth::has_time(Bucket& b, double rate, Clock::time_point now) {
+  if (b.at != Clock::time_point{}) {
+    b.seconds = std::min(rate, b.seconds + std::chrono::duration<double>(now - b.at).count() * rate);
+  }
+  b.at = now;
+  return b.seconds >= 0;
+}
+
+BasicAuth::Verdict BasicAuth::check(std::string_view authorization, const std::string& peer, Clock::time_point now) {
   constexpr std::string_view kScheme = "Basic ";
   if (authorization.size() < kScheme.size()) return Verdict::Denied;
   // The scheme's name is case-insensitive (RFC 9110).
@@ -95,38 +111,45 @@ BasicAuth::Verdict BasicAuth::check(std::string_view authorization, Clock::time_
   if (!decoded) return Verdict::Denied;
   const auto colon = decoded->find(':');
   if (colon == std::string::npos) return Verdict::Denied;
+  // libcrypt stops at a NUL and bcrypt reads 72 bytes: a password it would take for another is
+  // refused before it is checked, and so is any control character.
+  for (const char c : *decoded) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return Verdict::Denied;
+  }
   const std::string user = decoded->substr(0, colon);
   const std::string password = decoded->substr(colon + 1);
+  if (password.size() > 72) return Verdict::Denied;
 
   Digest digest{};
   unsigned len = 0;
-  std::string keyed = user;
-  keyed += '\0';
-  keyed += password;
-  if (EVP_Digest(keyed.data(), keyed.size(), digest.data(), &len, EVP_sha256(), nullptr) != 1) return Verdict::Denied;
+  std::string keyed = fmt::format("{}:{}", user.size(), *decoded);  // the length first: no two pairs collide
+  const int hashed = EVP_Digest(keyed.data(), keyed.size(), digest.data(), &len, EVP_sha256(), nullptr);
   OPENSSL_cleanse(keyed.data(), keyed.size());
-  if (const auto it = remembered_.find(digest); it != remembered_.end()) {
-    return it->second ? Verdict::Allowed : Verdict::Denied;
-  }
+  if (hashed != 1) return Verdict::Denied;
+  if (const auto it = right_.find(user); it != right_.end() && it->second == digest) return Verdict::Allowed;
+  if (wrong_.contains(digest)) return Verdict::Denied;
 
-  const double elapsed = std::chrono::duration<double>(now - refilled_).count();
-  if (refilled_ != Clock::time_point{} && elapsed > 0) {
-    budget_ = std::min<double>(checks_per_second_, budget_ + elapsed * checks_per_second_);
+  if (per_client_.size() >= kMaxClients && !per_client_.contains(peer)) per_client_.clear();
+  Bucket& mine = per_client_[peer];
+  if (mine.at == Clock::time_point{}) mine.seconds = ration_.per_client_seconds;
+  if (!has_time(mine, ration_.per_client_seconds, now) || !has_time(total_, ration_.total_seconds, now)) {
+    return Verdict::Busy;
   }
-  refilled_ = now;
-  if (budget_ < 1) return Verdict::Busy;
-  budget_ -= 1;
-
   const auto found = users_.find(user);
   ++bcrypt_checks_;
-  const bool right = bcrypt_matches(password, found != users_.end() ? found->second : std::string(kDecoyHash)) &&
-                     found != users_.end();
-  if (!right && ++remembered_wrong_ > kMaxRememberedWrong) {
-    std::erase_if(remembered_, [](const auto& e) { return !e.second; });
-    remembered_wrong_ = 1;
+  const auto started = Clock::now();
+  const bool matches = bcrypt_matches(password, found != users_.end() ? found->second : decoy_);
+  const double spent = std::chrono::duration<double>(Clock::now() - started).count();
+  mine.seconds -= spent;
+  total_.seconds -= spent;
+  const bool right = matches && found != users_.end();
+  if (right) {
+    right_[user] = digest;
+    return Verdict::Allowed;
   }
-  remembered_[digest] = right;
-  return right ? Verdict::Allowed : Verdict::Denied;
+  if (wrong_.size() >= kMaxRememberedWrong) wrong_.clear();
+  wrong_.insert(digest);
+  return Verdict::Denied;
 }
 
 }  // namespace tarmac::serve

@@ -283,6 +283,7 @@ bool is_loopback_address(const sockaddr_storage& a) {
 
 struct HttpServer::Connection {
   util::Fd fd;
+  std::string peer;                 // the client's address, for BasicAuth's ration
   std::unique_ptr<TlsSession> tls;  // with TLS on: declared after fd, so it is freed before fd closes
   bool handshaking = false;         // TLS: the handshake is not complete (no request is read)
   bool wants_write = false;         // TLS: a read or the handshake waits for the socket to take output
@@ -305,6 +306,11 @@ HttpServer::HttpServer(Handler handler, ServerLimits limits, ServerSecurity secu
 HttpServer::~HttpServer() { stop(); }
 
 Result<void> HttpServer::start(const std::string& host, unsigned port) {
+  TARMAC_TRY(bind(host, port));
+  return serve();
+}
+
+Result<void> HttpServer::bind(const std::string& host, unsigned port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -320,7 +326,7 @@ Result<void> HttpServer::start(const std::string& host, unsigned port) {
     if (!fd) continue;
     const int one = 1;
     setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 && listen(fd.get(), 128) == 0) {
+    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 && listen(fd.get(), 128) == 0) {
       sockaddr_storage bound{};
       socklen_t len = sizeof bound;
       getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len);
@@ -334,6 +340,11 @@ Result<void> HttpServer::start(const std::string& host, unsigned port) {
   }
   freeaddrinfo(found);
   if (!listen_fd_) return make_error(Error::Code::Invalid, fmt::format("cannot listen on {}:{}: {}", host, port, why));
+  return {};
+}
+
+Result<void> HttpServer::serve() {
+  if (!listen_fd_ || thread_.joinable()) return make_error(Error::Code::Internal, "serve() without bind()");
   int wake[2];
   if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) {
     listen_fd_.reset();
@@ -424,7 +435,7 @@ bool HttpServer::admitted(Connection& c, const Request& request, bool keep_alive
     return false;
   }
   if (!security_.auth) return true;
-  switch (security_.auth->check(request.authorization, Steady::now())) {
+  switch (security_.auth->check(request.authorization, c.peer, Steady::now())) {
     case BasicAuth::Verdict::Allowed: return true;
     case BasicAuth::Verdict::Denied: {
       ++stats_.rejected;
@@ -552,7 +563,9 @@ void HttpServer::run() {
 
 void HttpServer::accept_connections(std::list<Connection>& conns, Steady::time_point now) {
   for (;;) {
-    util::Fd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    util::Fd fd(accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!fd) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         ++stats_.accept_failures;
@@ -579,6 +592,10 @@ void HttpServer::accept_connections(std::list<Connection>& conns, Steady::time_p
       c.handshaking = true;
     }
     c.fd = std::move(fd);
+    char host[NI_MAXHOST] = "";
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&from), from_len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) == 0) {
+      c.peer = host;
+    }
     c.head_started = c.last_active = c.last_written = now;
     conns.push_back(std::move(c));
   }

@@ -104,6 +104,10 @@ class HttpServer {
 
   // Binds host:port (port 0 picks a free one) and starts serving on a thread of its own.
   [[nodiscard]] Result<void> start(const std::string& host, unsigned port);
+  // The two halves of start(), for a caller that decides from the address bound (loopback_only)
+  // how to serve before the first connection is answered.
+  [[nodiscard]] Result<void> bind(const std::string& host, unsigned port);
+  [[nodiscard]] Result<void> serve();
   // The port bound (useful after port 0).
   [[nodiscard]] unsigned port() const { return port_; }
   // Whether the address bound is loopback (after start).

@@ -19,6 +19,7 @@ struct FiringAlert {
   std::optional<unsigned> gpu;
   std::string summary;
   long long since_ms = 0;
+  std::string brief_summary;  // the summary with programs' names for command lines (Commands::ProgramOnly)
 };
 
 // A batch the agent's backfill sends on a GPU (docs/backfill.md), through the CLI's wiring: shown on

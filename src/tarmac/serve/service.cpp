@@ -89,17 +89,18 @@ Result<void> Service::start() {
   if (options_.web && !options_.web->users.empty()) security.auth = std::make_shared<BasicAuth>(options_.web->users);
   const bool guarded = security.tls && options_.web->authenticates();
   server_ = std::make_unique<HttpServer>([this](const Request& r) { return handle(r); }, ServerLimits{}, security);
-  TARMAC_TRY(server_->start(options_.host, options_.port));
-  if (server_->loopback_only()) return {};
+  // What may be served is decided from the address bound, before the first connection is answered.
+  TARMAC_TRY(server_->bind(options_.host, options_.port));
+  if (server_->loopback_only()) return server_->serve();
   if (!options_.expose_command_lines) commands_ = Commands::ProgramOnly;
-  if (guarded) return {};
+  if (guarded) return server_->serve();
   const std::string missing = !security.tls && !security.auth ? "TLS and authentication"
                               : !security.tls                 ? "TLS (passwords would cross the network in clear)"
                                                               : "authentication (basic_auth_users or "
                                                                 "RequireAndVerifyClientCert)";
   const std::string where = fmt::format("{}:{}", options_.host, options_.port);
   if (!options_.insecure) {
-    server_->stop();
+    server_.reset();
     return make_error(Error::Code::Invalid,
                       fmt::format("http.listen {} is reachable beyond this machine, and the endpoint has no {}: anyone "
                                   "on the network could read it. Give http.web_config_file (docs/fleet.md), or set "
@@ -109,7 +110,7 @@ Result<void> Service::start() {
   warning_ = fmt::format("serving {} beyond loopback without {} (http.insecure = true): anyone who reaches the port "
                          "reads the GPUs and their processes' users{}",
                          where, missing, commands_ == Commands::Full ? " and command lines" : "");
-  return {};
+  return server_->serve();
 }
 
 void Service::stop() {
@@ -196,7 +197,7 @@ Response Service::handle(const Request& request) {
     if (path == "/api/v1/gpus") {
       return json_response(
           gpus_json(*view, options_.hostname, options_.alerts ? options_.alerts() : std::vector<FiringAlert>{},
-                    options_.batches_on_gpus ? options_.batches_on_gpus() : std::vector<GpuBatch>{}));
+                    options_.batches_on_gpus ? options_.batches_on_gpus() : std::vector<GpuBatch>{}, commands_));
     }
     return json_response(processes_json(*view, commands_));
   }

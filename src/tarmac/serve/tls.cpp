@@ -204,6 +204,10 @@ Result<std::shared_ptr<TlsContext>> TlsContext::load(const TlsSettings& settings
       SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
       break;
   }
+  // No server-side session cache: a Prometheus scrape every 15 s gains nothing from it, and with the
+  // unchecked client certificate types each cached session would keep a stranger's chain.
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_max_cert_list(ctx, 32 * 1024);
   static const unsigned char kSessionContext[] = "tarmac";
   SSL_CTX_set_session_id_context(ctx, kSessionContext, sizeof kSessionContext - 1);
   return std::make_shared<TlsContext>(std::move(impl));

@@ -53,7 +53,7 @@ struct WebConfig {
 // root alone (util::read_trusted_file), since it decides who reads the agent.
 [[nodiscard]] Result<WebConfig> load_web_config(const std::string& path, bool trusted);
 
-// Whether `hash` is a bcrypt hash ($2a$, $2b$ or $2y$, cost 4 to 16, 60 characters).
+// Whether `hash` is a bcrypt hash ($2a$, $2b$ or $2y$, cost 4 to 12, 60 characters).
 [[nodiscard]] bool is_bcrypt_hash(std::string_view hash);
 
 }  // namespace tarmac::serve

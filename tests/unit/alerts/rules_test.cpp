@@ -47,6 +47,9 @@ TEST(Evaluator, HoldingZombieFiresOnceThenResolves) {
                        "for 2m");
   ASSERT_EQ(e.firing().size(), 1u);
   EXPECT_NE(e.firing()[0].summary.find("for 20m"), std::string::npos) << e.firing()[0].summary;
+  // Beyond the host (http.expose_command_lines off): the program's name for its three words.
+  EXPECT_EQ(summary_without_arguments(e.firing()[0]).substr(0, 55),
+            "GPU 3 (GPU-00000003-aaaa): python (bob, pid 1234) holds");
 
   // The kernel is killed: the GPU is idle, the alert resolves once.
   auto freed = zombie();

@@ -109,6 +109,38 @@ TEST(Metrics, ActivityIsOneClassAndCountsSeconds) {
   EXPECT_EQ(seconds.size(), 6u);  // only GPU 0 has counters
 }
 
+TEST(Metrics, TheHostLabelCanBeSpelledAsDcgmExportersNewerCode) {
+  MetricsExtras extras{.hostname = "node1"};
+  extras.hostname_label = "hostname";
+  const auto text = render_metrics(view_of({a100(0, 96)}, {{0, gpu::Activity::Busy}}), extras);
+  const auto util = samples(text, "DCGM_FI_DEV_GPU_UTIL");
+  ASSERT_EQ(util.size(), 1u);
+  EXPECT_NE(util[0].find(R"(,hostname="node1",)"), std::string::npos) << util[0];
+  EXPECT_EQ(util[0].find("Hostname"), std::string::npos) << util[0];
+}
+
+TEST(Metrics, BeyondLoopbackOnlyTheProgramsNameIsSent) {
+  auto d = a100(0, 0);
+  gpu::GpuProcess p;
+  p.pid = 7;
+  p.host.command_line = "/opt/conda/bin/python3 train.py --hf-token hf_secret";
+  d.processes.push_back(p);
+  gpu::GpuProcess kernel_thread;
+  kernel_thread.pid = 8;
+  kernel_thread.host.name = "kworker";
+  kernel_thread.host.command_line = "";
+  d.processes.push_back(kernel_thread);
+  MetricsExtras extras{.hostname = "h"};
+  extras.commands = Commands::ProgramOnly;
+  const auto text = render_metrics(view_of({d}, {}), extras);
+  EXPECT_EQ(text.find("hf_secret"), std::string::npos);
+  EXPECT_EQ(text.find("train.py"), std::string::npos);
+  EXPECT_NE(text.find(R"(pid="7",user="",command="python3",)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(pid="8",user="",command="kworker",)"), std::string::npos);
+  EXPECT_NE(render_metrics(view_of({d}, {}), {.hostname = "h"}).find("hf_secret"), std::string::npos)
+      << "whole lines by default (loopback)";
+}
+
 TEST(Metrics, ProcessesCarryTheirOwnersAndHoldingIsMarked) {
   auto d = a100(3, 0);
   gpu::GpuProcess p;

@@ -119,7 +119,9 @@ TEST(BcryptHash, ShapeAndCost) {
   EXPECT_TRUE(is_bcrypt_hash("$2y$10$" + std::string(53, 'a')));
   EXPECT_FALSE(is_bcrypt_hash("$2x$10$" + std::string(53, 'a')));
   EXPECT_FALSE(is_bcrypt_hash("$2y$10$" + std::string(52, 'a')));
-  EXPECT_FALSE(is_bcrypt_hash("$2y$31$" + std::string(53, 'a'))) << "a cost that would stall the server";
+  EXPECT_TRUE(is_bcrypt_hash("$2y$12$" + std::string(53, 'a')));
+  EXPECT_FALSE(is_bcrypt_hash("$2y$13$" + std::string(53, 'a'))) << "a cost that would stall the server";
+  EXPECT_FALSE(is_bcrypt_hash("$2y$31$" + std::string(53, 'a')));
   EXPECT_FALSE(is_bcrypt_hash("$2y$03$" + std::string(53, 'a')));
   EXPECT_FALSE(is_bcrypt_hash("$2y$10$" + std::string(52, 'a') + "!"));
   EXPECT_FALSE(is_bcrypt_hash("$6$salt$hash"));
