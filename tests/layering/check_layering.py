@@ -44,9 +44,10 @@ ALLOWED = {
     "sched": {"report", "diagnose", "store"} | BELOW_STORE,
     "serve": {"report", "diagnose", "store"} | BELOW_STORE,
     "backfill": {"sched", "net", "report", "diagnose", "store"} | BELOW_STORE,
+    "slurm": {"sched", "report", "diagnose", "store"} | BELOW_STORE,
     "config": {"agent", "alerts", "sched", "backfill", "net", "store", "diagnose", "reap"} | BELOW_STORE,
     "tui": {"net", "diagnose"} | BELOW_STORE,
-    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "backfill", "report", "agent", "diagnose", "store", "net",
+    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "slurm", "backfill", "report", "agent", "diagnose", "store", "net",
             "tui"}
     | BELOW_STORE,
     "apps": {"cli"},

@@ -271,6 +271,7 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   sopts.db_path = store::database_path(s.options.state_dir);
   sopts.hostname = util::host_name();
   sopts.hostname_label = s.cfg.http.hostname_label;
+  sopts.job_map_dir = s.cfg.slurm.job_map_dir;
   sopts.insecure = s.cfg.http.insecure;
   sopts.expose_command_lines = s.cfg.http.expose_command_lines;
   sopts.trusted_files = geteuid() == 0;

@@ -199,6 +199,14 @@ const std::vector<Key>& table() {
                "the host label's name on DCGM_FI_* series: Hostname (dcgm-exporter's releases) or hostname",
                {"Hostname", "hostname"}, [](Config& c, const std::string& v) { c.http.hostname_label = v; },
                [](const Config& c) { return c.http.hostname_label; }),
+      text_key("slurm", "job_map_dir", Kind::Path,
+               "the HPC job mapping directory `tarmac slurm prolog` writes and the agent reads for hpc_job labels "
+               "(dcgm-exporter's --hpc-job-mapping-dir format: one file per GPU index, one job id per line)",
+               {}, [](Config& c, const std::string& v) { c.slurm.job_map_dir = v; },
+               [](const Config& c) { return c.slurm.job_map_dir; }),
+      key("slurm", "epilog_grace", Kind::Duration,
+          "how long `tarmac slurm epilog` waits after SIGTERM before SIGKILL for the processes a job left on its GPUs",
+          0, 60 * 1000, &Config::slurm, &SlurmSettings::epilog_grace_ms),
       key("alerts", "starvation_for", Kind::Duration,
           "how long a GPU must stay starved (as activity.busy_util_pct and activity.starved_mem_pct define it) before "
           "the starvation alert fires",

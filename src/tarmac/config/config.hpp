@@ -24,6 +24,12 @@ namespace tarmac::config {
 // Which clock the agent stamps its samples with.
 enum class AgentClock { Real, Sim };
 
+// Slurm's prolog and epilog (docs/slurm.md).
+struct SlurmSettings {
+  std::string job_map_dir = "/run/tarmac/hpc-jobs";  // the HPC job mapping directory, dcgm-exporter's format
+  long long epilog_grace_ms = 3000;                   // SIGTERM to SIGKILL for what a job left behind
+};
+
 // The endpoint beyond http.listen (docs/fleet.md "Scraping across the network").
 struct HttpSettings {
   std::string web_config_file;        // TLS and passwords, in Prometheus exporters' format; "" for none
@@ -43,6 +49,7 @@ struct Config {
   // The agent's HTTP endpoint (docs/metrics.md): "host:port", or "" for none.
   std::string http_listen = "127.0.0.1:9478";
   HttpSettings http;
+  SlurmSettings slurm;
   // The agent's alert rules and sinks (docs/alerts.md); also `tarmac alerts`.
   alerts::AlertConfig alerts;
   // The agentless scheduler's lock directory (docs/scheduler.md); "" for /run/tarmac/locks.

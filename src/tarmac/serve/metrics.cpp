@@ -1,5 +1,6 @@
 #include "tarmac/serve/metrics.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
@@ -168,6 +169,9 @@ const std::vector<Family>& own_families() {
       {"tarmac_agent_http_rejected_total", Type::Counter, "HTTP requests answered with 4xx or 5xx (malformed, too big)."},
       {"tarmac_agent_http_accept_failures_total", Type::Counter,
        "Connections the HTTP server could not accept for want of descriptors or memory (each pauses accepting)."},
+      {"tarmac_gpu_job_info", Type::Gauge,
+       "1 for each Slurm job that uses a GPU (the HPC job mapping directory, and its processes' jobs): join on gpu "
+       "for slurm_job."},
       {"tarmac_agent_http_tls_failures_total", Type::Counter,
        "TLS handshakes that failed (no or a wrong client certificate, plain HTTP on the TLS port) or timed out."},
       {"tarmac_agent_http_auth_failures_total", Type::Counter,
@@ -256,7 +260,23 @@ std::optional<gpu::Activity> class_of(const LiveView& view, const gpu::Device& d
 }
 
 // dcgm-exporter's families, each with the GPUs that have its value (`dcgm`: their labels).
-void write_dcgm_fields(Writer& w, const std::vector<gpu::Device>& devices, const std::vector<std::string>& dcgm) {
+// The jobs that use a GPU: the mapping's, then its processes' Slurm jobs, each once.
+std::vector<std::string> jobs_of(const gpu::Device& d, const host::JobMap& map) {
+  std::vector<std::string> jobs;
+  if (const auto it = map.find(d.id.index); it != map.end()) jobs = it->second;
+  for (const auto& p : d.processes) {
+    const auto& job = p.host.slurm_job_id;
+    if (job && host::valid_job_id(*job) && std::find(jobs.begin(), jobs.end(), *job) == jobs.end()) {
+      jobs.push_back(*job);
+    }
+  }
+  return jobs;
+}
+
+// dcgm-exporter's families, each with the GPUs that have its value (`dcgm`: each GPU's label sets,
+// one per job on it, or one without hpc_job).
+void write_dcgm_fields(Writer& w, const std::vector<gpu::Device>& devices,
+                       const std::vector<std::vector<std::string>>& dcgm) {
   for (const auto& field : dcgm_fields()) {
     bool begun = false;
     for (std::size_t i = 0; i < devices.size(); ++i) {
@@ -265,7 +285,7 @@ void write_dcgm_fields(Writer& w, const std::vector<gpu::Device>& devices, const
       if (!v) continue;
       if (!begun) w.begin(field.family);
       begun = true;
-      w.sample(field.family.name, dcgm[i], *v);
+      for (const auto& labels : dcgm[i]) w.sample(field.family.name, labels, *v);
     }
   }
 }
@@ -425,16 +445,26 @@ std::string render_sample_metrics(const LiveView& view, const SampleLabels& samp
   const std::string& hostname = sample.hostname;
   const auto& devices = view.snapshot.devices;
   const std::string driver = view.snapshot.driver_version.value_or("");
-  std::vector<std::string> dcgm;
+  std::vector<std::vector<std::string>> dcgm;
   std::vector<std::string> labels;
+  std::vector<std::vector<std::string>> jobs;
   dcgm.reserve(devices.size());
   labels.reserve(devices.size());
   for (const auto& d : devices) {
-    dcgm.push_back(gpu_labels(d, sample, driver));
+    const std::string base = gpu_labels(d, sample, driver);
+    jobs.push_back(jobs_of(d, sample.jobs));
+    std::vector<std::string> sets;
+    for (const auto& job : jobs.back()) sets.push_back(base + "," + label("hpc_job", job));
+    if (sets.empty()) sets.push_back(base);
+    dcgm.push_back(std::move(sets));
     labels.push_back(own_labels(d, hostname));
   }
   Writer w;
   write_dcgm_fields(w, devices, dcgm);
+  w.begin(own_family("tarmac_gpu_job_info"));
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    for (const auto& job : jobs[i]) w.sample("tarmac_gpu_job_info", labels[i] + "," + label("slurm_job", job), 1);
+  }
   write_gpu_families(w, view, labels);
   write_process_families(w, view, labels, sample.commands);
   write_alerts(w, alerts, hostname);
@@ -476,7 +506,8 @@ std::string render_agent_metrics(const LiveView& view, const MetricsExtras& extr
 }
 
 std::string render_metrics(const LiveView& view, const MetricsExtras& extras) {
-  return render_sample_metrics(view, {extras.hostname, extras.hostname_label, extras.commands}, extras.alerts) +
+  return render_sample_metrics(view, {extras.hostname, extras.hostname_label, extras.commands, extras.jobs},
+                               extras.alerts) +
          render_agent_metrics(view, extras);
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tarmac/host/job_map.hpp"
 #include "tarmac/serve/live.hpp"
 
 namespace tarmac::serve {
@@ -77,6 +78,9 @@ struct SampleLabels {
   // or "hostname", as its newer code does (http.hostname_label).
   std::string hostname_label = "Hostname";
   Commands commands = Commands::Full;
+  // The jobs on each GPU from the HPC job mapping directory (slurm.job_map_dir); with the Slurm jobs
+  // of its processes, each gets its own DCGM_FI_* series with hpc_job, as dcgm-exporter does.
+  host::JobMap jobs;
 };
 
 // What /metrics says beyond the live view: the host, alerts, and the agent's own cost.
@@ -95,6 +99,7 @@ struct MetricsExtras {
   long long http_auth_failures = 0;
   std::string hostname_label = "Hostname";  // as SampleLabels
   Commands commands = Commands::Full;
+  host::JobMap jobs;
 };
 
 [[nodiscard]] std::string render_metrics(const LiveView& view, const MetricsExtras& extras);

@@ -1,0 +1,137 @@
+#include "tarmac/host/job_map.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+
+#include "tarmac/util/fd.hpp"
+#include "tarmac/util/strings.hpp"
+
+namespace tarmac::host {
+
+namespace {
+
+constexpr std::size_t kMaxFileBytes = 64 * 1024;
+constexpr std::size_t kMaxJobsPerGpu = 64;
+
+std::optional<unsigned> gpu_index(std::string_view name) {
+  if (name.empty() || name.size() > 4 || name.find_first_not_of("0123456789") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  if (name.size() > 1 && name.front() == '0') return std::nullopt;
+  return static_cast<unsigned>(std::stoul(std::string(name)));
+}
+
+// The whole of a regular file under `dir_fd`, or nullopt.
+std::optional<std::string> read_at(int dir_fd, const std::string& name) {
+  util::Fd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd) return std::nullopt;
+  struct stat st{};
+  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::size_t>(st.st_size) > kMaxFileBytes) {
+    return std::nullopt;
+  }
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = read(fd.get(), text.data() + got, text.size() - got);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  text.resize(got);
+  return text;
+}
+
+std::vector<std::string> jobs_in(const std::string& text) {
+  std::vector<std::string> jobs;
+  for (const auto& line : util::split(text, '\n')) {
+    const std::string id(util::trim(line));
+    if (!valid_job_id(id) || std::find(jobs.begin(), jobs.end(), id) != jobs.end()) continue;
+    jobs.push_back(id);
+    if (jobs.size() == kMaxJobsPerGpu) break;
+  }
+  return jobs;
+}
+
+Error io_error(const std::string& what) {
+  return make_error(Error::Code::Io, fmt::format("{}: {}", what, std::strerror(errno)));
+}
+
+}  // namespace
+
+bool valid_job_id(std::string_view id) {
+  if (id.empty() || id.size() > 64 || id.front() == '.') return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
+           c == '-';
+  });
+}
+
+JobMap read_job_map(const std::string& dir) {
+  JobMap out;
+  util::Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd) return out;
+  DIR* d = fdopendir(dup(dir_fd.get()));
+  if (d == nullptr) return out;
+  std::size_t seen = 0;
+  while (const dirent* e = readdir(d)) {
+    if (++seen > 4096) break;  // a directory flooded with names is not read to its end
+    const auto index = gpu_index(e->d_name);
+    if (!index) continue;
+    if (const auto text = read_at(dir_fd.get(), e->d_name)) {
+      auto jobs = jobs_in(*text);
+      if (!jobs.empty()) out[*index] = std::move(jobs);
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+Result<void> change_job_map(const std::string& dir, const std::vector<unsigned>& gpus, const std::string& job,
+                            JobMapChange change) {
+  if (!valid_job_id(job)) return make_error(Error::Code::Invalid, fmt::format("\"{}\" is not a job id", job));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // root's umask: 0755, as /run/tarmac
+  if (ec) return make_error(Error::Code::Io, fmt::format("cannot create {}: {}", dir, ec.message()));
+  util::Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!dir_fd) return io_error("cannot open " + dir);
+  struct stat st{};
+  if (fstat(dir_fd.get(), &st) != 0 || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return make_error(Error::Code::Invalid,
+                      fmt::format("{} must be a directory of this user ({}) that no one else can write", dir, geteuid()));
+  }
+  if (flock(dir_fd.get(), LOCK_EX) != 0) return io_error("cannot lock " + dir);  // released with dir_fd
+  for (const unsigned gpu : gpus) {
+    const std::string name = std::to_string(gpu);
+    auto jobs = jobs_in(read_at(dir_fd.get(), name).value_or(""));
+    std::erase(jobs, job);
+    if (change == JobMapChange::Add) jobs.push_back(job);
+    if (jobs.empty()) {
+      if (unlinkat(dir_fd.get(), name.c_str(), 0) != 0 && errno != ENOENT) return io_error("cannot remove " + dir + "/" + name);
+      continue;
+    }
+    std::string text;
+    for (const auto& j : jobs) text += j + "\n";
+    const std::string tmp = fmt::format(".{}.{}.tmp", name, getpid());
+    util::Fd out(openat(dir_fd.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!out) return io_error("cannot write " + dir + "/" + tmp);
+    const bool written = write(out.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                         fchmod(out.get(), 0644) == 0;
+    out.reset();
+    if (!written || renameat(dir_fd.get(), tmp.c_str(), dir_fd.get(), name.c_str()) != 0) {
+      const Error e = io_error("cannot write " + dir + "/" + name);
+      unlinkat(dir_fd.get(), tmp.c_str(), 0);
+      return e;
+    }
+  }
+  return {};
+}
+
+}  // namespace tarmac::host

@@ -1,0 +1,33 @@
+// The HPC job mapping directory that dcgm-exporter reads (--hpc-job-mapping-dir) and `tarmac slurm
+// prolog`/`epilog` write (docs/slurm.md): one file per GPU, named by its index, holding the ids of
+// the jobs that use it, one per line. Both tools can share one directory.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tarmac/util/result.hpp"
+
+namespace tarmac::host {
+
+// GPU index -> the job ids its file lists, in file order.
+using JobMap = std::map<unsigned, std::vector<std::string>>;
+
+// Whether `id` can be a job id in the map: 1 to 64 of [0-9A-Za-z_.-], not starting with '.'.
+[[nodiscard]] bool valid_job_id(std::string_view id);
+
+// Reads the directory: files whose names are GPU indices, lines that are valid job ids (at most 64
+// per GPU, 64 KiB per file); anything else in it is ignored. A missing directory is an empty map.
+// Files are opened relative to the directory without following links or blocking.
+[[nodiscard]] JobMap read_job_map(const std::string& dir);
+
+// Adds `job` to the files of `gpus` (or removes it from them), under an exclusive flock of the
+// directory, each file replaced by rename so a reader sees a whole one; a file left empty is
+// removed. Creates the directory (0755) when it is missing. Fails naming the file and why.
+enum class JobMapChange { Add, Remove };
+[[nodiscard]] Result<void> change_job_map(const std::string& dir, const std::vector<unsigned>& gpus,
+                                          const std::string& job, JobMapChange change);
+
+}  // namespace tarmac::host

@@ -1,0 +1,287 @@
+#include "tarmac/slurm/hooks.hpp"
+
+#include <csignal>
+#include <fmt/format.h>
+#include <set>
+#include <thread>
+
+#include "tarmac/gpu/activity.hpp"
+#include "tarmac/host/job_map.hpp"
+#include "tarmac/sched/leases.hpp"
+#include "tarmac/util/clock.hpp"
+#include "tarmac/util/escape.hpp"
+#include "tarmac/util/process.hpp"
+#include "tarmac/util/strings.hpp"
+#include "tarmac/util/units.hpp"
+
+namespace tarmac::slurm {
+
+namespace {
+
+constexpr int kMaxGpuIndex = 1023;
+constexpr long long kLeaseBoundMs = 30LL * 24 * 3600 * 1000;  // longer than any Slurm time limit sites set
+
+std::string lease_job(const JobEnv& job) { return "slurm-" + job.job_id; }
+
+// "pid 4242 (bob, python)": who, in words a drain reason can carry (printable, short).
+std::string who(const gpu::GpuProcess& p) {
+  const std::string program = host::program_name(p.host.command_line);
+  const std::string name = program.empty() ? p.host.name.value_or("?") : program;
+  return util::terminal_text(fmt::format("pid {} ({}, {})", p.pid, p.host.user.value_or("?"), name));
+}
+
+std::string held(const gpu::GpuProcess& p) {
+  return p.used_mem_bytes ? util::format_bytes(*p.used_mem_bytes) : std::string("memory");
+}
+
+gpu::SnapshotOptions snapshot_options() {
+  gpu::SnapshotOptions o;
+  o.processes = true;
+  return o;
+}
+
+// The job's GPUs in the snapshot, in the job's order; fails naming one the driver does not list.
+Result<std::vector<const gpu::Device*>> job_devices(const gpu::Snapshot& snap, const JobEnv& job) {
+  std::vector<const gpu::Device*> out;
+  for (const unsigned index : job.gpus) {
+    const gpu::Device* found = nullptr;
+    for (const auto& d : snap.devices) {
+      if (d.id.index == index) found = &d;
+    }
+    if (found == nullptr) {
+      return make_error(Error::Code::NotFound, fmt::format("GPU {} of job {} is not on this node (the driver lists {})",
+                                                           index, job.job_id, snap.devices.size()));
+    }
+    out.push_back(found);
+  }
+  return out;
+}
+
+HookResult fail(std::string line) { return {1, {std::move(line)}}; }
+
+// Ends `victims` (pid -> the process as the snapshot saw it): each through a pidfd opened first and
+// then checked to be that process still (start time) and the job's user's; SIGTERM, `grace_ms`,
+// SIGKILL to what is left. Returns a line per process.
+std::vector<std::string> end_processes(const host::ProcReader& proc, const std::map<unsigned, const gpu::GpuProcess*>& victims,
+                                       uid_t uid, long long grace_ms) {
+  std::vector<std::string> lines;
+  std::vector<std::pair<unsigned, util::Fd>> sent;
+  for (const auto& [pid, p] : victims) {
+    auto fd = util::open_pidfd(static_cast<pid_t>(pid));
+    if (!fd.ok()) {
+      lines.push_back(fmt::format("{}: gone ({})", who(*p), fd.error().message));
+      continue;
+    }
+    const auto now = proc.stat(pid);
+    const bool same = now && (!p->host.start_ticks || now->identity.starttime_ticks == *p->host.start_ticks) &&
+                      proc.owner_uid(pid) == uid;
+    if (!same) {
+      lines.push_back(fmt::format("{}: its pid names another process now; nothing sent", who(*p)));
+      continue;
+    }
+    if (auto r = util::signal_pidfd(*fd, SIGTERM); !r.ok()) {
+      lines.push_back(fmt::format("{}: {}", who(*p), r.error().message));
+      continue;
+    }
+    sent.emplace_back(pid, std::move(*fd));
+  }
+  const long long deadline = util::monotonic_ms() + grace_ms;
+  for (auto& [pid, fd] : sent) {
+    const gpu::GpuProcess& p = *victims.at(pid);
+    if (util::pidfd_ended(fd, std::max(0LL, deadline - util::monotonic_ms()))) {
+      lines.push_back(fmt::format("{}: ended after SIGTERM", who(p)));
+      continue;
+    }
+    (void)util::signal_pidfd(fd, SIGKILL);  // the pidfd names this process or nobody
+    lines.push_back(util::pidfd_ended(fd, 2000) ? fmt::format("{}: killed after {} ms", who(p), grace_ms)
+                                                : fmt::format("{}: survived SIGKILL", who(p)));
+  }
+  return lines;
+}
+
+}  // namespace
+
+Result<JobEnv> read_job_env(const std::map<std::string, std::string>& env) {
+  const auto get = [&env](const char* name) -> std::string {
+    const auto it = env.find(name);
+    return it == env.end() ? std::string() : it->second;
+  };
+  JobEnv job;
+  job.job_id = get("SLURM_JOB_ID");
+  if (job.job_id.empty() || job.job_id.find_first_not_of("0123456789") != std::string::npos || job.job_id.size() > 20) {
+    return make_error(Error::Code::Invalid, "SLURM_JOB_ID is missing or not a number: run this as slurmd's Prolog or "
+                                            "Epilog (docs/slurm.md)");
+  }
+  const auto uid = util::parse_int(get("SLURM_JOB_UID"), 0, 0x7fffffff);
+  if (!uid) return make_error(Error::Code::Invalid, "SLURM_JOB_UID is missing or not a number");
+  job.uid = static_cast<uid_t>(*uid);
+  const std::string user = get("SLURM_JOB_USER");
+  const bool plain = !user.empty() && user.size() <= 64 && user.find_first_not_of(
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos;
+  job.user = plain ? user : std::to_string(job.uid);
+  std::string gpus = get("SLURM_JOB_GPUS");
+  const char* from = "SLURM_JOB_GPUS";
+  if (gpus.empty()) {
+    gpus = get("CUDA_VISIBLE_DEVICES");
+    from = "CUDA_VISIBLE_DEVICES";
+  }
+  std::set<unsigned> seen;
+  if (util::trim(gpus).empty()) return job;  // a job without GPUs on this node
+  for (const auto& word : util::split(gpus, ',')) {
+    const auto index = util::parse_int(util::trim(word), 0, kMaxGpuIndex);
+    if (!index) {
+      return make_error(Error::Code::Invalid,
+                        fmt::format("{}={}: expected GPU indices like 0,1 (gres.conf with AutoDetect=nvml gives them)",
+                                    from, util::terminal_text(gpus)));
+    }
+    if (seen.insert(static_cast<unsigned>(*index)).second) job.gpus.push_back(static_cast<unsigned>(*index));
+  }
+  return job;
+}
+
+std::optional<std::string> unfit_reason(const gpu::Device& d, const std::string& job) {
+  if (d.lost) return fmt::format("GPU {} is lost: {}", d.id.index, util::terminal_text(*d.lost));
+  if (const auto fault = gpu::fault_reason(d)) {
+    return fmt::format("GPU {} has a fault: {}", d.id.index, util::terminal_text(*fault));
+  }
+  for (const auto& p : d.processes) {
+    const auto& other = p.host.slurm_job_id;
+    if (other && !other->empty()) continue;  // this job's (a requeue) or another's: shared on purpose
+    if (p.host.unread) {
+      return fmt::format("GPU {}: {} held by {}, whose job cannot be read ({})", d.id.index, held(p), who(p),
+                         util::terminal_text(*p.host.unread));
+    }
+    return fmt::format("GPU {}: {} held by {} of no Slurm job", d.id.index, held(p), who(p));
+  }
+  (void)job;
+  return std::nullopt;
+}
+
+std::vector<const gpu::GpuProcess*> leftovers(const gpu::Device& d, const JobEnv& job) {
+  std::vector<const gpu::GpuProcess*> out;
+  for (const auto& p : d.processes) {
+    if (!p.host.uid || *p.host.uid != job.uid) continue;
+    const auto& of = p.host.slurm_job_id;
+    if (of && !of->empty() && *of != job.job_id) continue;
+    if (!of && p.host.unread) continue;  // its job is unknown: it might be another of the user's jobs
+    out.push_back(&p);
+  }
+  return out;
+}
+
+HookResult run_prolog(gpu::Backend& backend, const JobEnv& job, const HookOptions& options) {
+  if (job.gpus.empty()) return {0, {fmt::format("job {} has no GPUs on this node", job.job_id)}};
+  auto snap = backend.snapshot(snapshot_options());
+  if (!snap.ok()) return fail("tarmac prolog: cannot read the GPUs: " + snap.error().message);
+  auto devices = job_devices(*snap, job);
+  if (!devices.ok()) return fail("tarmac prolog: " + devices.error().message);
+  for (const gpu::Device* d : *devices) {
+    if (auto why = unfit_reason(*d, job.job_id)) return fail("tarmac prolog: " + *why);
+  }
+  HookResult result;
+  if (!options.lock_dir.empty()) {
+    auto dir = sched::LeaseDir::open(options.lock_dir);
+    if (!dir.ok()) return fail("tarmac prolog: " + dir.error().message);
+    auto lock = dir->lock(5000);
+    if (!lock.ok()) return fail("tarmac prolog: " + lock.error().message);
+    auto live = dir->live_leases(util::wall_ms());
+    if (!live.ok()) return fail("tarmac prolog: " + live.error().message);
+    std::vector<sched::Lease> mine;
+    for (const gpu::Device* d : *devices) {
+      if (!d->id.uuid) return fail(fmt::format("tarmac prolog: GPU {} has no UUID to lease", d->id.index));
+      bool shared = false;
+      for (const auto& l : *live) {
+        if (l.uuid != *d->id.uuid || l.job_id == lease_job(job)) continue;
+        // Another Slurm job's: a GPU the site shares between jobs (shards). Anyone else's lease
+        // means tarmac gave the GPU away outside Slurm.
+        if (!l.job_id.starts_with("slurm-")) {
+          return fail(fmt::format("tarmac prolog: GPU {} is leased {}", d->id.index, sched::describe(l)));
+        }
+        shared = true;
+      }
+      if (shared) continue;
+      sched::Lease l;
+      l.uuid = *d->id.uuid;
+      l.job_id = lease_job(job);
+      l.user = job.user;
+      // No process of the job outlives the prolog to own the lease: it lasts until the epilog takes it
+      // back, bounded so that a node whose epilog never ran does not keep the GPU from pick forever.
+      l.expires_unix_ms = util::wall_ms() + kLeaseBoundMs;
+      mine.push_back(std::move(l));
+    }
+    if (auto w = dir->write(mine); !w.ok()) return fail("tarmac prolog: " + w.error().message);
+    result.lines.push_back(fmt::format("leased GPUs {} to {}", fmt::join(job.gpus, ","), lease_job(job)));
+  }
+  if (!options.job_map_dir.empty()) {
+    if (auto r = host::change_job_map(options.job_map_dir, job.gpus, job.job_id, host::JobMapChange::Add); !r.ok()) {
+      return fail("tarmac prolog: " + r.error().message);
+    }
+    result.lines.push_back(fmt::format("mapped job {} to GPUs {} in {}", job.job_id, fmt::join(job.gpus, ","),
+                                       options.job_map_dir));
+  }
+  return result;
+}
+
+HookResult run_epilog(gpu::Backend& backend, const host::ProcReader& proc, const JobEnv& job,
+                      const HookOptions& options) {
+  HookResult result;
+  if (job.gpus.empty()) return {0, {fmt::format("job {} had no GPUs on this node", job.job_id)}};
+  auto snap = backend.snapshot(snapshot_options());
+  if (!snap.ok()) return fail("tarmac epilog: cannot read the GPUs: " + snap.error().message);
+  auto devices = job_devices(*snap, job);
+  if (!devices.ok()) return fail("tarmac epilog: " + devices.error().message);
+  std::map<unsigned, const gpu::GpuProcess*> victims;
+  for (const gpu::Device* d : *devices) {
+    for (const auto* p : leftovers(*d, job)) victims.emplace(p->pid, p);
+  }
+  auto ended = end_processes(proc, victims, job.uid, options.grace_ms);
+  result.lines.insert(result.lines.end(), ended.begin(), ended.end());
+
+  // The mapping and the lease go whatever happens next: the job is over.
+  if (!options.job_map_dir.empty()) {
+    if (auto r = host::change_job_map(options.job_map_dir, job.gpus, job.job_id, host::JobMapChange::Remove); !r.ok()) {
+      result.lines.push_back("cannot update the job mapping: " + r.error().message);
+    }
+  }
+  if (!options.lock_dir.empty()) {
+    if (auto dir = sched::LeaseDir::open(options.lock_dir); dir.ok()) {
+      if (auto lock = dir->lock(5000); lock.ok()) {
+        std::vector<std::string> uuids;
+        for (const gpu::Device* d : *devices) {
+          if (d->id.uuid) uuids.push_back(*d->id.uuid);
+        }
+        dir->remove(uuids, lease_job(job));
+      }
+    }
+  }
+
+  // The driver says when the memory is free: what a process that ended still held is given back
+  // after it is reaped, and a process of no job can hold it too.
+  const long long deadline = util::monotonic_ms() + (victims.empty() ? 0 : options.free_wait_ms);
+  std::string occupied;
+  for (;;) {
+    auto again = backend.snapshot(snapshot_options());
+    if (!again.ok()) return fail("tarmac epilog: cannot read the GPUs: " + again.error().message);
+    occupied.clear();
+    for (const unsigned index : job.gpus) {
+      for (const auto& d : again->devices) {
+        if (d.id.index != index || !occupied.empty()) continue;
+        for (const auto& p : d.processes) {
+          const auto& of = p.host.slurm_job_id;
+          if (of && !of->empty() && *of != job.job_id) continue;  // another job shares it
+          occupied = fmt::format("GPU {} stays occupied: {} held by {}", index, held(p), who(p));
+          break;
+        }
+      }
+    }
+    if (occupied.empty() || util::monotonic_ms() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!occupied.empty()) {
+    result.exit_code = 1;
+    result.lines.insert(result.lines.begin(), "tarmac epilog: " + occupied);
+  }
+  return result;
+}
+
+}  // namespace tarmac::slurm
