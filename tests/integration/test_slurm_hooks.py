@@ -9,6 +9,7 @@ the job user's leftovers and nothing of another user or job, takes the mapping a
 and fails naming a GPU that stays occupied; both take well under a second on eight GPUs.
 
 The same hooks under a real slurmd (Debian's slurm-wlm) are not run here yet: docs/slurm.md."""
+import fcntl
 import json
 import os
 import pathlib
@@ -23,6 +24,17 @@ from devtools import demoted, second_user
 from test_status import BUILD, TARMAC
 
 LOAD = BUILD / "sim" / "tarmac-sim-load"
+
+
+def lock_held(path):
+    """Whether another process holds an exclusive flock of PATH."""
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
 
 
 class Hooks(unittest.TestCase):
@@ -118,16 +130,80 @@ class Hooks(unittest.TestCase):
 
     def test_epilog_ends_the_jobs_leftovers_and_nothing_else(self):
         self.assertEqual(self.hook("prolog", gpus="1,2,3")[0], 0)
+        self.assertEqual(self.hook("prolog", job="78", gpus="3")[0], 0)  # the user's next job shares GPU 3
         mine = self.load(1, job="77", user=self.user)
         escaped = self.load(2, job=None, user=self.user)   # left the job's cgroup: no job, the user's
-        other_job = self.load(3, job="78", user=self.user)  # the user's next job, sharing GPU 3
+        other_job = self.load(3, job="78", user=self.user)
+        fake = self.load(3, job="555", user=self.user)  # claims a job no prolog mapped: no job
         rc, out, err, took = self.hook("epilog", gpus="1,2,3")
         self.assertEqual(rc, 0, out + err)
-        self.assertTrue(wait_for(lambda: mine.poll() is not None and escaped.poll() is not None))
+        self.assertTrue(wait_for(lambda: mine.poll() is not None and escaped.poll() is not None and
+                                 fake.poll() is not None))
         self.assertIn(f"pid {mine.pid} ({self.user.pw_name}, tarmac-sim-load): ended after SIGTERM", out)
         self.assertIsNone(other_job.poll(), "another job's process is left alone")
         self.assertNotIn(str(other_job.pid), out)
         self.assertNotIn(mine.pid, gpu_pids(self.sim.state, 1))
+
+    def test_a_claim_no_prolog_mapped_is_not_believed(self):
+        # SLURM_JOB_ID is the user's to set: a squatter cannot pass for a job sharing the GPU.
+        squatter = self.load(1, job="555", user=self.user)
+        rc, out, err, _ = self.hook("prolog", gpus="1")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn(f"held by pid {squatter.pid} ({self.user.pw_name}, tarmac-sim-load), which claims Slurm job "
+                      "555 that no prolog mapped", err)
+
+    def test_after_a_failed_prolog_the_epilog_ends_nothing_of_no_job(self):
+        squatter = self.load(1, user=self.user)  # the user's, outside Slurm
+        self.assertEqual(self.hook("prolog", gpus="1")[0], 1)
+        rc, out, err, _ = self.hook("epilog", gpus="1")
+        self.assertEqual(rc, 1, out + err)  # the GPU stays occupied: the node stays drained
+        self.assertIsNone(squatter.poll(), "not the job's leftover: the job never ran")
+
+    def test_leases_are_a_courtesy_that_users_cannot_turn_into_a_drain(self):
+        self.locks.mkdir(mode=0o1777)
+        os.chmod(self.locks, 0o1777)
+        uuid = json.loads(subprocess.run([str(TARMAC), "--json", "status"], env=self.sim.env(), capture_output=True,
+                                         text=True, timeout=60).stdout)["gpus"][1]["uuid"]
+        # A user's own lease file naming a Slurm job, for ever: neither believed nor a reason to fail.
+        forged = self.locks / f"gpu-{uuid}.lease"
+        subprocess.run(["sh", "-c", f"echo '0 0 9999999999999 slurm-1 {self.user.pw_name}' > {forged}"],
+                       preexec_fn=demoted(self.user), check=True)
+        rc, out, err, _ = self.hook("prolog", gpus="1")
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("outside Slurm: it is job 77's now", out)
+        self.assertEqual(forged.read_text().split()[3], "slurm-77")
+        self.assertEqual(self.hook("epilog", gpus="1")[0], 0)
+        # The lease directory's lock held by a user: the prolog goes on without leases, quickly.
+        (self.locks / ".lock").touch()
+        holder = subprocess.Popen(["flock", str(self.locks / ".lock"), "sleep", "60"], preexec_fn=demoted(self.user))
+        self.addCleanup(end_process, holder)
+        self.assertTrue(wait_for(lambda: lock_held(self.locks / ".lock")), "flock(1) never took the lock")
+        rc, out, err, took = self.hook("prolog", gpus="1")
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("no leases:", out)
+        self.assertEqual(self.mapped(), {1: ["77"]})
+        self.assertLess(took, 30)
+
+    def test_the_mapping_lock_is_roots_alone(self):
+        self.assertEqual(self.hook("prolog", gpus="1")[0], 0)
+        lock = pathlib.Path(str(self.map) + ".lock")
+        self.assertEqual(os.stat(lock).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(self.map).st_mode & 0o777, 0o755)
+        # A mapping directory reached through a link is refused, not followed.
+        link = self.dir / "linked"
+        link.symlink_to(self.map)
+        self.config.write_text(f'[slurm]\njob_map_dir = "{link}"\n[scheduler]\nlock_dir = "{self.locks}"\n')
+        rc, out, err, _ = self.hook("prolog", job="80", gpus="2")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("a link, or not a directory", err)
+
+    def test_a_shared_gpus_lease_passes_to_the_job_still_on_it(self):
+        self.assertEqual(self.hook("prolog", gpus="2")[0], 0)
+        self.assertEqual(self.hook("prolog", job="78", gpus="2")[0], 0)
+        self.assertEqual([l[3] for l in self.leases()], ["slurm-77"])
+        self.assertEqual(self.hook("epilog", gpus="2")[0], 0)
+        self.assertEqual(self.mapped(), {2: ["78"]})
+        self.assertEqual([l[3] for l in self.leases()], ["slurm-78"])
 
     def test_a_stubborn_leftover_is_killed(self):
         self.assertEqual(self.hook("prolog", gpus="1")[0], 0)
@@ -158,6 +234,18 @@ class Hooks(unittest.TestCase):
         rc, out, err, _ = self.hook("prolog", gpus="9")
         self.assertEqual(rc, 1)
         self.assertIn("GPU 9 of job 77 is not on this node", err)
+
+    def test_a_link_named_tarmac_slurm_prolog_is_the_prolog(self):
+        # slurm.conf's Prolog= takes a program without arguments.
+        for hook in ("prolog", "epilog"):
+            link = self.dir / f"tarmac-slurm-{hook}"
+            link.symlink_to(TARMAC)
+            env = self.sim.env({"SLURM_JOB_ID": "77", "SLURM_JOB_UID": str(self.user.pw_uid), "SLURM_JOB_GPUS": "1",
+                                "SLURM_JOB_USER": self.user.pw_name})
+            r = subprocess.run([str(link), "--config", str(self.config)], env=env, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(self.mapped(), {1: ["77"]} if hook == "prolog" else {})
 
     def test_metrics_carry_hpc_job_on_exactly_the_jobs_gpus(self):
         self.assertEqual(self.hook("prolog", gpus="1,2")[0], 0)

@@ -4,6 +4,7 @@
 #include <exception>
 #include <fmt/format.h>
 #include <string_view>
+#include <vector>
 
 #include "tarmac/cli/agent_command.hpp"
 #include "tarmac/cli/backfill_command.hpp"
@@ -101,6 +102,16 @@ int run_app(int argc, char** argv) {
 
 int run(int argc, char** argv) {
   try {
+    // slurm.conf's Prolog= and Epilog= name a program and take no arguments: a link to tarmac named
+    // tarmac-slurm-prolog (or -epilog) is `tarmac slurm prolog` (docs/slurm.md).
+    const std::string_view self = argc > 0 ? std::string_view(argv[0]) : std::string_view();
+    const std::string_view name = self.substr(self.rfind('/') == std::string_view::npos ? 0 : self.rfind('/') + 1);
+    if (name == "tarmac-slurm-prolog" || name == "tarmac-slurm-epilog") {
+      std::vector<char*> args{argv[0], const_cast<char*>("slurm"),
+                              const_cast<char*>(name.ends_with("prolog") ? "prolog" : "epilog")};
+      for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+      return run_app(static_cast<int>(args.size()), args.data());
+    }
     return run_app(argc, argv);
   } catch (const std::exception& e) {
     fmt::print(stderr, "tarmac: internal error: {}\n", e.what());

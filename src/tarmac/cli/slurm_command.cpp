@@ -38,6 +38,7 @@ int run_hook(const GlobalOptions& global, Hook hook) {
   options.job_map_dir = cfg.slurm.job_map_dir;
   options.lock_dir = sched::lock_dir(cfg.scheduler_lock_dir);
   options.grace_ms = cfg.slurm.epilog_grace_ms;
+  options.max_hold_ms = cfg.scheduler.max_hold_ms;
   slurm::HookResult result;
   if (job->gpus.empty()) {
     result.lines.push_back(fmt::format("job {} has no GPUs on this node", job->job_id));

@@ -3,15 +3,16 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fmt/format.h>
 
+#include "tarmac/util/clock.hpp"
 #include "tarmac/util/fd.hpp"
 #include "tarmac/util/strings.hpp"
 
@@ -21,6 +22,7 @@ namespace {
 
 constexpr std::size_t kMaxFileBytes = 64 * 1024;
 constexpr std::size_t kMaxJobsPerGpu = 64;
+constexpr long long kLockWaitMs = 5000;
 
 std::optional<unsigned> gpu_index(std::string_view name) {
   if (name.empty() || name.size() > 4 || name.find_first_not_of("0123456789") != std::string_view::npos) {
@@ -64,6 +66,50 @@ Error io_error(const std::string& what) {
   return make_error(Error::Code::Io, fmt::format("{}: {}", what, std::strerror(errno)));
 }
 
+// Whether a directory on the way may be trusted: its owner root or this user, and writable by
+// nobody else unless sticky (as /tmp: others cannot replace what is in it). The last one must not
+// be writable by others at all.
+bool trusted_dir(const struct stat& st, bool last) {
+  if (!S_ISDIR(st.st_mode) || (st.st_uid != 0 && st.st_uid != geteuid())) return false;
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) == 0) return true;
+  return !last && (st.st_mode & S_ISVTX) != 0;
+}
+
+// Opens `dir` one component at a time from /, never through a link, creating what is missing
+// (0755), each directory checked with trusted_dir: root's writes there cannot be redirected.
+Result<util::Fd> open_private_dir(const std::string& dir) {
+  if (dir.empty() || dir.front() != '/') {
+    return make_error(Error::Code::Invalid, fmt::format("{}: the job mapping directory must be an absolute path", dir));
+  }
+  util::Fd at(open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!at) return io_error("cannot open /");
+  const auto parts = util::split(std::string_view(dir).substr(1), '/');
+  std::vector<std::string> names;
+  for (const auto& p : parts) {
+    if (p.empty() || p == ".") continue;
+    if (p == "..") return make_error(Error::Code::Invalid, fmt::format("{}: \"..\" in the job mapping directory", dir));
+    names.push_back(p);
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const bool last = i + 1 == names.size();
+    util::Fd next(openat(at.get(), names[i].c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+    if (!next && errno == ENOENT) {
+      if (mkdirat(at.get(), names[i].c_str(), 0755) != 0 && errno != EEXIST) return io_error("cannot create " + dir);
+      next.reset(openat(at.get(), names[i].c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+    }
+    if (!next) return io_error(fmt::format("cannot open {} (a link, or not a directory?)", dir));
+    struct stat st{};
+    if (fstat(next.get(), &st) != 0 || !trusted_dir(st, last)) {
+      return make_error(Error::Code::Invalid,
+                        fmt::format("{}: every directory on its path must be root's or this user's, and {} writable "
+                                    "by no one else",
+                                    dir, last ? "it" : "each (but sticky ones, as /tmp)"));
+    }
+    at = std::move(next);
+  }
+  return at;
+}
+
 }  // namespace
 
 bool valid_job_id(std::string_view id) {
@@ -97,17 +143,26 @@ JobMap read_job_map(const std::string& dir) {
 Result<void> change_job_map(const std::string& dir, const std::vector<unsigned>& gpus, const std::string& job,
                             JobMapChange change) {
   if (!valid_job_id(job)) return make_error(Error::Code::Invalid, fmt::format("\"{}\" is not a job id", job));
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);  // root's umask: 0755, as /run/tarmac
-  if (ec) return make_error(Error::Code::Io, fmt::format("cannot create {}: {}", dir, ec.message()));
-  util::Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
-  if (!dir_fd) return io_error("cannot open " + dir);
-  struct stat st{};
-  if (fstat(dir_fd.get(), &st) != 0 || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return make_error(Error::Code::Invalid,
-                      fmt::format("{} must be a directory of this user ({}) that no one else can write", dir, geteuid()));
+  TARMAC_TRY_ASSIGN(util::Fd dir_fd, open_private_dir(dir));
+  // The lock is a file of its own beside the directory, readable by its owner alone: a user who
+  // could open what is locked could hold the lock and hang every prolog and epilog.
+  util::Fd lock(open((dir + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
+  struct stat lst{};
+  if (!lock || fstat(lock.get(), &lst) != 0 || !S_ISREG(lst.st_mode) || lst.st_uid != geteuid() ||
+      (lst.st_mode & 077) != 0) {
+    return make_error(Error::Code::Invalid, fmt::format("{}.lock must be a regular file of this user that no one "
+                                                        "else can open",
+                                                        dir));
   }
-  if (flock(dir_fd.get(), LOCK_EX) != 0) return io_error("cannot lock " + dir);  // released with dir_fd
+  const long long deadline = util::monotonic_ms() + kLockWaitMs;
+  while (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) return io_error("cannot lock " + dir + ".lock");
+    if (util::monotonic_ms() >= deadline) {
+      return make_error(Error::Code::Io, fmt::format("{}.lock is held by another process for over {} s", dir,
+                                                     kLockWaitMs / 1000));
+    }
+    usleep(10'000);
+  }
   for (const unsigned gpu : gpus) {
     const std::string name = std::to_string(gpu);
     auto jobs = jobs_in(read_at(dir_fd.get(), name).value_or(""));
@@ -119,7 +174,9 @@ Result<void> change_job_map(const std::string& dir, const std::vector<unsigned>&
     }
     std::string text;
     for (const auto& j : jobs) text += j + "\n";
-    const std::string tmp = fmt::format(".{}.{}.tmp", name, getpid());
+    unsigned long long salt = 0;
+    if (getrandom(&salt, sizeof salt, 0) != static_cast<ssize_t>(sizeof salt)) salt = static_cast<unsigned long long>(util::monotonic_ms());
+    const std::string tmp = fmt::format(".{}.{:016x}.tmp", name, salt);
     util::Fd out(openat(dir_fd.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
     if (!out) return io_error("cannot write " + dir + "/" + tmp);
     const bool written = write(out.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&

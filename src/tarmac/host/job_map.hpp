@@ -23,9 +23,12 @@ using JobMap = std::map<unsigned, std::vector<std::string>>;
 // Files are opened relative to the directory without following links or blocking.
 [[nodiscard]] JobMap read_job_map(const std::string& dir);
 
-// Adds `job` to the files of `gpus` (or removes it from them), under an exclusive flock of the
-// directory, each file replaced by rename so a reader sees a whole one; a file left empty is
-// removed. Creates the directory (0755) when it is missing. Fails naming the file and why.
+// Adds `job` to the files of `gpus` (or removes it from them), under an exclusive flock of
+// `<dir>.lock` (0600: no one else can hold it) waited for at most 5 s, each file replaced by rename
+// so a reader sees a whole one; a file left empty is removed. The path is opened from / one
+// directory at a time without following links, each directory root's or this user's and writable
+// by no one else (but sticky ones on the way, as /tmp); missing ones are created 0755. Fails
+// naming the directory and why.
 enum class JobMapChange { Add, Remove };
 [[nodiscard]] Result<void> change_job_map(const std::string& dir, const std::vector<unsigned>& gpus,
                                           const std::string& job, JobMapChange change);

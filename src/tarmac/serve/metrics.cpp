@@ -259,18 +259,12 @@ std::optional<gpu::Activity> class_of(const LiveView& view, const gpu::Device& d
   return it == view.classes.end() ? std::optional<gpu::Activity>() : std::optional<gpu::Activity>(it->second);
 }
 
-// dcgm-exporter's families, each with the GPUs that have its value (`dcgm`: their labels).
-// The jobs that use a GPU: the mapping's, then its processes' Slurm jobs, each once.
+// The jobs that use a GPU: the mapping's, written by root's prolog, as dcgm-exporter reads it. Not
+// the processes' own claims (an environment variable, a cgroup a user can name): those are
+// tarmac_process_info's slurm_job.
 std::vector<std::string> jobs_of(const gpu::Device& d, const host::JobMap& map) {
-  std::vector<std::string> jobs;
-  if (const auto it = map.find(d.id.index); it != map.end()) jobs = it->second;
-  for (const auto& p : d.processes) {
-    const auto& job = p.host.slurm_job_id;
-    if (job && host::valid_job_id(*job) && std::find(jobs.begin(), jobs.end(), *job) == jobs.end()) {
-      jobs.push_back(*job);
-    }
-  }
-  return jobs;
+  const auto it = map.find(d.id.index);
+  return it == map.end() ? std::vector<std::string>{} : it->second;
 }
 
 // dcgm-exporter's families, each with the GPUs that have its value (`dcgm`: each GPU's label sets,

@@ -10,6 +10,7 @@
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
+#include "tarmac/util/fs.hpp"
 #include "tarmac/util/process.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
@@ -20,6 +21,7 @@ namespace {
 
 constexpr int kMaxGpuIndex = 1023;
 constexpr long long kLeaseBoundMs = 30LL * 24 * 3600 * 1000;  // longer than any Slurm time limit sites set
+constexpr long long kLeaseLockWaitMs = 2000;
 
 std::string lease_job(const JobEnv& job) { return "slurm-" + job.job_id; }
 
@@ -59,6 +61,22 @@ Result<std::vector<const gpu::Device*>> job_devices(const gpu::Snapshot& snap, c
 
 HookResult fail(std::string line) { return {1, {std::move(line)}}; }
 
+// Whether the real, effective, saved and file-system uids of `pid` are all `uid` (/proc/PID/status).
+bool all_uids_are(unsigned pid, uid_t uid) {
+  const auto status = util::read_file(fmt::format("/proc/{}/status", pid));
+  if (!status) return false;
+  const auto at = status->find("\nUid:");
+  if (at == std::string::npos) return false;
+  const auto end = status->find('\n', at + 1);
+  int seen = 0;
+  for (const auto& word : util::split(util::trim(status->substr(at + 5, end - at - 5)), '\t')) {
+    if (util::trim(word).empty()) continue;
+    if (util::parse_int(util::trim(word)) != std::optional<long long>(uid)) return false;
+    ++seen;
+  }
+  return seen == 4;
+}
+
 // Ends `victims` (pid -> the process as the snapshot saw it): each through a pidfd opened first and
 // then checked to be that process still (start time) and the job's user's; SIGTERM, `grace_ms`,
 // SIGKILL to what is left. Returns a line per process.
@@ -72,9 +90,12 @@ std::vector<std::string> end_processes(const host::ProcReader& proc, const std::
       lines.push_back(fmt::format("{}: gone ({})", who(*p), fd.error().message));
       continue;
     }
+    // Checked after the pidfd is open, so what is checked is the process the signal reaches: the
+    // start time the driver's listing was attributed with, and every uid the job user's (a process
+    // that kept root's real or saved uid is not theirs to have ended).
     const auto now = proc.stat(pid);
-    const bool same = now && (!p->host.start_ticks || now->identity.starttime_ticks == *p->host.start_ticks) &&
-                      proc.owner_uid(pid) == uid;
+    const bool same = now && p->host.start_ticks && now->identity.starttime_ticks == *p->host.start_ticks &&
+                      all_uids_are(pid, uid);
     if (!same) {
       lines.push_back(fmt::format("{}: its pid names another process now; nothing sent", who(*p)));
       continue;
@@ -97,6 +118,75 @@ std::vector<std::string> end_processes(const host::ProcReader& proc, const std::
                                                 : fmt::format("{}: survived SIGKILL", who(p)));
   }
   return lines;
+}
+
+// Whether a lease is the Slurm prolog's: root's file, a slurm- job. Anyone may write a lease file in
+// the shared directory; a user's own naming a Slurm job is not believed.
+bool slurm_lease(const sched::Lease& l) { return l.file_uid == 0 && l.job_id.starts_with("slurm-"); }
+
+// Leases the job's GPUs, so that agentless pick and run skip them. Leases are a courtesy to those
+// commands: a lock another user holds, or their lease on the GPU, never fails the prolog.
+std::vector<std::string> lease_gpus(const std::vector<const gpu::Device*>& devices, const JobEnv& job,
+                                    const HookOptions& options) {
+  std::vector<std::string> lines;
+  auto dir = sched::LeaseDir::open(options.lock_dir, options.max_hold_ms);
+  if (!dir.ok()) return {"no leases: " + dir.error().message};
+  auto lock = dir->lock(kLeaseLockWaitMs);
+  if (!lock.ok()) return {"no leases: " + lock.error().message};
+  auto live = dir->live_leases(util::wall_ms());
+  if (!live.ok()) return {"no leases: " + live.error().message};
+  std::vector<sched::Lease> mine;
+  for (const gpu::Device* d : devices) {
+    if (!d->id.uuid) continue;
+    bool shared = false;
+    for (const auto& l : *live) {
+      if (l.uuid != *d->id.uuid || l.job_id == lease_job(job)) continue;
+      if (slurm_lease(l)) {
+        shared = true;  // another Slurm job's: a GPU the site shares between jobs
+      } else {
+        lines.push_back(fmt::format("GPU {} was leased {} outside Slurm: it is job {}'s now", d->id.index,
+                                    util::terminal_text(sched::describe(l)), job.job_id));
+      }
+    }
+    if (shared) continue;
+    sched::Lease l;
+    l.uuid = *d->id.uuid;
+    l.job_id = lease_job(job);
+    l.user = job.user;
+    // No process of the job outlives the prolog to own the lease: it lasts until the epilog takes it
+    // back, bounded so that a node whose epilog never ran does not keep the GPU from pick forever.
+    l.expires_unix_ms = util::wall_ms() + kLeaseBoundMs;
+    mine.push_back(std::move(l));
+  }
+  if (auto w = dir->write(mine); !w.ok()) return {"no leases: " + w.error().message};
+  lines.push_back(fmt::format("leased GPUs {} to {}", fmt::join(job.gpus, ","), lease_job(job)));
+  return lines;
+}
+
+// Takes the job's leases back; a GPU another mapped job still uses is leased to that job instead.
+std::vector<std::string> release_gpus(const std::vector<const gpu::Device*>& devices, const JobEnv& job,
+                                      const host::JobMap& after, const HookOptions& options) {
+  auto dir = sched::LeaseDir::open(options.lock_dir, options.max_hold_ms);
+  if (!dir.ok()) return {"leases not released: " + dir.error().message};
+  auto lock = dir->lock(kLeaseLockWaitMs);
+  if (!lock.ok()) return {"leases not released: " + lock.error().message};
+  std::vector<std::string> uuids;
+  std::vector<sched::Lease> handed;
+  for (const gpu::Device* d : devices) {
+    if (!d->id.uuid) continue;
+    uuids.push_back(*d->id.uuid);
+    if (const auto it = after.find(d->id.index); it != after.end() && !it->second.empty()) {
+      sched::Lease l;
+      l.uuid = *d->id.uuid;
+      l.job_id = "slurm-" + it->second.front();
+      l.user = "slurm";
+      l.expires_unix_ms = util::wall_ms() + kLeaseBoundMs;
+      handed.push_back(std::move(l));
+    }
+  }
+  dir->remove(uuids, lease_job(job));
+  if (auto w = dir->write(handed); !w.ok()) return {"leases not handed on: " + w.error().message};
+  return {};
 }
 
 }  // namespace
@@ -139,32 +229,48 @@ Result<JobEnv> read_job_env(const std::map<std::string, std::string>& env) {
   return job;
 }
 
-std::optional<std::string> unfit_reason(const gpu::Device& d, const std::string& job) {
+MappedJobs mapped_jobs(const host::JobMap& map) {
+  MappedJobs out;
+  for (const auto& [gpu, jobs] : map) out.insert(jobs.begin(), jobs.end());
+  return out;
+}
+
+std::optional<std::string> unfit_reason(const gpu::Device& d, const std::string& job, const MappedJobs& mapped) {
   if (d.lost) return fmt::format("GPU {} is lost: {}", d.id.index, util::terminal_text(*d.lost));
   if (const auto fault = gpu::fault_reason(d)) {
     return fmt::format("GPU {} has a fault: {}", d.id.index, util::terminal_text(*fault));
   }
   for (const auto& p : d.processes) {
-    const auto& other = p.host.slurm_job_id;
-    if (other && !other->empty()) continue;  // this job's (a requeue) or another's: shared on purpose
-    if (p.host.unread) {
+    const auto& claim = p.host.slurm_job_id;
+    if (claim && *claim != job && mapped.contains(*claim)) continue;  // another job's: shared on purpose
+    if (!claim && p.host.unread) {
       return fmt::format("GPU {}: {} held by {}, whose job cannot be read ({})", d.id.index, held(p), who(p),
                          util::terminal_text(*p.host.unread));
     }
+    if (claim && !claim->empty()) {
+      return fmt::format("GPU {}: {} held by {}, which claims Slurm job {} that no prolog mapped", d.id.index,
+                         held(p), who(p), util::terminal_text(*claim));
+    }
     return fmt::format("GPU {}: {} held by {} of no Slurm job", d.id.index, held(p), who(p));
   }
-  (void)job;
   return std::nullopt;
 }
 
-std::vector<const gpu::GpuProcess*> leftovers(const gpu::Device& d, const JobEnv& job) {
+std::vector<const gpu::GpuProcess*> leftovers(const gpu::Device& d, const JobEnv& job, const MappedJobs& mapped,
+                                              bool job_was_mapped) {
   std::vector<const gpu::GpuProcess*> out;
   for (const auto& p : d.processes) {
     if (!p.host.uid || *p.host.uid != job.uid) continue;
-    const auto& of = p.host.slurm_job_id;
-    if (of && !of->empty() && *of != job.job_id) continue;
-    if (!of && p.host.unread) continue;  // its job is unknown: it might be another of the user's jobs
-    out.push_back(&p);
+    const auto& claim = p.host.slurm_job_id;
+    const bool this_job = claim && *claim == job.job_id;
+    if (job.uid == 0 && !this_job) continue;  // root's processes of no job are not a job's leftovers
+    if (this_job) {
+      out.push_back(&p);
+      continue;
+    }
+    if (claim && !claim->empty() && mapped.contains(*claim)) continue;  // the user's other job
+    if (!claim && p.host.unread) continue;  // its job is unknown: it might be another of the user's jobs
+    if (job_was_mapped) out.push_back(&p);
   }
   return out;
 }
@@ -175,49 +281,22 @@ HookResult run_prolog(gpu::Backend& backend, const JobEnv& job, const HookOption
   if (!snap.ok()) return fail("tarmac prolog: cannot read the GPUs: " + snap.error().message);
   auto devices = job_devices(*snap, job);
   if (!devices.ok()) return fail("tarmac prolog: " + devices.error().message);
+  const MappedJobs mapped =
+      options.job_map_dir.empty() ? MappedJobs{} : mapped_jobs(host::read_job_map(options.job_map_dir));
   for (const gpu::Device* d : *devices) {
-    if (auto why = unfit_reason(*d, job.job_id)) return fail("tarmac prolog: " + *why);
+    if (auto why = unfit_reason(*d, job.job_id, mapped)) return fail("tarmac prolog: " + *why);
   }
   HookResult result;
-  if (!options.lock_dir.empty()) {
-    auto dir = sched::LeaseDir::open(options.lock_dir);
-    if (!dir.ok()) return fail("tarmac prolog: " + dir.error().message);
-    auto lock = dir->lock(5000);
-    if (!lock.ok()) return fail("tarmac prolog: " + lock.error().message);
-    auto live = dir->live_leases(util::wall_ms());
-    if (!live.ok()) return fail("tarmac prolog: " + live.error().message);
-    std::vector<sched::Lease> mine;
-    for (const gpu::Device* d : *devices) {
-      if (!d->id.uuid) return fail(fmt::format("tarmac prolog: GPU {} has no UUID to lease", d->id.index));
-      bool shared = false;
-      for (const auto& l : *live) {
-        if (l.uuid != *d->id.uuid || l.job_id == lease_job(job)) continue;
-        // Another Slurm job's: a GPU the site shares between jobs (shards). Anyone else's lease
-        // means tarmac gave the GPU away outside Slurm.
-        if (!l.job_id.starts_with("slurm-")) {
-          return fail(fmt::format("tarmac prolog: GPU {} is leased {}", d->id.index, sched::describe(l)));
-        }
-        shared = true;
-      }
-      if (shared) continue;
-      sched::Lease l;
-      l.uuid = *d->id.uuid;
-      l.job_id = lease_job(job);
-      l.user = job.user;
-      // No process of the job outlives the prolog to own the lease: it lasts until the epilog takes it
-      // back, bounded so that a node whose epilog never ran does not keep the GPU from pick forever.
-      l.expires_unix_ms = util::wall_ms() + kLeaseBoundMs;
-      mine.push_back(std::move(l));
-    }
-    if (auto w = dir->write(mine); !w.ok()) return fail("tarmac prolog: " + w.error().message);
-    result.lines.push_back(fmt::format("leased GPUs {} to {}", fmt::join(job.gpus, ","), lease_job(job)));
-  }
   if (!options.job_map_dir.empty()) {
     if (auto r = host::change_job_map(options.job_map_dir, job.gpus, job.job_id, host::JobMapChange::Add); !r.ok()) {
       return fail("tarmac prolog: " + r.error().message);
     }
     result.lines.push_back(fmt::format("mapped job {} to GPUs {} in {}", job.job_id, fmt::join(job.gpus, ","),
                                        options.job_map_dir));
+  }
+  if (!options.lock_dir.empty()) {
+    auto leased = lease_gpus(*devices, job, options);
+    result.lines.insert(result.lines.end(), leased.begin(), leased.end());
   }
   return result;
 }
@@ -230,9 +309,14 @@ HookResult run_epilog(gpu::Backend& backend, const host::ProcReader& proc, const
   if (!snap.ok()) return fail("tarmac epilog: cannot read the GPUs: " + snap.error().message);
   auto devices = job_devices(*snap, job);
   if (!devices.ok()) return fail("tarmac epilog: " + devices.error().message);
+  const host::JobMap map = options.job_map_dir.empty() ? host::JobMap{} : host::read_job_map(options.job_map_dir);
+  const MappedJobs mapped = mapped_jobs(map);
+  // Processes of no job are the job's leftovers only when its prolog ran: after a failed prolog
+  // they are what failed it, and not this job's to end.
+  const bool job_was_mapped = mapped.contains(job.job_id);
   std::map<unsigned, const gpu::GpuProcess*> victims;
   for (const gpu::Device* d : *devices) {
-    for (const auto* p : leftovers(*d, job)) victims.emplace(p->pid, p);
+    for (const auto* p : leftovers(*d, job, mapped, job_was_mapped)) victims.emplace(p->pid, p);
   }
   auto ended = end_processes(proc, victims, job.uid, options.grace_ms);
   result.lines.insert(result.lines.end(), ended.begin(), ended.end());
@@ -244,20 +328,14 @@ HookResult run_epilog(gpu::Backend& backend, const host::ProcReader& proc, const
     }
   }
   if (!options.lock_dir.empty()) {
-    if (auto dir = sched::LeaseDir::open(options.lock_dir); dir.ok()) {
-      if (auto lock = dir->lock(5000); lock.ok()) {
-        std::vector<std::string> uuids;
-        for (const gpu::Device* d : *devices) {
-          if (d->id.uuid) uuids.push_back(*d->id.uuid);
-        }
-        dir->remove(uuids, lease_job(job));
-      }
-    }
+    const host::JobMap after = options.job_map_dir.empty() ? host::JobMap{} : host::read_job_map(options.job_map_dir);
+    auto released = release_gpus(*devices, job, after, options);
+    result.lines.insert(result.lines.end(), released.begin(), released.end());
   }
 
   // The driver says when the memory is free: what a process that ended still held is given back
-  // after it is reaped, and a process of no job can hold it too.
-  const long long deadline = util::monotonic_ms() + (victims.empty() ? 0 : options.free_wait_ms);
+  // after it is reaped, and Slurm's own kill of the job's cgroup may still be tearing contexts down.
+  const long long deadline = util::monotonic_ms() + options.free_wait_ms;
   std::string occupied;
   for (;;) {
     auto again = backend.snapshot(snapshot_options());
@@ -267,8 +345,8 @@ HookResult run_epilog(gpu::Backend& backend, const host::ProcReader& proc, const
       for (const auto& d : again->devices) {
         if (d.id.index != index || !occupied.empty()) continue;
         for (const auto& p : d.processes) {
-          const auto& of = p.host.slurm_job_id;
-          if (of && !of->empty() && *of != job.job_id) continue;  // another job shares it
+          const auto& claim = p.host.slurm_job_id;
+          if (claim && *claim != job.job_id && mapped.contains(*claim)) continue;  // another job shares it
           occupied = fmt::format("GPU {} stays occupied: {} held by {}", index, held(p), who(p));
           break;
         }

@@ -12,10 +12,12 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "tarmac/gpu/backend.hpp"
+#include "tarmac/host/job_map.hpp"
 #include "tarmac/host/proc_reader.hpp"
 #include "tarmac/util/result.hpp"
 
@@ -33,18 +35,27 @@ struct JobEnv {
 // malformed; a GPU list of UUIDs or MIG devices is refused (the indices are what the mapping uses).
 [[nodiscard]] Result<JobEnv> read_job_env(const std::map<std::string, std::string>& env);
 
-// Why GPU `d` cannot be given to `job`: lost, a fault, or memory held by a process of no Slurm job
-// (whose job cannot be read, or that has none); nullopt when it is fit. Processes of other jobs
-// are the sharing the site configured (shards, MPS), not a reason.
-[[nodiscard]] std::optional<std::string> unfit_reason(const gpu::Device& d, const std::string& job);
+// The Slurm jobs root's prolog mapped (the job mapping directory): the only jobs a process's claim
+// (its SLURM_JOB_ID, a cgroup named job_N, both in the user's hands) is believed for.
+using MappedJobs = std::set<std::string>;
+[[nodiscard]] MappedJobs mapped_jobs(const host::JobMap& map);
 
-// The processes on `d` the epilog ends: the job's user's, of this job or of no job. Never another
-// job's, never another user's.
-[[nodiscard]] std::vector<const gpu::GpuProcess*> leftovers(const gpu::Device& d, const JobEnv& job);
+// Why GPU `d` cannot be given to `job`: lost, a fault, or memory held by a process of no Slurm job
+// (whose job cannot be read, that has none, or that claims one no prolog mapped); nullopt when it
+// is fit. Processes of other mapped jobs are the sharing the site configured (shards, MPS).
+[[nodiscard]] std::optional<std::string> unfit_reason(const gpu::Device& d, const std::string& job,
+                                                     const MappedJobs& mapped);
+
+// The processes on `d` the epilog ends: the job's user's (never root's unless they claim this job),
+// claiming this job, or (when `job_was_mapped`: its prolog ran) no job or one no prolog mapped.
+// Never another mapped job's, never another user's, never one whose job cannot be read.
+[[nodiscard]] std::vector<const gpu::GpuProcess*> leftovers(const gpu::Device& d, const JobEnv& job,
+                                                           const MappedJobs& mapped, bool job_was_mapped);
 
 struct HookOptions {
   std::string job_map_dir;   // "" for none
   std::string lock_dir;      // the scheduler's lease directory; "" for no leases
+  long long max_hold_ms = 0;  // scheduler.max_hold, for the leases read there
   long long grace_ms = 3000;  // epilog: SIGTERM to SIGKILL
   long long free_wait_ms = 5000;  // epilog: how long the driver is asked for the memory to be free
 };

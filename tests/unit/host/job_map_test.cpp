@@ -78,7 +78,7 @@ TEST_F(JobMapTest, RefusesADirectoryOthersCanWrite) {
   chmod(dir_.c_str(), 0777);
   const auto r = change_job_map(dir_.string(), {0}, "1", JobMapChange::Add);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("no one else can write"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("writable by no one else"), std::string::npos) << r.error().message;
 }
 
 }  // namespace

@@ -58,6 +58,10 @@ gpu::Device device(unsigned index) {
 }
 
 TEST(Unfit, LostFaultyAndHeldByNoJob) {
+  const MappedJobs mapped{"12"};
+  const auto unfit_reason = [&mapped](const gpu::Device& dev, const std::string& job) {
+    return slurm::unfit_reason(dev, job, mapped);
+  };
   auto d = device(1);
   EXPECT_FALSE(unfit_reason(d, "77"));
   d.lost = "GPU is lost (Xid 79)";
@@ -66,7 +70,11 @@ TEST(Unfit, LostFaultyAndHeldByNoJob) {
   d.processes.push_back(process(4242, 1001, std::nullopt));
   EXPECT_EQ(unfit_reason(d, "77"), "GPU 1: 2.0 GiB held by pid 4242 (alice, python3) of no Slurm job");
   d.processes[0].host.slurm_job_id = "12";
-  EXPECT_FALSE(unfit_reason(d, "77")) << "another job's process: a shared GPU, as configured";
+  EXPECT_FALSE(unfit_reason(d, "77")) << "another mapped job's process: a shared GPU, as configured";
+  d.processes[0].host.slurm_job_id = "555";
+  EXPECT_EQ(unfit_reason(d, "77"),
+            "GPU 1: 2.0 GiB held by pid 4242 (alice, python3), which claims Slurm job 555 that no prolog mapped")
+      << "a claim anyone can make (SLURM_JOB_ID=555) is not believed";
   d.processes[0].host.slurm_job_id.reset();
   d.processes[0].host.unread = "its environment could not be read in time";
   EXPECT_NE(unfit_reason(d, "77")->find("whose job cannot be read"), std::string::npos);
@@ -76,16 +84,26 @@ TEST(Unfit, LostFaultyAndHeldByNoJob) {
 TEST(Leftovers, OnlyTheJobsUsersOfThisJobOrNone) {
   auto d = device(0);
   d.processes = {process(1, 1001, "77"), process(2, 1001, std::nullopt), process(3, 1001, "78"),
-                 process(4, 1002, "77"), process(5, 1002, std::nullopt)};
+                 process(4, 1002, "77"), process(5, 1002, std::nullopt), process(7, 1001, "999")};
   auto unknown = process(6, 1001, std::nullopt);
   unknown.host.unread = "timed out";
   d.processes.push_back(unknown);
   JobEnv job;
   job.job_id = "77";
   job.uid = 1001;
-  std::vector<unsigned> pids;
-  for (const auto* p : leftovers(d, job)) pids.push_back(p->pid);
-  EXPECT_EQ(pids, (std::vector<unsigned>{1, 2}));
+  const MappedJobs mapped{"77", "78"};
+  const auto pids = [&](bool job_was_mapped, const JobEnv& j) {
+    std::vector<unsigned> out;
+    for (const auto* p : leftovers(d, j, mapped, job_was_mapped)) out.push_back(p->pid);
+    return out;
+  };
+  EXPECT_EQ(pids(true, job), (std::vector<unsigned>{1, 2, 7})) << "a claim of an unmapped job is no job";
+  EXPECT_EQ(pids(false, job), std::vector<unsigned>{1}) << "after a failed prolog: only the job's own";
+  JobEnv root_job = job;
+  root_job.uid = 0;
+  d.processes.push_back(process(8, 0, std::nullopt));
+  d.processes.push_back(process(9, 0, "77"));
+  EXPECT_EQ(pids(true, root_job), std::vector<unsigned>{9}) << "root's processes of no job are no job's leftovers";
 }
 
 }  // namespace
