@@ -34,6 +34,8 @@ Key text_key(std::string_view section, std::string_view name, Kind kind, std::st
              std::vector<std::string_view> choices, std::function<void(Config&, const std::string&)> set,
              std::function<std::string(const Config&)> get,
              std::function<std::optional<std::string>(const std::string&)> check = nullptr);
+// The keys of the fixed sections, in the order `tarmac config` prints them (key_table.cpp).
+[[nodiscard]] const std::vector<Key>& fixed_table();
 [[nodiscard]] bool is_text(const Key& k);
 // A value as the file has it (quoted_text: a string both TOML and JSON read back; number_text: a
 // number in its kind's unit).
