@@ -5,7 +5,8 @@ set -euo pipefail
 build=(cmake ninja-build g++ ccache pkg-config libfmt-dev libcli11-dev nlohmann-json3-dev
        libtomlplusplus-dev libsqlite3-dev libncurses-dev libcurl4-openssl-dev libssl-dev libyaml-dev
        libcrypt-dev)
-test=(libgtest-dev libgmock-dev libbenchmark-dev tmux python3 procps util-linux chromium prometheus wrk openssl)
+test=(libgtest-dev libgmock-dev libbenchmark-dev tmux python3 procps util-linux chromium prometheus wrk openssl
+      slurmd slurmctld slurm-client munge)
 want=("${build[@]}")
 [[ ${1:-} == --test ]] && want+=("${test[@]}")
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the third-party NVML clients used by tests/abi and tests/compat (nvidia-smi 535, nvtop
-# 3.0.1, pynvml + gpustat 1.1.1 with their Python dependencies, NVIDIA's nvml.h) from Debian's
+# 3.0.1, pynvml + gpustat 1.1.1 with their Python dependencies, NVIDIA's nvml.h, and Slurm's
+# gpu/nvml plugin for tests/integration/test_slurm_real.py) from Debian's
 # contrib/non-free sections through a private apt configuration, and unpacks them with dpkg -x
 # into a cache folder (${TARMAC_PEERS:-~/.cache/tarmac-peers}/x/<package>/). Nothing is installed
 # on the system: the real driver library must never shadow the simulator.
@@ -31,6 +32,7 @@ WANT=(
   bookworm:python3-blessed
   bookworm:python3-wcwidth
   bookworm:python3-six
+  bookworm:slurm-wlm-nvml-plugin
   trixie:gpustat=1.1.1-2
   trixie:python3-pynvml=12.550.89-3
 )

@@ -8,7 +8,7 @@ pick` skips it, and labelled hpc_job on exactly its GPUs in the agent's /metrics
 the job user's leftovers and nothing of another user or job, takes the mapping and the leases back,
 and fails naming a GPU that stays occupied; both take well under a second on eight GPUs.
 
-The same hooks under a real slurmd (Debian's slurm-wlm) are not run here yet: docs/slurm.md."""
+The same hooks under a real slurmd (Debian's slurm-wlm): test_slurm_real.py."""
 import fcntl
 import json
 import os
