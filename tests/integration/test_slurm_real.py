@@ -25,11 +25,13 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import tempfile
+import time
 import unittest
 
-from agent_support import HANG_S, LiveAgent, end_process, free_port, gpu_pids, wait_for
+from agent_support import HANG_S, LiveAgent, end_process, free_port, gpu_pids, query, samples_taken, wait_for
 from devtools import demoted, require_tool, second_user
 from test_status import BUILD, TARMAC
 
@@ -264,6 +266,14 @@ PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def activity(metrics, gpu):
+    """The GPU's class now, from tarmac_gpu_activity."""
+    for line in metrics.splitlines():
+        if line.startswith("tarmac_gpu_activity{") and f'gpu="{gpu}"' in line and line.endswith(" 1"):
+            return re.search(r'class="([^"]+)"', line).group(1)
+    return None
+
+
 def hpc_jobs(metrics):
     """{gpu: hpc_job or None} from the DCGM_FI_DEV_GPU_UTIL series of /metrics."""
     found = {}
@@ -315,6 +325,36 @@ class RealSlurm(unittest.TestCase):
                       and self.c.node_state() == "IDLE" and "COMPLETING" not in self.c.node().get("State", ""))
         self.assertTrue(ok, f"job {job_id}: {self.c.job(job_id)}; node: {self.c.node()}")
 
+    def jobs_report(self, job_id):
+        """The job's row of `tarmac report --by job --json` on the agent's store, once it is final:
+        the job has left the mapping, and the store has samples taken after that (a flush writes
+        everything pending, so the job's last sample is in by then)."""
+        def mapped():
+            return any(str(job_id) in f.read_text().split() for f in self.c.map.iterdir() if f.name.isdigit())
+        self.assertTrue(wait_for(lambda: not mapped()))
+        left_ms = time.time() * 1000
+        db = self.c.agent.dir / "state" / "tarmac.db"
+        found = {}
+
+        def flushed():
+            try:
+                newest = query(str(db), "SELECT max(ts_ms) FROM gpu_sample")[0][0]
+            except sqlite3.Error:
+                return False
+            return newest is not None and newest > left_ms
+        self.assertTrue(wait_for(flushed))
+        r = self.c.sim.run("report", "--by", "job", "--json", "--db", str(db), "--since", "1d")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        found["rows"] = [j for j in json.loads(r.stdout)["jobs"] if j["job"] == str(job_id)]
+        self.assertEqual(len(found["rows"]), 1, found)
+        return found["rows"][0]
+
+    def let_the_agent_record(self):
+        """Waits for two more snapshots of the agent's (four GPU-samples each): the jobs the mapping
+        holds now are then in at least two of its samples, a span of some length."""
+        start = samples_taken(self.c.agent.port)
+        self.assertTrue(wait_for(lambda: samples_taken(self.c.agent.port) >= start + 8))
+
     def test_1_slurmd_detects_the_scenarios_gpus_through_nvml(self):
         node = self.c.node()
         self.assertRegex(node.get("Gres", ""), r"^gpu:4(\(|$)", node)
@@ -348,6 +388,7 @@ class RealSlurm(unittest.TestCase):
                                  {g: ({str(job)} if g in gpus else {None}) for g in range(4)}),
                         hpc_jobs(self.c.agent.metrics()))
         leftover = {pid for (_, pid), p in procs.items() if p["name"] == "leftover"}
+        self.let_the_agent_record()
 
         self.c.slurm("scancel", str(job))
         self.wait_ended(job)
@@ -360,6 +401,10 @@ class RealSlurm(unittest.TestCase):
                              "the epilog ended the holder that escaped the job")
         self.assertTrue(wait_for(lambda: hpc_jobs(self.c.agent.metrics()) == {g: {None} for g in range(4)}))
         self.assertEqual(self.c.node_state(), "IDLE")
+        # The per-job report: the user and partition the prolog recorded, the job's GPUs, busy.
+        row = self.jobs_report(job)
+        self.assertEqual((row["user"], row["partition"], row["gpus"]), (self.c.user.pw_name, "gpu", sorted(gpus)), row)
+        self.assertGreater(row["hours"]["busy"], 0, row)
 
     def test_3_a_gpu_held_by_no_job_drains_the_node_with_the_prologs_reason(self):
         squatter = subprocess.Popen([str(LOAD), "--mem", "3GiB", "--util", "0", "--name", "squatter"],
@@ -405,6 +450,32 @@ class RealSlurm(unittest.TestCase):
                          rf"{squatter.pid} \(root, [\w-]+\)")
         self.assertIsNone(squatter.poll(), "root's process of no job is not the job's leftover")
         end_process(squatter)
+
+    def test_5_a_job_that_runs_nothing_on_its_gpu_is_reported_as_holding_it_idle(self):
+        busy = self.c.submit(f"{LOAD} --mem 1GiB --util 80", gres="gpu:1")
+        idle = self.c.submit("sleep 600", gres="gpu:1")
+        self.assertTrue(wait_for(lambda: self.c.job_gpus(idle) and self.c.job_gpus(busy)))
+        gpu = self.c.job_gpus(idle)[0]
+        # The agent sees the GPU given to a job and unused: reserved-idle, as a lease makes it.
+        self.assertTrue(wait_for(lambda: activity(self.c.agent.metrics(), gpu) == "reserved-idle"),
+                        self.c.agent.metrics()[-2000:])
+        self.assertTrue(wait_for(lambda: activity(self.c.agent.metrics(), self.c.job_gpus(busy)[0]) == "busy"))
+        self.let_the_agent_record()
+        self.c.slurm("scancel", str(idle), str(busy))
+        self.wait_ended(idle)
+        self.wait_ended(busy)
+        row = self.jobs_report(idle)
+        self.assertGreater(row["hours"]["reserved-idle"], 0, row)
+        self.assertEqual(row["hours"]["busy"], 0, row)
+        self.assertAlmostEqual(row["held_idle_gpu_hours"], row["hours"]["reserved-idle"] + row["hours"]["idle"] +
+                               row["hours"]["holding"])
+        r = self.c.sim.run("report", "--by", "job", "--db", str(self.c.agent.dir / "state" / "tarmac.db"),
+                           "--since", "1d")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [l.split() for l in r.stdout.splitlines() if l.strip().split(" ")[0].isdigit()]
+        order = [l[0] for l in lines]
+        self.assertLess(order.index(str(idle)), order.index(str(busy)), r.stdout)  # most held idle first
+        self.assertIn(self.c.user.pw_name, r.stdout)
 
 
 if __name__ == "__main__":

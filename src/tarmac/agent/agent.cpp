@@ -193,8 +193,11 @@ class Loop {
     ++summary_.snapshots;
     summary_.gpu_samples += static_cast<long long>(snap.devices.size());
     for (const auto& d : snap.devices) nvml_errors_ += static_cast<long long>(d.errors.size());
+    std::optional<JobView> jobs;
+    if (options_.jobs) jobs = options_.jobs();
     tracker_.observe(snap, now_, list_processes, recorder_,
-                     options_.leased_gpus ? options_.leased_gpus() : std::set<std::string>{});
+                     options_.leased_gpus ? options_.leased_gpus() : std::set<std::string>{},
+                     jobs ? &*jobs : nullptr);
     if (list_processes) {
       for (const auto& d : snap.devices) recorder_.add(info_of(d), now_);
       next_processes_ = std::max(next_processes_ + options_.process_interval_ms, mono_ + 1);

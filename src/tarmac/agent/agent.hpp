@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tarmac/agent/clock.hpp"
+#include "tarmac/agent/tracker.hpp"
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/store/recorder.hpp"
@@ -33,6 +34,10 @@ struct AgentOptions {
   // The UUIDs of the GPUs the scheduler has given out now (for the reserved-idle class); may be
   // empty. Called on the sampling thread before every sample is classified; must be quick.
   std::function<std::set<std::string>()> leased_gpus;
+  // The Slurm jobs on the GPUs (the HPC job mapping, slurm.job_map_dir); unset on a node without
+  // Slurm. Called on the sampling thread at every sample; must be quick (a few small files: about
+  // 30 µs on eight GPUs).
+  std::function<JobView()> jobs;
 };
 
 // What a run did, for its last log line and the benchmarks.

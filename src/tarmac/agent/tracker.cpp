@@ -133,8 +133,40 @@ void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long
   state.listed_ms = listing_read_in_full(d) ? std::optional<long long>(ts_ms) : std::nullopt;
 }
 
+void Tracker::observe_jobs(long long ts_ms, bool gap, store::Recorder& rec) {
+  // Nobody watched in between: the spans ended when they were last seen.
+  if (gap) open_jobs_.clear();
+  std::map<std::pair<std::string, unsigned>, store::JobSpan> still;
+  for (const auto& [gpu, jobs] : jobs_.map) {
+    for (const auto& job : jobs) {
+      const std::pair<std::string, unsigned> key{job, gpu};
+      store::JobSpan span;
+      if (auto it = open_jobs_.find(key); it != open_jobs_.end()) {
+        span = it->second;
+      } else {
+        span.job = job;
+        span.gpu = gpu;
+        span.first_ms = ts_ms;
+      }
+      if (auto info = jobs_.infos.find(job); info != jobs_.infos.end()) {
+        if (!info->second.user.empty()) span.user = info->second.user;
+        if (!info->second.partition.empty()) span.partition = info->second.partition;
+      }
+      span.last_ms = ts_ms;
+      rec.update(span);
+      still[key] = std::move(span);
+    }
+  }
+  open_jobs_ = std::move(still);
+}
+
 void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_processes, store::Recorder& rec,
-                      const std::set<std::string>& leased) {
+                      const std::set<std::string>& leased, const JobView* jobs) {
+  if (jobs != nullptr) jobs_ = *jobs;
+  if (jobs != nullptr || !open_jobs_.empty()) {
+    observe_jobs(ts_ms, jobs_last_ms_ > 0 && ts_ms - jobs_last_ms_ > gap_ms_, rec);
+    jobs_last_ms_ = ts_ms;
+  }
   for (const auto& d : snap.devices) {
     const unsigned index = d.id.index;
     GpuState& state = gpus_[index];
@@ -160,7 +192,9 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
     const long long held_s = state.held_since_ms ? (ts_ms - *state.held_since_ms) / 1000 : 0;
     gpu::Device view = d;
     if (!with_processes) view.processes = state.processes;
-    const gpu::Leased given = d.id.uuid && leased.contains(*d.id.uuid) ? gpu::Leased::Yes : gpu::Leased::No;
+    const bool job_holds = jobs_.map.contains(index);
+    const gpu::Leased given =
+        job_holds || (d.id.uuid && leased.contains(*d.id.uuid)) ? gpu::Leased::Yes : gpu::Leased::No;
     const gpu::Activity activity = gpu::classify_with_history(view, thresholds_, held_s, given);
 
     store::GpuSample s;

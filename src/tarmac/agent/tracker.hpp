@@ -11,9 +11,17 @@
 
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/model.hpp"
+#include "tarmac/host/job_map.hpp"
 #include "tarmac/store/recorder.hpp"
 
 namespace tarmac::agent {
+
+// The Slurm jobs on the GPUs at one moment: the HPC job mapping (slurm.job_map_dir) and what the
+// prolog recorded of each job.
+struct JobView {
+  host::JobMap map;
+  host::JobInfos infos;
+};
 
 class Tracker {
  public:
@@ -24,9 +32,11 @@ class Tracker {
   // A sample of every GPU taken at `ts_ms`. When `snapshot` lists processes (`with_processes`),
   // they replace what the tracker knew; otherwise the last known processes stand.
   // `leased`: the UUIDs of GPUs tarmac's scheduler has given out (a GPU of them with no process is
-  // reserved-idle rather than idle).
+  // reserved-idle rather than idle). `jobs`, when read for this sample, replaces the Slurm jobs the
+  // tracker knew (else the last known stand): each job's hold on each GPU is a span in the store,
+  // and a GPU a job holds is given out as a leased one is.
   void observe(const gpu::Snapshot& snapshot, long long ts_ms, bool with_processes, store::Recorder& recorder,
-               const std::set<std::string>& leased = {});
+               const std::set<std::string>& leased = {}, const JobView* jobs = nullptr);
 
   // The current class of each GPU seen, by index.
   [[nodiscard]] std::map<unsigned, gpu::Activity> classes() const;
@@ -46,10 +56,14 @@ class Tracker {
   };
 
   void observe_processes(const gpu::Device& device, GpuState& state, long long ts_ms, store::Recorder& recorder);
+  void observe_jobs(long long ts_ms, bool gap, store::Recorder& recorder);
 
   gpu::ActivityThresholds thresholds_;
   long long gap_ms_;
   std::map<unsigned, GpuState> gpus_;
+  JobView jobs_;  // the last read
+  long long jobs_last_ms_ = 0;
+  std::map<std::pair<std::string, unsigned>, store::JobSpan> open_jobs_;  // by (job, GPU)
 };
 
 // "python train.py" for a process's span and events: the command line, else the name.

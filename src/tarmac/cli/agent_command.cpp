@@ -18,6 +18,7 @@
 #include "tarmac/agent/clock.hpp"
 #include "tarmac/backfill/service.hpp"
 #include "tarmac/alerts/alerter.hpp"
+#include "tarmac/host/job_map.hpp"
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/sched/wire.hpp"
@@ -417,6 +418,9 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     if (scheduler) scheduler->observe(v.merged, v.classes);
   };
   if (scheduler) s.options.leased_gpus = [&scheduler] { return scheduler->given_gpus(); };
+  if (const std::string dir = s.cfg.slurm.job_map_dir; !dir.empty()) {
+    s.options.jobs = [dir] { return agent::JobView{host::read_job_map(dir), host::read_job_infos(dir)}; };
+  }
 
   auto summary = agent::run_agent(**backend, **clock, s.options, g_stop, log_line);
   if (*service) (*service)->stop();

@@ -8,6 +8,7 @@
 #include "tarmac/cli/store_access.hpp"
 #include "tarmac/report/report.hpp"
 #include "tarmac/util/fs.hpp"
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/strings.hpp"
 
 namespace tarmac::cli {
@@ -19,11 +20,22 @@ struct ReportFlags {
   std::string price;
   std::string html;
   std::string gpus;
+  std::string by;
 };
 
 constexpr long long kWeekMs = 7LL * 86400 * 1000;
 
 int run_report(const GlobalOptions& global, const ReportFlags& flags) {
+  const bool by_job = flags.by == "job";
+  if (!flags.by.empty() && flags.by != "gpu" && !by_job) {
+    print_error(make_error(Error::Code::Invalid, fmt::format("--by {}: expected gpu (the full report) or job",
+                                                             util::terminal_text(flags.by))));
+    return kExitUsage;
+  }
+  if (by_job && !flags.html.empty()) {
+    print_error(make_error(Error::Code::Invalid, "--by job prints a table: --html writes the full report, without --by"));
+    return kExitUsage;
+  }
   auto parsed = detail::report_options(flags.price, flags.gpus);
   if (!parsed.ok()) {
     print_error(parsed.error());
@@ -54,7 +66,9 @@ int run_report(const GlobalOptions& global, const ReportFlags& flags) {
       return kExitCouldNotLook;
     }
   }
-  if (global.json) {
+  if (by_job) {
+    fmt::print("{}", global.json ? report::render_jobs_json(*built) : report::render_jobs_text(*built, use_color(global, stdout)));
+  } else if (global.json) {
     fmt::print("{}", report::render_json(*built));
   } else if (flags.html.empty()) {
     fmt::print("{}", report::render_text(*built, use_color(global, stdout)));
@@ -93,6 +107,9 @@ void add_report_command(CLI::App& app, const GlobalOptions& global, int& exit_co
   cmd->add_option("--price", flags->price, "US dollars per GPU-hour: the cost of idle and holding time");
   cmd->add_option("--html", flags->html, "Also write the report as one self-contained HTML page to FILE");
   cmd->add_option("-i,--id", flags->gpus, "GPU indices, comma-separated (default: all)");
+  cmd->add_option("--by", flags->by,
+                  "gpu: the full report (the default); job: every Slurm job that held a GPU, with its user, partition "
+                  "and the GPU-hours it held idle, most first (docs/slurm.md)");
   cmd->callback([&global, &exit_code, flags] { exit_code = run_report(global, *flags); });
 }
 

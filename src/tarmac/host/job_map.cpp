@@ -62,6 +62,31 @@ std::vector<std::string> jobs_in(const std::string& text) {
   return jobs;
 }
 
+constexpr std::string_view kInfoPrefix = ".job-";
+
+// A user or partition name as the info file may hold it: plain, short, no separators.
+bool plain_name(std::string_view v) {
+  return !v.empty() && v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
+           c == '@' || c == '-';
+  });
+}
+
+JobInfo info_in(const std::string& text) {
+  JobInfo info;
+  for (const auto& whole : util::split(text, '\n')) {
+    const std::string_view line = whole;
+    const auto eq = line.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::string_view key = line.substr(0, eq);
+    const std::string_view value = util::trim(line.substr(eq + 1));
+    if (!plain_name(value)) continue;
+    if (key == "user") info.user = std::string(value);
+    if (key == "partition") info.partition = std::string(value);
+  }
+  return info;
+}
+
 Error io_error(const std::string& what) {
   return make_error(Error::Code::Io, fmt::format("{}: {}", what, std::strerror(errno)));
 }
@@ -140,8 +165,48 @@ JobMap read_job_map(const std::string& dir) {
   return out;
 }
 
+JobInfos read_job_infos(const std::string& dir) {
+  JobInfos out;
+  util::Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd) return out;
+  DIR* d = fdopendir(dup(dir_fd.get()));
+  if (d == nullptr) return out;
+  std::size_t seen = 0;
+  while (const dirent* e = readdir(d)) {
+    if (++seen > 4096) break;
+    const std::string_view name = e->d_name;
+    if (!name.starts_with(kInfoPrefix) || !valid_job_id(name.substr(kInfoPrefix.size()))) continue;
+    if (const auto text = read_at(dir_fd.get(), e->d_name)) out[std::string(name.substr(kInfoPrefix.size()))] = info_in(*text);
+  }
+  closedir(d);
+  return out;
+}
+
+namespace {
+
+// Replaces `name` under `dir_fd` with `text` (0644) through a randomly named temporary file, so a
+// reader sees the old file or the new one, whole.
+Result<void> replace_at(int dir_fd, const std::string& dir, const std::string& name, const std::string& text) {
+  unsigned long long salt = 0;
+  if (getrandom(&salt, sizeof salt, 0) != static_cast<ssize_t>(sizeof salt)) salt = static_cast<unsigned long long>(util::monotonic_ms());
+  const std::string tmp = fmt::format(".{}.{:016x}.tmp", name, salt);
+  util::Fd out(openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!out) return io_error("cannot write " + dir + "/" + tmp);
+  const bool written = write(out.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       fchmod(out.get(), 0644) == 0;
+  out.reset();
+  if (!written || renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
+    const Error e = io_error("cannot write " + dir + "/" + name);
+    unlinkat(dir_fd, tmp.c_str(), 0);
+    return e;
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<void> change_job_map(const std::string& dir, const std::vector<unsigned>& gpus, const std::string& job,
-                            JobMapChange change) {
+                            JobMapChange change, const JobInfo* info) {
   if (!valid_job_id(job)) return make_error(Error::Code::Invalid, fmt::format("\"{}\" is not a job id", job));
   TARMAC_TRY_ASSIGN(util::Fd dir_fd, open_private_dir(dir));
   // The lock is a file of its own beside the directory, readable by its owner alone: a user who
@@ -174,19 +239,16 @@ Result<void> change_job_map(const std::string& dir, const std::vector<unsigned>&
     }
     std::string text;
     for (const auto& j : jobs) text += j + "\n";
-    unsigned long long salt = 0;
-    if (getrandom(&salt, sizeof salt, 0) != static_cast<ssize_t>(sizeof salt)) salt = static_cast<unsigned long long>(util::monotonic_ms());
-    const std::string tmp = fmt::format(".{}.{:016x}.tmp", name, salt);
-    util::Fd out(openat(dir_fd.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
-    if (!out) return io_error("cannot write " + dir + "/" + tmp);
-    const bool written = write(out.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                         fchmod(out.get(), 0644) == 0;
-    out.reset();
-    if (!written || renameat(dir_fd.get(), tmp.c_str(), dir_fd.get(), name.c_str()) != 0) {
-      const Error e = io_error("cannot write " + dir + "/" + name);
-      unlinkat(dir_fd.get(), tmp.c_str(), 0);
-      return e;
-    }
+    TARMAC_TRY(replace_at(dir_fd.get(), dir, name, text));
+  }
+  const std::string info_name = std::string(kInfoPrefix) + job;
+  if (change == JobMapChange::Remove) {
+    if (unlinkat(dir_fd.get(), info_name.c_str(), 0) != 0 && errno != ENOENT) return io_error("cannot remove " + dir + "/" + info_name);
+  } else if (info != nullptr) {
+    std::string text;
+    if (plain_name(info->user)) text += "user=" + info->user + "\n";
+    if (plain_name(info->partition)) text += "partition=" + info->partition + "\n";
+    TARMAC_TRY(replace_at(dir_fd.get(), dir, info_name, text));
   }
   return {};
 }

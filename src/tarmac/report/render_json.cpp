@@ -29,7 +29,38 @@ nlohmann::json window_json(unsigned gpu, long long start, long long end) {
           {"hours", static_cast<double>(end - start) / 3600e3}};
 }
 
+nlohmann::json jobs_json(const std::vector<JobUse>& jobs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& u : jobs) {
+    out.push_back({{"job", u.job},
+                   {"user", u.user.empty() ? nlohmann::json(nullptr) : nlohmann::json(u.user)},
+                   {"partition", u.partition.empty() ? nlohmann::json(nullptr) : nlohmann::json(u.partition)},
+                   {"gpus", u.gpus},
+                   {"first", format_iso(u.first_ms)},
+                   {"last", format_iso(u.last_ms)},
+                   {"first_ms", u.first_ms},
+                   {"last_ms", u.last_ms},
+                   {"gpu_hours", u.gpu_hours()},
+                   {"held_idle_gpu_hours", u.held_idle()},
+                   {"hours", hours_json(u.hours)},
+                   {"idle_cost", optional(u.idle_cost)}});
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string render_jobs_json(const Report& r) {
+  nlohmann::json j;
+  j["schema"] = 1;
+  j["since"] = format_iso(r.since_ms);
+  j["until"] = format_iso(r.until_ms);
+  j["since_ms"] = r.since_ms;
+  j["until_ms"] = r.until_ms;
+  j["price_per_gpu_hour"] = optional(r.price_per_gpu_hour);
+  j["jobs"] = jobs_json(r.jobs);
+  return util::json_text(j, 2) + "\n";
+}
 
 std::string render_json(const Report& r) {
   nlohmann::json j;
@@ -65,6 +96,7 @@ std::string render_json(const Report& r) {
               {"commands", consumers_json(r.commands)},
               {"containers", consumers_json(r.containers)},
               {"slurm_jobs", consumers_json(r.slurm_jobs)}};
+  j["jobs"] = jobs_json(r.jobs);
   j["idle_windows"] = nlohmann::json::array();
   for (const auto& w : r.idle_windows) j["idle_windows"].push_back(window_json(w.gpu, w.start_ms, w.end_ms));
   j["holding"] = nlohmann::json::array();

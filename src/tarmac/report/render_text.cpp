@@ -1,6 +1,7 @@
 // The report on the terminal: the fleet in one paragraph, a row per GPU, the heat map as shaded
 // characters, then who used the GPUs, where backfill would fit, and who held GPUs doing nothing.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tarmac/report/format.hpp"
 #include "tarmac/report/report.hpp"
@@ -34,7 +35,40 @@ void consumers(std::string& out, const char* title, const std::vector<Consumer>&
   }
 }
 
+// A table of jobs: id, user, partition, GPUs, held, held idle, busy, the first time seen.
+void jobs_table(std::string& out, const std::vector<JobUse>& jobs, bool with_cost) {
+  out += fmt::format("  {:<12} {:<12} {:<10} {:<9} {:>9} {:>9} {:>7} {:>9}", "JOB", "USER", "PARTITION", "GPUS",
+                     "GPU-TIME", "HELD IDLE", "IDLE %", "BUSY");
+  if (with_cost) out += fmt::format(" {:>11}", "IDLE COST");
+  out += fmt::format("  {}\n", "FROM (UTC)");
+  for (const auto& u : jobs) {
+    std::string gpus = fmt::format("{}", fmt::join(u.gpus, ","));
+    if (gpus.size() > 9) gpus = gpus.substr(0, 8) + "+";
+    out += fmt::format("  {:<12} {:<12} {:<10} {:<9} {:>9} {:>9} {:>7} {:>9}", util::terminal_text(u.job),
+                       u.user.empty() ? "-" : util::terminal_text(u.user),
+                       u.partition.empty() ? "-" : util::terminal_text(u.partition), gpus, format_hours(u.gpu_hours()),
+                       format_hours(u.held_idle()), pct(u.held_idle(), u.hours.recorded()),
+                       format_hours(u.hours.of(gpu::Activity::Busy)));
+    if (with_cost) out += fmt::format(" {:>11}", u.idle_cost ? format_money(*u.idle_cost) : std::string("-"));
+    out += fmt::format("  {}\n", format_utc(u.first_ms));
+  }
+}
+
 }  // namespace
+
+std::string render_jobs_text(const Report& r, bool color) {
+  std::string out = bold(fmt::format("tarmac report --by job: {} to {} UTC, {} Slurm job{}", format_utc(r.since_ms),
+                                     format_utc(r.until_ms), r.jobs.size(), r.jobs.size() == 1 ? "" : "s"),
+                         color) +
+                    "\n";
+  if (r.jobs.empty()) {
+    return out + "No Slurm job held a GPU in this range (the agent reads slurm.job_map_dir, which `tarmac slurm "
+                 "prolog` writes: docs/slurm.md).\n";
+  }
+  out += "Most GPU-hours held idle first (reserved-idle: nothing ran; holding: memory held at 0 %).\n\n";
+  jobs_table(out, r.jobs, r.price_per_gpu_hour.has_value());
+  return out;
+}
 
 std::string render_text(const Report& r, bool color) {
   std::string out;
@@ -89,6 +123,14 @@ std::string render_text(const Report& r, bool color) {
   consumers(out, "GPU-hours by command", r.commands);
   consumers(out, "GPU-hours by container", r.containers);
   consumers(out, "GPU-hours by Slurm job", r.slurm_jobs);
+  std::vector<JobUse> idle_jobs;
+  for (const auto& u : r.jobs) {
+    if (u.held_idle() > 0 && idle_jobs.size() < 10) idle_jobs.push_back(u);
+  }
+  if (!idle_jobs.empty()) {
+    out += "\nSlurm jobs that held GPUs idle (all jobs: tarmac report --by job):\n";
+    jobs_table(out, idle_jobs, r.price_per_gpu_hour.has_value());
+  }
 
   if (!r.idle_windows.empty()) {
     out += "\nLongest idle windows (where backfill would fit):\n";

@@ -184,6 +184,49 @@ void add_consumers(const ReportInput& in, const ReportOptions& options, Report& 
   report.slurm_jobs = top(jobs, 10);
 }
 
+// Each Slurm job's GPU-hours per class: its spans on each GPU, clipped to the range, against the
+// GPU's class spans (sorted by GPU, then start); what no class span covers is unrecorded.
+std::vector<JobUse> job_uses(const ReportInput& in, const ReportOptions& options,
+                             const std::vector<store::ActivitySpan>& spans) {
+  std::map<std::string, JobUse> by_job;
+  for (const auto& j : in.jobs) {
+    if (!wanted(j.gpu, options.gpus)) continue;
+    const long long start = std::max(j.first_ms, options.range.since_ms);
+    const long long end = std::min(j.last_ms, options.range.until_ms);
+    if (end < start) continue;
+    JobUse& use = by_job[j.job];
+    if (use.job.empty()) {
+      use.job = j.job;
+      use.first_ms = start;
+      use.last_ms = end;
+    }
+    if (!j.user.empty()) use.user = j.user;
+    if (!j.partition.empty()) use.partition = j.partition;
+    if (std::find(use.gpus.begin(), use.gpus.end(), j.gpu) == use.gpus.end()) use.gpus.push_back(j.gpu);
+    use.first_ms = std::min(use.first_ms, start);
+    use.last_ms = std::max(use.last_ms, end);
+    long long covered = 0;
+    const auto first = std::lower_bound(spans.begin(), spans.end(), j.gpu,
+                                        [](const store::ActivitySpan& s, unsigned gpu) { return s.gpu < gpu; });
+    for (auto it = first; it != spans.end() && it->gpu == j.gpu && it->start_ms < end; ++it) {
+      const long long overlap = std::max(0LL, std::min(it->end_ms, end) - std::max(it->start_ms, start));
+      use.hours.hours[class_slot(it->activity)] += static_cast<double>(overlap) / util::kMsPerHour;
+      covered += overlap;
+    }
+    use.hours.unrecorded += static_cast<double>(std::max(0LL, end - start - covered)) / util::kMsPerHour;
+  }
+  std::vector<JobUse> out;
+  for (auto& [id, use] : by_job) {
+    std::sort(use.gpus.begin(), use.gpus.end());
+    if (options.price_per_gpu_hour) use.idle_cost = use.held_idle() * *options.price_per_gpu_hour;
+    out.push_back(std::move(use));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const JobUse& a, const JobUse& b) {
+    return a.held_idle() != b.held_idle() ? a.held_idle() > b.held_idle() : a.first_ms < b.first_ms;
+  });
+  return out;
+}
+
 // The longest runs of holding (at most 20), each with the processes that overlapped it.
 std::vector<HoldingIncident> holding_incidents(const std::vector<store::ActivitySpan>& spans,
                                                const store::TimeRange& range,
@@ -306,6 +349,7 @@ Report compute(const ReportInput& in, const ReportOptions& options) {
   });
   if (report.idle_windows.size() > 10) report.idle_windows.resize(10);
   report.holding = holding_incidents(spans, range, in.processes);
+  report.jobs = job_uses(in, options, spans);
   for (const auto& e : in.events) {
     if (e.gpu && !wanted(*e.gpu, options.gpus)) continue;
     if (e.kind == "fault" || e.kind == "lost" || e.kind == "throttle-start") ++report.fault_events;
@@ -322,6 +366,7 @@ Result<Report> build(store::Reader& reader, const ReportOptions& options) {
   TARMAC_TRY_ASSIGN(in.hours, reader.rollups(store::Level::Hours, options.range, options.gpus));
   TARMAC_TRY_ASSIGN(in.processes, reader.processes(options.range));
   TARMAC_TRY_ASSIGN(in.events, reader.events(options.range));
+  TARMAC_TRY_ASSIGN(in.jobs, reader.jobs(options.range));
   return compute(in, options);
 }
 

@@ -102,6 +102,24 @@ struct BackfillWork {
   double gpu_hours = 0;             // busy hours x the GPUs of the server, where tarmac knows them
 };
 
+// One Slurm job's GPUs over the range (from the HPC job mapping the agent read: table job_gpu):
+// GPU-hours in each class the GPUs were in while the job held them. held_idle() is what
+// Princeton's job_defense_shield flags: GPU-hours the job held at 0 % (reserved-idle: nothing ran;
+// holding: processes kept memory and did nothing).
+struct JobUse {
+  std::string job;
+  std::string user;       // "" when unknown
+  std::string partition;  // "" when unknown
+  std::vector<unsigned> gpus;
+  long long first_ms = 0;
+  long long last_ms = 0;
+  ClassHours hours;       // unrecorded: held, but no class recorded then
+  std::optional<double> idle_cost;  // held_idle() x price
+
+  [[nodiscard]] double gpu_hours() const { return hours.recorded() + hours.unrecorded; }
+  [[nodiscard]] double held_idle() const { return hours.idle() + hours.of(gpu::Activity::Holding); }
+};
+
 struct Report {
   long long since_ms = 0;
   long long until_ms = 0;
@@ -116,6 +134,7 @@ struct Report {
   std::vector<Consumer> commands;
   std::vector<Consumer> containers;
   std::vector<Consumer> slurm_jobs;
+  std::vector<JobUse> jobs;          // every Slurm job that held a GPU, most held-idle GPU-hours first
   std::vector<IdleWindow> idle_windows;   // longest first, at most 10
   std::vector<HoldingIncident> holding;   // longest first, at most 20
   std::size_t fault_events = 0;           // fault, lost, throttle-start events in the range
@@ -136,6 +155,7 @@ struct ReportInput {
   std::vector<store::Rollup> hours;
   std::vector<store::ProcessSpan> processes;
   std::vector<store::Event> events;
+  std::vector<store::JobSpan> jobs;
 };
 
 // Pure: the report of `input` for `options`.
@@ -149,5 +169,8 @@ struct ReportInput {
 [[nodiscard]] std::string render_text(const Report& report, bool color);
 [[nodiscard]] std::string render_html(const Report& report);
 [[nodiscard]] std::string render_json(const Report& report);
+// `tarmac report --by job`: every Slurm job that held a GPU, most held-idle GPU-hours first.
+[[nodiscard]] std::string render_jobs_text(const Report& report, bool color);
+[[nodiscard]] std::string render_jobs_json(const Report& report);
 
 }  // namespace tarmac::report

@@ -209,6 +209,11 @@ Result<JobEnv> read_job_env(const std::map<std::string, std::string>& env) {
   const bool plain = !user.empty() && user.size() <= 64 && user.find_first_not_of(
       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos;
   job.user = plain ? user : std::to_string(job.uid);
+  const std::string partition = get("SLURM_JOB_PARTITION");
+  if (partition.size() <= 64 && partition.find_first_not_of(
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos) {
+    job.partition = partition;
+  }
   std::string gpus = get("SLURM_JOB_GPUS");
   const char* from = "SLURM_JOB_GPUS";
   if (gpus.empty()) {
@@ -288,7 +293,10 @@ HookResult run_prolog(gpu::Backend& backend, const JobEnv& job, const HookOption
   }
   HookResult result;
   if (!options.job_map_dir.empty()) {
-    if (auto r = host::change_job_map(options.job_map_dir, job.gpus, job.job_id, host::JobMapChange::Add); !r.ok()) {
+    const host::JobInfo info{job.user, job.partition};
+    if (auto r = host::change_job_map(options.job_map_dir, job.gpus, job.job_id, host::JobMapChange::Add,
+                                      &info);
+        !r.ok()) {
       return fail("tarmac prolog: " + r.error().message);
     }
     result.lines.push_back(fmt::format("mapped job {} to GPUs {} in {}", job.job_id, fmt::join(job.gpus, ","),

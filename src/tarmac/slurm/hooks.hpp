@@ -28,6 +28,7 @@ struct JobEnv {
   std::string job_id;         // SLURM_JOB_ID
   uid_t uid = 0;              // SLURM_JOB_UID
   std::string user;           // SLURM_JOB_USER when it is a plain name, else the uid as text
+  std::string partition;      // SLURM_JOB_PARTITION when it is a plain name, else ""
   std::vector<unsigned> gpus;  // SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES (indices); empty: no GPUs
 };
 

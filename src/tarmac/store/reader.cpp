@@ -253,4 +253,26 @@ Result<std::vector<Event>> Reader::events(const TimeRange& range) {
   return out;
 }
 
+Result<std::vector<JobSpan>> Reader::jobs(const TimeRange& range) {
+  std::vector<JobSpan> out;
+  TARMAC_TRY_ASSIGN(auto has, db_.scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'job_gpu'"));
+  if (has.value_or(0) == 0) return out;
+  TARMAC_TRY_ASSIGN(auto st, db_.prepare("SELECT job, gpu, first_ms, last_ms, user, partition FROM job_gpu "
+                                         "WHERE last_ms >= ? AND first_ms < ? ORDER BY first_ms, job, gpu"));
+  bind_range(st, range);
+  for (;;) {
+    TARMAC_TRY_ASSIGN(const bool row, st.step());
+    if (!row) break;
+    JobSpan j;
+    j.job = st.text(0);
+    j.gpu = static_cast<unsigned>(st.int64(1));
+    j.first_ms = st.int64(2);
+    j.last_ms = st.int64(3);
+    j.user = st.text(4);
+    j.partition = st.text(5);
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 }  // namespace tarmac::store

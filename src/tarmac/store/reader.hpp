@@ -48,6 +48,9 @@ class Reader {
   // process in a pass: preparing the statement cost more than the lookups).
   [[nodiscard]] Result<std::vector<std::vector<ProcessSpan>>> processes_of(const std::vector<SpanQuery>& queries);
   [[nodiscard]] Result<std::vector<Event>> events(const TimeRange& range);
+  // Slurm jobs' spans on GPUs that overlap the range (not clipped), by first time; none from a
+  // store of schema 4 or older that no agent has upgraded.
+  [[nodiscard]] Result<std::vector<JobSpan>> jobs(const TimeRange& range);
 
  private:
   explicit Reader(Database db) : db_(std::move(db)) {}

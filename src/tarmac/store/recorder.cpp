@@ -184,6 +184,18 @@ void bind_process(Statement& st, const ProcessSpan& p) {
   st.bind(11, p.listed_after_start ? 1LL : 0LL);
 }
 
+constexpr std::string_view kInsertJob =
+    "INSERT OR REPLACE INTO job_gpu(job, gpu, first_ms, last_ms, user, partition) VALUES(?, ?, ?, ?, ?, ?)";
+
+void bind_job(Statement& st, const JobSpan& j) {
+  st.bind(1, std::string_view(j.job));
+  st.bind(2, static_cast<long long>(j.gpu));
+  st.bind(3, j.first_ms);
+  st.bind(4, j.last_ms);
+  bind_text_or_null(st, 5, j.user);
+  bind_text_or_null(st, 6, j.partition);
+}
+
 }  // namespace
 
 std::string database_path(const std::string& state_dir) { return state_dir + "/tarmac.db"; }
@@ -210,10 +222,11 @@ void Recorder::add(const ProcessSample& s) {
 void Recorder::add(const Event& e) { events_.push_back(e); }
 void Recorder::update(const ActivitySpan& s) { activity_[{s.gpu, s.start_ms}] = s; }
 void Recorder::update(const ProcessSpan& s) { processes_[{s.gpu, s.pid, s.first_ms}] = s; }
+void Recorder::update(const JobSpan& s) { jobs_[{s.job, s.gpu, s.first_ms}] = s; }
 
 std::size_t Recorder::pending_rows() const {
   return samples_.size() + slow_samples_.size() + process_samples_.size() + events_.size() + activity_.size() + processes_.size() +
-         gpus_.size();
+         jobs_.size() + gpus_.size();
 }
 
 void Recorder::enforce_bound() {
@@ -263,6 +276,7 @@ Result<void> Recorder::write_batch() {
                          [](Statement& st, const auto& entry) { bind_activity(st, entry.second); }));
   TARMAC_TRY(insert_rows(db, kInsertProcess, processes_,
                          [](Statement& st, const auto& entry) { bind_process(st, entry.second); }));
+  TARMAC_TRY(insert_rows(db, kInsertJob, jobs_, [](Statement& st, const auto& entry) { bind_job(st, entry.second); }));
   return {};
 }
 
@@ -305,6 +319,7 @@ FlushStatus Recorder::flush() {
   events_.clear();
   activity_.clear();
   processes_.clear();
+  jobs_.clear();
   dropped_ = 0;
   samples_.shrink_to_fit();
   process_samples_.shrink_to_fit();
@@ -318,7 +333,7 @@ Result<void> Recorder::prune(long long now_ms) {
     const char* sql;
     long long keep_ms;
   };
-  const std::array<Rule, 8> rules = {{
+  const std::array<Rule, 9> rules = {{
       {"DELETE FROM gpu_sample WHERE ts_ms < ?", r.samples_ms},
       {"DELETE FROM gpu_slow_sample WHERE ts_ms < ?", r.samples_ms},
       {"DELETE FROM process_sample WHERE ts_ms < ?", r.samples_ms},
@@ -326,6 +341,7 @@ Result<void> Recorder::prune(long long now_ms) {
       {"DELETE FROM gpu_hour WHERE ts_ms < ?", r.hours_ms},
       {"DELETE FROM activity WHERE end_ms < ?", r.hours_ms},
       {"DELETE FROM process WHERE last_ms < ?", r.hours_ms},
+      {"DELETE FROM job_gpu WHERE last_ms < ?", r.hours_ms},
       {"DELETE FROM event WHERE ts_ms < ?", r.events_ms},
   }};
   TARMAC_TRY(db_->exec("BEGIN IMMEDIATE"));

@@ -53,6 +53,7 @@ class Recorder {
   // The latest state of a span: replaces an earlier add of the same span (same key) in this batch.
   void update(const ActivitySpan& span);
   void update(const ProcessSpan& span);
+  void update(const JobSpan& span);
 
   // Writes everything pending in one transaction (opening the database first if needed).
   [[nodiscard]] FlushStatus flush();
@@ -81,6 +82,7 @@ class Recorder {
   std::vector<Event> events_;
   std::map<std::pair<unsigned, long long>, ActivitySpan> activity_;
   std::map<std::tuple<unsigned, unsigned, long long>, ProcessSpan> processes_;
+  std::map<std::tuple<std::string, unsigned, long long>, JobSpan> jobs_;
   std::size_t dropped_ = 0;
 };
 

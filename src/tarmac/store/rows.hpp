@@ -89,6 +89,18 @@ struct ActivitySpan {
   long long end_ms = 0;
 };
 
+// A Slurm job's hold on one GPU, from the first to the last sample that found the GPU mapped to it
+// in the HPC job mapping (table job_gpu), with what its prolog recorded of it. The GPU's classes
+// over the same time (table activity) say how the job used it.
+struct JobSpan {
+  std::string job;
+  unsigned gpu = 0;
+  long long first_ms = 0;
+  long long last_ms = 0;
+  std::string user;       // "" when unknown
+  std::string partition;  // "" when unknown
+};
+
 // Something that happened (table event): process-start, process-end, throttle-start, throttle-end,
 // fault, fault-cleared, lost, agent-start, agent-stop, recording-gap.
 struct Event {

@@ -60,6 +60,30 @@ TEST_F(JobMapTest, AddAndRemoveInDcgmExportersFormat) {
   EXPECT_FALSE(change_job_map(dir_.string(), {0}, "a b", JobMapChange::Add).ok());
 }
 
+TEST_F(JobMapTest, TheJobsUserAndPartitionLiveBesideTheMapUntilItsRemoved) {
+  const JobInfo info{"alice", "gpu-long"};
+  ASSERT_TRUE(change_job_map(dir_.string(), {0, 1}, "77", JobMapChange::Add, &info).ok());
+  EXPECT_EQ(file(".job-77"), "user=alice\npartition=gpu-long\n");
+  EXPECT_EQ(read_job_map(dir_.string()).size(), 2u) << "the info file is not a GPU's";
+  JobInfos infos = read_job_infos(dir_.string());
+  ASSERT_EQ(infos.size(), 1u);
+  EXPECT_EQ(infos.at("77").user, "alice");
+  EXPECT_EQ(infos.at("77").partition, "gpu-long");
+  ASSERT_TRUE(change_job_map(dir_.string(), {0, 1}, "77", JobMapChange::Remove).ok());
+  EXPECT_FALSE(fs::exists(dir_ / ".job-77"));
+  EXPECT_TRUE(read_job_infos(dir_.string()).empty());
+
+  // What is not a plain name is not written, nor read back.
+  const JobInfo odd{"bob\nuser=root", "p q"};
+  ASSERT_TRUE(change_job_map(dir_.string(), {0}, "78", JobMapChange::Add, &odd).ok());
+  EXPECT_EQ(file(".job-78"), "");
+  std::ofstream(dir_ / ".job-79") << "user=$(reboot)\npartition=ok\nnoise\n";
+  infos = read_job_infos(dir_.string());
+  EXPECT_EQ(infos.at("78").user, "");
+  EXPECT_EQ(infos.at("79").user, "");
+  EXPECT_EQ(infos.at("79").partition, "ok");
+}
+
 TEST_F(JobMapTest, ReadsOnlyWhatItShould) {
   fs::create_directories(dir_);
   std::ofstream(dir_ / "0") << "12\n\n  13  \nnot a job!\n12\n";

@@ -296,6 +296,66 @@ TEST(Compute, AtMostTenConsumersEach) {
   EXPECT_EQ(r.commands.size(), 10U);
 }
 
+store::JobSpan job(const std::string& id, unsigned gpu, double first_h, double last_h, const std::string& user = "",
+                   const std::string& partition = "") {
+  return {id, gpu, kD + static_cast<long long>(first_h * kH), kD + static_cast<long long>(last_h * kH), user, partition};
+}
+
+TEST(Compute, EachSlurmJobGetsTheClassesOfItsGpusWhileItHeldThemMostHeldIdleFirst) {
+  ReportInput in;
+  in.gpus = two_gpus();
+  in.activity = {span(0, Activity::Busy, 0, 4), span(0, Activity::Holding, 4, 6), span(0, Activity::Idle, 6, 24),
+                 span(1, Activity::ReservedIdle, 0, 10), span(1, Activity::Busy, 10, 12), span(1, Activity::Idle, 12, 24)};
+  in.jobs = {job("busy", 0, 0, 5, "alice", "gpu"),   // 4 h busy, 1 h holding
+             job("lunch", 1, 1, 10, "bob", "long"),  // 9 h reserved-idle
+             job("lunch", 1, 10, 11),                // the same job again, a second span: 1 h busy
+             job("late", 0, 23, 26),                 // runs past the range: clipped at 24 h
+             job("gap", 1, 30, 31)};                 // outside the range
+  const Report r = compute(in, day(2.0));
+  ASSERT_EQ(r.jobs.size(), 3U);
+  const JobUse& lunch = r.jobs[0];
+  EXPECT_EQ(lunch.job, "lunch");
+  EXPECT_EQ(lunch.user, "bob");
+  EXPECT_EQ(lunch.partition, "long");
+  EXPECT_EQ(lunch.gpus, (std::vector<unsigned>{1}));
+  EXPECT_DOUBLE_EQ(lunch.hours.of(Activity::ReservedIdle), 9.0);
+  EXPECT_DOUBLE_EQ(lunch.hours.of(Activity::Busy), 1.0);
+  EXPECT_DOUBLE_EQ(lunch.held_idle(), 9.0);
+  EXPECT_DOUBLE_EQ(lunch.gpu_hours(), 10.0);
+  EXPECT_DOUBLE_EQ(lunch.idle_cost.value_or(-1), 18.0);
+  EXPECT_EQ(lunch.first_ms, kD + 1 * kH);
+  EXPECT_EQ(lunch.last_ms, kD + 11 * kH);
+  EXPECT_EQ(r.jobs[1].job, "busy");
+  EXPECT_DOUBLE_EQ(r.jobs[1].hours.of(Activity::Busy), 4.0);
+  EXPECT_DOUBLE_EQ(r.jobs[1].held_idle(), 1.0);  // holding counts: memory held at 0 %
+  EXPECT_EQ(r.jobs[2].job, "late");
+  EXPECT_DOUBLE_EQ(r.jobs[2].gpu_hours(), 1.0);
+  EXPECT_EQ(r.jobs[2].last_ms, kD + kDay);
+
+  // A job held where no class was recorded: unrecorded, never idle.
+  ReportInput gap;
+  gap.jobs = {job("dark", 0, 2, 3)};
+  const Report g = compute(gap, day());
+  ASSERT_EQ(g.jobs.size(), 1U);
+  EXPECT_DOUBLE_EQ(g.jobs[0].hours.unrecorded, 1.0);
+  EXPECT_DOUBLE_EQ(g.jobs[0].held_idle(), 0.0);
+  EXPECT_FALSE(g.jobs[0].idle_cost.has_value());
+
+  // The GPU filter applies to jobs too; the renderings carry them.
+  ReportOptions only1 = day();
+  only1.gpus = {1};
+  EXPECT_EQ(compute(in, only1).jobs.size(), 1U);
+  const auto j = nlohmann::json::parse(render_jobs_json(r));
+  EXPECT_EQ(j["jobs"][0]["job"], "lunch");
+  EXPECT_DOUBLE_EQ(j["jobs"][0]["held_idle_gpu_hours"].get<double>(), 9.0);
+  EXPECT_TRUE(j["jobs"][2]["user"].is_null());
+  EXPECT_EQ(nlohmann::json::parse(render_json(r))["jobs"].size(), 3U);
+  const std::string text = render_jobs_text(r, false);
+  EXPECT_LT(text.find("lunch"), text.find("busy")) << text;
+  EXPECT_NE(text.find("bob"), std::string::npos) << text;
+  EXPECT_NE(render_text(r, false).find("Slurm jobs that held GPUs idle"), std::string::npos);
+}
+
 TEST(Compute, TheHeatMapHasOneRowPerUtcDayWithTheFleetsHourlyMean) {
   ReportInput in;
   in.gpus = two_gpus();

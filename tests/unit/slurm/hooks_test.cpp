@@ -9,11 +9,13 @@ using Env = std::map<std::string, std::string>;
 
 TEST(JobEnv, FromSlurmdsEnvironment) {
   auto job = read_job_env({{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_UID", "1001"}, {"SLURM_JOB_USER", "alice"},
-                           {"SLURM_JOB_GPUS", "2,0,2"}, {"CUDA_VISIBLE_DEVICES", "5"}});
+                           {"SLURM_JOB_GPUS", "2,0,2"}, {"CUDA_VISIBLE_DEVICES", "5"},
+                           {"SLURM_JOB_PARTITION", "gpu-long"}});
   ASSERT_TRUE(job.ok()) << job.error().message;
   EXPECT_EQ(job->job_id, "77");
   EXPECT_EQ(job->uid, 1001u);
   EXPECT_EQ(job->user, "alice");
+  EXPECT_EQ(job->partition, "gpu-long");
   EXPECT_EQ(job->gpus, (std::vector<unsigned>{2, 0})) << "SLURM_JOB_GPUS first, each once, in its order";
   auto cvd = read_job_env({{"SLURM_JOB_ID", "78"}, {"SLURM_JOB_UID", "0"}, {"CUDA_VISIBLE_DEVICES", "1"}});
   ASSERT_TRUE(cvd.ok());
@@ -34,8 +36,10 @@ TEST(JobEnv, RefusesWhatIsNotSlurmds) {
   ASSERT_FALSE(uuids.ok());
   EXPECT_NE(uuids.error().message.find("SLURM_JOB_GPUS"), std::string::npos);
   EXPECT_FALSE(read_job_env({{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_UID", "1"}, {"SLURM_JOB_GPUS", "99999"}}).ok());
-  auto odd = read_job_env({{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_UID", "1"}, {"SLURM_JOB_USER", "a b\x1b[2J"}});
+  auto odd = read_job_env({{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_UID", "1"}, {"SLURM_JOB_USER", "a b\x1b[2J"},
+                           {"SLURM_JOB_PARTITION", "p\nuser=root"}});
   ASSERT_TRUE(odd.ok());
+  EXPECT_EQ(odd->partition, "");
   EXPECT_EQ(odd->user, "1") << "a name that is not a plain word is not written into a lease";
 }
 

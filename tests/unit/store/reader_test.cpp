@@ -174,6 +174,27 @@ TEST(Reader, SpansThatOverlapTheRangeAreReturnedUnclipped) {
   EXPECT_EQ((*processes)[0].first_ms, kT0 - 5000);
 }
 
+TEST(Reader, JobSpansOverlappingTheRangeComeBackWithTheirUserAndPartition) {
+  TempDir dir;
+  const std::string path = database_path(dir.path());
+  write_store(path, [](Recorder& rec) {
+    rec.update(JobSpan{"77", 1, kT0 - 5000, kT0 + 20000, "alice", "gpu"});
+    rec.update(JobSpan{"77", 2, kT0 - 5000, kT0 + 20000, "alice", "gpu"});
+    rec.update(JobSpan{"78", 1, kT0 - 9000, kT0 - 6000, "", ""});  // before the range
+    rec.update(JobSpan{"77", 1, kT0 - 5000, kT0 + 30000, "alice", "gpu"});  // the same span, later
+  });
+  auto reader = Reader::open(path);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  auto jobs = reader->jobs({kT0, kT0 + 40000});
+  ASSERT_TRUE(jobs.ok()) << jobs.error().message;
+  ASSERT_EQ(jobs->size(), 2U);
+  EXPECT_EQ((*jobs)[0].job, "77");
+  EXPECT_EQ((*jobs)[0].gpu, 1U);
+  EXPECT_EQ((*jobs)[0].last_ms, kT0 + 30000) << "an updated span replaces the one written";
+  EXPECT_EQ((*jobs)[0].user, "alice");
+  EXPECT_EQ((*jobs)[1].partition, "gpu");
+}
+
 // reap asks for the spans of every listed (GPU, pid) with one prepared statement: each answer is
 // its own query's (its GPU, pid and range), in order, none carried over from the one before.
 TEST(Reader, EachSpanQueryIsAnsweredOnItsOwn) {

@@ -56,6 +56,10 @@ TEST(SchemaUpgrade, AReaderReadsAVersionOneStoreAsItIsWithMemoryUtilizationUnkno
   EXPECT_EQ((*rows)[0].sm_util_pct, 0);
   EXPECT_FALSE((*rows)[0].mem_util_pct.has_value());  // never recorded: unknown, not 0
   EXPECT_EQ(schema_version(path), 1);                  // a reader never writes
+  // No job_gpu table before version 5: no jobs, rather than an error.
+  auto jobs = reader->jobs(kAll);
+  ASSERT_TRUE(jobs.ok()) << jobs.error().message;
+  EXPECT_TRUE(jobs->empty());
 }
 
 TEST(SchemaUpgrade, TheRecorderUpgradesAVersionOneStoreInPlaceAndKeepsUnknownApartFromIdle) {
