@@ -77,10 +77,18 @@ class Cluster:
         self.procs = []
         self.names = []
         self.env = None
+        self.agent = None
+        self.user = user
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-slurmreal-"))
+        try:
+            self.start_all()
+        except BaseException:
+            self.close()
+            raise
+
+    def start_all(self):
         self.dir.chmod(0o755)
         d = self.dir
-        self.user = user
         self.map = d / "hpc-jobs"
         self.config = d / "tarmac.toml"
         self.config.write_text(f'[slurm]\njob_map_dir = "{self.map}"\nepilog_grace = "1s"\n'
@@ -249,20 +257,24 @@ PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
         return found
 
     def close(self):
-        self.slurm("scancel", "--user", self.user.pw_name, check=False)
+        if any(p.poll() is None for p in self.procs) and self.env is not None:
+            # The jobs end (and their epilogs run) before the daemons stop.
+            self.slurm("scancel", "--user", self.user.pw_name, check=False)
+            wait_for(lambda: not self.slurm("squeue", "-h", check=False).stdout.strip(), timeout=30)
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for p in reversed(self.procs):
             end_process(p, timeout=15)
         # Whatever the jobs left (the test failed before the epilog ran): the simulation's own pids.
-        for gpu in range(4):
+        for gpu in range(4 if self.agent is not None else 0):
             for pid in gpu_pids(self.sim.state, gpu):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        self.agent.close()
+        if self.agent is not None:
+            self.agent.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -379,6 +391,7 @@ class RealSlurm(unittest.TestCase):
         # The prolog's mapping, in dcgm-exporter's format.
         self.assertEqual({int(f.name): f.read_text().split() for f in self.c.map.iterdir() if f.name.isdigit()},
                          {g: [str(job)] for g in gpus})
+        self.assertEqual((self.c.map / f".job-{job}").read_text(), f"user={self.c.user.pw_name}\npartition=gpu\n")
         status = json.loads(self.c.sim.run("status", "--json").stdout)
         procs = {(g["index"], p["pid"]): p for g in status["gpus"] for p in g["processes"]}
         self.assertEqual({gpu for gpu, _ in procs}, set(gpus), procs)
@@ -394,7 +407,7 @@ class RealSlurm(unittest.TestCase):
         self.wait_ended(job)
         self.assertTrue(wait_for(lambda: all(not gpu_pids(self.c.sim.state, g) for g in range(4))),
                         [gpu_pids(self.c.sim.state, g) for g in range(4)])
-        self.assertEqual([f.name for f in self.c.map.iterdir() if f.name.isdigit()], [])
+        self.assertEqual([f.name for f in self.c.map.iterdir() if f.name.isdigit() or f.name.startswith(".job-")], [])
         log = self.c.log("slurmd")
         for pid in leftover:
             self.assertRegex(log, rf"epilog success rc:0 output:[^\[]*pid {pid} \({self.c.user.pw_name}, [\w-]+\): ended",
@@ -452,8 +465,8 @@ class RealSlurm(unittest.TestCase):
         end_process(squatter)
 
     def test_5_a_job_that_runs_nothing_on_its_gpu_is_reported_as_holding_it_idle(self):
-        busy = self.c.submit(f"{LOAD} --mem 1GiB --util 80", gres="gpu:1")
         idle = self.c.submit("sleep 600", gres="gpu:1")
+        busy = self.c.submit(f"{LOAD} --mem 1GiB --util 80", gres="gpu:1")
         self.assertTrue(wait_for(lambda: self.c.job_gpus(idle) and self.c.job_gpus(busy)))
         gpu = self.c.job_gpus(idle)[0]
         # The agent sees the GPU given to a job and unused: reserved-idle, as a lease makes it.
@@ -476,6 +489,48 @@ class RealSlurm(unittest.TestCase):
         order = [l[0] for l in lines]
         self.assertLess(order.index(str(idle)), order.index(str(busy)), r.stdout)  # most held idle first
         self.assertIn(self.c.user.pw_name, r.stdout)
+
+    def test_6_idle_job_action_cancels_an_idle_batch_job_and_spares_an_interactive_one(self):
+        # An agent of its own (on the same simulation) with the policy on and short bounds.
+        d = self.c.dir / "idle-agent"
+        d.mkdir()
+        cfg = d / "tarmac.toml"
+        cfg.write_text(f'[slurm]\njob_map_dir = "{self.c.map}"\nidle_job_action = "cancel"\n'
+                       f'idle_job_warn_after = "2s"\nidle_job_cancel_after = "4s"\n'
+                       f'[scheduler]\nlock_dir = "{self.c.dir / "locks"}"\nsocket = "{d / "sched.sock"}"\n')
+        log = open(d / "agent.log", "w+")
+        self.addCleanup(log.close)
+        agent = subprocess.Popen([str(TARMAC), "--config", str(cfg), "agent", "--state-dir", str(d / "state"),
+                                  "--listen", "off", "--interval", "500ms", "--process-interval", "1s"],
+                                 env=self.c.env, stdout=subprocess.DEVNULL, stderr=log)
+        self.addCleanup(end_process, agent)
+
+        def agent_log():
+            log.seek(0)
+            return log.read()
+        self.assertTrue(wait_for(lambda: "recording" in agent_log() or agent.poll() is not None), agent_log())
+        # An interactive job (srun without a batch script: BatchFlag=0) that runs nothing on its GPU.
+        interactive = subprocess.Popen(["srun", "--gres=gpu:1", "--chdir=/tmp", "sleep", "600"], env=self.c.env,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       preexec_fn=demoted(self.c.user))
+        self.addCleanup(end_process, interactive)
+        batch = self.c.submit("sleep 600", gres="gpu:1")
+        self.assertTrue(wait_for(lambda: self.c.job(batch).get("JobState") == "CANCELLED"),
+                        f"{self.c.job(batch)}\n{agent_log()[-3000:]}")
+        text = agent_log()
+        self.assertRegex(text, rf"FIRING \[warning\] slurm_idle_job: .*Slurm job {batch} \({self.c.user.pw_name}, gpu\) "
+                               r"has held GPUs \d idle for")
+        self.assertRegex(text, rf"cancelled Slurm job {batch} \({self.c.user.pw_name}, gpu\): it held GPUs \d idle")
+        jobs = [line for line in self.c.slurm("squeue", "-h", "-o", "%i %u", check=False).stdout.splitlines()]
+        interactive_id = next((j.split()[0] for j in jobs if j.split()[0] != str(batch)), None)
+        self.assertIsNotNone(interactive_id, jobs)
+        self.assertTrue(wait_for(lambda: f"Slurm job {interactive_id} ({self.c.user.pw_name}, gpu) held GPUs"
+                                 in agent_log() and "not cancelled: it is interactive" in agent_log()),
+                        agent_log()[-3000:])
+        self.assertIsNone(interactive.poll(), "the interactive job runs on")
+        self.assertEqual(self.c.job(interactive_id).get("JobState"), "RUNNING")
+        self.c.slurm("scancel", interactive_id)
+        self.wait_ended(int(interactive_id))
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ class Peers(unittest.TestCase):
         updates = [c for c in calls if c.startswith("update ")]
         self.assertEqual(len(updates), 2, calls)
         self.assertTrue(all("http://local.example/debian" in u for u in updates), updates)
-        self.assertEqual(sum(" download " in f" {c} " for c in calls), 9, calls)
+        self.assertEqual(sum(" download " in f" {c} " for c in calls), 10, calls)  # the WANT list of scripts/peers.sh
         self.assertEqual((self.cache / "x" / "nvtop" / "usr" / "share" / "nvtop" / "marker").read_text(),
                          "nvtop 3.0.1-1\n")
         marker = self.cache / "x" / "nvidia-smi" / "usr" / "share" / "nvidia-smi" / "marker"

@@ -215,7 +215,7 @@ class Loop {
       if (auto it = latest_slow_.find(d.id.index); it != latest_slow_.end()) d.slow = it->second;
     }
     const auto classes = tracker_.classes();
-    options_.on_sample(SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds});
+    options_.on_sample(SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds, tracker_.jobs()});
   }
 
   // Counted every time, logged at most once a minute of clock time.

@@ -58,6 +58,7 @@ struct SampleView {
   const AgentSummary& summary;
   long long nvml_errors;       // failed snapshots and values since the start
   double sample_seconds;       // real time this snapshot took
+  const JobView& jobs;         // the Slurm jobs on the GPUs as last read (empty without AgentOptions::jobs)
 };
 
 // The fast value groups the agent records and classifies with.

@@ -38,6 +38,9 @@ class Tracker {
   void observe(const gpu::Snapshot& snapshot, long long ts_ms, bool with_processes, store::Recorder& recorder,
                const std::set<std::string>& leased = {}, const JobView* jobs = nullptr);
 
+  // The Slurm jobs as last read.
+  [[nodiscard]] const JobView& jobs() const { return jobs_; }
+
   // The current class of each GPU seen, by index.
   [[nodiscard]] std::map<unsigned, gpu::Activity> classes() const;
 

@@ -77,6 +77,7 @@ PromRule rule_text(Rule rule, const AlertConfig& c, const gpu::ActivityThreshold
                     "on the host."};
     case Rule::LeaseIdle: break;  // no series to write it with: the agent's scheduler raises it
     case Rule::Reaper: break;     // the agent's reaper announces it (docs/reap.md)
+    case Rule::SlurmIdleJob: break;  // the agent's idle-job policy announces it (docs/slurm.md)
   }
   return {};
 }
@@ -94,6 +95,7 @@ const char* prometheus_alert_name(Rule rule) {
     case Rule::Fault: return "TarmacGpuFault";
     case Rule::LeaseIdle: return "TarmacLeaseIdle";
     case Rule::Reaper: return "TarmacReaper";
+    case Rule::SlurmIdleJob: return "TarmacSlurmIdleJob";
   }
   return "Tarmac";
 }

@@ -218,6 +218,7 @@ const char* to_string(Rule rule) {
     case Rule::Fault: return "fault";
     case Rule::LeaseIdle: return "lease_idle";
     case Rule::Reaper: return "reaper";
+    case Rule::SlurmIdleJob: return "slurm_idle_job";
   }
   return "?";
 }
@@ -262,6 +263,7 @@ long long AlertConfig::for_ms(Rule rule) const {
     case Rule::Fault: return fault_for_ms;
     case Rule::LeaseIdle: return 0;  // the scheduler's own limit (scheduler.lease_idle_limit)
     case Rule::Reaper: return 0;     // the reaper's own (reaper.warn_after, reaper.idle_for)
+    case Rule::SlurmIdleJob: return 0;  // slurm.idle_job_warn_after
   }
   return 0;
 }

@@ -18,7 +18,7 @@ namespace tarmac::alerts {
 // LeaseIdle is not evaluated here: the agent's scheduler raises it for a lease nobody uses
 // (docs/scheduler.md), and it goes out through the same sinks (Alerter::announce). Reaper is
 // likewise the agent's reaper's: a holder warned about (firing) or acted on (resolved; docs/reap.md).
-enum class Rule { Starvation, Idle, Holding, Thermal, NearOom, Imbalance, Fault, LeaseIdle, Reaper };
+enum class Rule { Starvation, Idle, Holding, Thermal, NearOom, Imbalance, Fault, LeaseIdle, Reaper, SlurmIdleJob };
 
 inline constexpr std::array<Rule, 7> kRules = {Rule::Starvation, Rule::Idle,      Rule::Holding, Rule::Thermal,
                                                Rule::NearOom,    Rule::Imbalance, Rule::Fault};

@@ -18,6 +18,7 @@
 #include "tarmac/agent/clock.hpp"
 #include "tarmac/backfill/service.hpp"
 #include "tarmac/alerts/alerter.hpp"
+#include "tarmac/cli/agent_idle_jobs.hpp"
 #include "tarmac/host/job_map.hpp"
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/leases.hpp"
@@ -387,6 +388,15 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     print_error(clock.error());
     return kExitCouldNotLook;
   }
+  const auto idle_action = slurm::idle_job_action_from(s.cfg.slurm.idle_job_action);
+  if (idle_action == slurm::IdleJobAction::Cancel &&
+      s.cfg.slurm.idle_job_cancel_after_ms <= s.cfg.slurm.idle_job_warn_after_ms) {
+    fmt::print(stderr, "tarmac: slurm.idle_job_cancel_after ({}) must be longer than slurm.idle_job_warn_after ({}): "
+                       "a job is warned before it is cancelled\n",
+               util::format_duration_ms(s.cfg.slurm.idle_job_cancel_after_ms),
+               util::format_duration_ms(s.cfg.slurm.idle_job_warn_after_ms));
+    return kExitUsage;
+  }
   AgentLock lock;
   if (auto r = lock.acquire(s.options.state_dir); !r.ok()) {
     print_error(r.error());
@@ -406,6 +416,23 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     return kExitUsage;
   }
   std::unique_ptr<sched::Daemon> scheduler = start_scheduler(global, s, alerter, batches);
+  std::unique_ptr<AgentIdleJobs> idle_jobs;
+  if (idle_action && *idle_action != slurm::IdleJobAction::Off && !s.cfg.slurm.job_map_dir.empty()) {
+    AgentIdleJobsOptions o;
+    o.settings = {*idle_action, s.cfg.slurm.idle_job_warn_after_ms, s.cfg.slurm.idle_job_cancel_after_ms,
+                  s.cfg.slurm.idle_job_cancel_interactive};
+    const char* path = std::getenv("PATH");
+    const std::string search = std::string(path ? path : "") + ":/usr/sbin:/usr/bin";
+    o.scontrol = util::resolve_command("scontrol", search).value_or("");
+    o.scancel = util::resolve_command("scancel", search).value_or("");
+    o.announce = [&alerter](alerts::Notice n) { alerter.announce(std::move(n)); };
+    o.log = log_line;
+    if (*idle_action == slurm::IdleJobAction::Cancel && (o.scontrol.empty() || o.scancel.empty())) {
+      log_line(util::LogLevel::Warning, "slurm.idle_job_action = cancel, but scontrol or scancel is not on PATH: idle "
+                                        "jobs are only warned about");
+    }
+    idle_jobs = std::make_unique<AgentIdleJobs>(std::move(o));
+  }
   const long long start_unix_ms = util::wall_ms();
   s.options.on_sample = [&](const agent::SampleView& v) {
     serve::AgentStats stats;
@@ -416,6 +443,7 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     alerter.observe(v.merged, v.classes, v.ts_ms);  // first, so the view published sees its alerts
     if (*service) live.publish(v.merged, v.classes, v.ts_ms, stats);
     if (scheduler) scheduler->observe(v.merged, v.classes);
+    if (idle_jobs) idle_jobs->observe(v.jobs, v.classes, v.ts_ms);
   };
   if (scheduler) s.options.leased_gpus = [&scheduler] { return scheduler->given_gpus(); };
   if (const std::string dir = s.cfg.slurm.job_map_dir; !dir.empty()) {

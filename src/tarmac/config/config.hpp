@@ -28,6 +28,10 @@ enum class AgentClock { Real, Sim };
 struct SlurmSettings {
   std::string job_map_dir = "/run/tarmac/hpc-jobs";  // the HPC job mapping directory, dcgm-exporter's format
   long long epilog_grace_ms = 3000;                   // SIGTERM to SIGKILL for what a job left behind
+  std::string idle_job_action = "off";                // off, notify, cancel (docs/slurm.md)
+  long long idle_job_warn_after_ms = 60LL * 60 * 1000;
+  long long idle_job_cancel_after_ms = 4LL * 60 * 60 * 1000;
+  bool idle_job_cancel_interactive = false;
 };
 
 // The endpoint beyond http.listen (docs/fleet.md "Scraping across the network").

@@ -137,6 +137,23 @@ const std::vector<Key>& fixed_table() {
       key("slurm", "epilog_grace", Kind::Duration,
           "how long `tarmac slurm epilog` waits after SIGTERM before SIGKILL for the processes a job left on its GPUs",
           0, 60 * 1000, &Config::slurm, &SlurmSettings::epilog_grace_ms),
+      text_key("slurm", "idle_job_action", Kind::Choice,
+               "what the agent does about a Slurm job whose GPUs all sit idle (idle, reserved-idle or holding): off, "
+               "notify (the alert sinks, after idle_job_warn_after) or cancel (also scancel after "
+               "idle_job_cancel_after)",
+               {"off", "notify", "cancel"}, [](Config& c, const std::string& v) { c.slurm.idle_job_action = v; },
+               [](const Config& c) { return c.slurm.idle_job_action; }),
+      key("slurm", "idle_job_warn_after", Kind::Duration,
+          "how long a Slurm job's GPUs must all sit idle before the agent warns (slurm.idle_job_action)", 1000,
+          30LL * 86400 * 1000, &Config::slurm, &SlurmSettings::idle_job_warn_after_ms),
+      key("slurm", "idle_job_cancel_after", Kind::Duration,
+          "how long a Slurm job's GPUs must all sit idle before the agent cancels it (idle_job_action = \"cancel\"; "
+          "longer than idle_job_warn_after)",
+          1000, 30LL * 86400 * 1000, &Config::slurm, &SlurmSettings::idle_job_cancel_after_ms),
+      key("slurm", "idle_job_cancel_interactive", Kind::Bool,
+          "also cancel interactive jobs (salloc, srun --pty), whose users may be at the keyboard; they are only warned "
+          "otherwise",
+          0, 1, &Config::slurm, &SlurmSettings::idle_job_cancel_interactive),
       key("alerts", "starvation_for", Kind::Duration,
           "how long a GPU must stay starved (as activity.busy_util_pct and activity.starved_mem_pct define it) before "
           "the starvation alert fires",

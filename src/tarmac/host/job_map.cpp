@@ -145,9 +145,23 @@ bool valid_job_id(std::string_view id) {
   });
 }
 
+namespace {
+
+// The mapping directory, opened for reading when it is one root (or this user) keeps: its owner
+// root's or this user's, writable by no one else. Anything else is read as no mapping: a directory
+// others can write would let them attribute GPUs to jobs, and forge users, in root's records.
+util::Fd open_trusted_map(const std::string& dir) {
+  util::Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  struct stat st{};
+  if (!dir_fd || fstat(dir_fd.get(), &st) != 0 || !trusted_dir(st, true)) return util::Fd();
+  return dir_fd;
+}
+
+}  // namespace
+
 JobMap read_job_map(const std::string& dir) {
   JobMap out;
-  util::Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  util::Fd dir_fd = open_trusted_map(dir);
   if (!dir_fd) return out;
   DIR* d = fdopendir(dup(dir_fd.get()));
   if (d == nullptr) return out;
@@ -167,7 +181,7 @@ JobMap read_job_map(const std::string& dir) {
 
 JobInfos read_job_infos(const std::string& dir) {
   JobInfos out;
-  util::Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  util::Fd dir_fd = open_trusted_map(dir);
   if (!dir_fd) return out;
   DIR* d = fdopendir(dup(dir_fd.get()));
   if (d == nullptr) return out;

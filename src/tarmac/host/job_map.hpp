@@ -28,7 +28,8 @@ using JobInfos = std::map<std::string, JobInfo>;  // by job id
 [[nodiscard]] bool valid_job_id(std::string_view id);
 
 // Reads the directory: files whose names are GPU indices, lines that are valid job ids (at most 64
-// per GPU, 64 KiB per file); anything else in it is ignored. A missing directory is an empty map.
+// per GPU, 64 KiB per file); anything else in it is ignored. A missing directory is an empty map,
+// and so is one that is not root's (or this user's) or that others can write.
 // Files are opened relative to the directory without following links or blocking.
 [[nodiscard]] JobMap read_job_map(const std::string& dir);
 

@@ -206,8 +206,12 @@ std::vector<JobUse> job_uses(const ReportInput& in, const ReportOptions& options
     use.first_ms = std::min(use.first_ms, start);
     use.last_ms = std::max(use.last_ms, end);
     long long covered = 0;
-    const auto first = std::lower_bound(spans.begin(), spans.end(), j.gpu,
-                                        [](const store::ActivitySpan& s, unsigned gpu) { return s.gpu < gpu; });
+    // A GPU's spans do not overlap, so their ends rise with their starts: the first that ends
+    // after the job's start is where the overlap begins.
+    const auto first = std::lower_bound(spans.begin(), spans.end(), std::make_pair(j.gpu, start),
+                                        [](const store::ActivitySpan& s, const std::pair<unsigned, long long>& at) {
+                                          return s.gpu < at.first || (s.gpu == at.first && s.end_ms <= at.second);
+                                        });
     for (auto it = first; it != spans.end() && it->gpu == j.gpu && it->start_ms < end; ++it) {
       const long long overlap = std::max(0LL, std::min(it->end_ms, end) - std::max(it->start_ms, start));
       use.hours.hours[class_slot(it->activity)] += static_cast<double>(overlap) / util::kMsPerHour;

@@ -313,10 +313,24 @@ HookResult run_epilog(gpu::Backend& backend, const host::ProcReader& proc, const
                       const HookOptions& options) {
   HookResult result;
   if (job.gpus.empty()) return {0, {fmt::format("job {} had no GPUs on this node", job.job_id)}};
+  // The mapping goes whatever happens: the job is over, and a mapping left behind would keep its
+  // GPUs given out (reserved-idle) and charge its idle time to the job forever.
+  const auto unmap = [&]() {
+    if (options.job_map_dir.empty()) return;
+    if (auto r = host::change_job_map(options.job_map_dir, job.gpus, job.job_id, host::JobMapChange::Remove); !r.ok()) {
+      result.lines.push_back("cannot update the job mapping: " + r.error().message);
+    }
+  };
+  const auto fail_unmapped = [&](const std::string& why) {
+    unmap();
+    HookResult failed = fail(why);
+    failed.lines.insert(failed.lines.end(), result.lines.begin(), result.lines.end());
+    return failed;
+  };
   auto snap = backend.snapshot(snapshot_options());
-  if (!snap.ok()) return fail("tarmac epilog: cannot read the GPUs: " + snap.error().message);
+  if (!snap.ok()) return fail_unmapped("tarmac epilog: cannot read the GPUs: " + snap.error().message);
   auto devices = job_devices(*snap, job);
-  if (!devices.ok()) return fail("tarmac epilog: " + devices.error().message);
+  if (!devices.ok()) return fail_unmapped("tarmac epilog: " + devices.error().message);
   const host::JobMap map = options.job_map_dir.empty() ? host::JobMap{} : host::read_job_map(options.job_map_dir);
   const MappedJobs mapped = mapped_jobs(map);
   // Processes of no job are the job's leftovers only when its prolog ran: after a failed prolog
@@ -330,11 +344,7 @@ HookResult run_epilog(gpu::Backend& backend, const host::ProcReader& proc, const
   result.lines.insert(result.lines.end(), ended.begin(), ended.end());
 
   // The mapping and the lease go whatever happens next: the job is over.
-  if (!options.job_map_dir.empty()) {
-    if (auto r = host::change_job_map(options.job_map_dir, job.gpus, job.job_id, host::JobMapChange::Remove); !r.ok()) {
-      result.lines.push_back("cannot update the job mapping: " + r.error().message);
-    }
-  }
+  unmap();
   if (!options.lock_dir.empty()) {
     const host::JobMap after = options.job_map_dir.empty() ? host::JobMap{} : host::read_job_map(options.job_map_dir);
     auto released = release_gpus(*devices, job, after, options);
