@@ -157,42 +157,43 @@ util::Fd open_trusted_map(const std::string& dir) {
   return dir_fd;
 }
 
+// Calls `each(dir_fd, name)` for the entries of the trusted mapping directory (at most 4096 names
+// read: a directory flooded with names is not read to its end).
+template <typename Each>
+void for_each_entry(const std::string& dir, Each each) {
+  util::Fd dir_fd = open_trusted_map(dir);
+  if (!dir_fd) return;
+  DIR* d = fdopendir(dup(dir_fd.get()));
+  if (d == nullptr) return;
+  std::size_t seen = 0;
+  while (const dirent* e = readdir(d)) {
+    if (++seen > 4096) break;
+    each(dir_fd.get(), std::string_view(e->d_name));
+  }
+  closedir(d);
+}
+
 }  // namespace
 
 JobMap read_job_map(const std::string& dir) {
   JobMap out;
-  util::Fd dir_fd = open_trusted_map(dir);
-  if (!dir_fd) return out;
-  DIR* d = fdopendir(dup(dir_fd.get()));
-  if (d == nullptr) return out;
-  std::size_t seen = 0;
-  while (const dirent* e = readdir(d)) {
-    if (++seen > 4096) break;  // a directory flooded with names is not read to its end
-    const auto index = gpu_index(e->d_name);
-    if (!index) continue;
-    if (const auto text = read_at(dir_fd.get(), e->d_name)) {
+  for_each_entry(dir, [&out](int dir_fd, std::string_view name) {
+    const auto index = gpu_index(name);
+    if (!index) return;
+    if (const auto text = read_at(dir_fd, std::string(name))) {
       auto jobs = jobs_in(*text);
       if (!jobs.empty()) out[*index] = std::move(jobs);
     }
-  }
-  closedir(d);
+  });
   return out;
 }
 
 JobInfos read_job_infos(const std::string& dir) {
   JobInfos out;
-  util::Fd dir_fd = open_trusted_map(dir);
-  if (!dir_fd) return out;
-  DIR* d = fdopendir(dup(dir_fd.get()));
-  if (d == nullptr) return out;
-  std::size_t seen = 0;
-  while (const dirent* e = readdir(d)) {
-    if (++seen > 4096) break;
-    const std::string_view name = e->d_name;
-    if (!name.starts_with(kInfoPrefix) || !valid_job_id(name.substr(kInfoPrefix.size()))) continue;
-    if (const auto text = read_at(dir_fd.get(), e->d_name)) out[std::string(name.substr(kInfoPrefix.size()))] = info_in(*text);
-  }
-  closedir(d);
+  for_each_entry(dir, [&out](int dir_fd, std::string_view name) {
+    if (!name.starts_with(kInfoPrefix) || !valid_job_id(name.substr(kInfoPrefix.size()))) return;
+    if (const auto text = read_at(dir_fd, std::string(name))) out[std::string(name.substr(kInfoPrefix.size()))] = info_in(*text);
+  });
   return out;
 }
 

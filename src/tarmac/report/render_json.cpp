@@ -48,28 +48,26 @@ nlohmann::json jobs_json(const std::vector<JobUse>& jobs) {
   return out;
 }
 
+// What every rendering starts with: the schema, the range and the price.
+nlohmann::json header_json(const Report& r) {
+  return {{"schema", 1},
+          {"since", format_iso(r.since_ms)},
+          {"until", format_iso(r.until_ms)},
+          {"since_ms", r.since_ms},
+          {"until_ms", r.until_ms},
+          {"price_per_gpu_hour", optional(r.price_per_gpu_hour)}};
+}
+
 }  // namespace
 
 std::string render_jobs_json(const Report& r) {
-  nlohmann::json j;
-  j["schema"] = 1;
-  j["since"] = format_iso(r.since_ms);
-  j["until"] = format_iso(r.until_ms);
-  j["since_ms"] = r.since_ms;
-  j["until_ms"] = r.until_ms;
-  j["price_per_gpu_hour"] = optional(r.price_per_gpu_hour);
+  nlohmann::json j = header_json(r);
   j["jobs"] = jobs_json(r.jobs);
   return util::json_text(j, 2) + "\n";
 }
 
 std::string render_json(const Report& r) {
-  nlohmann::json j;
-  j["schema"] = 1;
-  j["since"] = format_iso(r.since_ms);
-  j["until"] = format_iso(r.until_ms);
-  j["since_ms"] = r.since_ms;
-  j["until_ms"] = r.until_ms;
-  j["price_per_gpu_hour"] = optional(r.price_per_gpu_hour);
+  nlohmann::json j = header_json(r);
   j["fleet"] = {{"hours", hours_json(r.fleet)},
                 {"util_avg_pct", optional(r.fleet_util_avg_pct)},
                 {"idle_cost", optional(r.idle_cost)},
