@@ -35,8 +35,8 @@ struct AgentOptions {
   // empty. Called on the sampling thread before every sample is classified; must be quick.
   std::function<std::set<std::string>()> leased_gpus;
   // The Slurm jobs on the GPUs (the HPC job mapping, slurm.job_map_dir); unset on a node without
-  // Slurm. Called on the sampling thread at every sample; must be quick (a few small files: about
-  // 30 µs on eight GPUs).
+  // Slurm. Called on the sampling thread at every sample; must be quick (a directory of a few small
+  // files).
   std::function<JobView()> jobs;
 };
 
