@@ -273,7 +273,6 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   sopts.db_path = store::database_path(s.options.state_dir);
   sopts.hostname = util::host_name();
   sopts.hostname_label = s.cfg.http.hostname_label;
-  sopts.job_map_dir = s.cfg.slurm.job_map_dir;
   sopts.insecure = s.cfg.http.insecure;
   sopts.expose_command_lines = s.cfg.http.expose_command_lines;
   sopts.trusted_files = geteuid() == 0;
@@ -441,7 +440,7 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     stats.last_sample_seconds = v.sample_seconds;
     stats.start_unix_ms = start_unix_ms;
     alerter.observe(v.merged, v.classes, v.ts_ms);  // first, so the view published sees its alerts
-    if (*service) live.publish(v.merged, v.classes, v.ts_ms, stats);
+    if (*service) live.publish(v.merged, v.classes, v.ts_ms, stats, v.jobs.map);
     if (scheduler) scheduler->observe(v.merged, v.classes);
     if (idle_jobs) idle_jobs->observe(v.jobs, v.classes, v.ts_ms);
   };

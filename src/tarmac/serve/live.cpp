@@ -11,7 +11,7 @@ std::size_t activity_slot(gpu::Activity activity) {
 }
 
 void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, gpu::Activity>& classes,
-                        long long ts_ms, const AgentStats& stats) {
+                        long long ts_ms, const AgentStats& stats, const host::JobMap& jobs) {
   auto next = std::make_shared<LiveView>();
   next->ts_ms = ts_ms;
   next->published_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -20,6 +20,7 @@ void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, 
   next->snapshot = snapshot;
   next->classes = classes;
   next->stats = stats;
+  next->jobs = jobs;
   const auto previous = view();
   if (previous) next->counters = previous->counters;
   for (const auto& [gpu, activity] : classes) {

@@ -13,6 +13,7 @@
 
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/model.hpp"
+#include "tarmac/host/job_map.hpp"
 
 namespace tarmac::serve {
 
@@ -36,13 +37,14 @@ struct LiveView {
   std::map<unsigned, gpu::Activity> classes;
   std::map<unsigned, GpuCounters> counters;
   AgentStats stats;
+  host::JobMap jobs;                // the Slurm jobs on the GPUs, as the agent read the mapping for this sample
 };
 
 class LiveState {
  public:
   // Called by the sampling loop after every sample.
   void publish(const gpu::Snapshot& snapshot, const std::map<unsigned, gpu::Activity>& classes, long long ts_ms,
-               const AgentStats& stats);
+               const AgentStats& stats, const host::JobMap& jobs = {});
   // The latest view, or null before the first sample.
   [[nodiscard]] std::shared_ptr<const LiveView> view() const;
 

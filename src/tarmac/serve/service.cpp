@@ -123,9 +123,8 @@ Response Service::metrics() {
   if (!view) return not_ready();
   // Scrapes between two samples get the same values: render them once per sample.
   if (view != rendered_view_) {
-    // The job mapping is a few small files, read once per sample, not per scrape.
-    SampleLabels labels{options_.hostname, options_.hostname_label, commands_,
-                        options_.job_map_dir.empty() ? host::JobMap{} : host::read_job_map(options_.job_map_dir)};
+    // The job mapping as the agent read it for this sample (one read serves the store and /metrics).
+    SampleLabels labels{options_.hostname, options_.hostname_label, commands_, view->jobs};
     rendered_ = render_sample_metrics(*view, labels,
                                       options_.alerts ? options_.alerts() : std::vector<FiringAlert>{});
     rendered_view_ = view;

@@ -41,7 +41,6 @@ struct ServiceOptions {
   // http.expose_command_lines: beyond loopback, whole command lines instead of the program's name.
   bool expose_command_lines = false;
   std::string hostname_label = "Hostname";  // http.hostname_label
-  std::string job_map_dir;  // slurm.job_map_dir: hpc_job labels; "" for none
 };
 
 class Service {
