@@ -184,6 +184,11 @@ PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
             (d / "dev" / sub).mkdir(parents=True)
         (d / "dev-overlay.sh").write_text(DEV_OVERLAY)
         slurmd_env = dict(self.env, LD_LIBRARY_PATH=str(SIM_LIB_DIR))
+        # Under a sanitizer build the simulator library is instrumented and Slurm is not: the
+        # sanitizer runtime is preloaded into slurmd (and so into slurmstepd), as into nvidia-smi.
+        if os.environ.get("TARMAC_COMPAT_PRELOAD"):
+            slurmd_env.update(LD_PRELOAD=os.environ["TARMAC_COMPAT_PRELOAD"],
+                              ASAN_OPTIONS="detect_leaks=0:abort_on_error=0")
         self.start("slurmd", ["unshare", "--mount", "--propagation", "private", "sh", str(d / "dev-overlay.sh"),
                               str(d / "dev"), "4", require_tool("slurmd", "/usr/sbin/slurmd", "Debian: slurmd"),
                               "-D", "-N", NODE], env=slurmd_env)
@@ -266,6 +271,16 @@ PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
                 p.send_signal(signal.SIGTERM)
         for p in reversed(self.procs):
             end_process(p, timeout=15)
+        # A job step's slurmstepd can outlive slurmd: whatever still runs with this cluster's
+        # SLURM_CONF in its environment (Slurm's daemons pass it on) is this test's, and goes.
+        if self.env is not None:
+            mark = f"SLURM_CONF={self.conf}".encode() if hasattr(self, "conf") else None
+            for pid in (int(p.name) for p in pathlib.Path("/proc").iterdir() if p.name.isdigit()):
+                try:
+                    if mark and mark in pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                        os.kill(pid, signal.SIGKILL)
+                except (OSError, ProcessLookupError):
+                    pass
         # Whatever the jobs left (the test failed before the epilog ran): the simulation's own pids.
         for gpu in range(4 if self.agent is not None else 0):
             for pid in gpu_pids(self.sim.state, gpu):

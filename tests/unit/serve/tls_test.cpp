@@ -248,6 +248,8 @@ TEST_F(TlsServer, ClientCertificatesSignedByTheCaAreRequired) {
   EXPECT_NE(get("", client_.get()).find("hello /x"), std::string::npos);
   EXPECT_EQ(get(""), "handshake failed") << "no certificate";
   EXPECT_EQ(get("", stranger_.get()), "handshake failed") << "a certificate from another CA";
+  // The server counts a failed handshake after the client has seen it fail: wait for the count.
+  for (int i = 0; i < 500 && http_->stats().tls_failures.load() < 2; ++i) usleep(10'000);
   EXPECT_GE(http_->stats().tls_failures.load(), 2);
 }
 
