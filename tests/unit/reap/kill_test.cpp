@@ -247,7 +247,7 @@ TEST(Kill, AProtectedDescendantRefusesTheWholeTree) {
   EXPECT_NE(result.message.find("is protected: reaper.allow_commands (sleep)"), std::string::npos) << result.message;
   EXPECT_EQ(result.last_signal, 0);
   EXPECT_TRUE(alive(child));
-  EXPECT_EQ(proc.read(kids[0]).state, 'S');
+  EXPECT_TRUE(wait_state(proc, kids[0], 'S')) << "neither stopped nor ended (a sleep just exec'd may still be running)";
   ::kill(static_cast<pid_t>(kids[0]), SIGKILL);  // the test's own child's child, by the test
   end(child);
 }
