@@ -1,9 +1,6 @@
 #include "tarmac/cli/agent_idle_jobs.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <csignal>
 #include <fmt/format.h>
@@ -11,7 +8,6 @@
 
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
-#include "tarmac/util/fd.hpp"
 #include "tarmac/util/process.hpp"
 #include "tarmac/util/units.hpp"
 
@@ -20,7 +16,6 @@ namespace tarmac::cli {
 namespace {
 
 constexpr long long kCommandTimeoutMs = 10'000;
-constexpr std::size_t kMaxOutput = 64 * 1024;
 
 std::string whose(const slurm::IdleJobDecision& d) {
   std::string who = d.info.user.empty() ? "" : d.info.user;
@@ -48,37 +43,16 @@ alerts::Notice notice_of(const slurm::IdleJobDecision& d, alerts::Notice::Kind k
 }  // namespace
 
 Result<int> run_bounded(const std::vector<std::string>& argv, long long timeout_ms, std::string& output) {
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return make_error(Error::Code::Io, "cannot make a pipe");
-  util::Fd read_end(pipe_fds[0]);
-  util::Fd write_end(pipe_fds[1]);
   util::ProcessSpec spec;
   spec.path = argv.front();
   spec.argv = argv;
   spec.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
   if (const char* conf = std::getenv("SLURM_CONF")) spec.env.push_back(std::string("SLURM_CONF=") + conf);
-  spec.fds = {{0, util::kDevNull}, {1, write_end.get()}, {2, write_end.get()}};
+  spec.fds = {{0, util::kDevNull}};
   spec.session = util::Session::NewSession;
-  TARMAC_TRY_ASSIGN(auto child, util::start_process(spec));
-  write_end.reset();
-  const long long deadline = util::monotonic_ms() + timeout_ms;
-  char buf[4096];
-  for (;;) {
-    const long long left = deadline - util::monotonic_ms();
-    if (left <= 0) break;
-    pollfd p{read_end.get(), POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(std::min(left, 1000LL)));
-    if (ready < 0 && errno != EINTR) break;
-    if (ready <= 0) continue;
-    const ssize_t n = read(read_end.get(), buf, sizeof buf);
-    if (n <= 0) break;  // the end: the program closed its output (or exited)
-    if (output.size() < kMaxOutput) output.append(buf, static_cast<std::size_t>(std::min<ssize_t>(n, static_cast<ssize_t>(kMaxOutput - output.size()))));
-  }
-  auto status = util::wait_for(child, std::max(0LL, deadline - util::monotonic_ms()));
-  if (status.ok() && status->has_value()) return **status;
-  (void)util::send_signal(child, SIGKILL);
-  (void)util::wait_for(child, 5000);
-  return make_error(Error::Code::Io, fmt::format("{} did not finish within {} s", argv.front(), timeout_ms / 1000));
+  TARMAC_TRY_ASSIGN(const auto status, util::run_captured(std::move(spec), timeout_ms, output));
+  if (!status) return make_error(Error::Code::Io, fmt::format("{} did not finish within {} s", argv.front(), timeout_ms / 1000));
+  return *status;
 }
 
 AgentIdleJobs::AgentIdleJobs(AgentIdleJobsOptions options)

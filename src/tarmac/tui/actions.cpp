@@ -59,51 +59,26 @@ Task::Task(std::string title, std::string program, std::vector<std::string> args
   thread_ = std::thread([shared = shared_, title = title_, program = std::move(program), args = std::move(args), timeout_ms] {
     Outcome out;
     out.title = title;
-    int pipe_fds[2] = {-1, -1};
-    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
-      out.lines.push_back(fmt::format("cannot run it: pipe: {}", std::strerror(errno)));
+    util::ProcessSpec spec;
+    spec.path = program;
+    spec.argv.push_back(program);
+    spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+    spec.env = util::own_environment();
+    spec.fds = {{0, util::kDevNull}};
+    spec.session = util::Session::NewGroup;  // the terminal's Ctrl-C is top's, not its
+    std::string text;
+    auto status = util::run_captured(std::move(spec), timeout_ms, text, &shared->abandon);
+    if (!status.ok()) {
+      out.lines.push_back(status.error().message);
     } else {
-      util::Fd read_end(pipe_fds[0]);
-      util::Fd write_end(pipe_fds[1]);
-      util::ProcessSpec spec;
-      spec.path = program;
-      spec.argv.push_back(program);
-      spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-      spec.env = util::own_environment();
-      spec.fds = {{0, util::kDevNull}, {1, write_end.get()}, {2, write_end.get()}};
-      spec.session = util::Session::NewGroup;  // the terminal's Ctrl-C is top's, not its
-      auto child = util::start_process(spec);
-      write_end.reset();
-      if (!child.ok()) {
-        out.lines.push_back(child.error().message);
-      } else {
-        std::string text;
-        const long long deadline = util::monotonic_ms() + timeout_ms;
-        bool killed = false;
-        for (;;) {
-          pollfd p{read_end.get(), POLLIN, 0};
-          const long long left = deadline - util::monotonic_ms();
-          if (left <= 0 || shared->abandon.load()) {
-            (void)util::send_signal(*child, SIGKILL);
-            killed = true;
-            break;
-          }
-          if (::poll(&p, 1, static_cast<int>(std::min(left, 200LL))) <= 0) continue;
-          char buf[4096];
-          const ssize_t n = ::read(read_end.get(), buf, sizeof buf);
-          if (n <= 0) break;
-          if (text.size() < (64U << 10)) text.append(buf, static_cast<std::size_t>(n));
-        }
-        auto status = util::wait_for(*child, killed ? 5000 : timeout_ms);
-        if (status.ok() && *status && WIFEXITED(**status)) out.status = WEXITSTATUS(**status);
-        if (killed) text += "\n(stopped: it took too long)";
-        std::size_t start = 0;
-        while (start < text.size()) {
-          const std::size_t end = text.find('\n', start);
-          out.lines.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
-          if (end == std::string::npos) break;
-          start = end + 1;
-        }
+      if (*status && WIFEXITED(**status)) out.status = WEXITSTATUS(**status);
+      if (!*status) text += "\n(stopped: it took too long)";
+      std::size_t start = 0;
+      while (start < text.size()) {
+        const std::size_t end = text.find('\n', start);
+        out.lines.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+        if (end == std::string::npos) break;
+        start = end + 1;
       }
     }
     std::lock_guard<std::mutex> lock(shared->m);

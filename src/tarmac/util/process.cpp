@@ -374,6 +374,47 @@ Error signal_failure(pid_t pid, int err) {
 
 }  // namespace
 
+Result<std::optional<int>> run_captured(ProcessSpec spec, long long timeout_ms, std::string& output,
+                                        const std::atomic<bool>* abandon) {
+  constexpr std::size_t kMaxOutput = 64 * 1024;
+  int pipe_fds[2] = {-1, -1};
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return make_error(Error::Code::Io, fmt::format("pipe: {}", std::strerror(errno)));
+  Fd read_end(pipe_fds[0]);
+  Fd write_end(pipe_fds[1]);
+  std::erase_if(spec.fds, [](const ChildFd& f) { return f.child == 1 || f.child == 2; });
+  spec.fds.push_back({1, write_end.get()});
+  spec.fds.push_back({2, write_end.get()});
+  TARMAC_TRY_ASSIGN(Child child, start_process(spec));
+  write_end.reset();
+  const long long deadline = monotonic_ms() + timeout_ms;
+  bool killed = false;
+  for (;;) {
+    const long long left = deadline - monotonic_ms();
+    if (left <= 0 || (abandon != nullptr && abandon->load())) {
+      (void)send_signal(child, SIGKILL);
+      killed = true;
+      break;
+    }
+    pollfd p{read_end.get(), POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(std::min(left, 200LL))) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(read_end.get(), buf, sizeof buf);
+    if (n <= 0) break;  // the end: it closed its output (or exited)
+    if (output.size() < kMaxOutput) {
+      output.append(buf, std::min(static_cast<std::size_t>(n), kMaxOutput - output.size()));
+    }
+  }
+  auto status = wait_for(child, killed ? 5000 : std::max(0LL, deadline - monotonic_ms()));
+  if (!killed && status.ok() && !status->has_value()) {  // closed its output, runs on past the deadline
+    (void)send_signal(child, SIGKILL);
+    (void)wait_for(child, 5000);
+    return std::optional<int>();
+  }
+  if (killed) return std::optional<int>();
+  if (!status.ok()) return status.take_error();
+  return *status;
+}
+
 Result<Fd> open_pidfd(pid_t pid) {
   if (pid < 2) return make_error(Error::Code::Invalid, fmt::format("refusing to open a pidfd for pid {}", pid));
   const long fd = ::syscall(SYS_pidfd_open, pid, 0);

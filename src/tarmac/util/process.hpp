@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <utility>
@@ -87,6 +88,12 @@ struct Child {
 // Waits up to `timeout_ms` (0: just looks) for `child` to end, then reaps it: its wait(2) status,
 // or nullopt while it still runs.
 [[nodiscard]] Result<std::optional<int>> wait_for(const Child& child, long long timeout_ms);
+
+// Runs `spec` with its standard output and error captured into `output` (at most 64 KiB kept), for
+// at most `timeout_ms`, or until `*abandon` is set: then SIGKILL. Its wait(2) status when it ended
+// on its own; nullopt when it was killed for the timeout or the abandon. `spec.fds` gets 1 and 2.
+[[nodiscard]] Result<std::optional<int>> run_captured(ProcessSpec spec, long long timeout_ms, std::string& output,
+                                                      const std::atomic<bool>* abandon = nullptr);
 
 // Sends `sig` to `child` (through its pidfd when it has one). Not after it has been reaped.
 [[nodiscard]] Result<void> send_signal(const Child& child, int sig);

@@ -1,4 +1,5 @@
 #include "tarmac/util/process.hpp"
+#include "tarmac/util/clock.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -377,6 +378,50 @@ TEST(ResolveCommand, PathLookupAndExplicitPaths) {
   EXPECT_FALSE(resolve_command("no-such-command-here", "/bin:/usr/bin"));
   EXPECT_FALSE(resolve_command("/etc/passwd", "")) << "not executable";
   EXPECT_FALSE(resolve_command("", "/bin"));
+}
+
+}  // namespace
+}  // namespace tarmac::util
+
+namespace tarmac::util {
+namespace {
+
+ProcessSpec shell(const std::string& script) {
+  ProcessSpec spec;
+  spec.path = "/bin/sh";
+  spec.argv = {"sh", "-c", script};
+  spec.env = {"PATH=/usr/bin:/bin"};
+  spec.fds = {{0, kDevNull}};
+  return spec;
+}
+
+TEST(RunCaptured, CapturesOutputAndErrorWithTheStatus) {
+  std::string out;
+  auto status = run_captured(shell("echo out; echo err >&2; exit 3"), 10'000, out);
+  ASSERT_TRUE(status.ok()) << status.error().message;
+  ASSERT_TRUE(status->has_value());
+  EXPECT_TRUE(WIFEXITED(**status));
+  EXPECT_EQ(WEXITSTATUS(**status), 3);
+  EXPECT_EQ(out, "out\nerr\n");
+}
+
+TEST(RunCaptured, KeepsAtMost64KiBAndKillsWhatOutlivesItsTime) {
+  std::string out;
+  auto big = run_captured(shell("head -c 200000 /dev/zero"), 10'000, out);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(out.size(), 64U * 1024);
+  out.clear();
+  const long long started = monotonic_ms();
+  auto slow = run_captured(shell("exec sleep 30"), 300, out);
+  ASSERT_TRUE(slow.ok());
+  EXPECT_FALSE(slow->has_value()) << "killed at its timeout";
+  EXPECT_LT(monotonic_ms() - started, 10'000);
+  const std::atomic<bool> abandon{true};
+  auto abandoned = run_captured(shell("exec sleep 30"), 30'000, out, &abandon);
+  ASSERT_TRUE(abandoned.ok());
+  EXPECT_FALSE(abandoned->has_value());
+  auto missing = run_captured(ProcessSpec{"/nonexistent/x", {"x"}, {}, {}}, 1000, out);
+  EXPECT_FALSE(missing.ok());
 }
 
 }  // namespace
