@@ -6,7 +6,8 @@ build=(cmake ninja-build g++ ccache pkg-config libfmt-dev libcli11-dev nlohmann-
        libtomlplusplus-dev libsqlite3-dev libncurses-dev libcurl4-openssl-dev libssl-dev libyaml-dev
        libcrypt-dev)
 test=(libgtest-dev libgmock-dev libbenchmark-dev tmux python3 procps util-linux chromium prometheus wrk openssl
-      slurmd slurmctld slurm-client munge)
+      slurmd slurmctld slurm-client munge python3-yaml
+      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc)
 want=("${build[@]}")
 [[ ${1:-} == --test ]] && want+=("${test[@]}")
 missing=()

@@ -33,6 +33,7 @@ ALLOWED = {
     "nvml": {"util"},
     "net": {"util"},
     "host": {"util"},
+    "kube": {"host", "util"},
     "gpu": {"host", "nvml", "util"},
     "store": BELOW_STORE,
     "agent": {"store"} | BELOW_STORE,
@@ -47,7 +48,7 @@ ALLOWED = {
     "slurm": {"sched", "report", "diagnose", "store"} | BELOW_STORE,
     "config": {"agent", "alerts", "sched", "backfill", "net", "store", "diagnose", "reap"} | BELOW_STORE,
     "tui": {"net", "diagnose"} | BELOW_STORE,
-    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "slurm", "backfill", "report", "agent", "diagnose", "store", "net",
+    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "slurm", "kube", "backfill", "report", "agent", "diagnose", "store", "net",
             "tui"}
     | BELOW_STORE,
     "apps": {"cli"},

@@ -194,7 +194,7 @@ class Loop {
     summary_.gpu_samples += static_cast<long long>(snap.devices.size());
     for (const auto& d : snap.devices) nvml_errors_ += static_cast<long long>(d.errors.size());
     std::optional<JobView> jobs;
-    if (options_.jobs) jobs = options_.jobs();
+    if (options_.jobs) jobs = options_.jobs(snap);
     tracker_.observe(snap, now_, list_processes, recorder_,
                      options_.leased_gpus ? options_.leased_gpus() : std::set<std::string>{},
                      jobs ? &*jobs : nullptr);

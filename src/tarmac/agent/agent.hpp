@@ -34,10 +34,11 @@ struct AgentOptions {
   // The UUIDs of the GPUs the scheduler has given out now (for the reserved-idle class); may be
   // empty. Called on the sampling thread before every sample is classified; must be quick.
   std::function<std::set<std::string>()> leased_gpus;
-  // The Slurm jobs on the GPUs (the HPC job mapping, slurm.job_map_dir); unset on a node without
-  // Slurm. Called on the sampling thread at every sample; must be quick (a directory of a few small
-  // files).
-  std::function<JobView()> jobs;
+  // The Slurm jobs and Kubernetes pods on the GPUs of `snapshot` (the HPC job mapping,
+  // slurm.job_map_dir; the kubelet's allocations as kube::PodWatcher last read them); unset on a
+  // node with neither. Called on the sampling thread at every sample; must be quick (a directory
+  // of a few small files, a copy of the last answer).
+  std::function<JobView(const gpu::Snapshot& snapshot)> jobs;
 };
 
 // What a run did, for its last log line and the benchmarks.
@@ -58,7 +59,7 @@ struct SampleView {
   const AgentSummary& summary;
   long long nvml_errors;       // failed snapshots and values since the start
   double sample_seconds;       // real time this snapshot took
-  const JobView& jobs;         // the Slurm jobs on the GPUs as last read (empty without AgentOptions::jobs)
+  const JobView& jobs;         // the Slurm jobs and pods on the GPUs as last read (empty without AgentOptions::jobs)
 };
 
 // The fast value groups the agent records and classifies with.

@@ -137,25 +137,31 @@ void Tracker::observe_jobs(long long ts_ms, bool gap, store::Recorder& rec) {
   // Nobody watched in between: the spans ended when they were last seen.
   if (gap) open_jobs_.clear();
   std::map<std::pair<std::string, unsigned>, store::JobSpan> still;
-  for (const auto& [gpu, jobs] : jobs_.map) {
-    for (const auto& job : jobs) {
-      const std::pair<std::string, unsigned> key{job, gpu};
-      store::JobSpan span;
-      if (auto it = open_jobs_.find(key); it != open_jobs_.end()) {
-        span = it->second;
-      } else {
-        span.job = job;
-        span.gpu = gpu;
-        span.first_ms = ts_ms;
-      }
-      if (auto info = jobs_.infos.find(job); info != jobs_.infos.end()) {
-        if (!info->second.user.empty()) span.user = info->second.user;
-        if (!info->second.partition.empty()) span.partition = info->second.partition;
-      }
-      span.last_ms = ts_ms;
-      rec.update(span);
-      still[key] = std::move(span);
+  const auto hold = [&](const std::string& job, unsigned gpu) {
+    const std::pair<std::string, unsigned> key{job, gpu};
+    if (still.contains(key)) return;  // a pod's second container on the GPU
+    store::JobSpan span;
+    if (auto it = open_jobs_.find(key); it != open_jobs_.end()) {
+      span = it->second;
+    } else {
+      span.job = job;
+      span.gpu = gpu;
+      span.first_ms = ts_ms;
     }
+    if (auto info = jobs_.infos.find(job); info != jobs_.infos.end()) {
+      if (!info->second.user.empty()) span.user = info->second.user;
+      if (!info->second.partition.empty()) span.partition = info->second.partition;
+    }
+    span.last_ms = ts_ms;
+    rec.update(span);
+    still[key] = std::move(span);
+  };
+  for (const auto& [gpu, jobs] : jobs_.map) {
+    for (const auto& job : jobs) hold(job, gpu);
+  }
+  // A pod's hold on a GPU is recorded as a job's is, named pod/NAMESPACE/NAME.
+  for (const auto& [gpu, pods] : jobs_.pods) {
+    for (const auto& pod : pods) hold(host::pod_job(pod), gpu);
   }
   open_jobs_ = std::move(still);
 }
@@ -192,7 +198,7 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
     const long long held_s = state.held_since_ms ? (ts_ms - *state.held_since_ms) / 1000 : 0;
     gpu::Device view = d;
     if (!with_processes) view.processes = state.processes;
-    const bool job_holds = jobs_.map.contains(index);
+    const bool job_holds = jobs_.map.contains(index) || jobs_.pods.contains(index);
     const gpu::Leased given =
         job_holds || (d.id.uuid && leased.contains(*d.id.uuid)) ? gpu::Leased::Yes : gpu::Leased::No;
     const gpu::Activity activity = gpu::classify_with_history(view, thresholds_, held_s, given);

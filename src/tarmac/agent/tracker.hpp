@@ -12,15 +12,18 @@
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/model.hpp"
 #include "tarmac/host/job_map.hpp"
+#include "tarmac/host/pod_map.hpp"
 #include "tarmac/store/recorder.hpp"
 
 namespace tarmac::agent {
 
-// The Slurm jobs on the GPUs at one moment: the HPC job mapping (slurm.job_map_dir) and what the
-// prolog recorded of each job.
+// Who the GPUs are given to at one moment, by the schedulers tarmac does not run: the Slurm jobs
+// (the HPC job mapping, slurm.job_map_dir, and what the prolog recorded of each job) and the
+// Kubernetes pods the kubelet allocated them to.
 struct JobView {
   host::JobMap map;
   host::JobInfos infos;
+  host::PodMap pods;
 };
 
 class Tracker {
@@ -32,13 +35,13 @@ class Tracker {
   // A sample of every GPU taken at `ts_ms`. When `snapshot` lists processes (`with_processes`),
   // they replace what the tracker knew; otherwise the last known processes stand.
   // `leased`: the UUIDs of GPUs tarmac's scheduler has given out (a GPU of them with no process is
-  // reserved-idle rather than idle). `jobs`, when read for this sample, replaces the Slurm jobs the
-  // tracker knew (else the last known stand): each job's hold on each GPU is a span in the store,
-  // and a GPU a job holds is given out as a leased one is.
+  // reserved-idle rather than idle). `jobs`, when read for this sample, replaces the Slurm jobs and
+  // pods the tracker knew (else the last known stand): each Slurm job's hold on each GPU is a span
+  // in the store, and a GPU a job or a pod holds is given out as a leased one is.
   void observe(const gpu::Snapshot& snapshot, long long ts_ms, bool with_processes, store::Recorder& recorder,
                const std::set<std::string>& leased = {}, const JobView* jobs = nullptr);
 
-  // The Slurm jobs as last read.
+  // The Slurm jobs and pods as last read.
   [[nodiscard]] const JobView& jobs() const { return jobs_; }
 
   // The current class of each GPU seen, by index.

@@ -20,6 +20,8 @@
 #include "tarmac/alerts/alerter.hpp"
 #include "tarmac/cli/agent_idle_jobs.hpp"
 #include "tarmac/host/job_map.hpp"
+#include "tarmac/kube/kubelet_client.hpp"
+#include "tarmac/kube/pod_watcher.hpp"
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/sched/wire.hpp"
@@ -188,6 +190,12 @@ void print_settings(const AgentSettings& s) {
              util::format_duration_ms(r.warn_after_ms),
              r.enabled ? fmt::format("ends at {}", util::format_duration_ms(r.idle_for_ms)) : std::string("ends nothing"),
              r.notify_tty ? ", writes to the holder's terminal" : "");
+  const auto& k = s.cfg.kubernetes;
+  fmt::print("kubernetes: {}\n",
+             k.pod_resources_socket.empty() ? std::string("off")
+             : kube::client_built()
+                 ? fmt::format("pods' GPUs from {} every {}", k.pod_resources_socket, util::format_duration_ms(k.refresh_ms))
+                 : std::string("off (this build has no kubelet client)"));
   const auto keep = [](long long ms) { return ms ? util::format_duration_ms(ms) : std::string("forever"); };
   fmt::print("retention: samples {}, minutes {}, hours {}, events {}\n", keep(options.retention.samples_ms),
              keep(options.retention.minutes_ms), keep(options.retention.hours_ms), keep(options.retention.events_ms));
@@ -372,6 +380,30 @@ void log_stopped(const agent::AgentSummary& summary, config::AgentClock clock_ki
                        summary.late_samples));
 }
 
+// The kubelet watcher, when a socket is configured and this build has the client; else null (a
+// build without the client says so once when the kubelet's socket is there).
+std::unique_ptr<kube::PodWatcher> start_pod_watcher(const config::KubernetesSettings& k) {
+  if (k.pod_resources_socket.empty()) return nullptr;
+  if (!kube::client_built()) {
+    if (::access(k.pod_resources_socket.c_str(), F_OK) == 0) {
+      log_line(util::LogLevel::Warning,
+               fmt::format("kubernetes: {} is here, but this tarmac was built without the kubelet client: pods are "
+                           "not attributed (use the container image's build, docs/kubernetes.md)",
+                           k.pod_resources_socket));
+    }
+    return nullptr;
+  }
+  return std::make_unique<kube::PodWatcher>(
+      kube::PodWatcherOptions{k.pod_resources_socket, k.refresh_ms, std::min(2000LL, k.refresh_ms), log_line});
+}
+
+// The GPUs of a snapshot as the kubelet's device ids can name them.
+std::vector<host::GpuName> gpu_names(const gpu::Snapshot& snapshot) {
+  std::vector<host::GpuName> out;
+  for (const auto& d : snapshot.devices) out.push_back({d.id.index, d.id.uuid.value_or(""), d.id.minor_number});
+  return out;
+}
+
 // Records until stopped (SIGTERM, SIGINT, --duration), with the HTTP endpoint and the scheduler
 // beside the sampling loop; each sample goes to the alerts first, then to the live view and the
 // scheduler.
@@ -440,13 +472,19 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     stats.last_sample_seconds = v.sample_seconds;
     stats.start_unix_ms = start_unix_ms;
     alerter.observe(v.merged, v.classes, v.ts_ms);  // first, so the view published sees its alerts
-    if (*service) live.publish(v.merged, v.classes, v.ts_ms, stats, v.jobs.map);
+    if (*service) live.publish(v.merged, v.classes, v.ts_ms, stats, v.jobs.map, v.jobs.pods);
     if (scheduler) scheduler->observe(v.merged, v.classes);
     if (idle_jobs) idle_jobs->observe(v.jobs, v.classes, v.ts_ms);
   };
   if (scheduler) s.options.leased_gpus = [&scheduler] { return scheduler->given_gpus(); };
-  if (const std::string dir = s.cfg.slurm.job_map_dir; !dir.empty()) {
-    s.options.jobs = [dir] { return agent::JobView{host::read_job_map(dir), host::read_job_infos(dir)}; };
+  const std::unique_ptr<kube::PodWatcher> pods = start_pod_watcher(s.cfg.kubernetes);
+  if (const std::string dir = s.cfg.slurm.job_map_dir; !dir.empty() || pods) {
+    s.options.jobs = [dir, &pods](const gpu::Snapshot& snapshot) {
+      agent::JobView view;
+      if (!dir.empty()) view = {host::read_job_map(dir), host::read_job_infos(dir), {}};
+      if (pods) view.pods = host::map_pod_devices(*pods->latest(), gpu_names(snapshot)).map;
+      return view;
+    };
   }
 
   auto summary = agent::run_agent(**backend, **clock, s.options, g_stop, log_line);

@@ -108,8 +108,8 @@ void add_report_command(CLI::App& app, const GlobalOptions& global, int& exit_co
   cmd->add_option("--html", flags->html, "Also write the report as one self-contained HTML page to FILE");
   cmd->add_option("-i,--id", flags->gpus, "GPU indices, comma-separated (default: all)");
   cmd->add_option("--by", flags->by,
-                  "gpu: the full report (the default); job: every Slurm job that held a GPU, with its user, partition "
-                  "and the GPU-hours it held idle, most first (docs/slurm.md)");
+                  "gpu: the full report (the default); job: every Slurm job and Kubernetes pod that held a GPU, with "
+                  "its user, partition and the GPU-hours it held idle, most first (docs/slurm.md, docs/kubernetes.md)");
   cmd->callback([&global, &exit_code, flags] { exit_code = run_report(global, *flags); });
 }
 

@@ -34,6 +34,12 @@ struct SlurmSettings {
   bool idle_job_cancel_interactive = false;
 };
 
+// Kubernetes (docs/kubernetes.md): where the kubelet says which pods it allocated the GPUs to.
+struct KubernetesSettings {
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";  // "" for none
+  long long refresh_ms = 5000;  // between two questions to the kubelet
+};
+
 // The endpoint beyond http.listen (docs/fleet.md "Scraping across the network").
 struct HttpSettings {
   std::string web_config_file;        // TLS and passwords, in Prometheus exporters' format; "" for none
@@ -54,6 +60,7 @@ struct Config {
   std::string http_listen = "127.0.0.1:9478";
   HttpSettings http;
   SlurmSettings slurm;
+  KubernetesSettings kubernetes;
   // The agent's alert rules and sinks (docs/alerts.md); also `tarmac alerts`.
   alerts::AlertConfig alerts;
   // The agentless scheduler's lock directory (docs/scheduler.md); "" for /run/tarmac/locks.

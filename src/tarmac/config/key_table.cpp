@@ -154,6 +154,13 @@ const std::vector<Key>& fixed_table() {
           "also cancel interactive jobs (salloc, srun --pty), whose users may be at the keyboard; they are only warned "
           "otherwise",
           0, 1, &Config::slurm, &SlurmSettings::idle_job_cancel_interactive),
+      text_key("kubernetes", "pod_resources_socket", Kind::Path,
+               "the kubelet's pod-resources socket the agent asks which pods the GPUs are allocated to (pod, "
+               "namespace and container labels; reserved-idle pods), or \"\" for none",
+               {}, [](Config& c, const std::string& v) { c.kubernetes.pod_resources_socket = v; },
+               [](const Config& c) { return c.kubernetes.pod_resources_socket; }),
+      key("kubernetes", "refresh", Kind::Duration, "how often the agent asks the kubelet for the pods' GPUs", 1000,
+          10 * 60 * 1000, &Config::kubernetes, &KubernetesSettings::refresh_ms),
       key("alerts", "starvation_for", Kind::Duration,
           "how long a GPU must stay starved (as activity.busy_util_pct and activity.starved_mem_pct define it) before "
           "the starvation alert fires",

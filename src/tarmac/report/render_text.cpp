@@ -37,14 +37,17 @@ void consumers(std::string& out, const char* title, const std::vector<Consumer>&
 
 // A table of jobs: id, user, partition, GPUs, held, held idle, busy, the first time seen.
 void jobs_table(std::string& out, const std::vector<JobUse>& jobs, bool with_cost) {
-  out += fmt::format("  {:<12} {:<12} {:<10} {:<9} {:>9} {:>9} {:>7} {:>9}", "JOB", "USER", "PARTITION", "GPUS",
+  // Slurm ids fit 12 columns; a pod's pod/NAMESPACE/NAME widens the column, up to 48.
+  std::size_t width = 12;
+  for (const auto& u : jobs) width = std::max(width, std::min<std::size_t>(48, util::terminal_text(u.job).size()));
+  out += fmt::format("  {:<{}} {:<12} {:<10} {:<9} {:>9} {:>9} {:>7} {:>9}", "JOB", width, "USER", "PARTITION", "GPUS",
                      "GPU-TIME", "HELD IDLE", "IDLE %", "BUSY");
   if (with_cost) out += fmt::format(" {:>11}", "IDLE COST");
   out += fmt::format("  {}\n", "FROM (UTC)");
   for (const auto& u : jobs) {
     std::string gpus = fmt::format("{}", fmt::join(u.gpus, ","));
     if (gpus.size() > 9) gpus = gpus.substr(0, 8) + "+";
-    out += fmt::format("  {:<12} {:<12} {:<10} {:<9} {:>9} {:>9} {:>7} {:>9}", util::terminal_text(u.job),
+    out += fmt::format("  {:<{}} {:<12} {:<10} {:<9} {:>9} {:>9} {:>7} {:>9}", util::terminal_text(u.job), width,
                        u.user.empty() ? "-" : util::terminal_text(u.user),
                        u.partition.empty() ? "-" : util::terminal_text(u.partition), gpus, format_hours(u.gpu_hours()),
                        format_hours(u.held_idle()), pct(u.held_idle(), u.hours.recorded()),
@@ -57,13 +60,19 @@ void jobs_table(std::string& out, const std::vector<JobUse>& jobs, bool with_cos
 }  // namespace
 
 std::string render_jobs_text(const Report& r, bool color) {
-  std::string out = bold(fmt::format("tarmac report --by job: {} to {} UTC, {} Slurm job{}", format_utc(r.since_ms),
-                                     format_utc(r.until_ms), r.jobs.size(), r.jobs.size() == 1 ? "" : "s"),
+  const auto pods = static_cast<std::size_t>(
+      std::count_if(r.jobs.begin(), r.jobs.end(), [](const JobUse& u) { return u.job.starts_with("pod/"); }));
+  const std::size_t slurm = r.jobs.size() - pods;
+  std::string counted = fmt::format("{} Slurm job{}", slurm, slurm == 1 ? "" : "s");
+  if (pods > 0) counted += fmt::format(", {} pod{}", pods, pods == 1 ? "" : "s");
+  std::string out = bold(fmt::format("tarmac report --by job: {} to {} UTC, {}", format_utc(r.since_ms),
+                                     format_utc(r.until_ms), counted),
                          color) +
                     "\n";
   if (r.jobs.empty()) {
-    return out + "No Slurm job held a GPU in this range (the agent reads slurm.job_map_dir, which `tarmac slurm "
-                 "prolog` writes: docs/slurm.md).\n";
+    return out + "No Slurm job or Kubernetes pod held a GPU in this range (the agent reads slurm.job_map_dir, which "
+                 "`tarmac slurm prolog` writes, and the kubelet's kubernetes.pod_resources_socket: docs/slurm.md, "
+                 "docs/kubernetes.md).\n";
   }
   out += "Most GPU-hours held idle first (reserved-idle: nothing ran; holding: memory held at 0 %).\n\n";
   jobs_table(out, r.jobs, r.price_per_gpu_hour.has_value());

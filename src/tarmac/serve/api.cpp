@@ -175,6 +175,14 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
                           {"answered", b.answered},
                           {"requests", b.requests}});
     }
+    json jobs = json::array();
+    if (const auto it = view.jobs.find(d.id.index); it != view.jobs.end()) jobs = it->second;
+    json pods = json::array();
+    if (const auto it = view.pods.find(d.id.index); it != view.pods.end()) {
+      for (const auto& p : it->second) {
+        pods.push_back({{"pod", p.name}, {"namespace", p.namespace_}, {"container", p.container}});
+      }
+    }
     gpus.push_back({{"index", d.id.index},
                     {"uuid", opt(d.id.uuid)},
                     {"name", opt(d.id.name)},
@@ -190,6 +198,8 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
                     {"clock_sm_mhz", opt(d.sample.clock_sm_mhz)},
                     {"processes", d.processes.size()},
                     {"backfill", std::move(backfill)},
+                    {"slurm_jobs", std::move(jobs)},
+                    {"pods", std::move(pods)},
                     {"lost", opt(d.lost)}});
   }
   json firing = json::array();

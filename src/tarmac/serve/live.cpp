@@ -11,7 +11,8 @@ std::size_t activity_slot(gpu::Activity activity) {
 }
 
 void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, gpu::Activity>& classes,
-                        long long ts_ms, const AgentStats& stats, const host::JobMap& jobs) {
+                        long long ts_ms, const AgentStats& stats, const host::JobMap& jobs,
+                        const host::PodMap& pods) {
   auto next = std::make_shared<LiveView>();
   next->ts_ms = ts_ms;
   next->published_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -21,6 +22,7 @@ void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, 
   next->classes = classes;
   next->stats = stats;
   next->jobs = jobs;
+  next->pods = pods;
   const auto previous = view();
   if (previous) next->counters = previous->counters;
   for (const auto& [gpu, activity] : classes) {

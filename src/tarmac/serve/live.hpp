@@ -14,6 +14,7 @@
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/model.hpp"
 #include "tarmac/host/job_map.hpp"
+#include "tarmac/host/pod_map.hpp"
 
 namespace tarmac::serve {
 
@@ -38,13 +39,14 @@ struct LiveView {
   std::map<unsigned, GpuCounters> counters;
   AgentStats stats;
   host::JobMap jobs;                // the Slurm jobs on the GPUs, as the agent read the mapping for this sample
+  host::PodMap pods;                // the pods the kubelet allocated the GPUs to, as last listed
 };
 
 class LiveState {
  public:
   // Called by the sampling loop after every sample.
   void publish(const gpu::Snapshot& snapshot, const std::map<unsigned, gpu::Activity>& classes, long long ts_ms,
-               const AgentStats& stats, const host::JobMap& jobs = {});
+               const AgentStats& stats, const host::JobMap& jobs = {}, const host::PodMap& pods = {});
   // The latest view, or null before the first sample.
   [[nodiscard]] std::shared_ptr<const LiveView> view() const;
 

@@ -172,6 +172,9 @@ const std::vector<Family>& own_families() {
       {"tarmac_gpu_job_info", Type::Gauge,
        "1 for each Slurm job that uses a GPU (the HPC job mapping directory, and its processes' jobs): join on gpu "
        "for slurm_job."},
+      {"tarmac_gpu_pod_info", Type::Gauge,
+       "1 for each Kubernetes pod's container the kubelet allocated a GPU to (its pod-resources socket): join on "
+       "gpu for pod, namespace and container."},
       {"tarmac_agent_http_tls_failures_total", Type::Counter,
        "TLS handshakes that failed (no or a wrong client certificate, plain HTTP on the TLS port) or timed out."},
       {"tarmac_agent_http_auth_failures_total", Type::Counter,
@@ -267,8 +270,33 @@ std::vector<std::string> jobs_of(const gpu::Device& d, const host::JobMap& map) 
   return it == map.end() ? std::vector<std::string>{} : it->second;
 }
 
+std::vector<host::PodRef> pods_of(const gpu::Device& d, const host::PodMap& map) {
+  const auto it = map.find(d.id.index);
+  return it == map.end() ? std::vector<host::PodRef>{} : it->second;
+}
+
+std::string pod_labels(const host::PodRef& pod) {
+  return fmt::format("{},{},{}", label("pod", pod.name), label("namespace", pod.namespace_),
+                     label("container", pod.container));
+}
+
+// A GPU's label sets on DCGM_FI_* series: one per Slurm job and pod container that use it (both,
+// on the odd GPU that has both), or the GPU's own labels alone.
+std::vector<std::string> attributed_sets(const std::string& base, const std::vector<std::string>& jobs,
+                                         const std::vector<host::PodRef>& pods) {
+  std::vector<std::string> with_jobs;
+  for (const auto& job : jobs) with_jobs.push_back(base + "," + label("hpc_job", job));
+  if (with_jobs.empty()) with_jobs.push_back(base);
+  if (pods.empty()) return with_jobs;
+  std::vector<std::string> sets;
+  for (const auto& set : with_jobs) {
+    for (const auto& pod : pods) sets.push_back(set + "," + pod_labels(pod));
+  }
+  return sets;
+}
+
 // dcgm-exporter's families, each with the GPUs that have its value (`dcgm`: each GPU's label sets,
-// one per job on it, or one without hpc_job).
+// one per job and pod on it, or one without either).
 void write_dcgm_fields(Writer& w, const std::vector<gpu::Device>& devices,
                        const std::vector<std::vector<std::string>>& dcgm) {
   for (const auto& field : dcgm_fields()) {
@@ -442,15 +470,13 @@ std::string render_sample_metrics(const LiveView& view, const SampleLabels& samp
   std::vector<std::vector<std::string>> dcgm;
   std::vector<std::string> labels;
   std::vector<std::vector<std::string>> jobs;
+  std::vector<std::vector<host::PodRef>> pods;
   dcgm.reserve(devices.size());
   labels.reserve(devices.size());
   for (const auto& d : devices) {
-    const std::string base = gpu_labels(d, sample, driver);
     jobs.push_back(jobs_of(d, sample.jobs));
-    std::vector<std::string> sets;
-    for (const auto& job : jobs.back()) sets.push_back(base + "," + label("hpc_job", job));
-    if (sets.empty()) sets.push_back(base);
-    dcgm.push_back(std::move(sets));
+    pods.push_back(pods_of(d, sample.pods));
+    dcgm.push_back(attributed_sets(gpu_labels(d, sample, driver), jobs.back(), pods.back()));
     labels.push_back(own_labels(d, hostname));
   }
   Writer w;
@@ -458,6 +484,10 @@ std::string render_sample_metrics(const LiveView& view, const SampleLabels& samp
   w.begin(own_family("tarmac_gpu_job_info"));
   for (std::size_t i = 0; i < devices.size(); ++i) {
     for (const auto& job : jobs[i]) w.sample("tarmac_gpu_job_info", labels[i] + "," + label("slurm_job", job), 1);
+  }
+  w.begin(own_family("tarmac_gpu_pod_info"));
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    for (const auto& pod : pods[i]) w.sample("tarmac_gpu_pod_info", labels[i] + "," + pod_labels(pod), 1);
   }
   write_gpu_families(w, view, labels);
   write_process_families(w, view, labels, sample.commands);
@@ -500,7 +530,7 @@ std::string render_agent_metrics(const LiveView& view, const MetricsExtras& extr
 }
 
 std::string render_metrics(const LiveView& view, const MetricsExtras& extras) {
-  return render_sample_metrics(view, {extras.hostname, extras.hostname_label, extras.commands, extras.jobs},
+  return render_sample_metrics(view, {extras.hostname, extras.hostname_label, extras.commands, extras.jobs, extras.pods},
                                extras.alerts) +
          render_agent_metrics(view, extras);
 }

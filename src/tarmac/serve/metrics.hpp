@@ -81,6 +81,9 @@ struct SampleLabels {
   // The jobs on each GPU from the HPC job mapping directory (slurm.job_map_dir); with the Slurm jobs
   // of its processes, each gets its own DCGM_FI_* series with hpc_job, as dcgm-exporter does.
   host::JobMap jobs;
+  // The pods' containers the kubelet allocated each GPU to: each gets its own DCGM_FI_* series
+  // with dcgm-exporter's pod, namespace and container labels.
+  host::PodMap pods;
 };
 
 // What /metrics says beyond the live view: the host, alerts, and the agent's own cost.
@@ -100,6 +103,7 @@ struct MetricsExtras {
   std::string hostname_label = "Hostname";  // as SampleLabels
   Commands commands = Commands::Full;
   host::JobMap jobs;
+  host::PodMap pods;
 };
 
 [[nodiscard]] std::string render_metrics(const LiveView& view, const MetricsExtras& extras);

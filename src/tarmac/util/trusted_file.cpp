@@ -68,7 +68,36 @@ Result<Fd> open_trusted_parent(const std::string& path, const std::vector<std::s
   }
 }
 
+// The components of `path`, made absolute from the working directory.
+Result<std::vector<std::string>> path_parts(const std::string& path) {
+  std::string absolute = path;
+  if (absolute.empty() || absolute.front() != '/') {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd) == nullptr) return open_error(path, errno);
+    absolute = std::string(cwd) + "/" + path;
+  }
+  std::vector<std::string> parts;
+  for (auto& part : split(absolute, '/')) {
+    if (!part.empty() && part != ".") parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
 }  // namespace
+
+Result<void> check_trusted_socket(const std::string& path, uid_t owner) {
+  TARMAC_TRY_ASSIGN(const std::vector<std::string> parts, path_parts(path));
+  if (parts.empty()) return make_error(Error::Code::Invalid, fmt::format("{}: not a socket", path));
+  TARMAC_TRY_ASSIGN(Fd dir, open_trusted_parent(path, parts, owner));
+  struct stat st {};
+  if (::fstatat(dir.get(), parts.back().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return open_error(path, errno);
+  if (!S_ISSOCK(st.st_mode)) return make_error(Error::Code::Invalid, fmt::format("{}: not a socket", path));
+  if (st.st_uid != owner && st.st_uid != 0) {
+    return make_error(Error::Code::Invalid,
+                      fmt::format("{}: it is owned by uid {}, not by {}", path, st.st_uid, who(owner)));
+  }
+  return {};
+}
 
 Result<std::string> read_trusted_file(const std::string& path, Writers writers, uid_t owner, std::size_t max_bytes) {
   constexpr int kFlags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
@@ -76,16 +105,7 @@ Result<std::string> read_trusted_file(const std::string& path, Writers writers, 
   if (writers == Writers::Anyone) {
     fd.reset(::open(path.c_str(), kFlags));
   } else {
-    std::string absolute = path;
-    if (absolute.empty() || absolute.front() != '/') {
-      char cwd[4096];
-      if (::getcwd(cwd, sizeof cwd) == nullptr) return open_error(path, errno);
-      absolute = std::string(cwd) + "/" + path;
-    }
-    std::vector<std::string> parts;
-    for (auto& part : split(absolute, '/')) {
-      if (!part.empty() && part != ".") parts.push_back(std::move(part));
-    }
+    TARMAC_TRY_ASSIGN(const std::vector<std::string> parts, path_parts(path));
     if (parts.empty()) return make_error(Error::Code::Invalid, fmt::format("{}: not a regular file", path));
     TARMAC_TRY_ASSIGN(Fd dir, open_trusted_parent(path, parts, owner));
     fd.reset(::openat(dir.get(), parts.back().c_str(), kFlags));

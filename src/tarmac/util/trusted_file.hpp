@@ -29,4 +29,10 @@ enum class Writers {
 [[nodiscard]] Result<std::string> read_trusted_file(const std::string& path, Writers writers, uid_t owner,
                                                     std::size_t max_bytes);
 
+// Whether the Unix socket at `path` can only have been put there by `owner` or root: every
+// directory from / down is checked as read_trusted_file checks them, and the socket itself (not
+// followed if a link) must be owned by `owner` or root. A client that connects to it by path after
+// this check cannot be redirected by anyone else. Fails naming `path` and why.
+[[nodiscard]] Result<void> check_trusted_socket(const std::string& path, uid_t owner);
+
 }  // namespace tarmac::util

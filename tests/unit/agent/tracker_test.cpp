@@ -246,6 +246,29 @@ TEST_F(TrackerTest, ASlurmJobsHoldOnEachGpuIsASpanAndItsUnusedGpuIsReservedIdle)
                                 {"78", 1, 0, 5 * kS, ""}}));
 }
 
+TEST_F(TrackerTest, APodsHoldIsAJobSpanAndItsUnusedGpuIsReservedIdle) {
+  JobView jobs;
+  // Two containers of one pod on GPU 0 (one hold), the pod and another on GPU 1.
+  jobs.pods = {{0, {{"trainer", "ml", "main"}, {"trainer", "ml", "sidecar"}}},
+               {1, {{"notebook", "alice", "jupyter"}, {"trainer", "ml", "main"}}}};
+  const auto busy = device(1, 90, {process(100, 30000)});
+  tracker_.observe(snapshot({device(0, 0), busy, device(2, 0)}), kT0, true, recorder_, {}, &jobs);
+  tracker_.observe(snapshot({device(0, 0), busy, device(2, 0)}), kT0 + 5 * kS, true, recorder_, {}, &jobs);
+  EXPECT_EQ(tracker_.classes(), (std::map<unsigned, Activity>{
+                                    {0, Activity::ReservedIdle}, {1, Activity::Busy}, {2, Activity::Idle}}));
+  const JobView none;
+  tracker_.observe(snapshot({device(0, 0), busy, device(2, 0)}), kT0 + 10 * kS, true, recorder_, {}, &none);
+  EXPECT_EQ(tracker_.classes().at(0), Activity::Idle);
+  auto all = read().jobs(kAll);
+  ASSERT_TRUE(all.ok());
+  std::vector<std::tuple<std::string, unsigned, long long, long long>> got;
+  for (const auto& j : *all) got.emplace_back(j.job, j.gpu, j.first_ms - kT0, j.last_ms - kT0);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (decltype(got){{"pod/alice/notebook", 1, 0, 5 * kS},
+                                {"pod/ml/trainer", 0, 0, 5 * kS},
+                                {"pod/ml/trainer", 1, 0, 5 * kS}}));
+}
+
 TEST_F(TrackerTest, AGapEndsJobSpans) {
   const JobView jobs{{{0, {"77"}}}, {}};
   tracker_.observe(snapshot({device(0, 0)}), kT0, true, recorder_, {}, &jobs);

@@ -119,6 +119,30 @@ TEST(Metrics, TheHostLabelCanBeSpelledAsDcgmExportersNewerCode) {
   EXPECT_EQ(util[0].find("Hostname"), std::string::npos) << util[0];
 }
 
+TEST(Metrics, PodsAndJobsEachGetTheirOwnSeriesOfTheirGpus) {
+  MetricsExtras extras{.hostname = "node1"};
+  extras.pods = {{0, {{"notebook", "alice", "jupyter"}, {"trainer", "ml", "main"}}}, {2, {{"x\"y", "ns", "c"}}}};
+  extras.jobs = {{2, {"77"}}};
+  const auto text = render_metrics(
+      view_of({a100(0, 0), a100(1, 0), a100(2, 0)},
+              {{0, gpu::Activity::ReservedIdle}, {1, gpu::Activity::Idle}, {2, gpu::Activity::ReservedIdle}}),
+      extras);
+  const auto util = samples(text, "DCGM_FI_DEV_GPU_UTIL");
+  ASSERT_EQ(util.size(), 4u) << text;
+  // dcgm-exporter's labels, after the GPU's own, one series per pod's container.
+  EXPECT_NE(util[0].find(R"(,pod="notebook",namespace="alice",container="jupyter"} 0)"), std::string::npos) << util[0];
+  EXPECT_NE(util[1].find(R"(,pod="trainer",namespace="ml",container="main"} 0)"), std::string::npos) << util[1];
+  EXPECT_EQ(util[2].find("pod="), std::string::npos) << util[2];
+  // A GPU with a Slurm job and a pod (which only a hostile or confused node has) gets both labels,
+  // each escaped.
+  EXPECT_NE(util[3].find(R"(,hpc_job="77",pod="x\"y",namespace="ns",container="c"} 0)"), std::string::npos)
+      << util[3];
+  const auto info = samples(text, "tarmac_gpu_pod_info");
+  ASSERT_EQ(info.size(), 3u);
+  EXPECT_EQ(info[0], R"(tarmac_gpu_pod_info{gpu="0",uuid="GPU-00000000",pci_bus_id="00000000:07:00.0",)"
+                     R"(hostname="node1",pod="notebook",namespace="alice",container="jupyter"} 1)");
+}
+
 TEST(Metrics, BeyondLoopbackOnlyTheProgramsNameIsSent) {
   auto d = a100(0, 0);
   gpu::GpuProcess p;
