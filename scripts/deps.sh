@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tarmac needs to build and test. Idempotent: installs only what is
-# missing, so a second run costs a dpkg query. `--test` adds what the test suite needs.
+# missing, so a second run costs a dpkg query. `--test` adds what the test suite needs, `--kubelet`
+# only gRPC and protobuf for the kubelet client (the container image's build, docs/kubernetes.md).
 set -euo pipefail
 build=(cmake ninja-build g++ ccache pkg-config libfmt-dev libcli11-dev nlohmann-json3-dev
        libtomlplusplus-dev libsqlite3-dev libncurses-dev libcurl4-openssl-dev libssl-dev libyaml-dev
        libcrypt-dev)
+kubelet=(libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc)
 test=(libgtest-dev libgmock-dev libbenchmark-dev tmux python3 procps util-linux chromium prometheus wrk openssl
       slurmd slurmctld slurm-client munge python3-yaml
-      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc)
+      "${kubelet[@]}")
 want=("${build[@]}")
 [[ ${1:-} == --test ]] && want+=("${test[@]}")
+[[ ${1:-} == --kubelet ]] && want+=("${kubelet[@]}")
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -8,7 +8,7 @@ src/ (and sim/) and fails naming each include that goes against the dependency r
 The rule, from docs/ARCHITECTURE.md:
 
     apps -> cli -> {config, fields, serve, alerts, reap, sched} -> report -> {agent, diagnose}
-         -> store -> gpu -> {host, nvml} -> util
+         -> store -> gpu -> {host, nvml} -> util,   and   cli -> kube -> {host, util}
 
 narrowed by its paragraph: config knows the option structs of agent, alerts, sched, store, diagnose
 and gpu, backfill's servers, and checks URLs with net's check_url; sched sits over agent (its log sink, until it includes util/log.hpp), store and gpu and
