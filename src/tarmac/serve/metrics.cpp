@@ -245,16 +245,35 @@ std::string gpu_labels(const gpu::Device& d, const SampleLabels& host, const std
   return out;
 }
 
-std::string process_labels(const std::string& base, const gpu::GpuProcess& p, Commands commands) {
+std::vector<host::PodRef> pods_of(const gpu::Device& d, const host::PodMap& map) {
+  const auto it = map.find(d.id.index);
+  return it == map.end() ? std::vector<host::PodRef>{} : it->second;
+}
+
+// The pod a process on a GPU belongs to: the one pod the kubelet allocated the GPU to, when the
+// process runs in a Kubernetes pod's cgroup. Not known when pods share the GPU (the kubelet names
+// pods, a cgroup only a pod's UID) or the process is the host's.
+const host::PodRef* pod_of(const gpu::GpuProcess& p, const std::vector<host::PodRef>& gpu_pods) {
+  if (!p.host.container || !p.host.container->pod_uid || gpu_pods.empty()) return nullptr;
+  for (const auto& other : gpu_pods) {
+    if (other.name != gpu_pods.front().name || other.namespace_ != gpu_pods.front().namespace_) return nullptr;
+  }
+  return &gpu_pods.front();
+}
+
+std::string process_labels(const std::string& base, const gpu::GpuProcess& p, Commands commands,
+                           const std::vector<host::PodRef>& gpu_pods) {
   const std::string command = shown_command(p, commands);
   std::string container;
   if (p.host.container) {
     container = p.host.container->id.empty() ? p.host.container->runtime
                                              : p.host.container->runtime + ":" + p.host.container->id.substr(0, 12);
   }
-  return fmt::format("{},{},{},{},{},{}", base, label("pid", std::to_string(p.pid)), label("user", p.host.user.value_or("")),
-                     label("command", command, kMaxCommandLabel), label("container", container),
-                     label("slurm_job", p.host.slurm_job_id.value_or("")));
+  const host::PodRef* pod = pod_of(p, gpu_pods);
+  return fmt::format("{},{},{},{},{},{},{},{}", base, label("pid", std::to_string(p.pid)),
+                     label("user", p.host.user.value_or("")), label("command", command, kMaxCommandLabel),
+                     label("container", container), label("slurm_job", p.host.slurm_job_id.value_or("")),
+                     label("pod", pod ? pod->name : ""), label("namespace", pod ? pod->namespace_ : ""));
 }
 
 std::optional<gpu::Activity> class_of(const LiveView& view, const gpu::Device& d) {
@@ -268,11 +287,6 @@ std::optional<gpu::Activity> class_of(const LiveView& view, const gpu::Device& d
 std::vector<std::string> jobs_of(const gpu::Device& d, const host::JobMap& map) {
   const auto it = map.find(d.id.index);
   return it == map.end() ? std::vector<std::string>{} : it->second;
-}
-
-std::vector<host::PodRef> pods_of(const gpu::Device& d, const host::PodMap& map) {
-  const auto it = map.find(d.id.index);
-  return it == map.end() ? std::vector<host::PodRef>{} : it->second;
 }
 
 std::string pod_labels(const host::PodRef& pod) {
@@ -369,12 +383,14 @@ struct ProcessRow {
 
 // tarmac's per-process families.
 void write_process_families(Writer& w, const LiveView& view, const std::vector<std::string>& labels,
-                            Commands commands) {
+                            Commands commands, const host::PodMap& pods) {
   const auto& devices = view.snapshot.devices;
   std::vector<ProcessRow> procs;
   for (std::size_t i = 0; i < devices.size(); ++i) {
+    const auto gpu_pods = pods_of(devices[i], pods);
     for (const auto& p : devices[i].processes) {
-      procs.push_back({process_labels(labels[i], p, commands), &p, class_of(view, devices[i]) == gpu::Activity::Holding});
+      procs.push_back({process_labels(labels[i], p, commands, gpu_pods), &p,
+                       class_of(view, devices[i]) == gpu::Activity::Holding});
     }
   }
   const auto begin = [&w](const char* name) { w.begin(own_family(name)); };
@@ -490,7 +506,7 @@ std::string render_sample_metrics(const LiveView& view, const SampleLabels& samp
     for (const auto& pod : pods[i]) w.sample("tarmac_gpu_pod_info", labels[i] + "," + pod_labels(pod), 1);
   }
   write_gpu_families(w, view, labels);
-  write_process_families(w, view, labels, sample.commands);
+  write_process_families(w, view, labels, sample.commands, sample.pods);
   write_alerts(w, alerts, hostname);
   return w.take();
 }

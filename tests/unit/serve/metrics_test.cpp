@@ -143,6 +143,29 @@ TEST(Metrics, PodsAndJobsEachGetTheirOwnSeriesOfTheirGpus) {
                      R"(hostname="node1",pod="notebook",namespace="alice",container="jupyter"} 1)");
 }
 
+TEST(Metrics, AProcessInAPodsCgroupOnThatPodsGpuCarriesThePod) {
+  gpu::GpuProcess in_pod;
+  in_pod.pid = 10;
+  in_pod.host.container = host::ContainerRef{"containerd", std::string(64, 'a'), "uid-1"};
+  gpu::GpuProcess on_host;
+  on_host.pid = 11;
+  auto one = a100(0, 50);
+  one.processes = {in_pod, on_host};
+  auto shared = a100(1, 50);
+  shared.processes = {in_pod};
+  MetricsExtras extras{.hostname = "h"};
+  // GPU 0: one pod (two of its containers); GPU 1: two pods, so no process can be told whose.
+  extras.pods = {{0, {{"trainer", "ml", "main"}, {"trainer", "ml", "side"}}},
+                 {1, {{"a", "ml", "main"}, {"b", "ml", "main"}}}};
+  const auto info = samples(render_metrics(view_of({one, shared}, {}), extras), "tarmac_process_info");
+  ASSERT_EQ(info.size(), 3u);
+  EXPECT_NE(info[0].find(R"(pid="10",)"), std::string::npos);
+  EXPECT_NE(info[0].find(R"(,pod="trainer",namespace="ml"})"), std::string::npos) << info[0];
+  EXPECT_NE(info[1].find(R"(pid="11",)"), std::string::npos);
+  EXPECT_NE(info[1].find(R"(,pod="",namespace=""})"), std::string::npos) << info[1];
+  EXPECT_NE(info[2].find(R"(,pod="",namespace=""})"), std::string::npos) << info[2];
+}
+
 TEST(Metrics, BeyondLoopbackOnlyTheProgramsNameIsSent) {
   auto d = a100(0, 0);
   gpu::GpuProcess p;
