@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import unittest
 
-from agent_support import LiveAgent, end_process, wait_for
+from agent_support import HeldSim, LiveAgent, end_process, free_port, wait_for
 from test_status import BUILD
 
 FAKE_KUBELET = BUILD / "tests" / "unit" / "kube" / "tarmac-test-kubelet"
@@ -60,7 +60,8 @@ class Kubernetes(unittest.TestCase):
 
     def agent(self):
         agent = LiveAgent(self.SCENARIO,
-                          config=f'[kubernetes]\npod_resources_socket = "{self.socket}"\nrefresh = "1s"\n')
+                          config=f'[kubernetes]\npod_resources_socket = "{self.socket}"\nrefresh = "1s"\n'
+                                 '[http]\nhostname = "gpu-node-7"\n')
         self.addCleanup(agent.close)
         return agent
 
@@ -93,6 +94,7 @@ class Kubernetes(unittest.TestCase):
         text = agent.metrics()
         util = {m.group(1): m.group(0) for m in re.finditer(r'^DCGM_FI_DEV_GPU_UTIL\{gpu="(\d)".*$', text, re.M)}
         self.assertIn('pod="notebook",namespace="alice",container="jupyter"', util["1"])
+        self.assertIn('Hostname="gpu-node-7"', util["1"])  # the node's name, as the DaemonSet gives it
         self.assertIn('pod="trainer-0",namespace="ml",container="main"', util["0"])
         self.assertNotIn("pod=", util["2"])
         info = re.findall(r'^tarmac_gpu_pod_info\{gpu="(\d)".*pod="([^"]+)".*\} 1$', text, re.M)
@@ -136,6 +138,16 @@ class Kubernetes(unittest.TestCase):
         self.assertTrue(wait_for(lambda: "writable by everyone" in agent.stderr()))
         self.assertEqual(self.gpus(agent)[1]["pods"], [])
         self.assertEqual(self.gpus(agent)[1]["activity"], "idle")
+
+    def test_a_host_name_that_is_no_name_stops_the_agent(self):
+        sim = HeldSim(self.SCENARIO)
+        self.addCleanup(lambda: (sim.close(), sim.proc.stdout.close(), sim.proc.stderr.close()))
+        for bad in ("node 7", 'a"b', "x" * 254):
+            r = subprocess.run([str(BUILD / "tarmac"), "agent", "--state-dir", str(self.dir / "state"), "--listen",
+                                f"127.0.0.1:{free_port()}", "--socket", "off", "--duration", "1s"],
+                               env=sim.env({"TARMAC_HOSTNAME": bad}), capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("TARMAC_HOSTNAME", r.stderr)
 
     def test_check_config_says_where_pods_come_from(self):
         cfg = self.dir / "tarmac.toml"

@@ -51,8 +51,10 @@ class KubernetesPackaging(unittest.TestCase):
     def test_the_daemonset_sees_every_gpu_and_the_hosts_processes_without_requesting_a_gpu(self):
         self.assertTrue(self.pod["hostPID"])
         self.assertEqual(self.pod["priorityClassName"], "system-node-critical")
-        env = {e["name"]: e["value"] for e in self.container["env"]}
+        env = {e["name"]: e.get("value", e.get("valueFrom")) for e in self.container["env"]}
         self.assertEqual(env["NVIDIA_VISIBLE_DEVICES"], "all")
+        # Series are labelled with the node's name, not the pod's.
+        self.assertEqual(env["TARMAC_HOSTNAME"], {"fieldRef": {"fieldPath": "spec.nodeName"}})
         self.assertNotIn("nvidia.com/gpu", yaml.safe_dump(self.container.get("resources", {})))
         self.assertEqual(self.ds["spec"]["selector"]["matchLabels"],
                          {k: v for k, v in self.ds["spec"]["template"]["metadata"]["labels"].items()

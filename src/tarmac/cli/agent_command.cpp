@@ -268,6 +268,22 @@ serve::BackfillMetrics backfill_metrics(backfill::Service& batches) {
           c.yields,       static_cast<double>(c.yield_ms) / 1000.0};
 }
 
+// The host label's value: TARMAC_HOSTNAME (a pod's node, from Kubernetes' downward API), else
+// http.hostname, else the machine's name; a given name that is not 1 to 253 of [0-9A-Za-z._-] is
+// refused.
+Result<std::string> agent_hostname(const config::HttpSettings& http) {
+  const char* env = std::getenv("TARMAC_HOSTNAME");
+  const bool from_env = env != nullptr && *env != '\0';
+  if (!from_env && http.hostname.empty()) return util::host_name();
+  std::string name = from_env ? std::string(env) : http.hostname;
+  if (!host::valid_kube_name(name)) {
+    return make_error(Error::Code::Invalid,
+                      fmt::format("{} '{}' is not a host name (1 to 253 of 0-9, A-Z, a-z, '.', '_', '-')",
+                                  from_env ? "TARMAC_HOSTNAME" : "http.hostname", util::terminal_text(name)));
+  }
+  return name;
+}
+
 // The HTTP endpoint on http.listen, serving `live`; nullptr when it is off. Fails (a usage error:
 // the address is the user's) when it cannot listen.
 Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, serve::LiveState& live,
@@ -279,7 +295,7 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   sopts.host = address->first;
   sopts.port = address->second;
   sopts.db_path = store::database_path(s.options.state_dir);
-  sopts.hostname = util::host_name();
+  TARMAC_TRY_ASSIGN(sopts.hostname, agent_hostname(s.cfg.http));
   sopts.hostname_label = s.cfg.http.hostname_label;
   sopts.insecure = s.cfg.http.insecure;
   sopts.expose_command_lines = s.cfg.http.expose_command_lines;

@@ -46,6 +46,7 @@ struct HttpSettings {
   bool insecure = false;              // serve beyond loopback without TLS and authentication
   bool expose_command_lines = false;  // beyond loopback, whole command lines rather than programs' names
   std::string hostname_label = "Hostname";  // the host label's name on DCGM_FI_* series
+  std::string hostname;  // the host label's value; "" for the machine's name (TARMAC_HOSTNAME overrides both)
 };
 
 struct Config {

@@ -125,6 +125,11 @@ const std::vector<Key>& fixed_table() {
       key("http", "expose_command_lines", Kind::Bool,
           "on an address beyond loopback, show processes' whole command lines, not only their programs' names", 0, 1,
           &Config::http, &HttpSettings::expose_command_lines),
+      text_key("http", "hostname", Kind::Text,
+               "the host label's value on the agent's series and API, \"\" for the machine's name; the environment "
+               "variable TARMAC_HOSTNAME overrides it (a Kubernetes pod's own name is not its node's: docs/kubernetes.md)",
+               {}, [](Config& c, const std::string& v) { c.http.hostname = v; },
+               [](const Config& c) { return c.http.hostname; }),
       text_key("http", "hostname_label", Kind::Choice,
                "the host label's name on DCGM_FI_* series: Hostname (dcgm-exporter's releases) or hostname",
                {"Hostname", "hostname"}, [](Config& c, const std::string& v) { c.http.hostname_label = v; },
