@@ -34,6 +34,7 @@ ALLOWED = {
     "net": {"util"},
     "host": {"util"},
     "kube": {"host", "util"},
+    "fleet": {"gpu", "net", "util"},
     "gpu": {"host", "nvml", "util"},
     "store": BELOW_STORE,
     "agent": {"store"} | BELOW_STORE,
@@ -48,7 +49,7 @@ ALLOWED = {
     "slurm": {"sched", "report", "diagnose", "store"} | BELOW_STORE,
     "config": {"agent", "alerts", "sched", "backfill", "net", "store", "diagnose", "reap"} | BELOW_STORE,
     "tui": {"net", "diagnose"} | BELOW_STORE,
-    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "slurm", "kube", "backfill", "report", "agent", "diagnose", "store", "net",
+    "cli": {"config", "fields", "serve", "alerts", "reap", "sched", "slurm", "kube", "fleet", "backfill", "report", "agent", "diagnose", "store", "net",
             "tui"}
     | BELOW_STORE,
     "apps": {"cli"},

@@ -16,6 +16,7 @@
 #include "tarmac/cli/pick_command.hpp"
 #include "tarmac/cli/reap_command.hpp"
 #include "tarmac/cli/slurm_command.hpp"
+#include "tarmac/cli/fleet_command.hpp"
 #include "tarmac/cli/report_command.hpp"
 #include "tarmac/cli/jobs_command.hpp"
 #include "tarmac/cli/run_command.hpp"
@@ -78,6 +79,7 @@ int run_app(int argc, char** argv) {
   add_agent_command(app, global, exit_code);
   add_history_commands(app, global, exit_code);
   add_report_command(app, global, exit_code);
+  add_fleet_command(app, global, exit_code);
   add_alerts_command(app, global, exit_code);
   add_reap_command(app, global, exit_code);
   add_slurm_commands(app, global, exit_code);

@@ -397,4 +397,15 @@ Result<Response> perform(const Request& request) {
   return response;
 }
 
+Result<std::string> get(const std::string& url, long long timeout_ms, std::size_t max_bytes) {
+  Request r;
+  r.method = "GET";
+  r.url = url;
+  r.timeout_ms = timeout_ms;
+  r.max_body_bytes = max_bytes;
+  TARMAC_TRY_ASSIGN(Response answer, perform(r));
+  if (answer.status != 200) return make_error(Error::Code::Io, fmt::format("{} answered HTTP {}", url, answer.status));
+  return std::move(answer.body);
+}
+
 }  // namespace tarmac::net

@@ -107,6 +107,10 @@ class Session {
   std::string ca_file_;
 };
 
+// A GET of `url` within `timeout_ms`: the body of a 200 answer of at most `max_bytes`; any other
+// status is an error naming the URL and the status.
+[[nodiscard]] Result<std::string> get(const std::string& url, long long timeout_ms, std::size_t max_bytes);
+
 // What went wrong with a request that got no answer, as the cause of perform()'s Io errors
 // (Error::cause_as<Failure>()): a caller retries Connection and Timeout, not the others.
 enum class Failure {

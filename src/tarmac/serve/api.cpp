@@ -175,6 +175,10 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
                           {"answered", b.answered},
                           {"requests", b.requests}});
     }
+    json idle_seconds = nullptr;  // idle or reserved-idle without a break, for how long
+    if (const auto c = view.counters.find(d.id.index); c != view.counters.end() && c->second.idle_since_ms) {
+      idle_seconds = static_cast<double>(view.ts_ms - *c->second.idle_since_ms) / 1000.0;
+    }
     json jobs = json::array();
     if (const auto it = view.jobs.find(d.id.index); it != view.jobs.end()) jobs = it->second;
     json pods = json::array();
@@ -198,6 +202,7 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
                     {"clock_sm_mhz", opt(d.sample.clock_sm_mhz)},
                     {"processes", d.processes.size()},
                     {"backfill", std::move(backfill)},
+                    {"idle_seconds", std::move(idle_seconds)},
                     {"slurm_jobs", std::move(jobs)},
                     {"pods", std::move(pods)},
                     {"lost", opt(d.lost)}});

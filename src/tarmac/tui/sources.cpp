@@ -16,6 +16,7 @@
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/fd.hpp"
 #include "tarmac/util/fs.hpp"
+#include "tarmac/util/strings.hpp"
 
 namespace tarmac::tui {
 
@@ -75,48 +76,13 @@ std::optional<gpu::Activity> activity_named(const std::string& name) {
   return std::nullopt;
 }
 
-// The deepest nesting of arrays and objects in `text` (strings skipped).
-int json_depth(std::string_view text) {
-  int depth = 0;
-  int deepest = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 Result<json> parse_object(std::string_view text, const char* what) {
-  if (json_depth(text) > kMaxJsonDepth) {
+  if (util::json_depth(text) > kMaxJsonDepth) {
     return make_error(Error::Code::Invalid, fmt::format("{} nests deeper than {} levels", what, kMaxJsonDepth));
   }
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return make_error(Error::Code::Invalid, fmt::format("{} is not a JSON object", what));
   return j;
-}
-
-Result<std::string> get(const std::string& url, long long timeout_ms, std::size_t max_bytes) {
-  net::Request r;
-  r.method = "GET";
-  r.url = url;
-  r.timeout_ms = timeout_ms;
-  r.max_body_bytes = max_bytes;
-  TARMAC_TRY_ASSIGN(net::Response answer, net::perform(r));
-  if (answer.status != 200) return make_error(Error::Code::Io, fmt::format("{} answered HTTP {}", url, answer.status));
-  return std::move(answer.body);
 }
 
 }  // namespace
@@ -415,8 +381,8 @@ AgentReader::AgentReader(std::string address, long long timeout_ms) : base_(agen
 HostData AgentReader::read() {
   HostData out;
   out.remote = true;
-  auto gpus = get(base_ + "/api/v1/gpus", timeout_ms_, kMaxGpusBody);
-  auto procs = gpus.ok() ? get(base_ + "/api/v1/processes", timeout_ms_, kMaxProcessesBody) : Result<std::string>(gpus.error());
+  auto gpus = net::get(base_ + "/api/v1/gpus", timeout_ms_, kMaxGpusBody);
+  auto procs = gpus.ok() ? net::get(base_ + "/api/v1/processes", timeout_ms_, kMaxProcessesBody) : Result<std::string>(gpus.error());
   out.received_ms = util::monotonic_ms();
   if (!procs.ok()) {
     out.problem = procs.error().message;
@@ -433,7 +399,7 @@ HostData AgentReader::read() {
 }
 
 std::map<unsigned, GpuHistory> AgentReader::history(long long seconds, long long step_ms) {
-  auto body = get(fmt::format("{}/api/v1/history?since={}s&step={}ms", base_, seconds, std::max(1000LL, step_ms)), timeout_ms_,
+  auto body = net::get(fmt::format("{}/api/v1/history?since={}s&step={}ms", base_, seconds, std::max(1000LL, step_ms)), timeout_ms_,
                   kMaxHistoryBody);
   if (!body.ok()) return {};
   auto parsed = parse_agent_history(*body);

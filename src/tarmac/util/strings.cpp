@@ -1,5 +1,6 @@
 #include "tarmac/util/strings.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -62,6 +63,29 @@ bool starts_with_ci(std::string_view text, std::string_view prefix) {
 
 std::string from_c_buffer(const char* buffer, std::size_t capacity) {
   return {buffer, strnlen(buffer, capacity)};
+}
+
+int json_depth(std::string_view text) {
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 }  // namespace tarmac::util

@@ -32,4 +32,8 @@ namespace tarmac::util {
 // A C buffer filled by a C API (NUL-terminated or full) as a string.
 [[nodiscard]] std::string from_c_buffer(const char* buffer, std::size_t capacity);
 
+// The deepest nesting of arrays and objects in the JSON `text` (strings skipped): checked before a
+// peer's document is parsed, since a megabyte of "[" would become a tree of a gigabyte.
+[[nodiscard]] int json_depth(std::string_view text);
+
 }  // namespace tarmac::util

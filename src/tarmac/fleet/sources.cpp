@@ -1,0 +1,110 @@
+#include "tarmac/fleet/sources.hpp"
+
+#include <fmt/format.h>
+#include <thread>
+
+#include "tarmac/net/http_client.hpp"
+
+namespace tarmac::fleet {
+
+namespace {
+
+// A fleet of thousands of GPUs answers each query with a few MiB (about 0.4 KiB a series).
+constexpr std::size_t kMaxPrometheusBody = 256U << 20;
+constexpr std::size_t kMaxGpusBody = 1U << 20;        // an agent's GPUs (as tarmac top reads them)
+constexpr std::size_t kMaxProcessesBody = 8U << 20;   // an agent's processes
+constexpr std::size_t kMaxAgents = 4096;
+
+std::string base_of(const std::string& address) {
+  std::string url = address.find("://") == std::string::npos ? "http://" + address : address;
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  return url;
+}
+
+}  // namespace
+
+std::string query_encode(std::string_view value) {
+  std::string out;
+  for (const unsigned char c : value) {
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '.' ||
+        c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+Result<Fleet> read_prometheus(const std::string& url, long long timeout_ms) {
+  const std::string base = base_of(url);
+  TARMAC_TRY(net::check_url(base));
+  constexpr std::size_t kQueries = std::size(PromQueries::kAll);
+  std::vector<Result<std::string>> got(kQueries, make_error(Error::Code::Internal, "not asked"));
+  std::vector<std::thread> askers;
+  for (std::size_t i = 0; i < kQueries; ++i) {
+    askers.emplace_back([&, i] {
+      got[i] = net::get(fmt::format("{}/api/v1/query?query={}", base, query_encode(PromQueries::kAll[i])), timeout_ms,
+                        kMaxPrometheusBody);
+    });
+  }
+  for (auto& t : askers) t.join();
+  PromAnswers answers;
+  for (auto& r : got) {
+    if (!r.ok()) return make_error(r.error().code, fmt::format("Prometheus at {}: {}", base, r.error().message));
+    answers.push_back(std::move(*r));
+  }
+  TARMAC_TRY_ASSIGN(Fleet fleet, fleet_from_prometheus(answers));
+  fleet.source = "Prometheus " + base;
+  return fleet;
+}
+
+Result<Fleet> read_agents(const std::vector<std::string>& addresses, long long timeout_ms) {
+  if (addresses.size() > kMaxAgents) {
+    return make_error(Error::Code::Invalid, fmt::format("at most {} agents at once", kMaxAgents));
+  }
+  struct Answer {
+    Result<std::vector<Row>> rows = make_error(Error::Code::Internal, "not asked");
+  };
+  std::vector<Answer> answers(addresses.size());
+  std::vector<std::thread> askers;
+  for (std::size_t i = 0; i < addresses.size(); ++i) {
+    askers.emplace_back([&, i] {
+      const std::string base = base_of(addresses[i]);
+      if (auto checked = net::check_url(base); !checked.ok()) {
+        answers[i].rows = checked.take_error();
+        return;
+      }
+      auto gpus = net::get(base + "/api/v1/gpus", timeout_ms, kMaxGpusBody);
+      if (!gpus.ok()) {
+        answers[i].rows = gpus.take_error();
+        return;
+      }
+      auto procs = net::get(base + "/api/v1/processes", timeout_ms, kMaxProcessesBody);
+      if (!procs.ok()) {
+        answers[i].rows = procs.take_error();
+        return;
+      }
+      answers[i].rows = rows_from_agent(*gpus, *procs, addresses[i]);
+    });
+  }
+  for (auto& t : askers) t.join();
+  Fleet fleet;
+  fleet.source = addresses.size() == 1 ? "agent " + addresses.front() : fmt::format("{} agents", addresses.size());
+  std::size_t answered = 0;
+  for (std::size_t i = 0; i < addresses.size(); ++i) {
+    if (!answers[i].rows.ok()) {
+      fleet.problems.push_back(fmt::format("agent {}: {}", addresses[i], answers[i].rows.error().message));
+      continue;
+    }
+    ++answered;
+    for (auto& r : *answers[i].rows) fleet.rows.push_back(std::move(r));
+  }
+  if (answered == 0 && !addresses.empty()) {
+    return make_error(Error::Code::Io, fmt::format("no agent answered: {}", fmt::join(fleet.problems, "; ")));
+  }
+  sort_grounded_first(fleet.rows);
+  return fleet;
+}
+
+}  // namespace tarmac::fleet
