@@ -47,7 +47,8 @@ QUERIES = ("max by (instance, uuid, gpu, hostname, class) (tarmac_gpu_activity =
            "max by (instance, UUID) (DCGM_FI_DEV_FB_FREE)", "max by (instance, uuid) (tarmac_gpu_idle_seconds > 0)",
            "count by (instance, uuid, slurm_job) (tarmac_gpu_job_info)",
            "count by (instance, uuid, pod, namespace) (tarmac_gpu_pod_info)",
-           "count by (instance, uuid, user) (tarmac_process_info)", "up == 0")  # as src/tarmac/fleet/fleet.hpp
+           "count by (instance, uuid, user) (tarmac_process_info)",
+           "up == 0 and on (job) count by (job) (tarmac_gpu_activity)")  # as src/tarmac/fleet/fleet.hpp
 
 
 def class_of(node, gpu):

@@ -12,9 +12,9 @@ import tempfile
 import unittest
 import urllib.parse
 
-from agent_support import LiveAgent, end_process, free_port, http_get, wait_for
+from agent_support import LiveAgent, free_port, http_get, wait_for
 from devtools import require_tool
-from test_metrics import PROMETHEUS
+from prometheus_support import PROMETHEUS, LivePrometheus
 from test_status import TARMAC
 
 # name: (scenario, GPUs). Classes that hold still while the test reads them: busy, idle, holding.
@@ -34,9 +34,9 @@ class Fleet(unittest.TestCase):
             cls.addClassCleanup(agent.close)
             cls.agents[host] = agent
         cls.dead = free_port()  # a target nobody serves
-        cls.port = free_port()
+        cls.other_dead = free_port()  # another exporter's, down: none of tarmac's business
         targets = ", ".join(f'"127.0.0.1:{a.port}"' for a in cls.agents.values())
-        (cls.dir / "prometheus.yml").write_text(f"""\
+        cls.prometheus = LivePrometheus(cls.dir, f"""\
 global:
   scrape_interval: 1s
   scrape_timeout: 1s
@@ -44,15 +44,12 @@ scrape_configs:
   - job_name: tarmac
     static_configs:
       - targets: [{targets}, "127.0.0.1:{cls.dead}"]
+  - job_name: other-exporter
+    static_configs:
+      - targets: ["127.0.0.1:{cls.other_dead}"]
 """)
-        cls.log = open(cls.dir / "prometheus.log", "w+")
-        cls.addClassCleanup(cls.log.close)
-        cls.prom = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={cls.dir / 'prometheus.yml'}", f"--storage.tsdb.path={cls.dir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{cls.port}", "--log.level=warn"],
-            stdout=cls.log, stderr=subprocess.STDOUT, cwd=cls.dir)
-        cls.addClassCleanup(lambda: end_process(cls.prom, timeout=15))
-        cls.url = f"http://127.0.0.1:{cls.port}"
+        cls.addClassCleanup(cls.prometheus.close)
+        cls.port, cls.url = cls.prometheus.port, cls.prometheus.url
 
     def fleet(self, *args):
         r = subprocess.run([TARMAC, "--json", "fleet", *args], capture_output=True, text=True, timeout=120)
@@ -79,7 +76,7 @@ scrape_configs:
     def test_the_agents_and_prometheus_show_the_same_fleet_grounded_first(self):
         # Classes settle (holding needs its second of 0 %), then every GPU is in Prometheus.
         self.assertTrue(wait_for(lambda: "holding" in self.agents_view().values()), self.agents_view())
-        self.assertTrue(wait_for(self.prometheus_up), self.log.read())
+        self.assertTrue(wait_for(self.prometheus_up), self.prometheus.log_text())
         expected = self.agents_view()
 
         rc, direct, err = self.fleet(*[x for a in self.agents.values() for x in ("--host", f"127.0.0.1:{a.port}")])
@@ -94,6 +91,7 @@ scrape_configs:
         rc, doc, err, _ = via_prometheus()
         self.assertEqual(rc, 1, "the dead target is a problem")
         self.assertIn(f"target 127.0.0.1:{self.dead} (job tarmac) is down", err)
+        self.assertNotIn(str(self.other_dead), err)
 
         for listing in (direct["gpus"], doc["gpus"]):
             ranks = [0 if g["activity"] in GROUNDED else 1 for g in listing]

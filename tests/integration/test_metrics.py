@@ -18,12 +18,12 @@ import urllib.parse
 
 from agent_support import HeldSim, LiveAgent, end_process, free_port, http_get, wait_for
 from devtools import require_tool
+from prometheus_support import PROMETHEUS, LivePrometheus
 from test_status import TARMAC
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 PROMTOOL = os.environ.get("PROMTOOL") or shutil.which("promtool") or "/usr/bin/promtool"
-PROMETHEUS = os.environ.get("PROMETHEUS") or shutil.which("prometheus") or "/usr/bin/prometheus"
 
 # dcgm-exporter's labels, which tarmac keeps on DCGM_FI_* for drop-in compatibility.
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
@@ -207,8 +207,7 @@ class PrometheusScrapes(unittest.TestCase):
         cls.addClassCleanup(cls.h100.close)
         cls.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-prom-"))
         cls.addClassCleanup(shutil.rmtree, cls.dir, True)
-        cls.port = free_port()
-        (cls.dir / "prometheus.yml").write_text(f"""\
+        cls.prometheus = LivePrometheus(cls.dir, f"""\
 global:
   scrape_interval: 1s
   scrape_timeout: 1s
@@ -221,28 +220,8 @@ scrape_configs:
     static_configs:
       - targets: ["127.0.0.1:{cls.h100.port}"]
 """)
-        cls.log = open(cls.dir / "prometheus.log", "w+")
-        cls.addClassCleanup(cls.log.close)
-        cls.prom = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={cls.dir / 'prometheus.yml'}", f"--storage.tsdb.path={cls.dir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{cls.port}", "--log.level=warn"],
-            stdout=cls.log, stderr=subprocess.STDOUT, cwd=cls.dir)
-        cls.addClassCleanup(cls.stop_prometheus)
-        ready = wait_for(lambda: cls.prom.poll() is None and cls.http_ok("/-/ready"), timeout=30, step=0.2)
-        if not ready:
-            cls.log.seek(0)
-            raise AssertionError(f"prometheus not ready (exit {cls.prom.poll()}): {cls.log.read()[-2000:]}")
-
-    @classmethod
-    def stop_prometheus(cls):
-        end_process(cls.prom, timeout=15)
-
-    @classmethod
-    def http_ok(cls, path):
-        try:
-            return http_get(cls.port, path, timeout=2)[0] == 200
-        except OSError:
-            return False
+        cls.addClassCleanup(cls.prometheus.close)
+        cls.port = cls.prometheus.port
 
     def query(self, promql):
         status, _, body = http_get(self.port, "/api/v1/query?" + urllib.parse.urlencode({"query": promql}))

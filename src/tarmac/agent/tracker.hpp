@@ -24,6 +24,7 @@ struct JobView {
   host::JobMap map;
   host::JobInfos infos;
   host::PodMap pods;
+  bool pods_listed = false;  // the kubelet has answered: a GPU not in `pods` is no pod's
 };
 
 class Tracker {

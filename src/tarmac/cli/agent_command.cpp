@@ -409,8 +409,9 @@ std::unique_ptr<kube::PodWatcher> start_pod_watcher(const config::KubernetesSett
     }
     return nullptr;
   }
-  return std::make_unique<kube::PodWatcher>(
-      kube::PodWatcherOptions{k.pod_resources_socket, k.refresh_ms, std::min(2000LL, k.refresh_ms), log_line});
+  kube::PodWatcherOptions o{k.pod_resources_socket, k.refresh_ms, std::min(2000LL, k.refresh_ms), log_line};
+  o.stale_after_ms = std::max(60000LL, 3 * k.refresh_ms);
+  return std::make_unique<kube::PodWatcher>(std::move(o));
 }
 
 // The GPUs of a snapshot as the kubelet's device ids can name them.
@@ -488,7 +489,7 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     stats.last_sample_seconds = v.sample_seconds;
     stats.start_unix_ms = start_unix_ms;
     alerter.observe(v.merged, v.classes, v.ts_ms);  // first, so the view published sees its alerts
-    if (*service) live.publish(v.merged, v.classes, v.ts_ms, stats, v.jobs.map, v.jobs.pods);
+    if (*service) live.publish(v.merged, v.classes, v.ts_ms, stats, v.jobs.map, v.jobs.pods, v.jobs.pods_listed);
     if (scheduler) scheduler->observe(v.merged, v.classes);
     if (idle_jobs) idle_jobs->observe(v.jobs, v.classes, v.ts_ms);
   };
@@ -498,7 +499,10 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     s.options.jobs = [dir, &pods](const gpu::Snapshot& snapshot) {
       agent::JobView view;
       if (!dir.empty()) view = {host::read_job_map(dir), host::read_job_infos(dir), {}};
-      if (pods) view.pods = host::map_pod_devices(*pods->latest(), gpu_names(snapshot)).map;
+      if (pods) {
+        view.pods = host::map_pod_devices(*pods->latest(), gpu_names(snapshot)).map;
+        view.pods_listed = pods->answers() > 0;
+      }
       return view;
     };
   }

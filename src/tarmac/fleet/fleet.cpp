@@ -22,6 +22,7 @@ constexpr int kMaxJsonDepth = 8;
 constexpr std::size_t kMaxName = 256;     // a host, a UUID, a user, a job, a pod as shown
 constexpr std::size_t kMaxPerGpu = 64;    // users, jobs or pods listed for one GPU
 constexpr double kMaxMib = 1e12;          // beyond, a number is not memory
+constexpr std::size_t kMaxSeries = 1 << 20;  // per query: a hundred times 8,000 GPUs' six classes
 
 Result<json> parse(std::string_view text, const std::string& what) {
   if (util::json_depth(text) > kMaxJsonDepth) {
@@ -88,8 +89,10 @@ Result<std::vector<Sample>> vector_of(std::string_view text, const char* query) 
   }
   const auto result = data->find("result");
   if (result == data->end() || !result->is_array()) return make_error(Error::Code::Invalid, what + " has no result");
+  if (result->size() > kMaxSeries) {
+    return make_error(Error::Code::Invalid, fmt::format("{} has more than {} series", what, kMaxSeries));
+  }
   std::vector<Sample> out;
-  out.reserve(result->size());
   for (const auto& item : *result) {
     if (!item.is_object()) continue;
     Sample s;
@@ -205,7 +208,7 @@ Result<std::vector<Row>> rows_from_agent(std::string_view gpus_json, std::string
   for (const auto& item : *procs) {
     if (!item.is_object()) continue;
     const auto gpu = item.find("gpu");
-    if (gpu == item.end() || !gpu->is_number_unsigned()) continue;
+    if (gpu == item.end() || !gpu->is_number_unsigned() || gpu->get<unsigned long long>() > 9999) continue;
     const auto at = by_index.find(gpu->get<unsigned>());
     if (at == by_index.end()) continue;
     if (const auto user = string_at(item, "user")) add_bounded(rows[at->second].users, *user);
@@ -216,6 +219,7 @@ Result<std::vector<Row>> rows_from_agent(std::string_view gpus_json, std::string
 Result<Fleet> fleet_from_prometheus(const PromAnswers& answers) {
   constexpr std::size_t kQueries = std::size(PromQueries::kAll);
   if (answers.size() != kQueries) return make_error(Error::Code::Internal, "fleet: an answer per query expected");
+  // One answer's tree at a time: each is parsed, read into samples and freed before the next.
   std::vector<std::vector<Sample>> v(kQueries);
   for (std::size_t i = 0; i < kQueries; ++i) {
     TARMAC_TRY_ASSIGN(v[i], vector_of(answers[i], PromQueries::kAll[i]));

@@ -1,6 +1,10 @@
 #include "tarmac/fleet/sources.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <fmt/format.h>
+#include <functional>
+#include <system_error>
 #include <thread>
 
 #include "tarmac/net/http_client.hpp"
@@ -9,11 +13,32 @@ namespace tarmac::fleet {
 
 namespace {
 
-// A fleet of thousands of GPUs answers each query with a few MiB (about 0.4 KiB a series).
-constexpr std::size_t kMaxPrometheusBody = 256U << 20;
+// 8,000 GPUs answer each query with at most 2 MiB (about 0.25 KiB a series): 32 MiB is ten times
+// the largest fleet measured (bench/fleet_scale.py), and bounds the parsed tree too.
+constexpr std::size_t kMaxPrometheusBody = 32U << 20;
 constexpr std::size_t kMaxGpusBody = 1U << 20;        // an agent's GPUs (as tarmac top reads them)
 constexpr std::size_t kMaxProcessesBody = 8U << 20;   // an agent's processes
 constexpr std::size_t kMaxAgents = 4096;
+constexpr std::size_t kAgentWorkers = 32;             // agents asked at once
+
+// Runs `work(i)` for i in [0, n) on at most `workers` threads; a thread that cannot be started
+// leaves its share to the others (and to the caller's thread, when none can).
+void run_pool(std::size_t n, std::size_t workers, const std::function<void(std::size_t)>& work) {
+  std::atomic<std::size_t> next{0};
+  const auto drain = [&] {
+    for (std::size_t i = next++; i < n; i = next++) work(i);
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t w = 0; w < std::min(n, workers); ++w) {
+    try {
+      threads.emplace_back(drain);
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
+  drain();
+  for (auto& t : threads) t.join();
+}
 
 std::string base_of(const std::string& address) {
   std::string url = address.find("://") == std::string::npos ? "http://" + address : address;
@@ -41,14 +66,10 @@ Result<Fleet> read_prometheus(const std::string& url, long long timeout_ms) {
   TARMAC_TRY(net::check_url(base));
   constexpr std::size_t kQueries = std::size(PromQueries::kAll);
   std::vector<Result<std::string>> got(kQueries, make_error(Error::Code::Internal, "not asked"));
-  std::vector<std::thread> askers;
-  for (std::size_t i = 0; i < kQueries; ++i) {
-    askers.emplace_back([&, i] {
-      got[i] = net::get(fmt::format("{}/api/v1/query?query={}", base, query_encode(PromQueries::kAll[i])), timeout_ms,
-                        kMaxPrometheusBody);
-    });
-  }
-  for (auto& t : askers) t.join();
+  run_pool(kQueries, kQueries, [&](std::size_t i) {
+    got[i] = net::get(fmt::format("{}/api/v1/query?query={}", base, query_encode(PromQueries::kAll[i])), timeout_ms,
+                      kMaxPrometheusBody);
+  });
   PromAnswers answers;
   for (auto& r : got) {
     if (!r.ok()) return make_error(r.error().code, fmt::format("Prometheus at {}: {}", base, r.error().message));
@@ -67,28 +88,24 @@ Result<Fleet> read_agents(const std::vector<std::string>& addresses, long long t
     Result<std::vector<Row>> rows = make_error(Error::Code::Internal, "not asked");
   };
   std::vector<Answer> answers(addresses.size());
-  std::vector<std::thread> askers;
-  for (std::size_t i = 0; i < addresses.size(); ++i) {
-    askers.emplace_back([&, i] {
-      const std::string base = base_of(addresses[i]);
-      if (auto checked = net::check_url(base); !checked.ok()) {
-        answers[i].rows = checked.take_error();
-        return;
-      }
-      auto gpus = net::get(base + "/api/v1/gpus", timeout_ms, kMaxGpusBody);
-      if (!gpus.ok()) {
-        answers[i].rows = gpus.take_error();
-        return;
-      }
-      auto procs = net::get(base + "/api/v1/processes", timeout_ms, kMaxProcessesBody);
-      if (!procs.ok()) {
-        answers[i].rows = procs.take_error();
-        return;
-      }
-      answers[i].rows = rows_from_agent(*gpus, *procs, addresses[i]);
-    });
-  }
-  for (auto& t : askers) t.join();
+  run_pool(addresses.size(), kAgentWorkers, [&](std::size_t i) {
+    const std::string base = base_of(addresses[i]);
+    if (auto checked = net::check_url(base); !checked.ok()) {
+      answers[i].rows = checked.take_error();
+      return;
+    }
+    auto gpus = net::get(base + "/api/v1/gpus", timeout_ms, kMaxGpusBody);
+    if (!gpus.ok()) {
+      answers[i].rows = gpus.take_error();
+      return;
+    }
+    auto procs = net::get(base + "/api/v1/processes", timeout_ms, kMaxProcessesBody);
+    if (!procs.ok()) {
+      answers[i].rows = procs.take_error();
+      return;
+    }
+    answers[i].rows = rows_from_agent(*gpus, *procs, addresses[i]);
+  });
   Fleet fleet;
   fleet.source = addresses.size() == 1 ? "agent " + addresses.front() : fmt::format("{} agents", addresses.size());
   std::size_t answered = 0;

@@ -8,6 +8,8 @@ namespace {
 
 constexpr std::size_t kMaxName = 253;
 constexpr std::size_t kMaxPodsPerGpu = 64;
+// What one answer may resolve, in all: the client already bounds an answer to 16,384 containers.
+constexpr std::size_t kMaxDevices = 1 << 16;
 
 std::optional<unsigned> number(std::string_view text) {
   if (text.empty() || text.size() > 4 || text.find_first_not_of("0123456789") != std::string_view::npos) {
@@ -73,24 +75,28 @@ bool nvidia_resource(std::string_view resource) {
 
 PodMapping map_pod_devices(const std::vector<PodDevices>& devices, const std::vector<GpuName>& gpus) {
   PodMapping out;
+  std::size_t resolved = 0;
   for (const auto& d : devices) {
     if (!nvidia_resource(d.resource)) continue;
     if (!valid_kube_name(d.pod.name) || !valid_kube_name(d.pod.namespace_) || !valid_kube_name(d.pod.container)) {
       continue;
     }
     for (const auto& id : d.device_ids) {
+      if (++resolved > kMaxDevices) return out;
       const auto index = resolve(id, gpus);
       if (!index) {
         if (out.unresolved.size() < kMaxPodsPerGpu) out.unresolved.push_back(id.substr(0, kMaxName));
         continue;
       }
-      auto& pods = out.map[*index];
-      if (pods.size() < kMaxPodsPerGpu && std::find(pods.begin(), pods.end(), d.pod) == pods.end()) {
-        pods.push_back(d.pod);
-      }
+      out.map[*index].push_back(d.pod);
     }
   }
-  for (auto& [index, pods] : out.map) std::sort(pods.begin(), pods.end());
+  // Sorted, each once, then bounded: the same 64 whatever order the kubelet lists them in.
+  for (auto& [index, pods] : out.map) {
+    std::sort(pods.begin(), pods.end());
+    pods.erase(std::unique(pods.begin(), pods.end()), pods.end());
+    if (pods.size() > kMaxPodsPerGpu) pods.resize(kMaxPodsPerGpu);
+  }
   return out;
 }
 

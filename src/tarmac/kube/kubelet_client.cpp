@@ -2,6 +2,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
 #include <chrono>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -37,11 +42,25 @@ std::string status_words(const grpc::Status& status) {
 bool client_built() { return true; }
 
 Result<std::vector<host::PodDevices>> list_pod_resources(const std::string& socket, long long timeout_ms) {
-  TARMAC_TRY(util::check_trusted_socket(socket, ::geteuid()));
+  // The path without links, checked, is the one connected to: nothing on the way can change between.
+  std::unique_ptr<char, decltype(&std::free)> real(::realpath(socket.c_str(), nullptr), &std::free);
+  if (!real) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return make_error(Error::Code::NotFound, fmt::format("kubelet pod resources at {}: no such socket", socket));
+    }
+    return make_error(Error::Code::Io, fmt::format("kubelet pod resources at {}: {}", socket, std::strerror(errno)));
+  }
+  const std::string path = real.get();
+  if (path.find_first_of("%?#") != std::string::npos) {
+    // gRPC reads its target as a URI: such a path could name another.
+    return make_error(Error::Code::Invalid, fmt::format("kubelet pod resources at {}: '%', '?' and '#' are refused in "
+                                                        "the socket's path", socket));
+  }
+  TARMAC_TRY(util::check_trusted_socket(path, ::geteuid()));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  const auto channel = grpc::CreateCustomChannel("unix:" + socket, grpc::InsecureChannelCredentials(), args);
+  const auto channel = grpc::CreateCustomChannel("unix:" + path, grpc::InsecureChannelCredentials(), args);
   const auto stub = v1::PodResourcesLister::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));

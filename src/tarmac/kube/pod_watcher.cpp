@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "tarmac/kube/kubelet_client.hpp"
+#include "tarmac/util/clock.hpp"
+#include "tarmac/util/units.hpp"
 
 namespace tarmac::kube {
 
@@ -57,7 +59,13 @@ void PodWatcher::ask() {
     std::lock_guard lock(mutex_);
     if (listed.ok()) {
       ++answers_;
+      answered_ms_ = util::monotonic_ms();
       latest_ = std::make_shared<const std::vector<host::PodDevices>>(std::move(*listed));
+    } else if (answers_ > 0 && !latest_->empty() && util::monotonic_ms() - answered_ms_ > options_.stale_after_ms) {
+      ++failures_;
+      latest_ = std::make_shared<const std::vector<host::PodDevices>>();
+      problem = fmt::format("no answer from the kubelet for {}: the pods it last listed are dropped ({})",
+                            util::format_duration_ms(options_.stale_after_ms), listed.error().message);
     } else {
       ++failures_;
       problem = listed.error().message;
@@ -65,8 +73,8 @@ void PodWatcher::ask() {
         // No socket before any answer is a node outside Kubernetes (or a kubelet not started yet):
         // nothing to say. After answers, the kubelet went away.
         problem = answers_ == 0 ? std::string(kAbsent)
-                                : fmt::format("the kubelet's socket {} is gone; the pods it last listed stand",
-                                              options_.socket);
+                                : fmt::format("the kubelet's socket {} is gone; the pods it last listed stand for {}",
+                                              options_.socket, util::format_duration_ms(options_.stale_after_ms));
       }
     }
     if (problem == last_problem_) return;

@@ -20,6 +20,9 @@ struct PodWatcherOptions {
   long long interval_ms = 5000;   // between two List calls
   long long timeout_ms = 2000;    // for one List call
   util::LogSink log;
+  // How long the last answer stands while the kubelet does not answer: a restart's worth, not
+  // forever (pods deleted meanwhile would stay reserved and keep their job spans growing).
+  long long stale_after_ms = 60000;
 };
 
 class PodWatcher {
@@ -31,7 +34,8 @@ class PodWatcher {
   PodWatcher& operator=(const PodWatcher&) = delete;
 
   // The containers' devices as last listed: empty until the kubelet first answers, and while there
-  // is no socket; a failed call keeps the previous answer (containers outlive a kubelet restart).
+  // is no socket; a failed call keeps the previous answer (containers outlive a kubelet restart)
+  // for stale_after_ms after the last answer, then it is dropped.
   [[nodiscard]] std::shared_ptr<const std::vector<host::PodDevices>> latest() const;
 
   // How many List calls have answered, and failed, since the start (for the agent's metrics and
@@ -49,6 +53,7 @@ class PodWatcher {
   bool stop_ = false;
   std::shared_ptr<const std::vector<host::PodDevices>> latest_;
   long long answers_ = 0;
+  long long answered_ms_ = 0;  // monotonic time of the last answer
   long long failures_ = 0;
   // Logged once until it changes or an answer comes: "" after an answer, "absent" while there has
   // been no socket (not logged).

@@ -12,7 +12,7 @@ std::size_t activity_slot(gpu::Activity activity) {
 
 void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, gpu::Activity>& classes,
                         long long ts_ms, const AgentStats& stats, const host::JobMap& jobs,
-                        const host::PodMap& pods) {
+                        const host::PodMap& pods, bool pods_listed) {
   auto next = std::make_shared<LiveView>();
   next->ts_ms = ts_ms;
   next->published_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -23,6 +23,7 @@ void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, 
   next->stats = stats;
   next->jobs = jobs;
   next->pods = pods;
+  next->pods_listed = pods_listed;
   const auto previous = view();
   if (previous) next->counters = previous->counters;
   for (const auto& [gpu, activity] : classes) {

@@ -40,13 +40,15 @@ struct LiveView {
   AgentStats stats;
   host::JobMap jobs;                // the Slurm jobs on the GPUs, as the agent read the mapping for this sample
   host::PodMap pods;                // the pods the kubelet allocated the GPUs to, as last listed
+  bool pods_listed = false;         // the kubelet has answered (pods are known, if none)
 };
 
 class LiveState {
  public:
   // Called by the sampling loop after every sample.
   void publish(const gpu::Snapshot& snapshot, const std::map<unsigned, gpu::Activity>& classes, long long ts_ms,
-               const AgentStats& stats, const host::JobMap& jobs = {}, const host::PodMap& pods = {});
+               const AgentStats& stats, const host::JobMap& jobs = {}, const host::PodMap& pods = {},
+               bool pods_listed = false);
   // The latest view, or null before the first sample.
   [[nodiscard]] std::shared_ptr<const LiveView> view() const;
 

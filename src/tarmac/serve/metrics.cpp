@@ -251,17 +251,24 @@ std::vector<host::PodRef> pods_of(const gpu::Device& d, const host::PodMap& map)
 }
 
 // The pod a process on a GPU belongs to: the one pod the kubelet allocated the GPU to, when the
-// process runs in a Kubernetes pod's cgroup. Not known when pods share the GPU (the kubelet names
-// pods, a cgroup only a pod's UID) or the process is the host's.
-const host::PodRef* pod_of(const gpu::GpuProcess& p, const std::vector<host::PodRef>& gpu_pods) {
+// process runs in a Kubernetes pod's cgroup and every process of a pod on the GPU is of that one
+// pod (UID). Not known when pods share the GPU (the kubelet names pods, a cgroup only a pod's
+// UID), when processes of two pods use it (a privileged pod that sees every GPU), or for the
+// host's processes.
+const host::PodRef* pod_of(const gpu::GpuProcess& p, const gpu::Device& d, const std::vector<host::PodRef>& gpu_pods) {
   if (!p.host.container || !p.host.container->pod_uid || gpu_pods.empty()) return nullptr;
   for (const auto& other : gpu_pods) {
     if (other.name != gpu_pods.front().name || other.namespace_ != gpu_pods.front().namespace_) return nullptr;
   }
+  for (const auto& other : d.processes) {
+    if (other.host.container && other.host.container->pod_uid && *other.host.container->pod_uid != *p.host.container->pod_uid) {
+      return nullptr;
+    }
+  }
   return &gpu_pods.front();
 }
 
-std::string process_labels(const std::string& base, const gpu::GpuProcess& p, Commands commands,
+std::string process_labels(const std::string& base, const gpu::GpuProcess& p, const gpu::Device& d, Commands commands,
                            const std::vector<host::PodRef>& gpu_pods) {
   const std::string command = shown_command(p, commands);
   std::string container;
@@ -269,7 +276,7 @@ std::string process_labels(const std::string& base, const gpu::GpuProcess& p, Co
     container = p.host.container->id.empty() ? p.host.container->runtime
                                              : p.host.container->runtime + ":" + p.host.container->id.substr(0, 12);
   }
-  const host::PodRef* pod = pod_of(p, gpu_pods);
+  const host::PodRef* pod = pod_of(p, d, gpu_pods);
   return fmt::format("{},{},{},{},{},{},{},{}", base, label("pid", std::to_string(p.pid)),
                      label("user", p.host.user.value_or("")), label("command", command, kMaxCommandLabel),
                      label("container", container), label("slurm_job", p.host.slurm_job_id.value_or("")),
@@ -295,13 +302,19 @@ std::string pod_labels(const host::PodRef& pod) {
 }
 
 // A GPU's label sets on DCGM_FI_* series: one per Slurm job and pod container that use it (both,
-// on the odd GPU that has both), or the GPU's own labels alone.
+// on the odd GPU that has both), or the GPU's own labels alone (with empty pod labels once the
+// kubelet has answered: SampleLabels::pods_listed).
 std::vector<std::string> attributed_sets(const std::string& base, const std::vector<std::string>& jobs,
-                                         const std::vector<host::PodRef>& pods) {
+                                         const std::vector<host::PodRef>& pods, bool pods_listed) {
   std::vector<std::string> with_jobs;
   for (const auto& job : jobs) with_jobs.push_back(base + "," + label("hpc_job", job));
   if (with_jobs.empty()) with_jobs.push_back(base);
-  if (pods.empty()) return with_jobs;
+  if (pods.empty()) {
+    if (pods_listed) {
+      for (auto& set : with_jobs) set += "," + pod_labels({});
+    }
+    return with_jobs;
+  }
   std::vector<std::string> sets;
   for (const auto& set : with_jobs) {
     for (const auto& pod : pods) sets.push_back(set + "," + pod_labels(pod));
@@ -389,7 +402,7 @@ void write_process_families(Writer& w, const LiveView& view, const std::vector<s
   for (std::size_t i = 0; i < devices.size(); ++i) {
     const auto gpu_pods = pods_of(devices[i], pods);
     for (const auto& p : devices[i].processes) {
-      procs.push_back({process_labels(labels[i], p, commands, gpu_pods), &p,
+      procs.push_back({process_labels(labels[i], p, devices[i], commands, gpu_pods), &p,
                        class_of(view, devices[i]) == gpu::Activity::Holding});
     }
   }
@@ -492,7 +505,7 @@ std::string render_sample_metrics(const LiveView& view, const SampleLabels& samp
   for (const auto& d : devices) {
     jobs.push_back(jobs_of(d, sample.jobs));
     pods.push_back(pods_of(d, sample.pods));
-    dcgm.push_back(attributed_sets(gpu_labels(d, sample, driver), jobs.back(), pods.back()));
+    dcgm.push_back(attributed_sets(gpu_labels(d, sample, driver), jobs.back(), pods.back(), sample.pods_listed));
     labels.push_back(own_labels(d, hostname));
   }
   Writer w;
@@ -546,7 +559,8 @@ std::string render_agent_metrics(const LiveView& view, const MetricsExtras& extr
 }
 
 std::string render_metrics(const LiveView& view, const MetricsExtras& extras) {
-  return render_sample_metrics(view, {extras.hostname, extras.hostname_label, extras.commands, extras.jobs, extras.pods},
+  return render_sample_metrics(view, {extras.hostname, extras.hostname_label, extras.commands, extras.jobs, extras.pods,
+                                      extras.pods_listed},
                                extras.alerts) +
          render_agent_metrics(view, extras);
 }

@@ -84,6 +84,10 @@ struct SampleLabels {
   // The pods' containers the kubelet allocated each GPU to: each gets its own DCGM_FI_* series
   // with dcgm-exporter's pod, namespace and container labels.
   host::PodMap pods;
+  // The kubelet has answered: the GPUs no pod has get those labels empty, as dcgm-exporter writes
+  // them, so that a scrape that honors labels (the ServiceMonitor) does not give them the agent
+  // pod's own.
+  bool pods_listed = false;
 };
 
 // What /metrics says beyond the live view: the host, alerts, and the agent's own cost.
@@ -104,6 +108,7 @@ struct MetricsExtras {
   Commands commands = Commands::Full;
   host::JobMap jobs;
   host::PodMap pods;
+  bool pods_listed = false;
 };
 
 [[nodiscard]] std::string render_metrics(const LiveView& view, const MetricsExtras& extras);

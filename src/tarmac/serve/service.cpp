@@ -124,7 +124,7 @@ Response Service::metrics() {
   // Scrapes between two samples get the same values: render them once per sample.
   if (view != rendered_view_) {
     // The job mapping as the agent read it for this sample (one read serves the store and /metrics).
-    SampleLabels labels{options_.hostname, options_.hostname_label, commands_, view->jobs, view->pods};
+    SampleLabels labels{options_.hostname, options_.hostname_label, commands_, view->jobs, view->pods, view->pods_listed};
     rendered_ = render_sample_metrics(*view, labels,
                                       options_.alerts ? options_.alerts() : std::vector<FiringAlert>{});
     rendered_view_ = view;

@@ -46,9 +46,15 @@ std::string untrusted_because(const struct stat& st, const std::string& what, ui
   return {};
 }
 
+// Whether a symbolic link on the way is followed (made by someone trusted; what it leads to is
+// checked from there on) or refused (for a path that is opened again by name later, whose link
+// target's own directories were never checked).
+enum class Links { Follow, Refuse };
+
 // Opens every directory from / down to the one holding `path`'s last component, each relative to
 // the one above and checked by fstat; returns that last directory.
-Result<Fd> open_trusted_parent(const std::string& path, const std::vector<std::string>& parts, uid_t owner) {
+Result<Fd> open_trusted_parent(const std::string& path, const std::vector<std::string>& parts, uid_t owner,
+                               Links links = Links::Follow) {
   Fd dir(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!dir) return open_error("/", errno);
   std::string at = "/";
@@ -61,7 +67,15 @@ Result<Fd> open_trusted_parent(const std::string& path, const std::vector<std::s
     if (i + 1 >= parts.size()) return dir;
     // A symbolic link here was made by someone the check above trusts; what it leads to is
     // checked by the fstat of the next round.
-    Fd next(::openat(dir.get(), parts[i].c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    const int nofollow = links == Links::Refuse ? O_NOFOLLOW : 0;
+    Fd next(::openat(dir.get(), parts[i].c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC | nofollow));
+    if (!next && links == Links::Refuse && (errno == ELOOP || errno == ENOTDIR)) {
+      struct stat link {};
+      if (::fstatat(dir.get(), parts[i].c_str(), &link, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(link.st_mode)) {
+        return make_error(Error::Code::Invalid, fmt::format("{}: {}/{} is a symbolic link (give the path it leads to)",
+                                                            path, at == "/" ? "" : at, parts[i]));
+      }
+    }
     if (!next) return open_error(path, errno);
     at += (at.size() > 1 ? "/" : "") + parts[i];
     dir = std::move(next);
@@ -88,7 +102,7 @@ Result<std::vector<std::string>> path_parts(const std::string& path) {
 Result<void> check_trusted_socket(const std::string& path, uid_t owner) {
   TARMAC_TRY_ASSIGN(const std::vector<std::string> parts, path_parts(path));
   if (parts.empty()) return make_error(Error::Code::Invalid, fmt::format("{}: not a socket", path));
-  TARMAC_TRY_ASSIGN(Fd dir, open_trusted_parent(path, parts, owner));
+  TARMAC_TRY_ASSIGN(Fd dir, open_trusted_parent(path, parts, owner, Links::Refuse));
   struct stat st {};
   if (::fstatat(dir.get(), parts.back().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return open_error(path, errno);
   if (!S_ISSOCK(st.st_mode)) return make_error(Error::Code::Invalid, fmt::format("{}: not a socket", path));

@@ -30,9 +30,10 @@ enum class Writers {
                                                     std::size_t max_bytes);
 
 // Whether the Unix socket at `path` can only have been put there by `owner` or root: every
-// directory from / down is checked as read_trusted_file checks them, and the socket itself (not
-// followed if a link) must be owned by `owner` or root. A client that connects to it by path after
-// this check cannot be redirected by anyone else. Fails naming `path` and why.
+// directory from / down is checked as read_trusted_file checks them, none may be a symbolic link
+// (whose target's own directories the walk would not check: resolve the path first), and the
+// socket itself must be a socket owned by `owner` or root. A client that connects to the same path
+// after this check cannot be redirected by anyone else. Fails naming `path` and why.
 [[nodiscard]] Result<void> check_trusted_socket(const std::string& path, uid_t owner);
 
 }  // namespace tarmac::util

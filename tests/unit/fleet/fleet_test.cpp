@@ -119,6 +119,16 @@ TEST(Fleet, HostileValuesAreDroppedNotBelieved) {
   for (const auto& r : f->rows) EXPECT_FALSE(r.util_pct) << r.uuid;
 }
 
+TEST(Fleet, AnAnswerOfTooManySeriesIsRefused) {
+  auto a = answers();
+  std::string many;
+  for (int i = 0; i <= (1 << 20); ++i) many += i ? ",{}" : "{}";
+  a[2] = vector_of(many);
+  auto f = fleet_from_prometheus(a);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.error().message.find("more than 1048576 series"), std::string::npos) << f.error().message;
+}
+
 TEST(Fleet, AnAgentsAnswers) {
   const std::string gpus = R"({"hostname":"node-1","gpus":[
     {"index":0,"uuid":"GPU-0","name":"NVIDIA H100","activity":"idle","util_gpu_pct":0,"mem_used_mib":0,
@@ -126,7 +136,9 @@ TEST(Fleet, AnAgentsAnswers) {
     {"index":1,"uuid":"GPU-1","name":"NVIDIA H100","activity":"busy","util_gpu_pct":88,"mem_used_mib":40000,
      "mem_total_mib":81920,"idle_seconds":null,"slurm_jobs":["77"],"pods":[{"pod":"p","namespace":"n","container":"c"}]},
     {"index":1,"uuid":"GPU-dup"}, "junk"]})";
-  const std::string procs = R"({"processes":[{"gpu":1,"user":"alice","pid":5},{"gpu":7,"user":"ghost"},{"gpu":1}]})";
+  const std::string procs =
+      R"({"processes":[{"gpu":1,"user":"alice","pid":5},{"gpu":7,"user":"ghost"},{"gpu":1},)"
+      R"({"gpu":4294967297,"user":"wraps-to-1"},{"gpu":-1,"user":"negative"}]})";
   auto rows = rows_from_agent(gpus, procs, "10.0.0.1:9478");
   ASSERT_TRUE(rows.ok()) << rows.error().message;
   ASSERT_EQ(rows->size(), 2U);

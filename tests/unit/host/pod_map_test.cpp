@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace tarmac::host {
 namespace {
 
@@ -63,6 +65,9 @@ TEST(PodMap, ASharedGpuListsEachContainerOnceAndIsBounded) {
   const auto m = map_pod_devices(many, kGpus);
   EXPECT_EQ(m.map.at(0).size(), 64U);
   EXPECT_TRUE(std::is_sorted(m.map.at(0).begin(), m.map.at(0).end()));
+  // The same 64 whatever the kubelet's order.
+  std::reverse(many.begin(), many.end());
+  EXPECT_EQ(map_pod_devices(many, kGpus).map.at(0), m.map.at(0));
 }
 
 }  // namespace

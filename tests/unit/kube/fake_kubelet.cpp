@@ -52,6 +52,18 @@ FakeKubelet::~FakeKubelet() {
 
 long long FakeKubelet::calls() const { return service_->calls_; }
 
+void SocketDirTest::SetUp() {
+  char tmpl[] = "/tmp/tarmac-kube-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  dir_ = tmpl;
+  socket_ = (dir_ / "kubelet.sock").string();
+}
+
+void SocketDirTest::TearDown() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
 v1::ListPodResourcesResponse answer_from_json(const std::string& text) {
   v1::ListPodResourcesResponse out;
   for (const auto& pod : nlohmann::json::parse(text)) {

@@ -2,7 +2,10 @@
 // the socket, for the client's tests and (as tarmac-test-kubelet) the agent's end-to-end test.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,5 +36,14 @@ class FakeKubelet {
 // [{"name": POD, "namespace": NS, "containers": [{"name": C, "devices": [{"resource_name": R,
 // "device_ids": [ID, ...]}]}]}]. Throws on malformed input.
 [[nodiscard]] v1::ListPodResourcesResponse answer_from_json(const std::string& text);
+
+// A test's own directory under /tmp (0700, removed after), with the path of a socket in it.
+class SocketDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+  std::filesystem::path dir_;
+  std::string socket_;
+};
 
 }  // namespace tarmac::kube::testing

@@ -17,19 +17,7 @@ namespace fs = std::filesystem;
 using testing::answer_from_json;
 using testing::FakeKubelet;
 
-class KubeletClient : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tarmac-kube-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    socket_ = (dir_ / "kubelet.sock").string();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-  std::string socket_;
-};
+class KubeletClient : public testing::SocketDirTest {};
 
 constexpr const char* kPods = R"([
   {"name": "trainer-0", "namespace": "ml", "containers": [
@@ -87,18 +75,32 @@ TEST_F(KubeletClient, ASocketOthersCouldHavePlacedIsRefused) {
   EXPECT_EQ(kubelet.calls(), 0);
 }
 
-TEST_F(KubeletClient, ALinkOrAFileIsNotTheSocket) {
+TEST_F(KubeletClient, ALinkIsJudgedByWhereItLeadsAndAFileIsNotASocket) {
+  // A link to the socket in a trusted directory is the socket (the path it leads to is checked and
+  // connected to).
   FakeKubelet kubelet(socket_, [] { return answer_from_json(kPods); });
   const std::string link = (dir_ / "link.sock").string();
   ASSERT_EQ(symlink(socket_.c_str(), link.c_str()), 0);
   auto listed = list_pod_resources(link, 1000);
+  ASSERT_TRUE(listed.ok()) << listed.error().message;
+  EXPECT_EQ(kubelet.calls(), 1);
+  // A link to a socket in a directory anyone can write is that socket, and refused.
+  const fs::path open_dir = dir_ / "open";
+  fs::create_directory(open_dir);
+  FakeKubelet other((open_dir / "k.sock").string(), [] { return answer_from_json(kPods); });
+  ASSERT_EQ(chmod(open_dir.c_str(), 0777), 0);
+  const std::string to_open = (dir_ / "to-open.sock").string();
+  ASSERT_EQ(symlink((open_dir / "k.sock").c_str(), to_open.c_str()), 0);
+  listed = list_pod_resources(to_open, 1000);
   ASSERT_FALSE(listed.ok());
-  EXPECT_NE(listed.error().message.find("not a socket"), std::string::npos) << listed.error().message;
+  EXPECT_NE(listed.error().message.find("writable by everyone"), std::string::npos) << listed.error().message;
+  EXPECT_EQ(other.calls(), 0);
   const std::string file = (dir_ / "file").string();
   ASSERT_EQ(mknod(file.c_str(), S_IFREG | 0600, 0), 0);
   listed = list_pod_resources(file, 1000);
   ASSERT_FALSE(listed.ok());
-  EXPECT_EQ(kubelet.calls(), 0);
+  EXPECT_NE(listed.error().message.find("not a socket"), std::string::npos) << listed.error().message;
+  EXPECT_EQ(kubelet.calls(), 1);
 }
 
 TEST_F(KubeletClient, SomethingElseOnTheSocketIsAnError) {

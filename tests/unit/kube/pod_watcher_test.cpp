@@ -50,18 +50,7 @@ struct Logged {
   }
 };
 
-class Watcher : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tarmac-kubew-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    socket_ = (dir_ / "kubelet.sock").string();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-  std::string socket_;
-};
+class Watcher : public testing::SocketDirTest {};
 
 TEST_F(Watcher, FollowsTheKubeletAndKeepsTheLastAnswerThroughAnOutage) {
   Logged log;
@@ -79,7 +68,7 @@ TEST_F(Watcher, FollowsTheKubeletAndKeepsTheLastAnswerThroughAnOutage) {
   });
   ASSERT_TRUE(eventually([&] { return watcher.latest()->size() == 1; }));
   EXPECT_EQ(watcher.latest()->front().pod.name, "a");
-  ASSERT_EQ(log.count(), 1U);
+  ASSERT_TRUE(eventually([&] { return log.count() == 1; }));  // logged just after the answer is kept
   EXPECT_NE(log.at(0).find("reading pod GPU allocations"), std::string::npos) << log.at(0);
 
   // The kubelet goes away: the containers keep running, and so does their allocation.
@@ -88,7 +77,7 @@ TEST_F(Watcher, FollowsTheKubeletAndKeepsTheLastAnswerThroughAnOutage) {
   fs::remove(socket_);
   ASSERT_TRUE(eventually([&] { return watcher.failures() > failed + 2; }));
   EXPECT_EQ(watcher.latest()->size(), 1U);
-  ASSERT_EQ(log.count(), 2U);
+  ASSERT_TRUE(eventually([&] { return log.count() == 2; }));
   EXPECT_NE(log.at(1).find("is gone; the pods it last listed stand"), std::string::npos) << log.at(1);
   // A socket nobody answers on is a problem worth one line (not one per try).
   const int dead = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -98,7 +87,7 @@ TEST_F(Watcher, FollowsTheKubeletAndKeepsTheLastAnswerThroughAnOutage) {
   ASSERT_EQ(bind(dead, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   const long long before_dead = watcher.failures();
   ASSERT_TRUE(eventually([&] { return watcher.failures() > before_dead + 2; }));
-  ASSERT_EQ(log.count(), 3U);
+  ASSERT_TRUE(eventually([&] { return log.count() == 3; }));
   EXPECT_NE(log.at(2).find(socket_), std::string::npos) << log.at(2);
   EXPECT_EQ(watcher.latest()->size(), 1U);
   close(dead);
@@ -108,6 +97,25 @@ TEST_F(Watcher, FollowsTheKubeletAndKeepsTheLastAnswerThroughAnOutage) {
   version = 2;
   kubelet = std::make_unique<FakeKubelet>(socket_, [&] { return answer_from_json("[]"); });
   ASSERT_TRUE(eventually([&] { return watcher.latest()->empty(); }));
+}
+
+TEST_F(Watcher, AnAnswerIsDroppedOnceTheKubeletIsSilentTooLong) {
+  Logged log;
+  PodWatcherOptions o{socket_, 20, 1000, log.sink()};
+  o.stale_after_ms = 300;
+  PodWatcher watcher(o);
+  auto kubelet = std::make_unique<FakeKubelet>(socket_, [] {
+    return answer_from_json(R"([{"name": "a", "namespace": "ml", "containers": [{"name": "c",
+        "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": ["0"]}]}]}])");
+  });
+  ASSERT_TRUE(eventually([&] { return watcher.latest()->size() == 1; }));
+  kubelet.reset();
+  fs::remove(socket_);
+  // Kept a while (a restart's worth), then dropped, and said so.
+  ASSERT_TRUE(eventually([&] { return watcher.latest()->empty(); }));
+  ASSERT_TRUE(eventually([&] { return log.count() == 3; }));
+  EXPECT_NE(log.at(1).find("stand for 300ms"), std::string::npos) << log.at(1);
+  EXPECT_NE(log.at(2).find("the pods it last listed are dropped"), std::string::npos) << log.at(2);
 }
 
 TEST_F(Watcher, StopsPromptlyEvenWithALongInterval) {

@@ -133,6 +133,13 @@ TEST(Metrics, PodsAndJobsEachGetTheirOwnSeriesOfTheirGpus) {
   EXPECT_NE(util[0].find(R"(,pod="notebook",namespace="alice",container="jupyter"} 0)"), std::string::npos) << util[0];
   EXPECT_NE(util[1].find(R"(,pod="trainer",namespace="ml",container="main"} 0)"), std::string::npos) << util[1];
   EXPECT_EQ(util[2].find("pod="), std::string::npos) << util[2];
+  // Once the kubelet has answered, a GPU of no pod says so with empty labels, as dcgm-exporter
+  // does: a scrape that honors labels then adds no pod of its own (the agent's).
+  extras.pods_listed = true;
+  const auto listed = samples(render_metrics(view_of({a100(1, 0)}, {{1, gpu::Activity::Idle}}), extras),
+                              "DCGM_FI_DEV_GPU_UTIL");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_NE(listed[0].find(R"(,pod="",namespace="",container=""} 0)"), std::string::npos) << listed[0];
   // A GPU with a Slurm job and a pod (which only a hostile or confused node has) gets both labels,
   // each escaped.
   EXPECT_NE(util[3].find(R"(,hpc_job="77",pod="x\"y",namespace="ns",container="c"} 0)"), std::string::npos)
@@ -157,8 +164,16 @@ TEST(Metrics, AProcessInAPodsCgroupOnThatPodsGpuCarriesThePod) {
   // GPU 0: one pod (two of its containers); GPU 1: two pods, so no process can be told whose.
   extras.pods = {{0, {{"trainer", "ml", "main"}, {"trainer", "ml", "side"}}},
                  {1, {{"a", "ml", "main"}, {"b", "ml", "main"}}}};
-  const auto info = samples(render_metrics(view_of({one, shared}, {}), extras), "tarmac_process_info");
-  ASSERT_EQ(info.size(), 3u);
+  auto two_pods = a100(2, 50);
+  gpu::GpuProcess other_pod = in_pod;
+  other_pod.pid = 12;
+  other_pod.host.container->pod_uid = "uid-2";  // a privileged pod that sees every GPU
+  two_pods.processes = {in_pod, other_pod};
+  extras.pods[2] = {{"trainer", "ml", "main"}};
+  const auto info = samples(render_metrics(view_of({one, shared, two_pods}, {}), extras), "tarmac_process_info");
+  ASSERT_EQ(info.size(), 5u);
+  EXPECT_NE(info[3].find(R"(,pod="",namespace=""})"), std::string::npos) << info[3];
+  EXPECT_NE(info[4].find(R"(,pod="",namespace=""})"), std::string::npos) << info[4];
   EXPECT_NE(info[0].find(R"(pid="10",)"), std::string::npos);
   EXPECT_NE(info[0].find(R"(,pod="trainer",namespace="ml"})"), std::string::npos) << info[0];
   EXPECT_NE(info[1].find(R"(pid="11",)"), std::string::npos);

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>  // mkdtemp
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -100,6 +102,53 @@ TEST_F(TrustedFile, BoundsTheSizeAndNamesAMissingFile) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code, Error::Code::NotFound);
   EXPECT_EQ(why(missing), dir_ + "/missing.toml: no such file");
+}
+
+}  // namespace
+}  // namespace tarmac::util
+
+namespace tarmac::util {
+namespace {
+
+// A Unix socket bound at `path` (left for the test's directory to remove).
+int bound_socket(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  return fd;
+}
+
+TEST_F(TrustedFile, ASocketIsTrustedOnlyWhereOnlyItsOwnerCouldHavePutIt) {
+  const std::string sock = dir_ + "/kubelet.sock";
+  const int fd = bound_socket(sock);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(check_trusted_socket(sock, ::geteuid()).ok());
+  // Not a socket; a link, even to the socket, in the path.
+  auto r = check_trusted_socket(file_, ::geteuid());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("not a socket"), std::string::npos) << r.error().message;
+  const std::string linked_dir = dir_ + "/via";
+  ASSERT_EQ(::symlink(dir_.c_str(), linked_dir.c_str()), 0);
+  r = check_trusted_socket(linked_dir + "/kubelet.sock", ::geteuid());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("is a symbolic link"), std::string::npos) << r.error().message;
+  // In a directory anyone can write (not sticky): anyone could have bound it.
+  ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);
+  r = check_trusted_socket(sock, ::geteuid());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("writable by everyone"), std::string::npos) << r.error().message;
+  ASSERT_EQ(::chmod(dir_.c_str(), 0700), 0);
+  // Someone else's socket, when root checks.
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::lchown(sock.c_str(), kOther, kOther), 0);
+    r = check_trusted_socket(sock, 0);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("owned by uid 65534"), std::string::npos) << r.error().message;
+  }
+  EXPECT_EQ(check_trusted_socket(dir_ + "/none.sock", ::geteuid()).error().code, Error::Code::NotFound);
+  ::close(fd);
 }
 
 }  // namespace
