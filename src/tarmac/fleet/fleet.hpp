@@ -57,8 +57,9 @@ struct PromQueries {
   static constexpr const char* kJobs = "count by (instance, uuid, slurm_job) (tarmac_gpu_job_info)";
   static constexpr const char* kPods = "count by (instance, uuid, pod, namespace) (tarmac_gpu_pod_info)";
   static constexpr const char* kUsers = "count by (instance, uuid, user) (tarmac_process_info)";
-  // Down targets of the scrape jobs that have agents (not every exporter Prometheus scrapes).
-  static constexpr const char* kDown = "up == 0 and on (job) count by (job) (tarmac_gpu_activity)";
+  // Down targets of the scrape jobs that have agents (not every exporter Prometheus scrapes), told
+  // by the agents' one series each (not their GPUs' six).
+  static constexpr const char* kDown = "up == 0 and on (job) count by (job) (tarmac_agent_samples_total)";
   static constexpr const char* kAll[] = {kActivity, kUtil, kUsed, kFree, kIdle, kJobs, kPods, kUsers, kDown};
 };
 using PromAnswers = std::vector<std::string>;  // in PromQueries::kAll's order
