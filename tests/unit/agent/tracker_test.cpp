@@ -4,113 +4,22 @@
 
 #include <algorithm>
 
-#include "../store/temp_dir.hpp"
-#include "tarmac/store/reader.hpp"
-#include "tarmac/util/units.hpp"
+#include "tracker_fixture.hpp"
 
 namespace tarmac::agent {
 namespace {
 
 using gpu::Activity;
-using store::test_support::TempDir;
+using test_support::kAll;
+using test_support::kS;
+using test_support::kT0;
+using test_support::TrackerTest;
+using test_support::device;
+using test_support::process;
+using test_support::snapshot;
 
-constexpr long long kT0 = 1736154000000;  // Monday 2025-01-06 09:00:00 UTC
-constexpr long long kS = 1000;              // one second in ms
-constexpr std::uint64_t kTotalMib = 40960;
-constexpr store::TimeRange kAll{0, 4'000'000'000'000};
+// kT0, kS, kAll, process(), device(), snapshot() and TrackerTest: tracker_fixture.hpp.
 
-gpu::GpuProcess process(unsigned pid, std::uint64_t mem_mib, long long start_unix = 1736150000,
-                        const std::string& user = "alice", const std::string& command = "python train.py") {
-  gpu::GpuProcess p;
-  p.pid = pid;
-  p.used_mem_bytes = mem_mib * util::kMiB;
-  p.host.pid = pid;
-  p.host.user = user;
-  p.host.command_line = command;
-  p.host.name = "python";
-  p.host.start_time_unix = start_unix;
-  return p;
-}
-
-gpu::Device device(unsigned index, unsigned util, std::vector<gpu::GpuProcess> processes = {}) {
-  gpu::Device d;
-  d.id.index = index;
-  d.id.mem_total_bytes = kTotalMib * util::kMiB;
-  d.sample.util_gpu_pct = util;
-  std::uint64_t used = 0;
-  for (const auto& p : processes) used += p.used_mem_bytes.value_or(0);
-  d.sample.mem_used_bytes = used;
-  d.processes = std::move(processes);
-  return d;
-}
-
-gpu::Snapshot snapshot(std::vector<gpu::Device> devices) {
-  gpu::Snapshot s;
-  s.devices = std::move(devices);
-  return s;
-}
-
-gpu::ActivityThresholds thresholds() {
-  gpu::ActivityThresholds t;
-  t.holding_after_s = 60;
-  return t;
-}
-
-// A tracker feeding a recorder in a fresh directory; read() flushes and opens the store.
-class TrackerTest : public ::testing::Test {
- protected:
-  TrackerTest() : recorder_({store::database_path(dir_.path()), {}, 100000}) {}
-
-  void observe(const gpu::Snapshot& s, long long ts_ms, bool with_processes = true) {
-    tracker_.observe(s, ts_ms, with_processes, recorder_);
-  }
-
-  store::Reader read() {
-    const store::FlushStatus st = recorder_.flush();
-    EXPECT_TRUE(st.ok) << st.message;
-    auto reader = store::Reader::open(store::database_path(dir_.path()));
-    EXPECT_TRUE(reader.ok()) << (reader.ok() ? "" : reader.error().message);
-    return std::move(reader).value();
-  }
-
-  std::vector<store::ActivitySpan> spans(unsigned gpu) {
-    auto all = read().activity(kAll);
-    EXPECT_TRUE(all.ok());
-    std::vector<store::ActivitySpan> out;
-    for (const auto& s : *all) {
-      if (s.gpu == gpu) out.push_back(s);
-    }
-    return out;
-  }
-
-  std::vector<Activity> sample_classes(unsigned gpu) {
-    auto samples = read().samples(kAll, {gpu});
-    EXPECT_TRUE(samples.ok());
-    std::vector<Activity> out;
-    for (const auto& s : *samples) out.push_back(s.activity);
-    return out;
-  }
-
-  std::vector<store::Event> events(const std::string& kind = "") {
-    auto all = read().events(kAll);
-    EXPECT_TRUE(all.ok());
-    std::vector<store::Event> out;
-    for (const auto& e : *all) {
-      if (kind.empty() || e.kind == kind) out.push_back(e);
-    }
-    return out;
-  }
-
-  std::vector<store::ProcessSpan> process_spans() {
-    auto all = read().processes(kAll);
-    EXPECT_TRUE(all.ok());
-    return *all;
-  }
-
-  TempDir dir_;
-  store::Recorder recorder_;
-  Tracker tracker_{thresholds(), 30 * kS};
-};
 
 // (class, start, end) of a span, for one-line comparisons.
 std::tuple<Activity, long long, long long> span(const store::ActivitySpan& s) {
@@ -222,63 +131,6 @@ TEST_F(TrackerTest, AGpuTheSchedulerGaveOutWithNothingOnItIsReservedIdle) {
   const auto s = spans(0);
   ASSERT_EQ(s.size(), 3U);
   EXPECT_EQ(span(s[0]), std::make_tuple(Activity::ReservedIdle, kT0, kT0 + 20 * kS));
-}
-
-TEST_F(TrackerTest, ASlurmJobsHoldOnEachGpuIsASpanAndItsUnusedGpuIsReservedIdle) {
-  JobView jobs{{{0, {"77"}}, {1, {"77", "78"}}}, {{"77", {"alice", "gpu"}}}};
-  const auto busy = device(1, 90, {process(100, 30000)});
-  tracker_.observe(snapshot({device(0, 0), busy}), kT0, true, recorder_, {}, &jobs);
-  // A fast sample without a fresh read keeps the jobs last read.
-  tracker_.observe(snapshot({device(0, 0), busy}), kT0 + 5 * kS, false, recorder_, {}, nullptr);
-  EXPECT_EQ(tracker_.classes(), (std::map<unsigned, Activity>{{0, Activity::ReservedIdle}, {1, Activity::Busy}}));
-  // Job 78 leaves GPU 1; then every job is gone, and GPU 0 is merely idle.
-  jobs.map[1] = {"77"};
-  tracker_.observe(snapshot({device(0, 0), busy}), kT0 + 10 * kS, true, recorder_, {}, &jobs);
-  const JobView none;
-  tracker_.observe(snapshot({device(0, 0), busy}), kT0 + 15 * kS, true, recorder_, {}, &none);
-  EXPECT_EQ(tracker_.classes().at(0), Activity::Idle);
-  auto all = read().jobs(kAll);
-  ASSERT_TRUE(all.ok());
-  std::vector<std::tuple<std::string, unsigned, long long, long long, std::string>> got;
-  for (const auto& j : *all) got.emplace_back(j.job, j.gpu, j.first_ms - kT0, j.last_ms - kT0, j.user);
-  std::sort(got.begin(), got.end());
-  EXPECT_EQ(got, (decltype(got){{"77", 0, 0, 10 * kS, "alice"}, {"77", 1, 0, 10 * kS, "alice"},
-                                {"78", 1, 0, 5 * kS, ""}}));
-}
-
-TEST_F(TrackerTest, APodsHoldIsAJobSpanAndItsUnusedGpuIsReservedIdle) {
-  JobView jobs;
-  // Two containers of one pod on GPU 0 (one hold), the pod and another on GPU 1.
-  jobs.pods = {{0, {{"trainer", "ml", "main"}, {"trainer", "ml", "sidecar"}}},
-               {1, {{"notebook", "alice", "jupyter"}, {"trainer", "ml", "main"}}}};
-  const auto busy = device(1, 90, {process(100, 30000)});
-  tracker_.observe(snapshot({device(0, 0), busy, device(2, 0)}), kT0, true, recorder_, {}, &jobs);
-  tracker_.observe(snapshot({device(0, 0), busy, device(2, 0)}), kT0 + 5 * kS, true, recorder_, {}, &jobs);
-  EXPECT_EQ(tracker_.classes(), (std::map<unsigned, Activity>{
-                                    {0, Activity::ReservedIdle}, {1, Activity::Busy}, {2, Activity::Idle}}));
-  const JobView none;
-  tracker_.observe(snapshot({device(0, 0), busy, device(2, 0)}), kT0 + 10 * kS, true, recorder_, {}, &none);
-  EXPECT_EQ(tracker_.classes().at(0), Activity::Idle);
-  auto all = read().jobs(kAll);
-  ASSERT_TRUE(all.ok());
-  std::vector<std::tuple<std::string, unsigned, long long, long long>> got;
-  for (const auto& j : *all) got.emplace_back(j.job, j.gpu, j.first_ms - kT0, j.last_ms - kT0);
-  std::sort(got.begin(), got.end());
-  EXPECT_EQ(got, (decltype(got){{"pod/alice/notebook", 1, 0, 5 * kS},
-                                {"pod/ml/trainer", 0, 0, 5 * kS},
-                                {"pod/ml/trainer", 1, 0, 5 * kS}}));
-}
-
-TEST_F(TrackerTest, AGapEndsJobSpans) {
-  const JobView jobs{{{0, {"77"}}}, {}};
-  tracker_.observe(snapshot({device(0, 0)}), kT0, true, recorder_, {}, &jobs);
-  tracker_.observe(snapshot({device(0, 0)}), kT0 + 10 * kS, true, recorder_, {}, &jobs);
-  tracker_.observe(snapshot({device(0, 0)}), kT0 + 100 * kS, true, recorder_, {}, &jobs);  // 90 s unseen
-  auto all = read().jobs(kAll);
-  ASSERT_TRUE(all.ok());
-  ASSERT_EQ(all->size(), 2U);
-  EXPECT_EQ((*all)[0].last_ms, kT0 + 10 * kS);
-  EXPECT_EQ((*all)[1].first_ms, kT0 + 100 * kS);
 }
 
 TEST_F(TrackerTest, AGapLongerThanGapMsStartsNewSpansInsteadOfStretchingTheOld) {
