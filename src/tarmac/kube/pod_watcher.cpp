@@ -72,9 +72,14 @@ void PodWatcher::ask() {
       if (listed.error().code == Error::Code::NotFound) {
         // No socket before any answer is a node outside Kubernetes (or a kubelet not started yet):
         // nothing to say. After answers, the kubelet went away.
-        problem = answers_ == 0 ? std::string(kAbsent)
-                                : fmt::format("the kubelet's socket {} is gone; the pods it last listed stand for {}",
-                                              options_.socket, util::format_duration_ms(options_.stale_after_ms));
+        if (answers_ == 0) {
+          problem = kAbsent;
+        } else if (latest_->empty()) {
+          problem = fmt::format("the kubelet's socket {} is gone", options_.socket);
+        } else {
+          problem = fmt::format("the kubelet's socket {} is gone; the pods it last listed stand for {}",
+                                options_.socket, util::format_duration_ms(options_.stale_after_ms));
+        }
       }
     }
     if (problem == last_problem_) return;
