@@ -40,7 +40,7 @@ export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 presets=${TARMAC_TEST_PRESETS-dev asan}  # set and empty: dependencies and peers only
 timeout=${TARMAC_TEST_TIMEOUT:-120}
 slowest=${TARMAC_SLOWEST:-15}
-read -r -a cmake_args <<<"${TARMAC_TEST_CMAKE_ARGS--DTARMAC_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON -DTARMAC_DEBUG_LINES=ON}"
+read -r -a cmake_args <<<"${TARMAC_TEST_CMAKE_ARGS--DTARMAC_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON -DTARMAC_DEBUG_LINES=ON -DTARMAC_KUBELET=ON}"
 
 start_all=$SECONDS
 summary=()
@@ -129,11 +129,7 @@ ctest_lines=()
 count_as_failed_test() { tests_failed=$((tests_failed + 1)); tests_total=$((tests_total + 1)); }
 
 configure_and_build() {
-  # The kubelet client (gRPC) is required in dev, where its tests run; asan leaves it out (its
-  # preset): gRPC's shared libraries cost every sanitized tarmac start about 120 ms (docs/ci.md).
-  local kubelet=()
-  [[ $1 == dev ]] && kubelet=(-DTARMAC_KUBELET=ON)
-  step "$1 configure" cmake --preset "$1" "${cmake_args[@]}" "${kubelet[@]}" && step "$1 build" build "$1"
+  step "$1 configure" cmake --preset "$1" "${cmake_args[@]}" && step "$1 build" build "$1"
 }
 
 # The next preset is configured and built while this one's tests run: the tests mostly wait on
