@@ -1,5 +1,6 @@
 // The report on the terminal: the fleet in one paragraph, a row per GPU, the heat map as shaded
 // characters, then who used the GPUs, where backfill would fit, and who held GPUs doing nothing.
+#include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
