@@ -7,6 +7,7 @@ import subprocess
 from agent_support import end_process, free_port, http_get, wait_for
 
 PROMETHEUS = os.environ.get("PROMETHEUS") or shutil.which("prometheus") or "/usr/bin/prometheus"
+PROMTOOL = os.environ.get("PROMTOOL") or shutil.which("promtool") or "/usr/bin/promtool"
 
 
 class LivePrometheus:

@@ -34,7 +34,7 @@ ALLOWED = {
     "net": {"util"},
     "host": {"util"},
     "kube": {"host", "util"},
-    "fleet": {"gpu", "net", "util"},
+    "fleet": {"report", "gpu", "net", "util"},
     "gpu": {"host", "nvml", "util"},
     "store": BELOW_STORE,
     "agent": {"store"} | BELOW_STORE,

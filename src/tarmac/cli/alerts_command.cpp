@@ -12,10 +12,12 @@
 #include "tarmac/alerts/sinks.hpp"
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/store_access.hpp"
+#include "tarmac/fleet/fleet_report.hpp"
 #include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/process.hpp"
+#include "tarmac/util/units.hpp"
 
 namespace tarmac::cli {
 
@@ -61,7 +63,16 @@ int run_check(const GlobalOptions& global, const AlertsFlags& flags) {
 int run_prometheus_rules(const GlobalOptions& global, const AlertsFlags& flags) {
   auto loaded = load_config(global);
   if (!loaded.ok()) return kExitUsage;
-  const std::string text = alerts::prometheus_rules(loaded->config.alerts, loaded->config.activity);
+  const auto every = util::parse_duration_ms(flags.record_interval.empty() ? "5m" : flags.record_interval);
+  if (!every || *every % 1000 != 0 || *every < fleet::kMinRecordIntervalMs || *every > fleet::kMaxRecordIntervalMs) {
+    print_error(make_error(Error::Code::Invalid,
+                           fmt::format("--record-interval {}: expected whole seconds from 2s to 1h, at least twice "
+                                       "Prometheus' scrape interval",
+                                       util::terminal_text(flags.record_interval))));
+    return kExitUsage;
+  }
+  const std::string text = alerts::prometheus_rules(loaded->config.alerts, loaded->config.activity) +
+                           fleet::recording_rules_group(*every);
   if (flags.output.empty() || flags.output == "-") {
     fmt::print("{}", text);
     return kExitOk;
@@ -139,6 +150,9 @@ Result<void> check_alerts_flags(const AlertsFlags& flags) {
   if (flags.check && !flags.output.empty()) {
     return make_error(Error::Code::Invalid, "alerts: -o goes with --prometheus-rules");
   }
+  if (!flags.prometheus_rules && !flags.record_interval.empty()) {
+    return make_error(Error::Code::Invalid, "alerts: --record-interval goes with --prometheus-rules");
+  }
   if (flags.prometheus_rules && (!flags.db.empty() || !flags.state_dir.empty())) {
     return make_error(Error::Code::Invalid, "alerts: --db and --state-dir go with --check");
   }
@@ -181,7 +195,8 @@ void add_alerts_command(CLI::App& app, const GlobalOptions& global, int& exit_co
                 "Replay the store's recent samples through the rules and list what fires at the end "
                 "(exit 0: none, 1: some fire, 3: the store cannot be read); for cron");
   cmd->add_flag("--prometheus-rules", flags->prometheus_rules,
-                "Write the rules as a Prometheus alerting-rules file over the agent's /metrics");
+                "Write the rules as a Prometheus rules file over the agent's /metrics: the alerting rules, and the "
+                "recording rules `tarmac report --prometheus` reads (docs/fleet.md)");
   cmd->add_flag("--send-test", flags->send_test,
                 "Send a test notice (status \"test\") through alerts.webhook and alerts.command now and say what each "
                 "did (exit 0: delivered, 1: a sink failed)");
@@ -190,6 +205,9 @@ void add_alerts_command(CLI::App& app, const GlobalOptions& global, int& exit_co
       ->excludes(db);
   cmd->add_option("-o,--output", flags->output,
                   "With --prometheus-rules: write to FILE (atomically) instead of standard output");
+  cmd->add_option("--record-interval", flags->record_interval,
+                  "With --prometheus-rules: how often Prometheus evaluates the recording rules (default 5m; whole "
+                  "seconds, at least twice the scrape interval)");
   cmd->callback([&global, &exit_code, flags] { exit_code = run_alerts(global, *flags); });
 }
 

@@ -23,6 +23,7 @@ struct AlertsFlags {
   std::string db;
   std::string state_dir;
   std::string output;
+  std::string record_interval;  // --record-interval: the recording rules' (default 5m)
 };
 
 // Exactly one of --check, --prometheus-rules and --send-test, with only the flags that go with it; an Invalid

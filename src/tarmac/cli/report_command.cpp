@@ -1,15 +1,18 @@
 #include "tarmac/cli/report_command.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fmt/format.h>
 #include <memory>
 
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/store_access.hpp"
+#include "tarmac/fleet/sources.hpp"
 #include "tarmac/report/report.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/strings.hpp"
+#include "tarmac/util/units.hpp"
 
 namespace tarmac::cli {
 
@@ -21,14 +24,76 @@ struct ReportFlags {
   std::string html;
   std::string gpus;
   std::string by;
+  std::string prometheus;
+  std::string timeout;  // --timeout, with --prometheus (default 30s)
 };
 
 constexpr long long kWeekMs = 7LL * 86400 * 1000;
+constexpr long long kMaxFleetRangeMs = 400LL * 86400 * 1000;
+
+// `--prometheus URL`: the fleet's report from the recording rules' series (docs/fleet.md).
+int run_fleet_report(const GlobalOptions& global, const ReportFlags& flags) {
+  static const std::pair<const char*, fleet::ReportBy> kBy[] = {{"", fleet::ReportBy::Report},
+                                                                {"gpu", fleet::ReportBy::Gpu},
+                                                                {"host", fleet::ReportBy::Host},
+                                                                {"job", fleet::ReportBy::Job},
+                                                                {"user", fleet::ReportBy::User}};
+  const auto by = std::find_if(std::begin(kBy), std::end(kBy), [&](const auto& b) { return flags.by == b.first; });
+  if (by == std::end(kBy)) {
+    print_error(make_error(Error::Code::Invalid, fmt::format("--by {}: expected gpu, host, job or user",
+                                                             util::terminal_text(flags.by))));
+    return kExitUsage;
+  }
+  if (!flags.html.empty() || !flags.gpus.empty() || !flags.range.db.empty()) {
+    print_error(make_error(Error::Code::Invalid,
+                           "--prometheus reads the fleet from Prometheus: --html, --id and --db are for one host's store"));
+    return kExitUsage;
+  }
+  auto parsed = detail::report_options(flags.price, "");
+  if (!parsed.ok()) {
+    print_error(parsed.error());
+    return kExitUsage;
+  }
+  const auto timeout = util::parse_duration_ms(flags.timeout.empty() ? "30s" : flags.timeout);
+  if (!timeout || *timeout < 100 || *timeout > 10 * 60 * 1000) {
+    print_error(make_error(Error::Code::Invalid, fmt::format("--timeout {}: expected a duration from 100ms to 10m",
+                                                             util::terminal_text(flags.timeout))));
+    return kExitUsage;
+  }
+  auto range = resolve_range(std::nullopt, flags.range, kWeekMs);
+  if (!range.ok()) {
+    print_error(range.error());
+    return kExitUsage;
+  }
+  // A year and a month: the heat map is then 58 week-long range queries.
+  if (range->until_ms - range->since_ms > kMaxFleetRangeMs || range->until_ms - range->since_ms < 1000) {
+    print_error(make_error(Error::Code::Invalid, "--prometheus: the range must be from 1 s to 400 days"));
+    return kExitUsage;
+  }
+  auto report = fleet::read_prometheus_report(flags.prometheus, range->since_ms, range->until_ms,
+                                              parsed->price_per_gpu_hour, *timeout);
+  if (!report.ok()) {
+    print_error(report.error());
+    return kExitCouldNotLook;
+  }
+  if (global.json) {
+    std::fputs(fleet::render_report_json(*report, by->second).c_str(), stdout);
+  } else {
+    std::fputs(fleet::render_report_text(*report, by->second, use_color(global, stdout)).c_str(), stdout);
+  }
+  return kExitOk;
+}
 
 int run_report(const GlobalOptions& global, const ReportFlags& flags) {
+  if (!flags.prometheus.empty()) return run_fleet_report(global, flags);
+  if (!flags.timeout.empty()) {
+    print_error(make_error(Error::Code::Invalid, "--timeout goes with --prometheus: one host's report reads its store"));
+    return kExitUsage;
+  }
   const bool by_job = flags.by == "job";
   if (!flags.by.empty() && flags.by != "gpu" && !by_job) {
-    print_error(make_error(Error::Code::Invalid, fmt::format("--by {}: expected gpu (the full report) or job",
+    print_error(make_error(Error::Code::Invalid, fmt::format("--by {}: expected gpu (the full report) or job; host and user "
+                                                             "with --prometheus",
                                                              util::terminal_text(flags.by))));
     return kExitUsage;
   }
@@ -109,7 +174,12 @@ void add_report_command(CLI::App& app, const GlobalOptions& global, int& exit_co
   cmd->add_option("-i,--id", flags->gpus, "GPU indices, comma-separated (default: all)");
   cmd->add_option("--by", flags->by,
                   "gpu: the full report (the default); job: every Slurm job and Kubernetes pod that held a GPU, with "
-                  "its user, partition and the GPU-hours it held idle, most first (docs/slurm.md, docs/kubernetes.md)");
+                  "its user, partition and the GPU-hours it held idle, most first (docs/slurm.md, docs/kubernetes.md); "
+                  "with --prometheus also host, user, and gpu for every GPU's row");
+  cmd->add_option("--prometheus", flags->prometheus,
+                  "The whole fleet's report from the Prometheus at URL (its root), which scrapes the agents with "
+                  "tarmac's recording rules (docs/fleet.md); --since/--until are then wall-clock times");
+  cmd->add_option("--timeout", flags->timeout, "With --prometheus: how long to wait for each answer (default 30s)");
   cmd->callback([&global, &exit_code, flags] { exit_code = run_report(global, *flags); });
 }
 

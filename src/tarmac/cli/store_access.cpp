@@ -55,8 +55,13 @@ std::optional<long long> parse_time_ms(const std::string& text) {
 }
 
 Result<store::TimeRange> resolve_range(store::Reader& reader, const RangeFlags& flags, long long default_since_ms) {
-  store::TimeRange range;
   TARMAC_TRY_ASSIGN(const auto recorded, reader.recorded());
+  return resolve_range(recorded, flags, default_since_ms);
+}
+
+Result<store::TimeRange> resolve_range(const std::optional<store::TimeRange>& recorded, const RangeFlags& flags,
+                                       long long default_since_ms) {
+  store::TimeRange range;
   if (!flags.until.empty()) {
     auto t = parse_time_ms(flags.until);
     if (!t) {

@@ -33,6 +33,10 @@ struct RangeFlags {
 // starts no earlier than the recording.
 [[nodiscard]] Result<store::TimeRange> resolve_range(store::Reader& reader, const RangeFlags& flags,
                                                      long long default_since_ms);
+// The same for what `recorded` spans; without a recording (a Prometheus' range), until defaults to
+// now and since is not clamped.
+[[nodiscard]] Result<store::TimeRange> resolve_range(const std::optional<store::TimeRange>& recorded,
+                                                     const RangeFlags& flags, long long default_since_ms);
 
 // "0,2" as GPU indices (empty: every GPU); fails naming the text.
 [[nodiscard]] Result<std::vector<unsigned>> parse_gpu_list(const std::string& text);

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "tarmac/fleet/prom_answer.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/strings.hpp"
 #include "tarmac/util/units.hpp"
@@ -17,29 +18,19 @@ namespace {
 
 using nlohmann::json;
 
-// Prometheus' answers nest 5 deep, an agent's 4; deeper is refused before it is parsed.
-constexpr int kMaxJsonDepth = 8;
-constexpr std::size_t kMaxName = 256;     // a host, a UUID, a user, a job, a pod as shown
 constexpr std::size_t kMaxPerGpu = 64;    // users, jobs or pods listed for one GPU
 constexpr double kMaxMib = 1e12;          // beyond, a number is not memory
-constexpr std::size_t kMaxSeries = 1 << 20;  // per query: a hundred times 8,000 GPUs' six classes
 
-Result<json> parse(std::string_view text, const std::string& what) {
-  if (util::json_depth(text) > kMaxJsonDepth) {
-    return make_error(Error::Code::Invalid, fmt::format("{} nests deeper than {} levels", what, kMaxJsonDepth));
-  }
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return make_error(Error::Code::Invalid, fmt::format("{} is not a JSON object", what));
-  return j;
-}
+using detail::activity_named;
+using detail::index_in;
+using detail::kMaxName;
+using detail::json_or_null;
+using detail::label_of;
+using detail::Sample;
+using detail::string_at;
+using detail::vector_of;
 
-std::optional<std::string> string_at(const json& j, const char* key) {
-  const auto it = j.find(key);
-  if (it == j.end() || !it->is_string()) return std::nullopt;
-  std::string s = it->get<std::string>();
-  if (s.size() > kMaxName) s.resize(kMaxName);
-  return s;
-}
+Result<json> parse(std::string_view text, const std::string& what) { return detail::parse_object(text, what); }
 
 std::optional<double> number_at(const json& j, const char* key, double max) {
   const auto it = j.find(key);
@@ -49,72 +40,8 @@ std::optional<double> number_at(const json& j, const char* key, double max) {
   return v;
 }
 
-std::optional<unsigned> index_in(std::string_view text) {
-  unsigned v = 0;
-  if (text.empty() || text.size() > 4) return std::nullopt;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return v;
-}
-
-std::optional<gpu::Activity> activity_named(std::string_view name) {
-  for (const auto a : gpu::kActivities) {
-    if (name == gpu::to_string(a)) return a;
-  }
-  return std::nullopt;
-}
-
 void add_bounded(std::set<std::string>& to, std::string value) {
   if (!value.empty() && to.size() < kMaxPerGpu) to.insert(std::move(value));
-}
-
-// ---- Prometheus ----
-
-struct Sample {
-  std::map<std::string, std::string> labels;
-  std::optional<double> value;
-};
-
-// The `data.result` vector of an instant query's answer.
-Result<std::vector<Sample>> vector_of(std::string_view text, const char* query) {
-  const std::string what = fmt::format("Prometheus' answer to {}", query);
-  TARMAC_TRY_ASSIGN(const json j, parse(text, what));
-  if (string_at(j, "status").value_or("") != "success") {
-    return make_error(Error::Code::External,
-                      fmt::format("{}: {}", what, util::terminal_text(string_at(j, "error").value_or("not a success"))));
-  }
-  const auto data = j.find("data");
-  if (data == j.end() || !data->is_object() || string_at(*data, "resultType").value_or("") != "vector") {
-    return make_error(Error::Code::Invalid, fmt::format("{} is not an instant vector", what));
-  }
-  const auto result = data->find("result");
-  if (result == data->end() || !result->is_array()) return make_error(Error::Code::Invalid, what + " has no result");
-  if (result->size() > kMaxSeries) {
-    return make_error(Error::Code::Invalid, fmt::format("{} has more than {} series", what, kMaxSeries));
-  }
-  std::vector<Sample> out;
-  for (const auto& item : *result) {
-    if (!item.is_object()) continue;
-    Sample s;
-    if (const auto m = item.find("metric"); m != item.end() && m->is_object()) {
-      for (const auto& [k, v] : m->items()) {
-        if (v.is_string() && k.size() <= kMaxName) s.labels[k] = v.get<std::string>().substr(0, kMaxName);
-      }
-    }
-    if (const auto v = item.find("value"); v != item.end() && v->is_array() && v->size() == 2 && (*v)[1].is_string()) {
-      const std::string text_value = (*v)[1].get<std::string>();
-      double d = 0;
-      const auto [end, ec] = std::from_chars(text_value.data(), text_value.data() + text_value.size(), d);
-      if (ec == std::errc() && end == text_value.data() + text_value.size() && std::isfinite(d)) s.value = d;
-    }
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::string label_of(const Sample& s, const char* name) {
-  const auto it = s.labels.find(name);
-  return it == s.labels.end() ? std::string() : it->second;
 }
 
 int grounded_rank(const std::optional<gpu::Activity>& a) {
@@ -145,7 +72,6 @@ std::string memory(const Row& r) {
   return r.mem_total_mib ? fmt::format("{:.1f}/{:.0f} GiB", used, *r.mem_total_mib / 1024.0) : fmt::format("{:.1f} GiB", used);
 }
 
-json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
 }  // namespace
 
@@ -335,10 +261,10 @@ std::string render_json(const Fleet& fleet) {
                     {"uuid", r.uuid},
                     {"model", r.model},
                     {"activity", r.activity ? json(gpu::to_string(*r.activity)) : json(nullptr)},
-                    {"util_pct", opt(r.util_pct)},
-                    {"mem_used_mib", opt(r.mem_used_mib)},
-                    {"mem_total_mib", opt(r.mem_total_mib)},
-                    {"idle_seconds", opt(r.idle_seconds)},
+                    {"util_pct", json_or_null(r.util_pct)},
+                    {"mem_used_mib", json_or_null(r.mem_used_mib)},
+                    {"mem_total_mib", json_or_null(r.mem_total_mib)},
+                    {"idle_seconds", json_or_null(r.idle_seconds)},
                     {"users", r.users},
                     {"jobs", r.jobs},
                     {"pods", r.pods}});

@@ -4,10 +4,13 @@
 #include <atomic>
 #include <fmt/format.h>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <system_error>
 #include <thread>
 
 #include "tarmac/net/http_client.hpp"
+#include "tarmac/util/escape.hpp"
+#include "tarmac/util/strings.hpp"
 
 namespace tarmac::fleet {
 
@@ -40,6 +43,26 @@ void run_pool(std::size_t n, std::size_t workers, const std::function<void(std::
   for (auto& t : threads) t.join();
 }
 
+// A Prometheus API GET: the body of a 200 answer; for another status, the error Prometheus gives
+// in its JSON body (a query refused for --query.max-samples, a bad expression), else the status.
+Result<std::string> ask_prometheus(const std::string& url, long long timeout_ms) {
+  net::Request request;
+  request.method = "GET";
+  request.url = url;
+  request.timeout_ms = timeout_ms;
+  request.max_body_bytes = kMaxPrometheusBody;
+  TARMAC_TRY_ASSIGN(net::Response answer, net::perform(request));
+  if (answer.status == 200) return std::move(answer.body);
+  std::string why = fmt::format("answered HTTP {}", answer.status);
+  if (answer.body.size() <= 64 * 1024 && util::json_depth(answer.body) <= 4) {
+    const auto j = nlohmann::json::parse(answer.body, nullptr, false);
+    if (j.is_object() && j.contains("error") && j["error"].is_string()) {
+      why += ": " + util::terminal_text(j["error"].get<std::string>().substr(0, 512));
+    }
+  }
+  return make_error(Error::Code::External, why);
+}
+
 std::string base_of(const std::string& address) {
   std::string url = address.find("://") == std::string::npos ? "http://" + address : address;
   while (!url.empty() && url.back() == '/') url.pop_back();
@@ -67,8 +90,8 @@ Result<Fleet> read_prometheus(const std::string& url, long long timeout_ms) {
   constexpr std::size_t kQueries = std::size(PromQueries::kAll);
   std::vector<Result<std::string>> got(kQueries, make_error(Error::Code::Internal, "not asked"));
   run_pool(kQueries, kQueries, [&](std::size_t i) {
-    got[i] = net::get(fmt::format("{}/api/v1/query?query={}", base, query_encode(PromQueries::kAll[i])), timeout_ms,
-                      kMaxPrometheusBody);
+    got[i] = ask_prometheus(fmt::format("{}/api/v1/query?query={}", base, query_encode(PromQueries::kAll[i])),
+                            timeout_ms);
   });
   PromAnswers answers;
   for (auto& r : got) {
@@ -78,6 +101,47 @@ Result<Fleet> read_prometheus(const std::string& url, long long timeout_ms) {
   TARMAC_TRY_ASSIGN(Fleet fleet, fleet_from_prometheus(answers));
   fleet.source = "Prometheus " + base;
   return fleet;
+}
+
+Result<FleetReport> read_prometheus_report(const std::string& url, long long since_ms, long long until_ms,
+                                           std::optional<double> price_per_gpu_hour, long long timeout_ms) {
+  const std::string base = base_of(url);
+  TARMAC_TRY(net::check_url(base));
+  const long long since_s = since_ms / 1000;
+  const long long until_s = until_ms / 1000;
+  if (until_s <= since_s) return make_error(Error::Code::Invalid, "the report's range is empty");
+  const auto queries = report_queries(until_s - since_s);
+  // Prometheus stops a query tarmac has given up on.
+  const std::string limit = fmt::format("&timeout={}s", std::max(1LL, timeout_ms / 1000));
+  std::vector<std::string> urls;
+  for (const auto& q : queries) {
+    urls.push_back(fmt::format("{}/api/v1/query?query={}&time={}{}", base, query_encode(q), until_s, limit));
+  }
+  const std::size_t instant = urls.size();
+  // The heat map's points: the mean of each whole UTC hour of the range, at the hour's end, a
+  // week's hours a query.
+  constexpr long long kWeek = 7 * 86400;
+  const long long last_end = (until_s + 3599) / 3600 * 3600;
+  for (long long start = since_s / 3600 * 3600 + 3600; start <= last_end; start += kWeek) {
+    urls.push_back(fmt::format("{}/api/v1/query_range?query={}&start={}&end={}&step=3600{}", base,
+                               query_encode(heat_query(until_s - since_s)), start, std::min(last_end, start + kWeek - 3600), limit));
+  }
+  std::vector<Result<std::string>> got(urls.size(), make_error(Error::Code::Internal, "not asked"));
+  // At most 16 at once: a long range's weeks must not open a connection each.
+  run_pool(urls.size(), std::min<std::size_t>(urls.size(), 16),
+           [&](std::size_t i) { got[i] = ask_prometheus(urls[i], timeout_ms); });
+  std::vector<std::string> answers;
+  for (auto& r : got) {
+    if (!r.ok()) return make_error(r.error().code, fmt::format("Prometheus at {}: {}", base, r.error().message));
+    answers.push_back(std::move(*r));
+  }
+  const std::vector<std::string> heat(std::make_move_iterator(answers.begin() + static_cast<std::ptrdiff_t>(instant)),
+                                      std::make_move_iterator(answers.end()));
+  answers.resize(instant);
+  TARMAC_TRY_ASSIGN(FleetReport report,
+                    fleet_report_from_prometheus(answers, heat, since_s * 1000, until_s * 1000, price_per_gpu_hour));
+  report.source = "Prometheus " + base;
+  return report;
 }
 
 Result<Fleet> read_agents(const std::vector<std::string>& addresses, long long timeout_ms) {

@@ -41,6 +41,8 @@ std::string format_hours(double hours) {
 }
 
 std::string format_money(double usd) {
+  // Beyond a trillion dollars (or not a number) the cents no longer fit, and nobody reads them.
+  if (!std::isfinite(usd) || std::fabs(usd) >= 1e12) return fmt::format("${:.3g}", usd);
   const long long cents = std::llround(usd * 100);
   const std::string digits = std::to_string(std::llabs(cents) / 100);
   std::string whole;
@@ -49,6 +51,12 @@ std::string format_money(double usd) {
     whole += digits[i];
   }
   return fmt::format("{}${}.{:02}", cents < 0 ? "-" : "", whole, std::llabs(cents) % 100);
+}
+
+std::string bold(const std::string& text, bool color) { return color ? "\033[1m" + text + "\033[0m" : text; }
+
+std::string format_share(double part, double whole) {
+  return whole > 0 ? fmt::format("{:.1f} %", 100.0 * part / whole) : std::string("-");
 }
 
 }  // namespace tarmac::report

@@ -15,5 +15,9 @@ namespace tarmac::report {
 [[nodiscard]] std::string format_hours(double hours);
 // "$1,234.56".
 [[nodiscard]] std::string format_money(double usd);
+// "12.5 %" of whole, "-" when whole is 0.
+[[nodiscard]] std::string format_share(double part, double whole);
+// The text in bold on a terminal that takes colour.
+[[nodiscard]] std::string bold(const std::string& text, bool color);
 
 }  // namespace tarmac::report

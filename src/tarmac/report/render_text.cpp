@@ -13,11 +13,7 @@ namespace tarmac::report {
 
 namespace {
 
-std::string pct(double part, double whole) {
-  return whole > 0 ? fmt::format("{:.1f} %", 100.0 * part / whole) : std::string("-");
-}
-
-std::string bold(const std::string& s, bool color) { return color ? "\033[1m" + s + "\033[0m" : s; }
+std::string pct(double part, double whole) { return format_share(part, whole); }
 
 // One character per hour: blank for no data, then darker with more utilization.
 std::string shade(const std::optional<double>& util) {
@@ -80,6 +76,19 @@ std::string render_jobs_text(const Report& r, bool color) {
   return out;
 }
 
+std::string render_heat_text(const std::vector<HeatDay>& heat) {
+  std::string out = "\nUtilization by hour (UTC), fleet mean: · <1 %  ░ <25 %  ▒ <50 %  ▓ <75 %  █ 75 % and more\n";
+  out += fmt::format("{:<10}", "");
+  for (int h = 0; h < 24; h += 3) out += fmt::format("{:<3}", fmt::format("{:02}", h));
+  out += "\n";
+  for (const auto& day : heat) {
+    out += fmt::format("{:<10}", format_day(day.day_start_ms));
+    for (const auto& cell : day.util_pct) out += shade(cell);
+    out += "\n";
+  }
+  return out;
+}
+
 std::string render_text(const Report& r, bool color) {
   std::string out;
   const double span_h = static_cast<double>(r.until_ms - r.since_ms) / 3600e3;
@@ -119,15 +128,7 @@ std::string render_text(const Report& r, bool color) {
     out += "\n";
   }
 
-  out += "\nUtilization by hour (UTC), fleet mean: · <1 %  ░ <25 %  ▒ <50 %  ▓ <75 %  █ 75 % and more\n";
-  out += fmt::format("{:<10}", "");
-  for (int h = 0; h < 24; h += 3) out += fmt::format("{:<3}", fmt::format("{:02}", h));
-  out += "\n";
-  for (const auto& day : r.heat) {
-    out += fmt::format("{:<10}", format_day(day.day_start_ms));
-    for (const auto& cell : day.util_pct) out += shade(cell);
-    out += "\n";
-  }
+  out += render_heat_text(r.heat);
 
   consumers(out, "GPU-hours by user", r.users);
   consumers(out, "GPU-hours by command", r.commands);

@@ -169,6 +169,8 @@ struct ReportInput {
 [[nodiscard]] std::string render_text(const Report& report, bool color);
 [[nodiscard]] std::string render_html(const Report& report);
 [[nodiscard]] std::string render_json(const Report& report);
+// The heat map as shaded characters, a line a day (text reports: this one and the fleet's).
+[[nodiscard]] std::string render_heat_text(const std::vector<HeatDay>& heat);
 // `tarmac report --by job`: every Slurm job that held a GPU, most held-idle GPU-hours first.
 [[nodiscard]] std::string render_jobs_text(const Report& report, bool color);
 [[nodiscard]] std::string render_jobs_json(const Report& report);
