@@ -28,7 +28,9 @@ from test_status import TARMAC
 HOSTS = {"node-a": ("a100x4-gpu0-only", 4), "node-b": ("h100x2-log", 2), "node-c": ("holding-zombie", None)}
 GROUNDED = ("holding", "reserved-idle", "idle")
 JOB = "4711"  # Slurm's job on node-a's GPU 1, through the HPC job mapping: reserved-idle
-RECORD_S = 2  # the recording rules' interval: twice the scrape interval
+# The recording rules' interval: four scrapes, so that a scrape a loaded machine misses does not
+# leave an interval with one sample (which `increase` cannot read).
+RECORD_S = 4
 FEDERATED = ('{__name__=~"tarmac:.*"}', '{__name__=~"tarmac_gpu_(activity|idle_seconds|job_info|pod_info)|'
              'tarmac_process_info|tarmac_agent_samples_total|DCGM_FI_DEV_(GPU_UTIL|FB_USED|FB_FREE)|up",job="tarmac"}')
 
@@ -265,6 +267,7 @@ scrape_configs:
                 pass
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
         threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
         self.addCleanup(server.shutdown)
         r = subprocess.run([TARMAC, "report", "--prometheus", f"http://127.0.0.1:{server.server_port}"],
                            capture_output=True, text=True, timeout=60)
