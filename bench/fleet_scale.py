@@ -112,6 +112,10 @@ def write_recorded(path, stamps, hours, fine_in, expected):
                             got = series_of(n, g, t)
                             if got is not None:
                                 series.setdefault(got[0], []).append((t, got[1]))
+                                if name == "tarmac:gpu_activity_seconds:increase":
+                                    cls = got[0].split('class="')[1][:-1]
+                                    key = f"5m|n{n:04d}|{cls}"
+                                    expected[key] = expected.get(key, 0) + got[1]
                     else:
                         for e in hours:
                             values = {}
@@ -123,7 +127,8 @@ def write_recorded(path, stamps, hours, fine_in, expected):
                                 series.setdefault(extra, []).append((e, aggregate[over_time](v)))
                                 if name == "tarmac:gpu_activity_seconds:increase":
                                     c = extra.split('class="')[1][:-1]
-                                    expected[c] = expected.get(c, 0) + aggregate[over_time](v)
+                                    key = f"1h|n{n:04d}|{c}"  # per series read, host and class
+                                    expected[key] = expected.get(key, 0) + aggregate[over_time](v)
                     for extra, points in series.items():
                         prefix = f"{name}{'1h' if hourly else ''}{{{base}{extra}}} "
                         out.write("".join(f"{prefix}{v} {t}\n" for t, v in points))
@@ -341,12 +346,17 @@ def main():
             return r.stdout
 
         doc = json.loads(report("--json"))
-        got = {c: h * 3600 for c, h in doc["fleet"]["hours"].items() if c != "unrecorded"}
-        wrong = {c: (got.get(c, 0), s) for c, s in expected.items() if abs(got.get(c, 0) - s) > 1e-6 * s + 1}
+        # Every host's seconds in every class, as read and as written (none: 0): over a day from the
+        # hourly series, else from the 5-minute ones.
+        series = "1h" if now - since > 86400 else "5m"
+        expected = {k[3:]: v for k, v in expected.items() if k.startswith(series + "|")}
+        got = {f"{h['host']}|{c}": v * 3600 for h in doc["hosts"] for c, v in h["hours"].items() if c != "unrecorded"}
+        wrong = {k: (got.get(k, 0), expected.get(k, 0)) for k in set(got) | set(expected)
+                 if abs(got.get(k, 0) - expected.get(k, 0)) > 1e-6 * expected.get(k, 0) + 1}
         if wrong or len(doc["gpus"]) != NODES * GPUS or len(doc["hosts"]) != NODES:
-            sys.exit(f"tarmac report read {len(doc['gpus'])} GPUs on {len(doc['hosts'])} hosts; class seconds "
-                     f"(read, written) that differ: {wrong}")
-        jobs = sum(1 for j in doc["jobs"] if not j["name"].startswith("pod/"))
+            sys.exit(f"tarmac report read {len(doc['gpus'])} GPUs on {len(doc['hosts'])} hosts; seconds by host and "
+                     f"class (read, written) that differ: {dict(list(wrong.items())[:10])}")
+        jobs = sum(1 for j in doc["jobs"] if not j["job"].startswith("pod/"))
         hourly = "1h" if now - since > 86400 else ""
         report_floor_queries = [q.replace("RANGE", f"{now - since}s").replace("H[", hourly + "[")
                                 for q in REPORT_QUERIES]

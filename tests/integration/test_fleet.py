@@ -218,15 +218,16 @@ scrape_configs:
             doc = self.report("--prometheus", prom.url, "--since", f"@{since}", "--until", f"@{until}", "--price", "3")
             fleet = {(g["host"], g["gpu"]): g["hours"] for g in doc["gpus"]}
             self.assert_reports_agree(own, fleet, tolerance_h, prom.url)
-            held = {j["name"]: j["held_idle_hours"] for j in doc["jobs"]}
+            held = {j["job"]: j["held_idle_gpu_hours"] for j in doc["jobs"]}
             self.assertEqual(set(held), set(own_jobs), doc["jobs"])
             self.assertLessEqual(abs(held[JOB] - own_jobs[JOB]), tolerance_h, (held, own_jobs))
             # The holder of node-c's memory is a user whose GPU-hours are all holding.
-            users = {u["name"]: u["hours"] for u in doc["users"]}
+            users = {u["user"]: u["hours"] for u in doc["users"]}
             self.assertTrue(any(abs(h["holding"] - range_h) <= tolerance_h for h in users.values()), users)
-            hosts = {h["name"]: h for h in doc["hosts"]}
+            hosts = {h["host"]: h for h in doc["hosts"]}
             self.assertEqual(set(hosts), set(HOSTS))
-            self.assertEqual(hosts["node-b"]["gpus"], 2)
+            self.assertEqual(hosts["node-b"]["gpu_count"], 2)
+            self.assertEqual(doc["kind"], "fleet-report")
             self.assertAlmostEqual(doc["fleet"]["idle_cost"], 3 * sum(
                 h["idle"] + h["reserved-idle"] for h in fleet.values()), places=6)
             # The same, by host, as a table.
@@ -249,6 +250,10 @@ scrape_configs:
                                timeout=60)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertTrue(r.stderr.startswith("tarmac: "), r.stderr)
+        for url in ("ftp://x", ""):
+            r = subprocess.run([TARMAC, "report", "--prometheus", url], capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, (url, r.stderr))
+            self.assertIn("--prometheus", r.stderr)
         r = subprocess.run([TARMAC, "report", "--prometheus", f"http://127.0.0.1:{self.dead}", "--timeout", "2s"],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 3, r.stderr)

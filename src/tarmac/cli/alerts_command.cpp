@@ -207,7 +207,7 @@ void add_alerts_command(CLI::App& app, const GlobalOptions& global, int& exit_co
                   "With --prometheus-rules: write to FILE (atomically) instead of standard output");
   cmd->add_option("--record-interval", flags->record_interval,
                   "With --prometheus-rules: how often Prometheus evaluates the recording rules (default 5m; whole "
-                  "seconds, at least twice the scrape interval)");
+                  "seconds from 2s to 1h, at least twice the scrape interval, four times is safer)");
   cmd->callback([&global, &exit_code, flags] { exit_code = run_alerts(global, *flags); });
 }
 

@@ -8,6 +8,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/store_access.hpp"
 #include "tarmac/fleet/sources.hpp"
+#include "tarmac/net/http_client.hpp"
 #include "tarmac/report/report.hpp"
 #include "tarmac/util/fs.hpp"
 #include "tarmac/util/escape.hpp"
@@ -25,6 +26,7 @@ struct ReportFlags {
   std::string gpus;
   std::string by;
   std::string prometheus;
+  bool prometheus_given = false;  // --prometheus, even empty
   std::string timeout;  // --timeout, with --prometheus (default 30s)
 };
 
@@ -60,6 +62,10 @@ int run_fleet_report(const GlobalOptions& global, const ReportFlags& flags) {
                                                              util::terminal_text(flags.timeout))));
     return kExitUsage;
   }
+  if (auto url = net::check_url(flags.prometheus); !url.ok()) {
+    print_error(make_error(Error::Code::Invalid, fmt::format("--prometheus: {}", url.error().message)));
+    return kExitUsage;
+  }
   auto range = resolve_range(std::nullopt, flags.range, kWeekMs);
   if (!range.ok()) {
     print_error(range.error());
@@ -85,7 +91,7 @@ int run_fleet_report(const GlobalOptions& global, const ReportFlags& flags) {
 }
 
 int run_report(const GlobalOptions& global, const ReportFlags& flags) {
-  if (!flags.prometheus.empty()) return run_fleet_report(global, flags);
+  if (flags.prometheus_given) return run_fleet_report(global, flags);
   if (!flags.timeout.empty()) {
     print_error(make_error(Error::Code::Invalid, "--timeout goes with --prometheus: one host's report reads its store"));
     return kExitUsage;
@@ -166,7 +172,7 @@ Result<report::ReportOptions> report_options(const std::string& price, const std
 void add_report_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto* cmd = app.add_subcommand("report", "The grounded-fleet report: hours per activity class, idle cost, heat map, "
                                            "top users, idle windows, holding incidents, zombies found / reaped (default: the last 7 days "
-                                           "recorded)");
+                                           "recorded); with --prometheus, the whole fleet's from recording rules");
   auto flags = std::make_shared<ReportFlags>();
   add_range_flags(*cmd, flags->range, "7d");
   cmd->add_option("--price", flags->price, "US dollars per GPU-hour: the cost of idle and holding time");
@@ -174,11 +180,17 @@ void add_report_command(CLI::App& app, const GlobalOptions& global, int& exit_co
   cmd->add_option("-i,--id", flags->gpus, "GPU indices, comma-separated (default: all)");
   cmd->add_option("--by", flags->by,
                   "gpu: the full report (the default); job: every Slurm job and Kubernetes pod that held a GPU, with "
-                  "its user, partition and the GPU-hours it held idle, most first (docs/slurm.md, docs/kubernetes.md); "
-                  "with --prometheus also host, user, and gpu for every GPU's row");
-  cmd->add_option("--prometheus", flags->prometheus,
-                  "The whole fleet's report from the Prometheus at URL (its root), which scrapes the agents with "
-                  "tarmac's recording rules (docs/fleet.md); --since/--until are then wall-clock times");
+                  "its user, partition and the GPU-hours it held idle, most first (docs/slurm.md, docs/kubernetes.md). "
+                  "With --prometheus: gpu, host, job (with hosts, not user and partition) or user, each one table of "
+                  "every row; without --by, the fleet's full report");
+  cmd->add_option_function<std::string>(
+      "--prometheus",
+      [flags](const std::string& url) {
+        flags->prometheus = url;
+        flags->prometheus_given = true;
+      },
+      "The whole fleet's report from the Prometheus at URL (its root), which scrapes the agents with tarmac's "
+      "recording rules (docs/fleet.md); --since/--until are then wall-clock times, until defaulting to now");
   cmd->add_option("--timeout", flags->timeout, "With --prometheus: how long to wait for each answer (default 30s)");
   cmd->callback([&global, &exit_code, flags] { exit_code = run_report(global, *flags); });
 }

@@ -120,7 +120,7 @@ void add_range_flags(CLI::App& cmd, RangeFlags& flags, const std::string& defaul
   cmd.add_option("--since", flags.since,
                  fmt::format("Start: a duration back from the end (default {}) or a time (2025-01-06 09:00, UTC)",
                              default_since));
-  cmd.add_option("--until", flags.until, "End: a time (default: the end of the recording)");
+  cmd.add_option("--until", flags.until, "End: a time (default: the end of the recording; now for a Prometheus')");
 }
 
 }  // namespace tarmac::cli

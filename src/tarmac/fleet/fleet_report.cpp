@@ -175,24 +175,33 @@ json hours_json(const report::ClassHours& h) {
 }
 
 
-json account_json(const Account& a) {
-  json j = {{"name", a.name}, {"gpus", a.gpus}, {"hours", hours_json(a.hours)}, {"held_idle_hours", a.held_idle()}};
-  if (!a.host.empty()) j["host"] = a.host;
+// An account in the single-host report's words where they mean the same (`hours`, `gpu_hours`,
+// `held_idle_gpu_hours`, `idle_cost`); `key` names what it is the account of: "host", "job", "user".
+json account_json(const Account& a, const char* key) {
+  json j = json::object();
   if (a.gpu) {
+    j["host"] = a.host;
     j["gpu"] = *a.gpu;
     j["uuid"] = a.uuid;
     j["model"] = a.model;
-    j["mem_used_avg_mib"] = json_or_null(a.mem_used_avg_mib);
+  } else {
+    j[key] = a.name;
+    if (std::string_view(key) == "job") j["host"] = a.host;
+    if (std::string_view(key) != "user") j["gpu_count"] = a.gpus;
   }
-  j["util_avg_pct"] = json_or_null(a.util_avg_pct);
+  j["gpu_hours"] = a.hours.recorded();
+  j["held_idle_gpu_hours"] = a.held_idle();
+  j["hours"] = hours_json(a.hours);
+  if (std::string_view(key) != "user") j["util_avg_pct"] = json_or_null(a.util_avg_pct);
+  if (a.gpu) j["mem_used_avg_mib"] = json_or_null(a.mem_used_avg_mib);
   j["idle_cost"] = json_or_null(a.idle_cost);
   j["holding_cost"] = json_or_null(a.holding_cost);
   return j;
 }
 
-json accounts_json(const std::vector<Account>& list) {
+json accounts_json(const std::vector<Account>& list, const char* key) {
   json out = json::array();
-  for (const auto& a : list) out.push_back(account_json(a));
+  for (const auto& a : list) out.push_back(account_json(a, key));
   return out;
 }
 
@@ -211,9 +220,13 @@ std::string recording_rules_group(long long interval_ms) {
                        info, labels, seconds);
   };
   // What a counter added in the interval, counting a series that appeared in it (an agent's reaper
-  // outcome has no series before its first action) from zero.
+  // outcome has no series before its first action) from zero. "Appeared": no point in the day
+  // before, so that a scrape that failed (and left the series stale for a moment) does not count
+  // the whole counter again.
   const auto added = [&](const char* counter) {
-    return fmt::format("(increase({0}[{1}]) and {0} offset {1}) or ({0} unless {0} offset {1})", counter, every);
+    return fmt::format("(increase({0}[{1}]) and last_over_time({0}[1d] offset {1})) or ({0} unless "
+                       "last_over_time({0}[1d] offset {1}))",
+                       counter, every);
   };
   const std::pair<const char*, std::string> rules[] = {
       // max, not sum, over what differs only in the scrape job: the same agent scraped twice.
@@ -247,10 +260,12 @@ std::string recording_rules_group(long long interval_ms) {
     out += fmt::format("      - record: {}\n        expr: '{}'\n", name, expr);
   }
   // The hourly group's evaluations fall on other milliseconds than the first group's (each group's
-  // offset in its interval is a hash of its name), so no point is summed into two hours.
+  // offset in its interval is a hash of its name), so no point is summed into two hours; each reads
+  // the hour that ended an interval ago, whose points the first group has surely written.
   out += "  - name: tarmac-recording-1h\n    interval: 1h\n    rules:\n";
   for (const auto& [name, over_time] : kHourly) {
-    out += fmt::format("      - record: {0}1h\n        expr: '{1}_over_time({0}[1h])'\n", name, over_time);
+    out += fmt::format("      - record: {0}1h\n        expr: '{1}_over_time({0}[1h] offset {2})'\n", name, over_time,
+                       every);
   }
   return out;
 }
@@ -415,7 +430,9 @@ Result<FleetReport> fleet_report_from_prometheus(const std::vector<std::string>&
   counts(r.backfill_requests, v[kQRequests], "state");
   counts(r.backfill_tokens, v[kQTokens], "kind");
 
-  // The heat map: each point is the fleet's mean over the hour that ends at its time.
+  // The heat map: each point is the fleet's mean over the hour that ends at its time. (Over a day,
+  // the hourly series' means were recorded at the hourly group's minute of the hour, an interval
+  // late: a cell may show the hour before it. docs/fleet.md says so.)
   std::map<long long, report::HeatDay> days;
   {
     for (const auto& [t, value] : heat) {
@@ -535,7 +552,9 @@ std::string render_report_text(const FleetReport& r, ReportBy by, bool color) {
 }
 
 std::string render_report_json(const FleetReport& r, ReportBy by) {
-  json out = {{"schema", 1},
+  // Not the single-host report's document (docs/report.md): its own kind, schema 1 (docs/fleet.md).
+  json out = {{"kind", "fleet-report"},
+              {"schema", 1},
               {"source", r.source},
               {"since", report::format_iso(r.since_ms)},
               {"until", report::format_iso(r.until_ms)},
@@ -543,19 +562,19 @@ std::string render_report_json(const FleetReport& r, ReportBy by) {
               {"until_ms", r.until_ms},
               {"price_per_gpu_hour", json_or_null(r.price_per_gpu_hour)}};
   switch (by) {
-    case ReportBy::Gpu: out["gpus"] = accounts_json(r.gpus); break;
-    case ReportBy::Host: out["hosts"] = accounts_json(r.hosts); break;
-    case ReportBy::Job: out["jobs"] = accounts_json(r.jobs); break;
-    case ReportBy::User: out["users"] = accounts_json(r.users); break;
+    case ReportBy::Gpu: out["gpus"] = accounts_json(r.gpus, "gpu"); break;
+    case ReportBy::Host: out["hosts"] = accounts_json(r.hosts, "host"); break;
+    case ReportBy::Job: out["jobs"] = accounts_json(r.jobs, "job"); break;
+    case ReportBy::User: out["users"] = accounts_json(r.users, "user"); break;
     case ReportBy::Report: {
       out["fleet"] = {{"hours", hours_json(r.fleet)},
                       {"util_avg_pct", json_or_null(r.fleet_util_avg_pct)},
                       {"idle_cost", json_or_null(r.idle_cost)},
                       {"holding_cost", json_or_null(r.holding_cost)}};
-      out["hosts"] = accounts_json(r.hosts);
-      out["gpus"] = accounts_json(r.gpus);
-      out["jobs"] = accounts_json(r.jobs);
-      out["users"] = accounts_json(r.users);
+      out["hosts"] = accounts_json(r.hosts, "host");
+      out["gpus"] = accounts_json(r.gpus, "gpu");
+      out["jobs"] = accounts_json(r.jobs, "job");
+      out["users"] = accounts_json(r.users, "user");
       json heat = json::array();
       for (const auto& d : r.heat) {
         json cells = json::array();
@@ -567,7 +586,7 @@ std::string render_report_json(const FleetReport& r, ReportBy by) {
       for (const auto& s : r.idle_stretches) stretches.push_back({{"host", s.host}, {"gpu", s.gpu}, {"seconds", s.seconds}});
       out["idle_stretches"] = std::move(stretches);
       out["reaped"] = r.reaped;
-      out["backfill"] = {{"requests", r.backfill_requests}, {"tokens", r.backfill_tokens}};
+      out["backfill"] = {{"requests_by_state", r.backfill_requests}, {"tokens_by_kind", r.backfill_tokens}};
       break;
     }
   }

@@ -143,6 +143,8 @@ TEST(FleetReport, RendersEachView) {
   EXPECT_EQ(by_user.find("pod/ml/nb"), std::string::npos);
   const std::string json = render_report_json(*r, ReportBy::Host);
   EXPECT_NE(json.find(R"("hosts")"), std::string::npos);
+  EXPECT_NE(json.find(R"("kind": "fleet-report")"), std::string::npos);
+  EXPECT_NE(json.find(R"("gpu_count": 2)"), std::string::npos) << json;
   EXPECT_EQ(json.find(R"("gpus": [)"), std::string::npos);
   EXPECT_NE(render_report_json(*r, ReportBy::Report).find(R"("heatmap")"), std::string::npos);
 }
@@ -207,7 +209,9 @@ TEST(FleetReport, RecordingRulesNameWhatTheQueriesRead) {
   EXPECT_NE(rules.find("  - name: tarmac-recording\n    interval: 5m\n"), std::string::npos) << rules;
   EXPECT_NE(rules.find("increase(tarmac_gpu_activity_seconds_total[5m])"), std::string::npos);
   EXPECT_NE(rules.find("topk by (instance, gpu) (1, tarmac_gpu_activity == 1) * 300"), std::string::npos);
-  EXPECT_NE(rules.find("(tarmac_reaped_processes_total unless tarmac_reaped_processes_total offset 5m)"),
+  // A counter series is new when it has no point in the day before, not when one scrape failed.
+  EXPECT_NE(rules.find("(tarmac_reaped_processes_total unless last_over_time(tarmac_reaped_processes_total[1d] "
+                       "offset 5m))"),
             std::string::npos);
   // Every series a query reads is recorded by a rule.
   for (const auto& q : report_queries(3600)) {
@@ -224,7 +228,8 @@ TEST(FleetReport, RecordingRulesNameWhatTheQueriesRead) {
     const std::string name = q.substr(start, q.find('[', start) - start);
     ASSERT_TRUE(name.ends_with("1h")) << q;
     EXPECT_NE(rules.find("record: " + name + "\n"), std::string::npos) << name;
-    EXPECT_NE(rules.find("_over_time(" + name.substr(0, name.size() - 2) + "[1h])"), std::string::npos) << name;
+    EXPECT_NE(rules.find("_over_time(" + name.substr(0, name.size() - 2) + "[1h] offset 5m)'"), std::string::npos)
+        << name;
   }
   EXPECT_NE(heat_query(2 * 86400).find("tarmac:gpu_util_percent:avg1h[1h]"), std::string::npos);
 }
