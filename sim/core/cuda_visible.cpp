@@ -29,30 +29,63 @@ std::vector<unsigned> cuda_order(const Scenario& scenario, DeviceOrder order) {
   return out;
 }
 
-std::vector<unsigned> visible_gpus(const Scenario& scenario, std::optional<std::string_view> visible,
-                                   DeviceOrder order) {
+std::vector<VisibleDevice> visible_devices(const Scenario& scenario, std::optional<std::string_view> visible,
+                                           DeviceOrder order) {
   const std::vector<unsigned> enumeration = cuda_order(scenario, order);
-  if (!visible) return enumeration;
-  std::vector<unsigned> out;
+  const auto in_mig = [&](unsigned i) { return scenario.gpus[i].mig_mode.value_or(false); };
+  std::vector<VisibleDevice> out;
+  if (!visible) {
+    for (unsigned i : enumeration) {
+      if (!in_mig(i)) out.push_back({i, std::nullopt});
+    }
+    if (out.empty()) {
+      for (unsigned i : enumeration) {
+        if (!scenario.gpus[i].mig.empty()) return {{i, 0U}};
+      }
+    }
+    return out;
+  }
   for (const std::string& raw : util::split(*visible, ',')) {
     const std::string_view token = util::trim(raw);
-    std::optional<unsigned> pick;
+    std::optional<VisibleDevice> pick;
+    bool ambiguous = false;
+    const auto take = [&](VisibleDevice d) {
+      ambiguous = ambiguous || pick.has_value();
+      pick = d;
+    };
     if (auto index = util::parse_int(token)) {
       if (*index >= 0 && static_cast<std::size_t>(*index) < enumeration.size()) {
-        pick = enumeration[static_cast<std::size_t>(*index)];
+        pick = VisibleDevice{enumeration[static_cast<std::size_t>(*index)], std::nullopt};
       }
     } else if (token.starts_with("GPU-") && token.size() > 4) {
       for (unsigned i = 0; i < scenario.gpus.size(); ++i) {
-        if (!scenario.gpus[i].uuid.starts_with(token)) continue;
-        if (pick) {  // an ambiguous prefix names no device
-          pick.reset();
-          break;
+        if (scenario.gpus[i].uuid.starts_with(token)) take({i, std::nullopt});
+      }
+    } else if (token.starts_with("MIG-") && token.size() > 4) {
+      for (unsigned i = 0; i < scenario.gpus.size(); ++i) {
+        for (unsigned m = 0; m < scenario.gpus[i].mig.size(); ++m) {
+          if (scenario.gpus[i].mig[m].uuid.starts_with(token)) take({i, m});
         }
-        pick = i;
       }
     }
+    if (ambiguous) pick.reset();  // an ambiguous prefix names no device
+    // A GPU in MIG mode named whole is no device to CUDA: enumeration stops there.
+    if (pick && !pick->mig && in_mig(pick->gpu)) pick.reset();
     if (!pick || std::find(out.begin(), out.end(), *pick) != out.end()) break;
+    if (pick->mig) {
+      if (out.empty()) out.push_back(*pick);
+      break;
+    }
     out.push_back(*pick);
+  }
+  return out;
+}
+
+std::vector<unsigned> visible_gpus(const Scenario& scenario, std::optional<std::string_view> visible,
+                                   DeviceOrder order) {
+  std::vector<unsigned> out;
+  for (const VisibleDevice& d : visible_devices(scenario, visible, order)) {
+    if (!d.mig) out.push_back(d.gpu);
   }
   return out;
 }

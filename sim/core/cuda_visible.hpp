@@ -23,7 +23,21 @@ enum class DeviceOrder { FastestFirst, PciBusId };
 
 // The NVML indices a process with this CUDA_VISIBLE_DEVICES (nullopt: unset, every GPU) sees,
 // in its CUDA order. An empty result is what CUDA reports as "no CUDA-capable device".
+// A GPU in MIG mode is never visible whole: its MIG devices are, named by their MIG-UUIDs.
 [[nodiscard]] std::vector<unsigned> visible_gpus(const Scenario& scenario, std::optional<std::string_view> visible,
                                                  DeviceOrder order);
+
+// One device CUDA enumerates: a whole GPU, or a MIG device of one.
+struct VisibleDevice {
+  unsigned gpu = 0;
+  std::optional<unsigned> mig;  // index of gpus[gpu].mig
+  auto operator<=>(const VisibleDevice&) const = default;
+};
+
+// As visible_gpus, with MIG devices: a MIG-<uuid> entry names one, and a process sees at most one
+// MIG device (CUDA enumerates the first and nothing else, as CUDA 11 and 12 do by default); unset,
+// whole GPUs not in MIG mode, or the first MIG device when there is no such GPU.
+[[nodiscard]] std::vector<VisibleDevice> visible_devices(const Scenario& scenario,
+                                                         std::optional<std::string_view> visible, DeviceOrder order);
 
 }  // namespace tarmac::sim

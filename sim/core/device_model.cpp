@@ -62,13 +62,34 @@ DeviceView evaluate_device(const Scenario& scenario, unsigned gpu, double t, con
     const unsigned pid = p.host_pid ? *p.host_pid : static_cast<unsigned>(lp->pid);
     const ProcessUtil u = p.util_at(t);
     view.processes.push_back({pid, p.memory_mib * kMiB, p.type, u.sm_util.value_or(share), u.mem_util.value_or(mem_share),
-                              u.sample, 0});
+                              u.sample, 0, p.mig_device});
   }
   for (const LiveProcess* lp : loads) {
     used += lp->memory_mib * kMiB;
     view.processes.push_back({static_cast<unsigned>(lp->pid), lp->memory_mib * kMiB, lp->type, lp->sm_util, lp->mem_util,
-                              lp->util_sample, lp->enc_util});
+                              lp->util_sample, lp->enc_util, lp->mig_device});
   }
+  // MIG devices: each one's memory is its profile's; what runs on it is its processes'. (A
+  // scenario process without a live entry still uses its memory, as on the whole GPU above.)
+  for (const MigInstance& m : spec.mig) {
+    MigView mv;
+    mv.total_bytes = m.profile->memory_mib * kMiB;
+    view.mig.push_back(mv);
+  }
+  const auto on_mig = [&](std::optional<unsigned> mig, unsigned long long bytes, unsigned sm, unsigned mem) {
+    if (!mig || *mig >= view.mig.size()) return;
+    MigView& mv = view.mig[*mig];
+    mv.used_bytes = std::min(mv.total_bytes, mv.used_bytes + bytes);
+    mv.sm_util = std::min(100U, mv.sm_util + sm);
+    mv.mem_util = std::min(100U, mv.mem_util + mem);
+  };
+  for (const auto& [index, lp] : running) {
+    const ProcessSpec& p = scenario.processes[index];
+    const ProcessUtil u = p.util_at(t);
+    on_mig(p.mig_device, p.memory_mib * kMiB, u.sm_util.value_or(share), u.mem_util.value_or(mem_share));
+  }
+  for (const LiveProcess* lp : loads) on_mig(lp->mig_device, lp->memory_mib * kMiB, lp->sm_util, lp->mem_util);
+  for (MigView& mv : view.mig) mv.free_bytes = mv.total_bytes - mv.used_bytes;
   // A GPU cannot hand out more than it has (clients such as nvtop assert on it).
   const unsigned long long usable = view.total_bytes - view.reserved_bytes;
   view.used_bytes = std::min(used, usable);

@@ -2,6 +2,7 @@
 // (memory used, process lists, a workload that was killed, load programs' extra utilization).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "registry.hpp"
@@ -18,6 +19,16 @@ struct ProcessView {
   unsigned mem_util = 0;
   UtilSample util_sample = UtilSample::Normal;  // what its per-process utilization samples say
   unsigned enc_util = 0;
+  std::optional<unsigned> mig;  // the MIG device it runs on (index of GpuSpec::mig)
+};
+
+// One MIG device: its memory, and what its processes make of its slices.
+struct MigView {
+  unsigned long long total_bytes = 0;
+  unsigned long long used_bytes = 0;
+  unsigned long long free_bytes = 0;
+  unsigned sm_util = 0;   // its processes' SM utilization, summed and capped at 100 (its GPM values)
+  unsigned mem_util = 0;  // the same of their memory utilization (DRAM bandwidth)
 };
 
 struct DeviceView {
@@ -27,6 +38,7 @@ struct DeviceView {
   unsigned long long used_bytes = 0;  // overhead + processes (nvmlMemory_v2_t.used)
   unsigned long long free_bytes = 0;
   std::vector<ProcessView> processes;  // by pid
+  std::vector<MigView> mig;             // one per GpuSpec::mig
 };
 
 // Live: scenario processes count while their registered process lives (launcher runs).

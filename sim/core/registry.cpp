@@ -27,6 +27,7 @@ Result<void> register_process(const fs::path& procs_dir, LiveProcess p) {
                                  p.type == ProcessType::Graphics ? "graphics" : "compute");
   if (p.enc_util != 0) text += fmt::format("enc_util={}\n", p.enc_util);
   if (p.scenario_process) text += fmt::format("scenario_process={}\n", *p.scenario_process);
+  if (p.mig_device) text += fmt::format("mig_device={}\n", *p.mig_device);
   if (p.util_sample != UtilSample::Normal) {
     text += fmt::format("util_sample={}\n", p.util_sample == UtilSample::Garbage ? "garbage" : "unreadable");
   }
@@ -53,6 +54,7 @@ std::optional<LiveProcess> parse_entry(const fs::path& file) {
     if (key == "mem_util" && n) p.mem_util = static_cast<unsigned>(*n);
     if (key == "enc_util" && n && *n >= 0 && *n <= 100) p.enc_util = static_cast<unsigned>(*n);
     if (key == "scenario_process" && n) p.scenario_process = static_cast<unsigned>(*n);
+    if (key == "mig_device" && n && *n >= 0 && *n < 7) p.mig_device = static_cast<unsigned>(*n);
     if (key == "type") p.type = value == "graphics" ? ProcessType::Graphics : ProcessType::Compute;
     if (key == "util_sample" && value == "garbage") p.util_sample = UtilSample::Garbage;
     if (key == "util_sample" && value == "unreadable") p.util_sample = UtilSample::Unreadable;

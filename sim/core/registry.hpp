@@ -25,6 +25,7 @@ struct LiveProcess {
   unsigned enc_util = 0;  // a load's video encoder utilization (a transcoder at SM 0 %)
   UtilSample util_sample = UtilSample::Normal;  // a load's: what its utilization samples say
   std::optional<unsigned> scenario_process;  // index into Scenario::processes; none for loads
+  std::optional<unsigned> mig_device;        // the MIG device of gpus[0] it runs on
   ProcessType type = ProcessType::Compute;
 };
 

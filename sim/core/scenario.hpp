@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fault_rule.hpp"
+#include "mig.hpp"
 
 namespace tarmac::sim {
 
@@ -123,7 +124,9 @@ struct GpuSpec {
   bool persistence_mode = true;
   int compute_mode = 0;
   bool display_mode = false;
-  std::optional<bool> mig_mode;
+  std::optional<bool> mig_mode;          // current; absent: the GPU has no MIG (NOT_SUPPORTED)
+  std::optional<bool> mig_mode_pending;  // after the next reset; absent: as current
+  std::vector<MigInstance> mig;          // its GPU instances while MIG is on, in the driver's order
 
   unsigned nvlink_links = 0;  // 0: no NVLink
   unsigned nvlink_version = 0;
@@ -186,6 +189,8 @@ struct ProcessSpec {
   // A process of another PID namespace (another container's): the launcher starts nothing, and
   // the library lists it under this host PID, which no local process can have (> kMaxLinuxPid).
   std::optional<unsigned> host_pid;
+  // The MIG device it runs on (an index of gpus[0]'s MIG devices, in nvidia-smi -L's order).
+  std::optional<unsigned> mig_device;
 
   // The utilization its samples report at simulated time t.
   [[nodiscard]] ProcessUtil util_at(double t) const;

@@ -288,6 +288,20 @@ void parse_modes(Fields& f, GpuSpec& g) {
   if (auto m = named(f, "compute_mode", kComputeModes)) g.compute_mode = *m;
   g.display_mode = f.boolean("display_mode").value_or(false);
   g.mig_mode = f.boolean("mig_mode");
+  g.mig_mode_pending = f.boolean("mig_mode_pending");
+  if (g.mig_mode_pending && !g.mig_mode) f.fail_key("mig_mode_pending", "needs mig_mode: a GPU without MIG has no pending mode");
+  if (auto names = f.words("mig")) {
+    const auto profiles = mig_profiles(g.name, g.memory_mib);
+    if (!g.mig_mode.value_or(false)) {
+      f.fail_key("mig", "MIG instances need mig_mode = true");
+    } else if (profiles.empty()) {
+      f.fail_key("mig", fmt::format("'{}' has no MIG profiles in the simulator (A100 40GB/80GB, H100 80GB, H200)", g.name));
+    } else {
+      MigLayoutResult layout = place_mig_instances(profiles, *names, g.uuid);
+      if (!layout.error.empty()) f.fail_key("mig", layout.error);
+      g.mig = std::move(layout.instances);
+    }
+  }
   g.nvlink_links = opt_uint(f, "nvlink_links", 18).value_or(0);
   if (auto v = opt_uint(f, "nvlink_version", 10)) g.nvlink_version = *v;
   if (auto mask = throttle_reasons(f, "supported_throttle_reasons")) g.supported_throttle_reasons = *mask;

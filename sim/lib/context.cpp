@@ -26,6 +26,14 @@ struct DeviceSlot {
 };
 DeviceSlot g_slots[kMaxDevices];
 
+// MIG handles: one array per kind, kMaxMig per GPU, so that any pointer can be checked too.
+constexpr unsigned kMaxMig = 7;
+struct MigSlot {
+  unsigned gpu;
+  unsigned mig;
+};
+MigSlot g_mig_slots[3][kMaxDevices * kMaxMig];
+
 std::filesystem::path library_dir() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&library_dir), &info) == 0 || info.dli_fname == nullptr) return {};
@@ -77,11 +85,31 @@ std::optional<unsigned> Context::index_of(nvmlDevice_t device) const {
   return index;
 }
 
+void* Context::mig_handle(unsigned gpu, unsigned mig, MigHandleKind kind) {
+  return &g_mig_slots[static_cast<int>(kind)][gpu * kMaxMig + mig];
+}
+
+std::optional<std::pair<unsigned, unsigned>> Context::mig_of(const void* handle, MigHandleKind kind) const {
+  const MigSlot* slots = g_mig_slots[static_cast<int>(kind)];
+  const auto p = reinterpret_cast<std::uintptr_t>(handle);
+  const auto base = reinterpret_cast<std::uintptr_t>(&slots[0]);
+  if (p < base || (p - base) % sizeof(MigSlot) != 0) return std::nullopt;
+  const auto slot = (p - base) / sizeof(MigSlot);
+  if (slot >= kMaxDevices * kMaxMig || sim_ == nullptr) return std::nullopt;
+  const auto gpu = static_cast<unsigned>(slot / kMaxMig);
+  const auto mig = static_cast<unsigned>(slot % kMaxMig);
+  if (gpu >= sim_->gpu_count() || mig >= sim_->scenario().gpus[gpu].mig.size()) return std::nullopt;
+  return std::pair{gpu, mig};
+}
+
 nvmlReturn_t Context::init(const char* function) {
   note(function);
   std::unique_lock lock(mu_);
   if (refcount_ == 0) {
     for (unsigned i = 0; i < kMaxDevices; ++i) g_slots[i].index = i;
+    for (auto& kind : g_mig_slots) {
+      for (unsigned i = 0; i < kMaxDevices * kMaxMig; ++i) kind[i] = {i / kMaxMig, i % kMaxMig};
+    }
     auto sim = Simulation::from_environment(g_load_real_ns, library_dir());
     if (!sim) {
       if (!reported_) {
@@ -156,7 +184,7 @@ Entry Context::enter_system(const char* function) {
   return finish_entry(std::move(e), function, std::nullopt);
 }
 
-Entry Context::enter_device(const char* function, nvmlDevice_t device) {
+Entry Context::enter_device(const char* function, nvmlDevice_t device, MigHandles accept_mig) {
   note(function);
   Entry e;
   e.lock = std::unique_lock(mu_);
@@ -164,13 +192,50 @@ Entry Context::enter_device(const char* function, nvmlDevice_t device) {
     e.rc = NVML_ERROR_UNINITIALIZED;
     return e;
   }
-  const auto index = index_of(device);
+  auto index = index_of(device);
+  std::optional<unsigned> mig;
+  if (!index) {
+    if (auto m = mig_of(device, MigHandleKind::Device)) {
+      index = m->first;
+      mig = m->second;
+    }
+  }
   if (!index) {
     e.rc = NVML_ERROR_INVALID_ARGUMENT;
     return e;
   }
   e.sim = sim_.get();
   e.gpu = *index;
+  e.mig = mig;
+  e.t = sim_->now();
+  if (sim_->is_lost(e.gpu, e.t)) {
+    e.rc = NVML_ERROR_GPU_IS_LOST;
+    return e;
+  }
+  if (mig && accept_mig == MigHandles::Refuse) {
+    e.rc = NVML_ERROR_NOT_SUPPORTED;
+    return e;
+  }
+  const unsigned gpu = e.gpu;
+  return finish_entry(std::move(e), function, gpu);
+}
+
+Entry Context::enter_instance(const char* function, const void* handle, MigHandleKind kind) {
+  note(function);
+  Entry e;
+  e.lock = std::unique_lock(mu_);
+  if (refcount_ == 0) {
+    e.rc = NVML_ERROR_UNINITIALIZED;
+    return e;
+  }
+  const auto m = mig_of(handle, kind);
+  if (!m) {
+    e.rc = NVML_ERROR_INVALID_ARGUMENT;
+    return e;
+  }
+  e.sim = sim_.get();
+  e.gpu = m->first;
+  e.mig = m->second;
   e.t = sim_->now();
   if (sim_->is_lost(e.gpu, e.t)) {
     e.rc = NVML_ERROR_GPU_IS_LOST;

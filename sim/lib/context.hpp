@@ -24,6 +24,7 @@ struct Entry {
   nvmlReturn_t rc = NVML_SUCCESS;  // anything else: answer it and stop
   Simulation* sim = nullptr;
   unsigned gpu = 0;
+  std::optional<unsigned> mig;  // entered through a MIG device, GPU instance or compute instance handle
   double t = 0;
   std::unique_lock<std::mutex> lock;
 };
@@ -39,8 +40,16 @@ struct EventSetState {
 struct GpmSampleState {
   bool taken = false;
   unsigned gpu = 0;
+  std::optional<unsigned> mig;  // nvmlGpmMigSampleGet's: the MIG device of that GPU instance
   double t = 0;
 };
+
+// Whether an export answers for MIG device handles too (the few that do on a real driver: name,
+// UUID, memory, processes, the MIG queries); the others answer NOT_SUPPORTED for them.
+enum class MigHandles { Refuse, Accept };
+
+// The three kinds of MIG handle NVML hands out, each pointing into an array of its own.
+enum class MigHandleKind { Device, GpuInstance, ComputeInstance };
 
 class Context {
  public:
@@ -50,12 +59,18 @@ class Context {
   nvmlReturn_t shutdown();
 
   Entry enter_system(const char* function);
-  Entry enter_device(const char* function, nvmlDevice_t device);
+  Entry enter_device(const char* function, nvmlDevice_t device, MigHandles mig = MigHandles::Refuse);
+  // A GPU instance's or compute instance's handle (Entry::mig set), or INVALID_ARGUMENT.
+  Entry enter_instance(const char* function, const void* handle, MigHandleKind kind);
   Entry enter_index(const char* function, unsigned index);
 
   // The handle of GPU `index`, and back (nullopt for anything that is not a live handle).
   [[nodiscard]] static nvmlDevice_t handle(unsigned index);
   [[nodiscard]] std::optional<unsigned> index_of(nvmlDevice_t device) const;  // call with the lock held
+  // The handle of MIG device `mig` of GPU `gpu` (as a device, GPU instance or compute instance),
+  // and back: (GPU, MIG device) for a handle of that kind naming a MIG device that exists now.
+  [[nodiscard]] static void* mig_handle(unsigned gpu, unsigned mig, MigHandleKind kind);
+  [[nodiscard]] std::optional<std::pair<unsigned, unsigned>> mig_of(const void* handle, MigHandleKind kind) const;
 
   // Objects handed out to callers, validated before use (never dereferenced blindly).
   std::set<EventSetState*> event_sets;

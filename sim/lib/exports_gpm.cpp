@@ -93,8 +93,29 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSamp
     GpmSampleState* state = lookup(sample);
     if (state == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     if (e.sim->scenario().gpus[e.gpu].architecture < kHopper) return NVML_ERROR_NOT_SUPPORTED;
-    *state = {true, e.gpu, e.t};
+    *state = {true, e.gpu, std::nullopt, e.t};
     return NVML_SUCCESS;
+  });
+}
+
+// A sample of one GPU instance of a GPU in MIG mode (by its id, as nvmlDeviceGetGpuInstanceId gives it).
+TARMAC_SIM_EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpu_instance_id,
+                                                   nvmlGpmSample_t sample) {
+  const char* const function = __func__;
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    GpmSampleState* state = lookup(sample);
+    if (state == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const sim::GpuSpec& g = e.sim->scenario().gpus[e.gpu];
+    if (g.architecture < kHopper || !g.mig_mode.value_or(false)) return NVML_ERROR_NOT_SUPPORTED;
+    for (unsigned m = 0; m < g.mig.size(); ++m) {
+      if (g.mig[m].gi_id == gpu_instance_id) {
+        *state = {true, e.gpu, m, e.t};
+        return NVML_SUCCESS;
+      }
+    }
+    return NVML_ERROR_INVALID_ARGUMENT;
   });
 }
 
@@ -109,13 +130,23 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t* metrics) {
     const GpmSampleState* first = lookup(metrics->sample1);
     const GpmSampleState* second = lookup(metrics->sample2);
     if (first == nullptr || second == nullptr || !first->taken || !second->taken || first->gpu != second->gpu ||
-        second->t < first->t) {
+        first->mig != second->mig || second->t < first->t) {
       return NVML_ERROR_INVALID_ARGUMENT;
     }
     if (e.sim->is_lost(second->gpu, e.t)) return NVML_ERROR_GPU_IS_LOST;
     // Timeline values are constant between segment boundaries; the later sample's moment stands
     // for the interval.
-    const sim::GpuSample s = e.sim->device(second->gpu, second->t).sample;
+    const sim::DeviceView view = e.sim->device(second->gpu, second->t);
+    sim::GpuSample s = view.sample;
+    if (second->mig) {
+      // A GPU instance's metrics are what its processes make of its slices (docs/simulator.md).
+      const sim::MigView& m = view.mig.at(*second->mig);
+      s.util_gpu = m.sm_util;
+      s.gpm_sm_util = m.sm_util;
+      s.gpm_sm_occupancy = m.sm_util / 2.0;
+      s.gpm_tensor_util = m.sm_util / 2.0;
+      s.gpm_dram_bw_util = m.mem_util;
+    }
     for (unsigned i = 0; i < metrics->numMetrics; ++i) {
       nvmlGpmMetric_t& m = metrics->metrics[i];
       const auto id = static_cast<nvmlGpmMetricId_t>(m.metricId);

@@ -86,13 +86,15 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t devi
                                                                unsigned long long* count) {
   const char* const function = __func__;
   return guarded([&] {
-    auto e = Context::get().enter_device(function, device);
+    auto e = Context::get().enter_device(function, device, sim::lib::MigHandles::Accept);
     if (e.rc != NVML_SUCCESS) return e.rc;
     if (count == nullptr || !valid_ecc_args(error_type, counter_type) || location < 0 || location >= kMemoryLocations) {
       return NVML_ERROR_INVALID_ARGUMENT;
     }
-    const auto value = ecc_count(e, error_type, counter_type);
+    auto value = ecc_count(e, error_type, counter_type);
     if (!value) return NVML_ERROR_NOT_SUPPORTED;
+    // A MIG device counts its own errors; the scenario's are the board's, so a MIG device has none.
+    if (e.mig) value = 0ULL;
     // Every simulated error is a device-memory (DRAM) error.
     *count = location == NVML_MEMORY_LOCATION_DEVICE_MEMORY ? *value : 0;
     return NVML_SUCCESS;
@@ -176,10 +178,11 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigne
     auto e = Context::get().enter_device(function, device);
     if (e.rc != NVML_SUCCESS) return e.rc;
     if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    const auto& mig = e.sim->scenario().gpus[e.gpu].mig_mode;
-    if (!mig) return NVML_ERROR_NOT_SUPPORTED;
-    *current = *mig ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
-    *pending = *current;
+    const sim::GpuSpec& g = e.sim->scenario().gpus[e.gpu];
+    if (!g.mig_mode) return NVML_ERROR_NOT_SUPPORTED;
+    *current = *g.mig_mode ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    // A mode set but not yet applied (nvidia-smi -mig 1 before the reset) is pending.
+    *pending = g.mig_mode_pending.value_or(*g.mig_mode) ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
     return NVML_SUCCESS;
   });
 }

@@ -69,6 +69,17 @@ nvmlReturn_t device_string(const char* function, nvmlDevice_t device, char* buff
   });
 }
 
+// Reads a string of a GPU or of one of its MIG devices (the MigInstance, else null).
+template <typename Get>
+nvmlReturn_t mig_device_string(const char* function, nvmlDevice_t device, char* buffer, unsigned int length, Get&& get) {
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device, sim::lib::MigHandles::Accept);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    const sim::GpuSpec& g = e.sim->scenario().gpus[e.gpu];
+    return copy_string(get(g, e.mig ? &g.mig[*e.mig] : nullptr), buffer, length);
+  });
+}
+
 // Reads one unsigned property; nullopt means NOT_SUPPORTED.
 template <typename Get>
 nvmlReturn_t device_uint(const char* function, nvmlDevice_t device, unsigned int* out, Get&& get) {
@@ -128,15 +139,28 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* pci_bus
   return handle_by_pci(__func__, pci_bus_id, device);
 }
 
+// A MIG device's index is its index under its parent (nvidia-smi's "MIG Dev" column).
 TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
-  return device_uint(__func__, device, index, [](const Entry& e, const sim::GpuSpec&) { return std::optional(e.gpu); });
+  const char* const function = __func__;
+  return guarded([&] {
+    auto e = Context::get().enter_device(function, device, sim::lib::MigHandles::Accept);
+    if (e.rc != NVML_SUCCESS) return e.rc;
+    if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = e.mig.value_or(e.gpu);
+    return NVML_SUCCESS;
+  });
 }
 
+// A MIG device's name is its board's and its profile's ("NVIDIA H200 MIG 1g.18gb"), its UUID its own.
 TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
-  return device_string(__func__, device, name, length, [](const sim::GpuSpec& g) { return std::optional(g.name); });
+  return mig_device_string(__func__, device, name, length, [](const sim::GpuSpec& g, const sim::MigInstance* m) {
+    return m == nullptr ? g.name : g.name + " MIG " + m->profile->name;
+  });
 }
 TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
-  return device_string(__func__, device, uuid, length, [](const sim::GpuSpec& g) { return std::optional(g.uuid); });
+  return mig_device_string(__func__, device, uuid, length, [](const sim::GpuSpec& g, const sim::MigInstance* m) {
+    return m == nullptr ? g.uuid : m->uuid;
+  });
 }
 TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char* serial, unsigned int length) {
   return device_string(__func__, device, serial, length, [](const sim::GpuSpec& g) { return g.serial; });

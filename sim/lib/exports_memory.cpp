@@ -24,12 +24,17 @@ void fill(nvmlProcessInfo_v1_t& info, const sim::ProcessView& p) {
   info.usedGpuMemory = p.used_bytes;
 }
 
-void fill(nvmlProcessInfo_v2_t& info, const sim::ProcessView& p) {
+void fill(nvmlProcessInfo_v2_t& info, const sim::ProcessView& p, const sim::GpuSpec& gpu) {
   info.pid = p.pid;
   info.usedGpuMemory = p.used_bytes;
   info.gpuInstanceId = 0xFFFFFFFFu;  // no MIG instance
   info.computeInstanceId = 0xFFFFFFFFu;
+  if (p.mig && *p.mig < gpu.mig.size()) {
+    info.gpuInstanceId = gpu.mig[*p.mig].gi_id;
+    info.computeInstanceId = gpu.mig[*p.mig].ci_id;
+  }
 }
+void fill(nvmlProcessInfo_v1_t& info, const sim::ProcessView& p, const sim::GpuSpec&) { fill(info, p); }
 
 // The count handshake of every process list: a buffer too small (or count 0 with no buffer)
 // answers INSUFFICIENT_SIZE with the count needed; an empty list answers SUCCESS with 0.
@@ -37,14 +42,15 @@ template <typename Info>
 nvmlReturn_t running_processes(const char* function, nvmlDevice_t device, unsigned int* count, Info* infos,
                                Kind kind) {
   return guarded([&] {
-    auto e = Context::get().enter_device(function, device);
+    // A MIG device's handle lists the processes of that MIG device; its parent's, all of them.
+    auto e = Context::get().enter_device(function, device, sim::lib::MigHandles::Accept);
     if (e.rc != NVML_SUCCESS) return e.rc;
     if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     std::vector<sim::ProcessView> list;
     if (kind != Kind::Mps) {  // the simulator runs no MPS server
       const auto type = kind == Kind::Compute ? sim::ProcessType::Compute : sim::ProcessType::Graphics;
       for (const sim::ProcessView& p : e.sim->device(e.gpu, e.t).processes) {
-        if (p.type == type) list.push_back(p);
+        if (p.type == type && (!e.mig || p.mig == e.mig)) list.push_back(p);
       }
     }
     const auto needed = static_cast<unsigned>(list.size());
@@ -57,7 +63,7 @@ nvmlReturn_t running_processes(const char* function, nvmlDevice_t device, unsign
       return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     if (infos == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    for (unsigned i = 0; i < needed; ++i) fill(infos[i], list[i]);
+    for (unsigned i = 0; i < needed; ++i) fill(infos[i], list[i], e.sim->scenario().gpus[e.gpu]);
     *count = needed;
     return NVML_SUCCESS;
   });
@@ -113,11 +119,16 @@ extern "C" {
 TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
   const char* const function = __func__;
   return guarded([&] {
-    auto e = Context::get().enter_device(function, device);
+    auto e = Context::get().enter_device(function, device, sim::lib::MigHandles::Accept);
     if (e.rc != NVML_SUCCESS) return e.rc;
     if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     const sim::DeviceView view = e.sim->device(e.gpu, e.t);
+    if (e.mig) {  // a MIG device: its own memory, none of it reserved
+      const sim::MigView& m = view.mig.at(*e.mig);
+      *memory = {memory->version, m.total_bytes, 0, m.free_bytes, m.used_bytes};
+      return NVML_SUCCESS;
+    }
     memory->total = view.total_bytes;
     memory->reserved = view.reserved_bytes;
     memory->used = view.used_bytes;
@@ -129,10 +140,15 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, n
 TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   const char* const function = __func__;
   return guarded([&] {
-    auto e = Context::get().enter_device(function, device);
+    auto e = Context::get().enter_device(function, device, sim::lib::MigHandles::Accept);
     if (e.rc != NVML_SUCCESS) return e.rc;
     if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     const sim::DeviceView view = e.sim->device(e.gpu, e.t);
+    if (e.mig) {
+      const sim::MigView& m = view.mig.at(*e.mig);
+      *memory = {m.total_bytes, m.free_bytes, m.used_bytes};
+      return NVML_SUCCESS;
+    }
     // v1 predates "reserved": it counts reserved memory as used, as the real driver does.
     memory->total = view.total_bytes;
     memory->used = view.used_bytes + view.reserved_bytes;
@@ -144,14 +160,17 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvml
 TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t* bar1) {
   const char* const function = __func__;
   return guarded([&] {
-    auto e = Context::get().enter_device(function, device);
+    auto e = Context::get().enter_device(function, device, sim::lib::MigHandles::Accept);
     if (e.rc != NVML_SUCCESS) return e.rc;
     if (bar1 == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    const auto& total_mib = e.sim->scenario().gpus[e.gpu].bar1_mib;
-    if (!total_mib) return NVML_ERROR_NOT_SUPPORTED;
+    const sim::GpuSpec& g = e.sim->scenario().gpus[e.gpu];
+    if (!g.bar1_mib) return NVML_ERROR_NOT_SUPPORTED;
     const sim::DeviceView view = e.sim->device(e.gpu, e.t);
-    bar1->bar1Total = *total_mib * kMiB;
-    bar1->bar1Used = std::min(bar1->bar1Total, (2 + 2 * view.processes.size()) * kMiB);
+    // A MIG device has its memory slices' share of the BAR1 aperture, less one MiB.
+    bar1->bar1Total = e.mig ? (*g.bar1_mib * g.mig[*e.mig].profile->memory_slices / 8 - 1) * kMiB : *g.bar1_mib * kMiB;
+    const auto listed = std::count_if(view.processes.begin(), view.processes.end(),
+                                      [&](const sim::ProcessView& p) { return !e.mig || p.mig == e.mig; });
+    bar1->bar1Used = std::min(bar1->bar1Total, (2 + 2 * static_cast<unsigned long long>(listed)) * kMiB);
     bar1->bar1Free = bar1->bar1Total - bar1->bar1Used;
     return NVML_SUCCESS;
   });
@@ -163,6 +182,8 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device
     auto e = Context::get().enter_device(function, device);
     if (e.rc != NVML_SUCCESS) return e.rc;
     if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    // In MIG mode the board has no one utilization: each instance has its own (GPM).
+    if (e.sim->scenario().gpus[e.gpu].mig_mode.value_or(false)) return NVML_ERROR_NOT_SUPPORTED;
     const sim::DeviceView view = e.sim->device(e.gpu, e.t);
     utilization->gpu = view.sample.util_gpu;
     utilization->memory = view.sample.util_mem;

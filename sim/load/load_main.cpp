@@ -160,7 +160,12 @@ int run_load(const Options& o) {
   }
   sim::Simulation& s = **simulation;
   const auto order = sim::parse_device_order(env("CUDA_DEVICE_ORDER"));
-  const std::vector<unsigned> gpus = sim::visible_gpus(s.scenario(), env("CUDA_VISIBLE_DEVICES"), order);
+  const std::vector<sim::VisibleDevice> devices =
+      sim::visible_devices(s.scenario(), env("CUDA_VISIBLE_DEVICES"), order);
+  std::vector<unsigned> gpus;
+  for (const sim::VisibleDevice& d : devices) gpus.push_back(d.gpu);
+  // A MIG device is the only device its process sees (visible_devices).
+  const std::optional<unsigned> mig = devices.size() == 1 ? devices[0].mig : std::nullopt;
   if (gpus.empty()) {
     std::fputs("tarmac-sim-load: CUDA error: no CUDA-capable device is detected\n", stderr);
     return kExitCudaError;
@@ -168,9 +173,10 @@ int run_load(const Options& o) {
   const double t = s.now();
   for (unsigned g : gpus) {
     const sim::DeviceView view = s.device(g, t);
-    if (o.mem_mib * util::kMiB > view.free_bytes) {
+    const unsigned long long free_bytes = mig ? view.mig.at(*mig).free_bytes : view.free_bytes;
+    if (o.mem_mib * util::kMiB > free_bytes) {
       std::fprintf(stderr, "tarmac-sim-load: CUDA error: out of memory: tried to allocate %llu MiB on GPU %u "
-                   "(%llu MiB free)\n", o.mem_mib, g, view.free_bytes / util::kMiB);
+                   "(%llu MiB free)\n", o.mem_mib, g, free_bytes / util::kMiB);
       return kExitCudaError;
     }
   }
@@ -197,6 +203,7 @@ int run_load(const Options& o) {
   sim::LiveProcess me;
   me.pid = getpid();
   me.gpus = gpus;
+  me.mig_device = mig;
   me.memory_mib = o.mem_mib;
   me.sm_util = o.util;
   me.mem_util = o.util / 2;

@@ -109,7 +109,7 @@
   S(nvmlPciInfo_t) S(nvmlEccErrorCounts_t) S(nvmlUtilization_t) S(nvmlMemory_t)                   \
   S(nvmlMemory_v2_t) S(nvmlBAR1Memory_t) S(nvmlProcessInfo_v1_t) S(nvmlProcessInfo_v2_t)          \
   S(nvmlProcessUtilizationSample_t) S(nvmlEventData_t) S(nvmlGpmMetric_t)                         \
-  S(nvmlGpmMetricsGet_t) S(nvmlGpmSupport_t)
+  S(nvmlGpmMetricsGet_t) S(nvmlGpmSupport_t) S(nvmlDeviceAttributes_t)
 
 // Fields: offset, size, alignment and kind (integer, floating, pointer, array of ...).
 #define TARMAC_ABI_FIELDS(F)                                                                      \
@@ -136,7 +136,12 @@
   F(nvmlGpmMetric_t, metricInfo.longName) F(nvmlGpmMetric_t, metricInfo.unit)                     \
   F(nvmlGpmMetricsGet_t, version) F(nvmlGpmMetricsGet_t, numMetrics)                              \
   F(nvmlGpmMetricsGet_t, sample1) F(nvmlGpmMetricsGet_t, sample2) F(nvmlGpmMetricsGet_t, metrics) \
-  F(nvmlGpmSupport_t, version) F(nvmlGpmSupport_t, isSupportedDevice)
+  F(nvmlGpmSupport_t, version) F(nvmlGpmSupport_t, isSupportedDevice)                             \
+  F(nvmlDeviceAttributes_t, multiprocessorCount) F(nvmlDeviceAttributes_t, sharedCopyEngineCount) \
+  F(nvmlDeviceAttributes_t, sharedDecoderCount) F(nvmlDeviceAttributes_t, sharedEncoderCount)     \
+  F(nvmlDeviceAttributes_t, sharedJpegCount) F(nvmlDeviceAttributes_t, sharedOfaCount)             \
+  F(nvmlDeviceAttributes_t, gpuInstanceSliceCount)                                                \
+  F(nvmlDeviceAttributes_t, computeInstanceSliceCount) F(nvmlDeviceAttributes_t, memorySizeMB)
 
 // ---------------------------------------------------------------------------------------------
 // Phase 1: tarmac's constant values under names that nvml.h cannot touch.
@@ -165,8 +170,10 @@ TARMAC_ABI_RENAMED_CONSTANTS(TARMAC_ABI_COPY_RENAMED)
 // (below): tarmac's own type stands in for it, so only the arity and the handle are checked here.
 #define TARMAC_ABI_NEWER_THAN_HEADER(N)                                                           \
   N(nvmlDeviceGetGpuMaxPcieLinkGeneration) N(nvmlDeviceGetCurrentClocksEventReasons)              \
-  N(nvmlDeviceGetSupportedClocksEventReasons) N(nvmlDeviceGetProcessesUtilizationInfo)
+  N(nvmlDeviceGetSupportedClocksEventReasons) N(nvmlDeviceGetProcessesUtilizationInfo)             \
+  N(nvmlGpmMigSampleGet)
 extern "C" {
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample);
 nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int* maxLinkGenDevice);
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long* clocksEventReasons);
 nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long* supportedClocksEventReasons);

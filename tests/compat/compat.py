@@ -121,9 +121,10 @@ def client_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_under_sim(cmd: list[str], timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+def run_under_sim(cmd: list[str], timeout: float = 120, scenario: str = SCENARIO,
+                  **env: str) -> subprocess.CompletedProcess:
     """Runs `cmd` under the simulator and returns its result (stdout and stderr as text)."""
-    return subprocess.run(sim_command(cmd), env=client_env(**env), stdin=subprocess.DEVNULL,
+    return subprocess.run(sim_command(cmd, scenario), env=client_env(**env), stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=timeout)
 

@@ -307,4 +307,17 @@ struct nvmlGpmSupport_t {
   unsigned int isSupportedDevice;
 };
 
+// What a device (or a MIG device) is made of: a MIG device's slices of its board (docs/mig.md).
+struct nvmlDeviceAttributes_t {
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  unsigned int gpuInstanceSliceCount;
+  unsigned int computeInstanceSliceCount;
+  unsigned long long memorySizeMB;
+};
+
 }  // namespace tarmac::nvml
