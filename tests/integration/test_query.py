@@ -48,7 +48,8 @@ REGEN = os.environ.get("TARMAC_REGEN_GOLDEN") == "1"
 SCENARIOS = ["a100x4-balanced", "mixed-topology-8gpu"]
 # Every bundled scenario, for the all-fields-at-once comparison.
 ALL_SCENARIOS = SCENARIOS + ["a100x4-dataloader-stall", "a100x4-gpu0-only", "a100x4-near-oom", "a100x4-thermal",
-                             "h100x2-log", "h100x8-idle-fleet", "holding-zombie"]
+                             "h100x2-log", "h100x8-idle-fleet", "holding-zombie", "h200x8-mig-mixed",
+                             "a100x4-mig-idle-slices"]
 FORMATS = ["csv", "csv,noheader", "csv,nounits", "csv,noheader,nounits"]
 
 # Every field (canonical name or alias) compared byte for byte with nvidia-smi. `timestamp` is

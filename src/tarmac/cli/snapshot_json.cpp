@@ -154,10 +154,13 @@ json to_json(const gpu::GpuProcess& p) {
   j["used_mem_bytes"] = opt(p.used_mem_bytes);
   j["sm_util_pct"] = opt(p.sm_util_pct);
   j["mem_util_pct"] = opt(p.mem_util_pct);
+  j["mig"] = opt(p.mig);
+  j["gpu_instance_id"] = p.mig_instance ? json(p.mig_instance->first) : json(nullptr);
+  j["compute_instance_id"] = p.mig_instance ? json(p.mig_instance->second) : json(nullptr);
   return j;
 }
 
-json to_json(const gpu::Device& d, gpu::Activity activity) {
+json to_json(const gpu::Device& d, gpu::Activity activity, const std::vector<gpu::MigActivity>& mig_classes) {
   json j;
   add_identity(j, d);
   j["activity"] = gpu::to_string(activity);
@@ -177,6 +180,37 @@ json to_json(const gpu::Device& d, gpu::Activity activity) {
   }
   j["processes"] = json::array();
   for (const auto& p : d.processes) j["processes"].push_back(to_json(p));
+  // MIG devices (docs/mig.md): no utilization field, since MIG mode has none; GPM where measured.
+  j["mig"] = json::array();
+  for (std::size_t k = 0; k < d.mig.size(); ++k) {
+    const gpu::MigDevice& m = d.mig[k];
+    json mj = {{"index", m.index},
+               {"uuid", opt(m.uuid)},
+               {"profile", opt(m.profile)},
+               {"gpu_instance_id", opt(m.gpu_instance_id)},
+               {"compute_instance_id", opt(m.compute_instance_id)},
+               {"slices", opt(m.slices)},
+               {"multiprocessors", opt(m.multiprocessors)},
+               {"mem_total_bytes", opt(m.mem_total_bytes)},
+               {"mem_used_bytes", opt(m.mem_used_bytes)},
+               {"mem_free_bytes", opt(m.mem_free_bytes)},
+               {"gpm_sm_active_pct", opt(m.gpm_sm_active_pct)},
+               {"gpm_dram_bw_pct", opt(m.gpm_dram_bw_pct)},
+               {"processes", json::array()}};
+    for (const auto& p : d.processes) {
+      if (p.mig == k) mj["processes"].push_back(p.pid);
+    }
+    if (k < mig_classes.size()) {
+      mj["activity"] = gpu::to_string(mig_classes[k].activity);
+      // "gpm": from its GPU instance's GPM; "processes": from whether processes run on it (MIG
+      // mode gives no utilization; an empty slice is idle, one in use counts as busy).
+      mj["activity_source"] = m.gpm_sm_active_pct ? "gpm" : "processes";
+    } else {
+      mj["activity"] = nullptr;
+      mj["activity_source"] = nullptr;
+    }
+    j["mig"].push_back(std::move(mj));
+  }
   j["errors"] = json::array();
   for (const auto& e : d.errors) j["errors"].push_back({{"value", e.what}, {"message", e.message}});
   return j;

@@ -121,7 +121,44 @@ void print_header(std::FILE* out, const gpu::Snapshot& snap) {
 }
 
 // One row per GPU, then the values that failed with something other than "not supported".
-void print_gpus(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color) {
+// A MIG device's MEMORY cell, as a GPU's.
+std::string mig_memory_cell(const gpu::MigDevice& m) {
+  gpu::Device view;
+  view.id.mem_total_bytes = m.mem_total_bytes;
+  view.sample.mem_used_bytes = m.mem_used_bytes;
+  return memory_cell(view);
+}
+
+// The rows of a GPU's MIG devices, under its own ("4:0", as nvitop names them): GPM's SM activity
+// where measured (Hopper), never a utilization that MIG mode does not give.
+void add_mig_rows(Table& gpus, const gpu::Device& d, const std::vector<gpu::MigActivity>& classes) {
+  for (std::size_t k = 0; k < d.mig.size(); ++k) {
+    const gpu::MigDevice& m = d.mig[k];
+    const std::string ids = m.gpu_instance_id && m.compute_instance_id
+                                ? fmt::format("GI {} CI {}", *m.gpu_instance_id, *m.compute_instance_id)
+                                : dash();
+    Cell activity{"-"};
+    if (k < classes.size()) {
+      // Without GPM a slice with processes is in use, its activity unmeasured: said so.
+      activity = classes[k].measured ? Cell{gpu::to_string(classes[k].activity), activity_style(classes[k].activity)}
+                                     : Cell{"in use", Style::Plain};
+    }
+    gpus.add_row({{fmt::format("{}:{}", d.id.index, m.index)},
+                  {"  MIG " + m.profile.value_or("?"), Style::Dim},
+                  {ids, Style::Dim},
+                  {mig_memory_cell(m)},
+                  {m.gpm_sm_active_pct ? fmt::format("{:.0f} %", *m.gpm_sm_active_pct) : dash()},
+                  {""},
+                  {""},
+                  {""},
+                  {""},
+                  activity,
+                  {""}});
+  }
+}
+
+void print_gpus(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color,
+                const MigClasses& mig_classes) {
   Table gpus({{"GPU", Align::Right}, {"NAME"}, {"BUS"}, {"MEMORY"}, {"UTIL", Align::Right}, {"TEMP", Align::Right},
               {"POWER", Align::Right}, {"SM CLK", Align::Right}, {"P"}, {"ACTIVITY"}, {"CLOCK EVENTS"}});
   for (std::size_t i = 0; i < snap.devices.size(); ++i) {
@@ -146,6 +183,7 @@ void print_gpus(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Act
                   {gpu::to_string(a), activity_style(a)},
                   {events_cell(d), gpu::harmful_clock_events(d.sample.clock_event_reasons.value_or(0)) ? Style::Bad
                                                                                                       : Style::Plain}});
+    add_mig_rows(gpus, d, i < mig_classes.size() ? mig_classes[i] : std::vector<gpu::MigActivity>{});
   }
   gpus.print(out, color);
   for (const auto& d : snap.devices) {
@@ -168,7 +206,8 @@ void print_processes(std::FILE* out, const gpu::Snapshot& snap, bool color) {
       std::string command = visible ? h.command_line.value_or(h.name.value_or("-"))
                                     : "(PID not visible here: a process of another container or PID namespace)";
       if (command.empty()) command = h.name.value_or("-");
-      procs.add_row({{std::to_string(d.id.index)},
+      procs.add_row({{p.mig && *p.mig < d.mig.size() ? fmt::format("{}:{}", d.id.index, d.mig[*p.mig].index)
+                                                   : std::to_string(d.id.index)},
                      {std::to_string(p.pid)},
                      {h.user.value_or("-")},
                      {p.used_mem_bytes ? util::format_bytes(*p.used_mem_bytes) : dash()},
@@ -199,13 +238,14 @@ void print_verdicts(std::FILE* out, const gpu::Snapshot& snap, const std::vector
 
 }  // namespace
 
-void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color) {
+void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color,
+                  const MigClasses& mig_classes) {
   print_header(out, snap);
   if (snap.devices.empty()) {
     fmt::print(out, "No NVIDIA GPU is visible (the driver loaded, but NVML reports 0 devices).\n");
     return;
   }
-  print_gpus(out, snap, classes, color);
+  print_gpus(out, snap, classes, color, mig_classes);
   print_processes(out, snap, color);
   print_verdicts(out, snap, classes, color);
 }
@@ -235,6 +275,17 @@ void print_cuda_visibility(std::FILE* out, const gpu::Snapshot& snap, bool color
   if (view.problem) fmt::print(out, "{}\n", styled("! " + util::terminal_text(*view.problem), Style::Warn, color));
 }
 
+MigClasses classify_mig_all(const gpu::Snapshot& snap, const gpu::ActivityThresholds& thresholds) {
+  MigClasses out;
+  for (const auto& d : snap.devices) {
+    auto& classes = out.emplace_back();
+    for (std::size_t k = 0; k < d.mig.size(); ++k) {
+      classes.push_back(gpu::classify_mig(d, k, thresholds, snap.timestamp_unix_ms / 1000));
+    }
+  }
+  return out;
+}
+
 std::vector<Activity> classify_all(const gpu::Snapshot& snap, const gpu::ActivityThresholds& thresholds) {
   std::vector<Activity> classes;
   for (const auto& d : snap.devices) classes.push_back(gpu::classify(d, thresholds, snap.timestamp_unix_ms / 1000));
@@ -244,7 +295,8 @@ std::vector<Activity> classify_all(const gpu::Snapshot& snap, const gpu::Activit
 namespace detail {
 
 nlohmann::json status_json(const gpu::Snapshot& snap, const std::vector<Activity>& classes,
-                           const std::optional<std::string>& cuda_visible, const std::optional<std::string>& cuda_order) {
+                           const std::optional<std::string>& cuda_visible, const std::optional<std::string>& cuda_order,
+                           const MigClasses& mig_classes) {
   const auto or_null = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   nlohmann::json j;
   j["timestamp_unix_ms"] = snap.timestamp_unix_ms;
@@ -252,7 +304,10 @@ nlohmann::json status_json(const gpu::Snapshot& snap, const std::vector<Activity
   j["nvml_version"] = or_null(snap.nvml_version);
   j["cuda_driver_version"] = or_null(snap.cuda_driver_version);
   j["gpus"] = nlohmann::json::array();
-  for (std::size_t i = 0; i < snap.devices.size(); ++i) j["gpus"].push_back(to_json(snap.devices[i], classes[i]));
+  for (std::size_t i = 0; i < snap.devices.size(); ++i) {
+    j["gpus"].push_back(to_json(snap.devices[i], classes[i],
+                                i < mig_classes.size() ? mig_classes[i] : std::vector<gpu::MigActivity>{}));
+  }
   if (cuda_visible) {
     const auto view = gpu::cuda_view(snap.devices, cuda_visible, cuda_order);
     j["cuda_visible_devices"] = {{"value", *cuda_visible},
@@ -289,12 +344,14 @@ int run_status(const GlobalOptions& global, StatusOptions options) {
     return kExitCouldNotLook;
   }
   const auto classes = classify_all(*snap, options.thresholds);
+  const auto mig_classes = classify_mig_all(*snap, options.thresholds);
   if (global.json) {
-    fmt::print("{}\n", util::json_text(
-                           detail::status_json(*snap, classes, env("CUDA_VISIBLE_DEVICES"), env("CUDA_DEVICE_ORDER")), 2));
+    fmt::print("{}\n", util::json_text(detail::status_json(*snap, classes, env("CUDA_VISIBLE_DEVICES"),
+                                                           env("CUDA_DEVICE_ORDER"), mig_classes),
+                                       2));
   } else {
     const bool color = use_color(global, stdout);
-    print_status(stdout, *snap, classes, color);
+    print_status(stdout, *snap, classes, color, mig_classes);
     print_cuda_visibility(stdout, *snap, color);
   }
   return kExitOk;

@@ -30,9 +30,14 @@ struct StatusOptions {
 [[nodiscard]] std::vector<gpu::Activity> classify_all(const gpu::Snapshot& snapshot,
                                                       const gpu::ActivityThresholds& thresholds);
 
-// The human-readable status of `snapshot` (the GPU table, the process table, the verdicts).
+// The class of every MIG device of every device of `snapshot` (gpu::classify_mig), by device.
+using MigClasses = std::vector<std::vector<gpu::MigActivity>>;
+[[nodiscard]] MigClasses classify_mig_all(const gpu::Snapshot& snapshot, const gpu::ActivityThresholds& thresholds);
+
+// The human-readable status of `snapshot` (the GPU table with each MIG device under its GPU, the
+// process table, the verdicts).
 void print_status(std::FILE* out, const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes,
-                  bool color);
+                  bool color, const MigClasses& mig_classes = {});
 
 // When CUDA_VISIBLE_DEVICES is set: which GPUs a CUDA program started here sees, as one line
 // (and a second one when the variable has a problem). Prints nothing when it is unset.
@@ -56,7 +61,8 @@ namespace detail {
 // `cuda_visible` (CUDA_VISIBLE_DEVICES, ordered by `cuda_order`; null when unset), the verdicts.
 [[nodiscard]] nlohmann::json status_json(const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes,
                                          const std::optional<std::string>& cuda_visible,
-                                         const std::optional<std::string>& cuda_order);
+                                         const std::optional<std::string>& cuda_order,
+                                         const MigClasses& mig_classes = {});
 
 }  // namespace detail
 

@@ -145,7 +145,7 @@ std::string render_frame(const gpu::Snapshot& snap, const gpu::ActivityThreshold
   std::FILE* out = open_memstream(&buffer, &size);
   if (out == nullptr) return {};
   fmt::print(out, "Every {:g}s: tarmac status\n", interval_s);
-  print_status(out, snap, classify_all(snap, thresholds), color);
+  print_status(out, snap, classify_all(snap, thresholds), color, classify_mig_all(snap, thresholds));
   print_cuda_visibility(out, snap, color);
   std::fclose(out);
   std::string frame(buffer, size);

@@ -11,6 +11,11 @@ namespace tarmac::fields {
 
 namespace {
 
+// What nvidia-smi prints for a utilization NVML does not give: [N/A] on a GPU in MIG mode.
+Marker mig_or_unsupported(const ReadContext& c) {
+  return c.device.modes.mig_mode_current == true ? Marker::NotAvailable : Marker::NotSupported;
+}
+
 using namespace detail;
 using C = const ReadContext&;
 using G = gpu::ValueGroup;
@@ -139,11 +144,12 @@ std::vector<FieldSpec> build_table() {
        [](C c) { return text_or(c.device.modes.compute_mode); }},
       {"compute_cap", {}, "", D, "cuda_cc", {G::ComputeCapability}, "CUDA compute capability, major.minor",
        [](C c) { return text_or(c.device.id.cuda_capability); }},
-      {"utilization.gpu", {}, "%", D, "utilization", {G::Utilization}, "Percent of time a kernel was running",
-       [](C c) { return integer_or(c.device.sample.util_gpu_pct); }},
+      // In MIG mode the board has no utilization: nvidia-smi prints [N/A] there, not [Not Supported].
+      {"utilization.gpu", {}, "%", D, "utilization", {G::Utilization, G::MigMode}, "Percent of time a kernel was running",
+       [](C c) { return integer_or(c.device.sample.util_gpu_pct, mig_or_unsupported(c)); }},
       {"utilization.memory", {},
-       "%", D, "utilization", {G::Utilization}, "Percent of time device memory was read or written",
-       [](C c) { return integer_or(c.device.sample.util_mem_pct); }},
+       "%", D, "utilization", {G::Utilization, G::MigMode}, "Percent of time device memory was read or written",
+       [](C c) { return integer_or(c.device.sample.util_mem_pct, mig_or_unsupported(c)); }},
       {"utilization.encoder", {}, "%", D, "encoder", {G::CodecUtilization}, "Percent of time the encoder was busy",
        [](C c) { return integer_or(c.device.sample.util_encoder_pct); }},
       {"utilization.decoder", {}, "%", D, "decoder", {G::CodecUtilization}, "Percent of time the decoder was busy",

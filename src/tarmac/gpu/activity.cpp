@@ -1,5 +1,8 @@
 #include "tarmac/gpu/activity.hpp"
 
+#include <cmath>
+#include <functional>
+
 #include <algorithm>
 #include <fmt/format.h>
 
@@ -50,9 +53,7 @@ Activity classify_given(const Device& d, const ActivityThresholds& t, bool held_
   return is_starved(d, t) ? Activity::Starved : Activity::Idle;
 }
 
-}  // namespace
-
-Activity classify(const Device& d, const ActivityThresholds& t, long long now_unix_s, Leased leased) {
+bool held_long_enough(const Device& d, const ActivityThresholds& t, long long now_unix_s) {
   // The youngest process bounds how long the memory can have been held idle.
   long long youngest_age = -1;
   for (const auto& p : d.processes) {
@@ -60,11 +61,73 @@ Activity classify(const Device& d, const ActivityThresholds& t, long long now_un
     const long long age = now_unix_s - *p.host.start_time_unix;
     youngest_age = youngest_age < 0 ? age : std::min(youngest_age, age);
   }
-  return classify_given(d, t, youngest_age < 0 || youngest_age >= t.holding_after_s, leased);
+  return youngest_age < 0 || youngest_age >= t.holding_after_s;
+}
+
+// A MIG device seen as a GPU of its own: its memory, its processes and its GPM as utilization.
+Device slice_view(const Device& d, std::size_t k) {
+  const MigDevice& m = d.mig[k];
+  Device v;
+  v.id.index = d.id.index;
+  v.id.mem_total_bytes = m.mem_total_bytes;
+  v.sample.mem_used_bytes = m.mem_used_bytes;
+  if (m.gpm_sm_active_pct) v.sample.util_gpu_pct = static_cast<unsigned>(std::lround(*m.gpm_sm_active_pct));
+  for (const GpuProcess& p : d.processes) {
+    if (p.mig == k) v.processes.push_back(p);
+  }
+  return v;
+}
+
+MigActivity classify_slice(const Device& d, std::size_t k, const ActivityThresholds& t,
+                           const std::function<bool(const Device&)>& held) {
+  if (fault_reason(d)) return {Activity::Fault, true};
+  const Device v = slice_view(d, k);
+  if (v.processes.empty()) return {Activity::Idle, true};
+  if (!v.sample.util_gpu_pct) return {Activity::Busy, false};  // in use; MIG gives no utilization without GPM
+  return {classify_given(v, t, held(v), Leased::No), true};
+}
+
+// How active a class is, for a board in MIG mode: its most active slice's class.
+int rank(Activity a) {
+  switch (a) {
+    case Activity::Fault: return 5;
+    case Activity::Busy: return 4;
+    case Activity::Starved: return 3;
+    case Activity::Holding: return 2;
+    case Activity::ReservedIdle: return 1;
+    case Activity::Idle: return 0;
+  }
+  return 0;
+}
+
+std::optional<Activity> classify_board(const Device& d, const ActivityThresholds& t, Leased leased,
+                                       const std::function<bool(const Device&)>& held) {
+  if (d.modes.mig_mode_current != true || d.mig.empty() || d.lost) return std::nullopt;
+  Activity most = Activity::Idle;
+  for (std::size_t k = 0; k < d.mig.size(); ++k) {
+    const Activity a = classify_slice(d, k, t, held).activity;
+    if (rank(a) > rank(most)) most = a;
+  }
+  if (most == Activity::Idle && leased == Leased::Yes) return Activity::ReservedIdle;
+  return most;
+}
+
+}  // namespace
+
+MigActivity classify_mig(const Device& d, std::size_t k, const ActivityThresholds& t, long long now_unix_s) {
+  return classify_slice(d, k, t, [&](const Device& v) { return held_long_enough(v, t, now_unix_s); });
+}
+
+Activity classify(const Device& d, const ActivityThresholds& t, long long now_unix_s, Leased leased) {
+  const auto held = [&](const Device& v) { return held_long_enough(v, t, now_unix_s); };
+  if (auto board = classify_board(d, t, leased, held)) return *board;
+  return classify_given(d, t, held(d), leased);
 }
 
 Activity classify_with_history(const Device& d, const ActivityThresholds& t, long long held_idle_s, Leased leased) {
-  return classify_given(d, t, held_idle_s >= t.holding_after_s, leased);
+  const auto held = [&](const Device&) { return held_idle_s >= t.holding_after_s; };
+  if (auto board = classify_board(d, t, leased, held)) return *board;
+  return classify_given(d, t, held(d), leased);
 }
 
 const char* to_string(Activity a) {

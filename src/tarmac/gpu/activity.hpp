@@ -46,6 +46,18 @@ enum class Leased { No, Yes };
 [[nodiscard]] Activity classify_with_history(const Device& device, const ActivityThresholds& thresholds,
                                              long long held_idle_s, Leased leased = Leased::No);
 
+// A MIG device's class (docs/mig.md): idle without processes; with its GPU instance's GPM (Hopper
+// and later), its processes, memory and GPM SM activity classified as a GPU's; without GPM (MIG
+// mode gives no utilization), busy by process presence, `measured` false, so that nothing shows
+// a utilization NVML did not give. A GPU in MIG mode with MIG devices is classified (classify,
+// classify_with_history) as its most active MIG device.
+struct MigActivity {
+  Activity activity = Activity::Idle;
+  bool measured = true;  // from GPM or an empty slice; false: from process presence alone
+};
+[[nodiscard]] MigActivity classify_mig(const Device& device, std::size_t mig_index, const ActivityThresholds& thresholds,
+                                       long long now_unix_s);
+
 [[nodiscard]] const char* to_string(Activity activity);
 
 // Why a device counts as a fault, or nullopt.

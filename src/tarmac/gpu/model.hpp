@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tarmac/host/process_info.hpp"
@@ -141,6 +142,31 @@ struct GpuProcess {
   std::optional<unsigned> jpg_util_pct;  // JPEG decoder: nullopt also where only the older function answers
   std::optional<unsigned> ofa_util_pct;  // optical flow accelerator: likewise
   host::ProcessInfo host;
+  // On a GPU in MIG mode: the GPU and compute instance ids NVML lists it in, and the MIG device
+  // they name (an index of Device::mig).
+  std::optional<std::pair<unsigned, unsigned>> mig_instance;
+  std::optional<unsigned> mig;
+};
+
+// One MIG device of a GPU in MIG mode (docs/mig.md): a GPU instance and its compute instance, as
+// CUDA sees it (CUDA_VISIBLE_DEVICES=MIG-<uuid>). Utilization is never read as a number NVML does
+// not give: in MIG mode only GPM (Hopper and later) measures a slice's activity.
+struct MigDevice {
+  unsigned index = 0;  // under its parent, as nvidia-smi -L numbers it
+  std::optional<std::string> uuid;     // "MIG-..."
+  std::optional<std::string> profile;  // "1g.18gb", from its name ("NVIDIA H200 MIG 1g.18gb")
+  std::optional<unsigned> gpu_instance_id;
+  std::optional<unsigned> compute_instance_id;
+  std::optional<unsigned> slices;  // compute slices of the board's seven (its share of it)
+  std::optional<unsigned> multiprocessors;
+  std::optional<std::uint64_t> mem_total_bytes;
+  std::optional<std::uint64_t> mem_used_bytes;
+  std::optional<std::uint64_t> mem_free_bytes;
+  // GPM of its GPU instance over the interval between two slow reads (DeviceSlowSample's meaning).
+  std::optional<double> gpm_sm_active_pct;
+  std::optional<double> gpm_sm_occupancy_pct;
+  std::optional<double> gpm_tensor_active_pct;
+  std::optional<double> gpm_dram_bw_pct;
 };
 
 // A value that failed with something other than "not supported": shown as an error, kept trying.
@@ -155,6 +181,7 @@ struct Device {
   DeviceSample sample;
   std::optional<DeviceSlowSample> slow;  // present when slow fields were asked for
   std::vector<GpuProcess> processes;
+  std::vector<MigDevice> mig;  // its MIG devices, when it is in MIG mode and MigMode is read
   // The GPU stopped answering (fallen off the bus): the identity is what was known before.
   std::optional<std::string> lost;
   std::vector<ReadError> errors;

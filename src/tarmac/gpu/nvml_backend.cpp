@@ -79,6 +79,10 @@ class NvmlBackend final : public Backend {
       out.sample = detail::read_sample(dev, groups);
       if (options.slow) out.slow = detail::read_slow(dev);
       if (options.processes) out.processes = detail::read_processes(dev, host_cache_, groups);
+      if (groups.has(ValueGroup::MigMode) && out.modes.mig_mode_current == true) {
+        out.mig = detail::read_mig(dev, options.slow);
+        detail::match_mig_processes(out.mig, out.processes);
+      }
       out.id = dev.identity;
       out.lost = dev.lost();
       out.errors = dev.take_errors();

@@ -2,6 +2,8 @@
 // turns an NVML call into an optional value (probing support once).
 #pragma once
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -86,6 +88,7 @@ class NvmlDevice {
   DeviceIdentity identity;
   ValueGroups identity_read;  // the groups whose identity part is in `identity`
   GpmSample gpm_previous;  // the last slow read's GPM sample
+  std::map<unsigned, GpmSample> gpm_mig_previous;  // the same of each GPU instance, by its id
   // The newest per-process utilization sample seen (driver time, us): the next read asks for the
   // samples newer than it or than its minimum window, whichever reaches further back
   // (gpu::utilization_since), so no read waits for a sample period.
@@ -110,6 +113,18 @@ void read_identity(NvmlDevice& dev, ValueGroups groups);
 [[nodiscard]] std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host_cache,
                                                    ValueGroups groups);
 [[nodiscard]] Topology read_topology(std::vector<NvmlDevice>& devices);
+// The MIG devices of a GPU in MIG mode (nvml_mig.cpp), with their GPM when `slow`; processes are
+// matched to them by their instance ids (GpuProcess::mig).
+[[nodiscard]] std::vector<MigDevice> read_mig(NvmlDevice& dev, bool slow);
+void match_mig_processes(const std::vector<MigDevice>& mig, std::vector<GpuProcess>& processes);
+
+// GPM rates since `previous`, from a new sample that `take` fills (kept in `previous` for the
+// next read); none on the first read or when GPM fails.
+struct GpmRates {
+  std::optional<double> sm_active_pct, sm_occupancy_pct, tensor_active_pct, dram_bw_pct;
+};
+[[nodiscard]] GpmRates gpm_rates(NvmlDevice& dev, GpmSample& previous,
+                                 const std::function<nvml::nvmlReturn_t(nvml::nvmlGpmSample_t)>& take);
 
 // Reads a fixed-size string value (name, UUID, serial...) through a (device, buffer, length) call.
 template <typename Fn>

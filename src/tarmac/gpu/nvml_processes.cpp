@@ -14,6 +14,8 @@ using namespace tarmac::nvml;
 
 namespace {
 
+constexpr unsigned kNoInstance = 0xFFFFFFFFu;  // a process record's ids outside MIG
+
 // How a list call ended: the driver's answer, and whether the records filled the whole buffer it
 // was given (a driver that cuts its answer to the buffer may have left records out).
 struct Listed {
@@ -48,6 +50,8 @@ Listed list(Fn fn, nvmlDevice_t h, std::vector<Record>& out) {
 struct Found {
   unsigned pid;
   unsigned long long used_mem;
+  unsigned gpu_instance = kNoInstance;  // MIG: the GPU and compute instance it runs in
+  unsigned compute_instance = kNoInstance;
 };
 
 // One process family (compute, graphics or MPS): _v3, then _v2, then the unversioned v1 record.
@@ -60,7 +64,7 @@ std::vector<Found> read_family(NvmlDevice& dev, std::string_view what, PFN_nvmlD
   if (v3 != nullptr || v2 != nullptr) {
     std::vector<nvmlProcessInfo_v2_t> records;
     rc = list(v3 != nullptr ? v3 : v2, dev.handle(), records).rc;
-    for (const auto& r : records) out.push_back({r.pid, r.usedGpuMemory});
+    for (const auto& r : records) out.push_back({r.pid, r.usedGpuMemory, r.gpuInstanceId, r.computeInstanceId});
   } else if (v1 != nullptr) {
     std::vector<nvmlProcessInfo_v1_t> records;
     rc = list(v1, dev.handle(), records).rc;
@@ -172,6 +176,7 @@ std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host
       proc.type = type;
       // NVML reports "not available" (all ones) where it cannot attribute memory (e.g. under MIG).
       if (p.used_mem != ~0ULL) proc.used_mem_bytes = p.used_mem;
+      if (p.gpu_instance != kNoInstance) proc.mig_instance = {p.gpu_instance, p.compute_instance};
       out.push_back(std::move(proc));
     }
   };

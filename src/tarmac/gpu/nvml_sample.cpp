@@ -1,4 +1,6 @@
 // Dynamic values of a device: modes, the fast sample and the slow sample.
+#include <functional>
+
 #include "tarmac/gpu/nvml_device.hpp"
 
 namespace tarmac::gpu::detail {
@@ -209,30 +211,24 @@ DeviceSample read_sample(NvmlDevice& dev, ValueGroups groups) {
   return s;
 }
 
-namespace {
-
-// GPM metrics are rates between two samples: each slow read takes a sample and compares it with
-// the one kept from the previous slow read, so no call ever sleeps. The first read gives none.
-void read_gpm(NvmlDevice& dev, DeviceSlowSample& out) {
+GpmRates gpm_rates(NvmlDevice& dev, GpmSample& previous, const std::function<nvmlReturn_t(nvmlGpmSample_t)>& take) {
   const Functions& f = dev.fn();
-  if (dev.identity.gpm_supported != true || f.nvmlGpmSampleAlloc == nullptr || f.nvmlGpmSampleFree == nullptr ||
-      !dev.supported("gpm")) {
-    return;
-  }
+  GpmRates out;
+  if (f.nvmlGpmSampleAlloc == nullptr || f.nvmlGpmSampleFree == nullptr || !dev.supported("gpm")) return out;
   nvmlGpmSample_t current = nullptr;
   if (nvmlReturn_t rc = f.nvmlGpmSampleAlloc(&current); rc != NVML_SUCCESS) {
     dev.note_failure("gpm", rc);
-    return;
+    return out;
   }
   GpmSample sample(current, f.nvmlGpmSampleFree);
-  if (nvmlReturn_t rc = call(f.nvmlGpmSampleGet, dev.handle(), current); rc != NVML_SUCCESS) {
+  if (nvmlReturn_t rc = take(current); rc != NVML_SUCCESS) {
     dev.note_failure("gpm", rc);
-    return;
+    return out;
   }
-  if (dev.gpm_previous) {
+  if (previous) {
     nvmlGpmMetricsGet_t get{};
     get.version = NVML_GPM_METRICS_GET_VERSION;
-    get.sample1 = dev.gpm_previous.get();
+    get.sample1 = previous.get();
     get.sample2 = current;
     const int ids[] = {NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY, NVML_GPM_METRIC_ANY_TENSOR_UTIL,
                        NVML_GPM_METRIC_DRAM_BW_UTIL};
@@ -242,15 +238,31 @@ void read_gpm(NvmlDevice& dev, DeviceSlowSample& out) {
       auto value = [&](unsigned i) -> std::optional<double> {
         return get.metrics[i].nvmlReturn == NVML_SUCCESS ? std::optional<double>(get.metrics[i].value) : std::nullopt;
       };
-      out.gpm_sm_active_pct = value(0);
-      out.gpm_sm_occupancy_pct = value(1);
-      out.gpm_tensor_active_pct = value(2);
-      out.gpm_dram_bw_pct = value(3);
+      out.sm_active_pct = value(0);
+      out.sm_occupancy_pct = value(1);
+      out.tensor_active_pct = value(2);
+      out.dram_bw_pct = value(3);
     } else {
       dev.note_failure("gpm", rc);
     }
   }
-  dev.gpm_previous = std::move(sample);
+  previous = std::move(sample);
+  return out;
+}
+
+namespace {
+
+// GPM metrics are rates between two samples: each slow read takes a sample and compares it with
+// the one kept from the previous slow read, so no call ever sleeps. The first read gives none.
+void read_gpm(NvmlDevice& dev, DeviceSlowSample& out) {
+  if (dev.identity.gpm_supported != true) return;
+  const GpmRates r = gpm_rates(dev, dev.gpm_previous, [&](nvmlGpmSample_t s) {
+    return call(dev.fn().nvmlGpmSampleGet, dev.handle(), s);
+  });
+  out.gpm_sm_active_pct = r.sm_active_pct;
+  out.gpm_sm_occupancy_pct = r.sm_occupancy_pct;
+  out.gpm_tensor_active_pct = r.tensor_active_pct;
+  out.gpm_dram_bw_pct = r.dram_bw_pct;
 }
 
 }  // namespace
