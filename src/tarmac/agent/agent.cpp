@@ -213,6 +213,18 @@ class Loop {
         d.processes = it->second;
       }
       if (auto it = latest_slow_.find(d.id.index); it != latest_slow_.end()) d.slow = it->second;
+      // Each MIG device's GPM from the last slow read, matched by its GPU instance.
+      if (auto it = latest_mig_gpm_.find(d.id.index); it != latest_mig_gpm_.end()) {
+        for (gpu::MigDevice& m : d.mig) {
+          for (const gpu::MigDevice& slow : it->second) {
+            if (!m.gpu_instance_id || slow.gpu_instance_id != m.gpu_instance_id) continue;
+            m.gpm_sm_active_pct = slow.gpm_sm_active_pct;
+            m.gpm_sm_occupancy_pct = slow.gpm_sm_occupancy_pct;
+            m.gpm_tensor_active_pct = slow.gpm_tensor_active_pct;
+            m.gpm_dram_bw_pct = slow.gpm_dram_bw_pct;
+          }
+        }
+      }
     }
     const auto classes = tracker_.classes();
     options_.on_sample(SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds, tracker_.jobs()});
@@ -231,7 +243,10 @@ class Loop {
     if (auto s = backend_.snapshot(reads_.slow); s.ok()) {
       for (const auto& d : s->devices) {
         if (!d.slow) continue;
-        if (options_.on_sample) latest_slow_[d.id.index] = *d.slow;
+        if (options_.on_sample) {
+          latest_slow_[d.id.index] = *d.slow;
+          latest_mig_gpm_[d.id.index] = d.mig;
+        }
         recorder_.add(store::SlowSample{now_, d.id.index, util::widen(d.slow->pcie_tx_kbps),
                                         util::widen(d.slow->pcie_rx_kbps), d.slow->gpm_sm_active_pct,
                                         d.slow->gpm_sm_occupancy_pct, d.slow->gpm_tensor_active_pct,
@@ -300,6 +315,7 @@ class Loop {
   long long nvml_errors_ = 0;
   std::map<unsigned, std::vector<gpu::GpuProcess>> latest_processes_;  // for on_sample
   std::map<unsigned, gpu::DeviceSlowSample> latest_slow_;
+  std::map<unsigned, std::vector<gpu::MigDevice>> latest_mig_gpm_;  // the MIG devices of the last slow read
 };
 
 }  // namespace
@@ -308,7 +324,7 @@ gpu::ValueGroups recorded_groups() {
   using G = gpu::ValueGroup;
   return {G::Name,       G::Uuid,        G::Pci,         G::Board,       G::Memory,    G::Utilization,
           G::CodecUtilization, G::Temperature, G::Power, G::ClockSm, G::ClockMem, G::ClockEvents,
-          G::EccErrors,  G::RetiredPages, G::RemappedRows, G::ProcessHost, G::ProcessUtilization};
+          G::EccErrors,  G::RetiredPages, G::RemappedRows, G::ProcessHost, G::ProcessUtilization, G::MigMode};
 }
 
 Result<AgentSummary> run_agent(gpu::Backend& backend, const Clock& clock, const AgentOptions& options,

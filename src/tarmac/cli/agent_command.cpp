@@ -489,7 +489,16 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     stats.last_sample_seconds = v.sample_seconds;
     stats.start_unix_ms = start_unix_ms;
     alerter.observe(v.merged, v.classes, v.ts_ms);  // first, so the view published sees its alerts
-    if (*service) live.publish(v.merged, v.classes, v.ts_ms, stats, v.jobs.map, v.jobs.pods, v.jobs.pods_listed);
+    if (*service) {
+      std::map<unsigned, std::vector<gpu::MigActivity>> mig_classes;
+      for (const auto& d : v.merged.devices) {
+        for (std::size_t k = 0; k < d.mig.size(); ++k) {
+          mig_classes[d.id.index].push_back(
+              gpu::classify_mig(d, k, s.cfg.activity, v.merged.timestamp_unix_ms / 1000));
+        }
+      }
+      live.publish(v.merged, v.classes, v.ts_ms, stats, v.jobs.map, v.jobs.pods, v.jobs.pods_listed, mig_classes);
+    }
     if (scheduler) scheduler->observe(v.merged, v.classes);
     if (idle_jobs) idle_jobs->observe(v.jobs, v.classes, v.ts_ms);
   };

@@ -79,7 +79,8 @@ class NvmlBackend final : public Backend {
       out.sample = detail::read_sample(dev, groups);
       if (options.slow) out.slow = detail::read_slow(dev);
       if (options.processes) out.processes = detail::read_processes(dev, host_cache_, groups);
-      if (groups.has(ValueGroup::MigMode) && out.modes.mig_mode_current == true) {
+      // A slow read, which reads no modes, reads MIG devices for their GPM (none when MIG is off).
+      if ((groups.has(ValueGroup::MigMode) && out.modes.mig_mode_current == true) || options.slow) {
         out.mig = detail::read_mig(dev, options.slow);
         detail::match_mig_processes(out.mig, out.processes);
       }

@@ -136,6 +136,10 @@ const std::vector<Family>& own_families() {
       {"tarmac_gpu_lost", Type::Gauge, "1 when the GPU stopped answering (fell off the bus)."},
       {"tarmac_gpu_clock_events_thermal", Type::Gauge, "1 while a thermal slowdown (SW or HW) holds the clocks down."},
       {"tarmac_gpu_processes", Type::Gauge, "Processes using the GPU."},
+      {"tarmac_mig_activity", Type::Gauge,
+       "1 for the MIG device's activity class now, 0 for the others; source: gpm (measured) or processes (MIG "
+       "mode gives no utilization: a MIG device in use counts as busy)."},
+      {"tarmac_mig_slices", Type::Gauge, "Compute slices of the MIG device, of its board's seven."},
       {"tarmac_gpu_holding_processes", Type::Gauge, "Processes holding memory at 0 % on a GPU in class holding."},
       {"tarmac_process_info", Type::Gauge, "1 for each process on a GPU, with its user, command, container and job."},
       {"tarmac_process_memory_used_bytes", Type::Gauge, "GPU memory the process uses (bytes)."},
@@ -322,19 +326,81 @@ std::vector<std::string> attributed_sets(const std::string& base, const std::vec
   return sets;
 }
 
+// The families a MIG device has of its own, as dcgm-exporter exports them per GPU instance (with
+// GPU_I_PROFILE and GPU_I_ID): its memory and its GPM. A GPU in MIG mode has them only per MIG
+// device, so that a sum over a GPU's series is the board's (no series counts twice).
+bool per_mig_device(std::string_view family) {
+  return family == "DCGM_FI_DEV_FB_FREE" || family == "DCGM_FI_DEV_FB_USED" || family.starts_with("DCGM_FI_PROF_SM_") ||
+         family == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" || family == "DCGM_FI_PROF_DRAM_ACTIVE";
+}
+
+// A MIG device as the fields read a GPU: its memory, and its GPM as the slow sample.
+gpu::Device mig_as_device(const gpu::MigDevice& m) {
+  gpu::Device v;
+  v.sample.mem_used_bytes = m.mem_used_bytes;
+  v.sample.mem_free_bytes = m.mem_free_bytes;
+  v.slow = gpu::DeviceSlowSample{};
+  v.slow->gpm_sm_active_pct = m.gpm_sm_active_pct;
+  v.slow->gpm_sm_occupancy_pct = m.gpm_sm_occupancy_pct;
+  v.slow->gpm_tensor_active_pct = m.gpm_tensor_active_pct;
+  v.slow->gpm_dram_bw_pct = m.gpm_dram_bw_pct;
+  return v;
+}
+
+std::string mig_labels(const gpu::MigDevice& m) {
+  return fmt::format("{},{}", label("GPU_I_PROFILE", m.profile.value_or("")),
+                     label("GPU_I_ID", m.gpu_instance_id ? std::to_string(*m.gpu_instance_id) : std::string()));
+}
+
 // dcgm-exporter's families, each with the GPUs that have its value (`dcgm`: each GPU's label sets,
-// one per job and pod on it, or one without either).
+// one per job and pod on it, or one without either), and each MIG device of a GPU in MIG mode.
 void write_dcgm_fields(Writer& w, const std::vector<gpu::Device>& devices,
                        const std::vector<std::vector<std::string>>& dcgm) {
   for (const auto& field : dcgm_fields()) {
     bool begun = false;
-    for (std::size_t i = 0; i < devices.size(); ++i) {
-      if (devices[i].lost) continue;
-      const auto v = field.read(devices[i]);
-      if (!v) continue;
+    const auto emit = [&](const std::vector<std::string>& sets, const std::string& extra, double v) {
       if (!begun) w.begin(field.family);
       begun = true;
-      for (const auto& labels : dcgm[i]) w.sample(field.family.name, labels, *v);
+      for (const auto& labels : sets) w.sample(field.family.name, extra.empty() ? labels : labels + "," + extra, v);
+    };
+    const bool sliced = per_mig_device(field.family.name);
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      const gpu::Device& d = devices[i];
+      if (d.lost) continue;
+      if (sliced && !d.mig.empty()) {
+        for (const gpu::MigDevice& m : d.mig) {
+          if (const auto v = field.read(mig_as_device(m))) emit(dcgm[i], mig_labels(m), *v);
+        }
+        continue;
+      }
+      if (const auto v = field.read(d)) emit(dcgm[i], "", *v);
+    }
+  }
+}
+
+// tarmac's per-MIG-device families: the class of each (docs/mig.md) and its compute slices, the
+// share of its board that the grounded-fleet numbers charge it.
+void write_mig_families(Writer& w, const LiveView& view, const std::vector<std::string>& labels) {
+  const auto& devices = view.snapshot.devices;
+  w.begin(own_family("tarmac_mig_activity"));
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const auto it = view.mig_classes.find(devices[i].id.index);
+    if (it == view.mig_classes.end()) continue;
+    for (std::size_t k = 0; k < devices[i].mig.size() && k < it->second.size(); ++k) {
+      const gpu::MigDevice& m = devices[i].mig[k];
+      const std::string base = labels[i] + "," + mig_labels(m) + "," + label("mig_uuid", m.uuid.value_or("")) + "," +
+                               label("source", m.gpm_sm_active_pct ? "gpm" : "processes");
+      for (auto a : gpu::kActivities) {
+        w.sample("tarmac_mig_activity", base + "," + label("class", gpu::to_string(a)), a == it->second[k].activity ? 1 : 0);
+      }
+    }
+  }
+  w.begin(own_family("tarmac_mig_slices"));
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    for (const gpu::MigDevice& m : devices[i].mig) {
+      if (!m.slices) continue;
+      w.sample("tarmac_mig_slices", labels[i] + "," + mig_labels(m) + "," + label("mig_uuid", m.uuid.value_or("")),
+               *m.slices);
     }
   }
 }
@@ -519,6 +585,7 @@ std::string render_sample_metrics(const LiveView& view, const SampleLabels& samp
     for (const auto& pod : pods[i]) w.sample("tarmac_gpu_pod_info", labels[i] + "," + pod_labels(pod), 1);
   }
   write_gpu_families(w, view, labels);
+  write_mig_families(w, view, labels);
   write_process_families(w, view, labels, sample.commands, sample.pods);
   write_alerts(w, alerts, hostname);
   return w.take();

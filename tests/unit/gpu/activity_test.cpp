@@ -57,6 +57,51 @@ TEST(Activity, ThermalSlowdownAndLostGpusAreFaults) {
   EXPECT_EQ(classify(capped, ActivityThresholds{}, kNow), Activity::Busy);
 }
 
+// A board in MIG mode (no utilization) with two MIG devices: each with `used_mib` and, when
+// `processes`, one process of that age; GPM where given.
+Device mig_board(std::vector<std::optional<double>> gpm, std::vector<bool> processes, long long age_s = 3600) {
+  Device d = device(0, 0, 0);
+  d.sample.util_gpu_pct.reset();
+  d.modes.mig_mode_current = true;
+  for (std::size_t k = 0; k < gpm.size(); ++k) {
+    MigDevice m;
+    m.index = static_cast<unsigned>(k);
+    m.mem_total_bytes = 20480 * util::kMiB;
+    m.mem_used_bytes = (processes[k] ? 15000 : 0) * util::kMiB;
+    m.gpm_sm_active_pct = gpm[k];
+    d.mig.push_back(m);
+    if (processes[k]) {
+      GpuProcess p;
+      p.pid = 2000 + static_cast<unsigned>(k);
+      p.host.start_time_unix = kNow - age_s;
+      p.mig = static_cast<unsigned>(k);
+      d.processes.push_back(p);
+    }
+  }
+  return d;
+}
+
+TEST(Activity, AMigDeviceIsClassifiedByItsGpmOrElseByItsProcesses) {
+  const ActivityThresholds t;
+  const Device gpm = mig_board({85.0, 0.0}, {true, true});
+  EXPECT_EQ(classify_mig(gpm, 0, t, kNow).activity, Activity::Busy);
+  EXPECT_TRUE(classify_mig(gpm, 0, t, kNow).measured);
+  EXPECT_EQ(classify_mig(gpm, 1, t, kNow).activity, Activity::Holding);  // 15 of 20 GiB at 0 % for an hour
+  EXPECT_EQ(classify(gpm, t, kNow), Activity::Busy);                     // the board: its most active slice
+  // Without GPM (A100): a slice in use is busy by presence, and says it was not measured.
+  const Device a100 = mig_board({std::nullopt, std::nullopt}, {true, false});
+  EXPECT_EQ(classify_mig(a100, 0, t, kNow).activity, Activity::Busy);
+  EXPECT_FALSE(classify_mig(a100, 0, t, kNow).measured);
+  EXPECT_EQ(classify_mig(a100, 1, t, kNow).activity, Activity::Idle);
+  // A board whose only process holds memory at 0 % is holding, never from a made-up 0 %.
+  const Device held = mig_board({0.0, std::nullopt}, {true, false});
+  EXPECT_EQ(classify(held, t, kNow), Activity::Holding);
+  EXPECT_EQ(classify_with_history(held, t, 0), Activity::Starved);  // held for no time yet
+  const Device empty = mig_board({std::nullopt, std::nullopt}, {false, false});
+  EXPECT_EQ(classify(empty, t, kNow), Activity::Idle);
+  EXPECT_EQ(classify(empty, t, kNow, Leased::Yes), Activity::ReservedIdle);
+}
+
 TEST(ClockEvents, DecodesKnownAndUnknownBits) {
   EXPECT_EQ(clock_event_keys(0x60), (std::vector<std::string>{"sw_thermal_slowdown", "hw_thermal_slowdown"}));
   EXPECT_EQ(clock_event_keys(0x1000), (std::vector<std::string>{"0x1000"}));

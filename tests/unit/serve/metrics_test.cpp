@@ -83,6 +83,64 @@ TEST(Metrics, GpmValuesAreRatiosAndXidIsTheLastOne) {
   EXPECT_NE(samples(text, "DCGM_FI_DEV_XID_ERRORS")[0].find("} 79"), std::string::npos);
 }
 
+TEST(Metrics, MigDevicesHaveTheirOwnMemoryAndGpmSeriesWithDcgmExportersLabels) {
+  auto d = a100(3, 0);
+  d.sample.util_gpu_pct.reset();  // MIG mode: no utilization
+  d.modes.mig_mode_current = true;
+  d.slow = gpu::DeviceSlowSample{};
+  d.slow->gpm_sm_active_pct = 50;  // the board's: not exported beside its MIG devices' own
+  gpu::MigDevice busy;
+  busy.index = 0;
+  busy.uuid = "MIG-aaaaaaaa-0000-5000-8000-000000000000";
+  busy.profile = "3g.20gb";
+  busy.gpu_instance_id = 2;
+  busy.compute_instance_id = 0;
+  busy.slices = 3;
+  busy.mem_used_bytes = 12000 * util::kMiB;
+  busy.mem_free_bytes = 7968 * util::kMiB;
+  busy.gpm_sm_active_pct = 80;
+  gpu::MigDevice empty = busy;
+  empty.index = 1;
+  empty.uuid = "MIG-bbbbbbbb-0000-5000-8000-000000000000";
+  empty.profile = "1g.5gb";
+  empty.gpu_instance_id = 13;
+  empty.slices = 1;
+  empty.mem_used_bytes = 0;
+  empty.gpm_sm_active_pct.reset();
+  d.mig = {busy, empty};
+  auto v = view_of({d}, {{3, gpu::Activity::Busy}});
+  v.mig_classes[3] = {{gpu::Activity::Busy, true}, {gpu::Activity::Idle, true}};
+  const auto text = render_metrics(v, {.hostname = "node1"});
+  const auto used = samples(text, "DCGM_FI_DEV_FB_USED");
+  ASSERT_EQ(used.size(), 2u) << text;  // one per MIG device, none for the board
+  EXPECT_NE(used[0].find(R"(GPU_I_PROFILE="3g.20gb",GPU_I_ID="2"} 12000)"), std::string::npos) << used[0];
+  EXPECT_NE(used[1].find(R"(GPU_I_PROFILE="1g.5gb",GPU_I_ID="13"} 0)"), std::string::npos) << used[1];
+  const auto sm = samples(text, "DCGM_FI_PROF_SM_ACTIVE");
+  ASSERT_EQ(sm.size(), 1u) << text;  // the empty one has no GPM here: not invented
+  EXPECT_NE(sm[0].find(R"(GPU_I_ID="2"} 0.8)"), std::string::npos) << sm[0];
+  EXPECT_TRUE(samples(text, "DCGM_FI_DEV_GPU_UTIL").empty());
+  // Board-level families keep the board's labels alone.
+  ASSERT_EQ(samples(text, "DCGM_FI_DEV_POWER_USAGE").size(), 1u);
+  EXPECT_EQ(samples(text, "DCGM_FI_DEV_POWER_USAGE")[0].find("GPU_I_"), std::string::npos);
+  const auto activity = samples(text, "tarmac_mig_activity");
+  ASSERT_EQ(activity.size(), 2 * gpu::kActivities.size());
+  int ones = 0;
+  for (const auto& line : activity) {
+    if (line.ends_with(" 1")) {
+      ++ones;
+      EXPECT_TRUE(line.find(R"(GPU_I_ID="2")") != std::string::npos ? line.find(R"(class="busy")") != std::string::npos
+                                                                      : line.find(R"(class="idle")") != std::string::npos)
+          << line;
+    }
+  }
+  EXPECT_EQ(ones, 2);
+  EXPECT_NE(text.find(R"(source="gpm",class="busy"} 1)"), std::string::npos) << text;
+  const auto slices = samples(text, "tarmac_mig_slices");
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_TRUE(slices[0].ends_with(" 3"));
+  EXPECT_TRUE(slices[1].ends_with(" 1"));
+}
+
 TEST(Metrics, ActivityIsOneClassAndCountsSeconds) {
   auto v = view_of({a100(0, 0), a100(1, 96)}, {{0, gpu::Activity::Idle}, {1, gpu::Activity::Busy}});
   v.counters[0].class_seconds[activity_slot(gpu::Activity::Idle)] = 90;
