@@ -12,6 +12,7 @@ const char* to_string(Exclusion reason) {
   switch (reason) {
     case Exclusion::Lost: return "lost";
     case Exclusion::NoUuid: return "no-uuid";
+    case Exclusion::Mig: return "mig";
     case Exclusion::Leased: return "leased";
     case Exclusion::Process: return "process";
     case Exclusion::NotEnoughMemory: return "memory";
@@ -30,6 +31,12 @@ std::optional<Excluded> exclusion(const gpu::Device& d, const LeasedGpus& leased
   const unsigned index = d.id.index;
   if (d.lost) return Excluded{index, Exclusion::Lost, fmt::format("lost: {}", *d.lost)};
   if (!d.id.uuid) return Excluded{index, Exclusion::NoUuid, "its UUID could not be read, so it cannot be leased"};
+  if (d.modes.mig_mode_current == true) {
+    return Excluded{index, Exclusion::Mig,
+                    fmt::format("in MIG mode ({} MIG device{}): CUDA cannot use it whole", d.mig.size(),
+                                d.mig.size() == 1 ? "" : "s")};
+  }
+
   if (auto it = leased.find(*d.id.uuid); it != leased.end()) {
     return Excluded{index, Exclusion::Leased, it->second.empty() ? std::string("leased") : it->second};
   }

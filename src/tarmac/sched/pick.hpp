@@ -21,7 +21,9 @@ struct PickRequest {
 };
 
 // Why a GPU is not free. In the order checked: the first that applies is reported.
-enum class Exclusion { Lost, NoUuid, Leased, Process, NotEnoughMemory, TooBusy };
+// Mig: the GPU is in MIG mode: CUDA cannot use it whole, only its
+// MIG devices (docs/mig.md), so it is never handed out as a GPU.
+enum class Exclusion { Lost, NoUuid, Mig, Leased, Process, NotEnoughMemory, TooBusy };
 
 [[nodiscard]] const char* to_string(Exclusion reason);
 
@@ -39,8 +41,8 @@ struct PickResult {
 };
 
 // The values a pick reads (a snapshot with processes and only these is enough, and cheaper).
-inline constexpr gpu::ValueGroups kPickValues = {gpu::ValueGroup::Uuid, gpu::ValueGroup::Board,
-                                                 gpu::ValueGroup::Memory, gpu::ValueGroup::Utilization};
+inline constexpr gpu::ValueGroups kPickValues = {gpu::ValueGroup::Uuid, gpu::ValueGroup::Board, gpu::ValueGroup::Memory,
+                                                 gpu::ValueGroup::Utilization, gpu::ValueGroup::MigMode};
 
 // The leased GPUs: UUID -> who holds it, for messages ("by alice, job J, pid 123").
 using LeasedGpus = std::map<std::string, std::string>;

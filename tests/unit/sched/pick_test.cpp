@@ -68,6 +68,22 @@ TEST(Pick, ExcludesWithReasons) {
   EXPECT_TRUE(pick(snap, {{"GPU-2", "by bob, job j"}}, PickRequest{.n = 1, .min_free_bytes = 20 * kGiB, .max_util_pct = 50}).ok());
 }
 
+TEST(Pick, AGpuInMigModeIsNeverGivenOutWhole) {
+  auto snap = fleet(2);
+  // Empty slices, all its memory free, no process on the board: still not a GPU CUDA can use.
+  snap.devices[0].modes.mig_mode_current = true;
+  snap.devices[0].sample.util_gpu_pct.reset();
+  snap.devices[0].mig.resize(7);
+  snap.devices[1].modes.mig_mode_pending = true;  // MIG after its next reset: whole until then
+  auto r = pick(snap, {}, PickRequest{.n = 1});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.chosen, std::vector<unsigned>{1});
+  ASSERT_EQ(r.excluded.size(), 1u);
+  EXPECT_EQ(r.excluded[0].reason, Exclusion::Mig);
+  EXPECT_NE(r.excluded[0].detail.find("7 MIG devices"), std::string::npos);
+  EXPECT_FALSE(pick(snap, {}, PickRequest{.n = 2}).ok());
+}
+
 TEST(Pick, UnknownFreeMemoryFailsAMemoryRequirement) {
   auto snap = fleet(2);
   snap.devices[0].sample.mem_free_bytes.reset();
