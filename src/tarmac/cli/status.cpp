@@ -266,7 +266,17 @@ void print_cuda_visibility(std::FILE* out, const gpu::Snapshot& snap, bool color
   const gpu::CudaView view = gpu::cuda_view(snap.devices, visible, order);
   std::string mapping;
   for (std::size_t k = 0; k < view.gpu_of_cuda.size(); ++k) {
-    mapping += fmt::format("{}cuda:{} = GPU {}", k == 0 ? "" : ", ", k, view.gpu_of_cuda[k]);
+    std::string device = std::to_string(view.gpu_of_cuda[k]);
+    if (k < view.mig_of_cuda.size() && view.mig_of_cuda[k]) {
+      // The MIG device as status lists it: GPU:index under its GPU.
+      for (const auto& d : snap.devices) {
+        if (d.id.index == view.gpu_of_cuda[k] && *view.mig_of_cuda[k] < d.mig.size()) {
+          device = fmt::format("{}:{} (MIG {})", d.id.index, d.mig[*view.mig_of_cuda[k]].index,
+                               d.mig[*view.mig_of_cuda[k]].profile.value_or("?"));
+        }
+      }
+    }
+    mapping += fmt::format("{}cuda:{} = GPU {}", k == 0 ? "" : ", ", k, device);
   }
   // The variable comes from whatever environment this shell inherited: shown, never obeyed.
   fmt::print(out, "CUDA_VISIBLE_DEVICES={}{}: a CUDA program started here sees {}\n", util::terminal_text(*visible),
@@ -310,9 +320,12 @@ nlohmann::json status_json(const gpu::Snapshot& snap, const std::vector<Activity
   }
   if (cuda_visible) {
     const auto view = gpu::cuda_view(snap.devices, cuda_visible, cuda_order);
+    nlohmann::json mig_of_cuda = nlohmann::json::array();  // the MIG device of each cuda:k, or null
+    for (const auto& m : view.mig_of_cuda) mig_of_cuda.push_back(or_null(m));
     j["cuda_visible_devices"] = {{"value", *cuda_visible},
                                  {"pci_bus_order", view.pci_bus_order},
                                  {"gpu_of_cuda", view.gpu_of_cuda},
+                                 {"mig_of_cuda", mig_of_cuda},
                                  {"problem", or_null(view.problem)}};
   } else {
     j["cuda_visible_devices"] = nullptr;

@@ -232,7 +232,8 @@ std::string process_line(const gpu::GpuProcess& p, long long now_unix_s) {
 
 const std::vector<std::string>& finding_codes() {
   static const std::vector<std::string> codes = {
-      "no-gpus-visible", "visible-devices-restricted", "device-order", "single-gpu-active", "idle-gpus",
+      "no-gpus-visible", "mig-parent-gpu", "mig-device-missing", "mig-multi-gpu-job", "visible-devices-restricted",
+      "device-order", "single-gpu-active", "idle-gpus",
       "memory-imbalance", "process-count", "starved", "holding", "thermal", "near-oom", "pcie-only-topology",
       "gpu-fault", "nccl-p2p-disabled", "cuda-launch-blocking"};
   return codes;
@@ -255,6 +256,7 @@ Diagnosis diagnose(const DoctorInput& input) {
   detail::check_no_gpus(c, f);
   if (!c.indices.empty()) {
     detail::check_visible_devices(c, f);
+    detail::check_mig(c, f);
     detail::check_device_order(c, f);
     detail::check_single_gpu_active(c, f);
     detail::check_memory_imbalance(c, f);

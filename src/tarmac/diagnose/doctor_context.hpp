@@ -67,6 +67,9 @@ void add_process_facts(const Context& c, unsigned index, Finding& f);  // one fa
 // The checks, each appending its findings (docs/doctor.md describes each code).
 void check_no_gpus(const Context& c, std::vector<Finding>& out);
 void check_visible_devices(const Context& c, std::vector<Finding>& out);
+// CUDA_VISIBLE_DEVICES against the MIG layout: a GPU in MIG mode named whole, a MIG-UUID that is
+// no MIG device here, a multi-GPU job on MIG devices (docs/mig.md).
+void check_mig(const Context& c, std::vector<Finding>& out);
 void check_device_order(const Context& c, std::vector<Finding>& out);
 void check_single_gpu_active(const Context& c, std::vector<Finding>& out);
 void check_memory_imbalance(const Context& c, std::vector<Finding>& out);

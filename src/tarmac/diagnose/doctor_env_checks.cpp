@@ -39,7 +39,7 @@ void check_no_gpus(const Context& c, std::vector<Finding>& out) {
   }
   if (!env.cuda_visible_devices) return;
   const auto view = gpu::cuda_view(all_devices(c), env.cuda_visible_devices, env.cuda_device_order);
-  if (!view.gpu_of_cuda.empty()) return;
+  if (!view.gpu_of_cuda.empty() || view.mig_issue != gpu::MigIssue::None) return;  // check_mig says why
   Finding f;
   f.code = "no-gpus-visible";
   f.severity = Severity::Critical;
@@ -61,7 +61,8 @@ void check_visible_devices(const Context& c, std::vector<Finding>& out) {
   const auto& env = c.in.environment;
   if (!env.cuda_visible_devices) return;
   const auto view = gpu::cuda_view(all_devices(c), env.cuda_visible_devices, env.cuda_device_order);
-  if (view.gpu_of_cuda.empty()) return;  // no-gpus-visible said it
+  if (view.gpu_of_cuda.empty()) return;               // no-gpus-visible said it
+  if (view.mig_issue != gpu::MigIssue::None) return;  // check_mig says it
   std::set<unsigned> shown(view.gpu_of_cuda.begin(), view.gpu_of_cuda.end());
   std::vector<unsigned> hidden;
   for (unsigned i : c.indices) {
@@ -92,6 +93,69 @@ void check_visible_devices(const Context& c, std::vector<Finding>& out) {
               "left over in the shell or the job script from an earlier experiment"};
   f.fixes = {"if the job should use more GPUs: unset CUDA_VISIBLE_DEVICES or list them all",
              "ask the scheduler for the GPUs instead of setting the variable: `srun --gpus=N`, `tarmac run -n N -- CMD`"};
+  out.push_back(std::move(f));
+}
+
+void check_mig(const Context& c, std::vector<Finding>& out) {
+  const auto& env = c.in.environment;
+  const auto devices = all_devices(c);
+  const auto view = gpu::cuda_view(devices, env.cuda_visible_devices, env.cuda_device_order);
+  const bool mig_visible = !view.mig_of_cuda.empty() && view.mig_of_cuda.front().has_value();
+  const bool many_wanted = mig_visible && c.in.expect_gpus && *c.in.expect_gpus > 1;
+  if (view.mig_issue == gpu::MigIssue::None && !many_wanted) return;
+  // The MIG devices there are, for the facts and the fixes.
+  std::string listing;
+  std::size_t count = 0;
+  for (const auto& d : devices) {
+    for (const auto& m : d.mig) {
+      ++count;
+      if (count <= 8) {
+        listing += fmt::format("{}GPU {}:{} MIG {} {}", listing.empty() ? "" : ", ", d.id.index, m.index,
+                               m.profile.value_or("?"), m.uuid.value_or("?"));
+      }
+    }
+  }
+  Finding f;
+  f.severity = Severity::Critical;
+  const std::string cvd = env.cuda_visible_devices.value_or("");
+  switch (view.mig_issue) {
+    case gpu::MigIssue::WholeGpuInMigMode:
+      f.code = "mig-parent-gpu";
+      if (view.mig_gpu) f.gpus = {*view.mig_gpu};
+      f.summary = fmt::format("CUDA_VISIBLE_DEVICES={} names GPU {} whole, but it is in MIG mode: CUDA sees no "
+                              "device there",
+                              cvd, view.mig_gpu.value_or(0));
+      f.causes = {"a job script written for whole GPUs run on a partitioned board",
+                  "the board was put in MIG mode after the script chose its GPU"};
+      f.fixes = {"name one MIG device: CUDA_VISIBLE_DEVICES=MIG-<uuid> (`nvidia-smi -L` or `tarmac status` lists them)",
+                 "or ask for a whole GPU that is not in MIG mode: `tarmac pick` never gives out one in MIG mode"};
+      break;
+    case gpu::MigIssue::NoSuchMigDevice:
+      f.code = "mig-device-missing";
+      f.summary = fmt::format("CUDA_VISIBLE_DEVICES={} names '{}', which is no MIG device here", cvd, view.mig_entry);
+      f.causes = {"more MIG devices asked for than this machine has, or a UUID from another machine",
+                  "the MIG layout changed (instances destroyed and created get new UUIDs)"};
+      f.fixes = {"list the MIG devices with `nvidia-smi -L` and use one of their UUIDs"};
+      break;
+    case gpu::MigIssue::SecondMigDevice:
+    case gpu::MigIssue::None:
+      f.code = "mig-multi-gpu-job";
+      f.summary = many_wanted
+                      ? fmt::format("the job expects {} GPUs, but a process here sees one MIG device", *c.in.expect_gpus)
+                      : fmt::format("CUDA_VISIBLE_DEVICES={} names more than one device with a MIG device among them: a "
+                                    "process sees the first MIG device alone",
+                                    cvd);
+      f.causes = {"a multi-GPU (DDP, NCCL) job launched on MIG slices: NCCL cannot communicate across MIG "
+                  "devices, and each process sees only one"};
+      f.fixes = {"run one process per MIG device (each with its own CUDA_VISIBLE_DEVICES=MIG-<uuid>), as "
+                 "independent jobs, not one multi-GPU job",
+                 "or run the multi-GPU job on whole GPUs that are not in MIG mode"};
+      break;
+  }
+  if (view.problem) f.facts.push_back(*view.problem);
+  f.facts.push_back(count == 0 ? std::string("no MIG device exists here")
+                               : fmt::format("{} MIG device{} here: {}{}", count, count == 1 ? "" : "s", listing,
+                                             count > 8 ? ", ..." : ""));
   out.push_back(std::move(f));
 }
 

@@ -31,8 +31,20 @@ std::optional<std::string> fault_reason(const Device& d) {
   return std::nullopt;
 }
 
+namespace {
+Device slice_view(const Device& d, std::size_t k);
+}  // namespace
+
 bool is_starved(const Device& d, const ActivityThresholds& t) {
   if (d.lost || d.processes.empty()) return false;
+  // In MIG mode the board has no utilization: a slice is starved, measured by its GPM, or none is.
+  if (d.modes.mig_mode_current == true && !d.mig.empty()) {
+    for (std::size_t k = 0; k < d.mig.size(); ++k) {
+      const Device v = slice_view(d, k);
+      if (v.sample.util_gpu_pct && is_starved(v, t)) return true;
+    }
+    return false;
+  }
   if (d.sample.util_gpu_pct.value_or(0) >= t.busy_util_pct) return false;
   // Little memory held at low utilization is a light process (a monitoring probe, a small
   // notebook), not a starved job: the GPU is still available.
