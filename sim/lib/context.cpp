@@ -186,62 +186,39 @@ Entry Context::enter_system(const char* function) {
 
 Entry Context::enter_device(const char* function, nvmlDevice_t device, MigHandles accept_mig) {
   note(function);
-  Entry e;
-  e.lock = std::unique_lock(mu_);
-  if (refcount_ == 0) {
-    e.rc = NVML_ERROR_UNINITIALIZED;
-    return e;
-  }
-  auto index = index_of(device);
-  std::optional<unsigned> mig;
-  if (!index) {
-    if (auto m = mig_of(device, MigHandleKind::Device)) {
-      index = m->first;
-      mig = m->second;
-    }
-  }
-  if (!index) {
+  Entry e = lock_initialised();
+  if (e.rc != NVML_SUCCESS) return e;
+  if (auto index = index_of(device)) return enter_gpu(std::move(e), function, *index, std::nullopt);
+  const auto m = mig_of(device, MigHandleKind::Device);
+  if (!m) {
     e.rc = NVML_ERROR_INVALID_ARGUMENT;
     return e;
   }
-  e.sim = sim_.get();
-  e.gpu = *index;
-  e.mig = mig;
-  e.t = sim_->now();
-  if (sim_->is_lost(e.gpu, e.t)) {
-    e.rc = NVML_ERROR_GPU_IS_LOST;
-    return e;
-  }
-  if (mig && accept_mig == MigHandles::Refuse) {
-    e.rc = NVML_ERROR_NOT_SUPPORTED;
-    return e;
-  }
-  const unsigned gpu = e.gpu;
-  return finish_entry(std::move(e), function, gpu);
+  e = enter_gpu(std::move(e), function, m->first, m->second);
+  // Most exports have no answer for a MIG device (the real driver's NOT_SUPPORTED).
+  if (e.rc == NVML_SUCCESS && accept_mig == MigHandles::Refuse) e.rc = NVML_ERROR_NOT_SUPPORTED;
+  return e;
 }
 
 Entry Context::enter_instance(const char* function, const void* handle, MigHandleKind kind) {
   note(function);
-  Entry e;
-  e.lock = std::unique_lock(mu_);
-  if (refcount_ == 0) {
-    e.rc = NVML_ERROR_UNINITIALIZED;
-    return e;
-  }
+  Entry e = lock_initialised();
+  if (e.rc != NVML_SUCCESS) return e;
   const auto m = mig_of(handle, kind);
   if (!m) {
     e.rc = NVML_ERROR_INVALID_ARGUMENT;
     return e;
   }
-  e.sim = sim_.get();
-  e.gpu = m->first;
-  e.mig = m->second;
-  e.t = sim_->now();
-  if (sim_->is_lost(e.gpu, e.t)) {
+  return enter_gpu(std::move(e), function, m->first, m->second);
+}
+
+Entry Context::enter_gpu(Entry e, const char* function, unsigned gpu, std::optional<unsigned> mig) {
+  e.gpu = gpu;
+  e.mig = mig;
+  if (sim_->is_lost(gpu, e.t)) {
     e.rc = NVML_ERROR_GPU_IS_LOST;
     return e;
   }
-  const unsigned gpu = e.gpu;
   return finish_entry(std::move(e), function, gpu);
 }
 

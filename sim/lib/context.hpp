@@ -86,6 +86,8 @@ class Context {
  private:
   Context() = default;
   Entry finish_entry(Entry e, const char* function, std::optional<unsigned> gpu);
+  // The GPU (or MIG device) of a handle checked: lost, then the fault book.
+  Entry enter_gpu(Entry e, const char* function, unsigned gpu, std::optional<unsigned> mig);
   // The lock taken, and the simulation and its time when NVML is initialised (else UNINITIALIZED).
   Entry lock_initialised();
 
