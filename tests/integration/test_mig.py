@@ -4,7 +4,8 @@ CUDA_VISIBLE_DEVICES=MIG-<uuid> appears on that MIG device, with its memory ther
 else; `tarmac pick` never hands out a GPU in MIG mode; `tarmac doctor` names the three MIG launch
 mistakes with the exit code of a critical finding."""
 import json
-import subprocess
+import os
+import tempfile
 import unittest
 
 from test_doctor import doctor, finding
@@ -29,7 +30,15 @@ def status(*, script=None):
 class Mig(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        # Leases of this test's own: another test's (or a user's) held MIG devices are not ours.
+        cls.locks = tempfile.TemporaryDirectory(prefix="tarmac-mig-locks-")
+        os.environ["TARMAC_LOCK_DIR"] = cls.locks.name
         cls.doc = status()
+
+    @classmethod
+    def tearDownClass(cls):
+        os.environ.pop("TARMAC_LOCK_DIR", None)
+        cls.locks.cleanup()
 
     def test_status_lists_each_mig_device_with_its_processes_and_no_made_up_utilization(self):
         gpus = self.doc["gpus"]
@@ -92,6 +101,30 @@ class Mig(unittest.TestCase):
         r = sim(SCENARIO, TARMAC, "pick", "-n", "4")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("GPU 5: mig: in MIG mode (7 MIG devices)", r.stderr)
+
+    def test_pick_mig_gives_the_smallest_free_mig_device_by_its_uuid(self):
+        gpu4, gpu5 = self.doc["gpus"][4], self.doc["gpus"][5]
+        r = sim(SCENARIO, TARMAC, "pick", "--mig", "1g.18gb", "--format", "env")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # GPU 4's MIG device 3 is the first free 1g.18gb (GPU 4's 1g.18gb 2 runs llama-server).
+        self.assertEqual(r.stdout, f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={gpu4['mig'][3]['uuid']}\n")
+        r = sim(SCENARIO, TARMAC, "--json", "pick", "--mig", "any", "--min-free", "20GiB")
+        self.assertEqual(r.returncode, 1, r.stdout)  # every bigger one is in use
+        doc = json.loads(r.stdout)
+        reasons = {(e["index"], e.get("mig")): e["reason"] for e in doc["excluded"]}
+        self.assertEqual(reasons[(4, 1)], "process")
+        self.assertEqual(reasons[(5, 2)], "memory")
+        self.assertEqual(reasons[(0, None)], "mig")
+        # Held by its MIG UUID: the next pick takes another.
+        first = sim(SCENARIO, TARMAC, "pick", "--mig", "1g.18gb", "--hold", "1m").stdout.strip()
+        second = sim(SCENARIO, TARMAC, "pick", "--mig", "1g.18gb", "--hold", "1m").stdout.strip()
+        self.assertEqual(first, gpu4["mig"][3]["uuid"])
+        self.assertEqual(second, gpu5["mig"][2]["uuid"])
+        self.assertTrue(os.path.exists(os.path.join(self.locks.name, f"gpu-{first}.lease")))
+        for args in (["--mig", "1g.18gb", "-n", "2"], ["--mig", "1g.18gb", "--max-util", "10"], ["--mig", "x"]):
+            r = sim(SCENARIO, TARMAC, "pick", *args)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+        self.assertEqual(len(gpu5["mig"]), 7)
 
     def test_doctor_names_each_mig_launch_mistake(self):
         board = self.doc["gpus"][4]

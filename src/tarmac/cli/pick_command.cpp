@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <regex>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -49,6 +50,7 @@ Result<sched::LeaseDir> open_lease_dir(const config::Config& config) {
 }
 
 std::string visible_devices(const sched::Acquired& acquired, bool uuids) {
+  if (acquired.pick.mig_uuid) return *acquired.pick.mig_uuid;  // CUDA names a MIG device by its UUID only
   std::string out;
   for (std::size_t i = 0; i < acquired.pick.chosen.size(); ++i) {
     if (!out.empty()) out += ',';
@@ -60,6 +62,10 @@ std::string visible_devices(const sched::Acquired& acquired, bool uuids) {
 std::string not_enough_message(const sched::Acquired& acquired, unsigned n) {
   std::string out = fmt::format("no {} free GPU{}: {} free of {}\n", n, n == 1 ? "" : "s", acquired.pick.free.size(),
                                 acquired.snapshot.devices.size());
+  if (acquired.mig) {
+    out = acquired.mig->empty() ? std::string("no free MIG device\n")
+                                : fmt::format("no free MIG device of profile {}\n", util::terminal_text(*acquired.mig));
+  }
   // A detail quotes lease files in the shared lock directory (who holds a GPU, under which job
   // id): anybody's bytes, shown escaped.
   for (const auto& e : acquired.pick.excluded) {
@@ -112,7 +118,7 @@ int run_pick(const GlobalOptions& global, const PickFlags& flags) {
     print_error(acquired.error());
     return kExitCouldNotLook;
   }
-  if (acquired->snapshot.devices.size() < request.n) {
+  if (!request.mig && acquired->snapshot.devices.size() < request.n) {
     fmt::print(stderr, "tarmac pick: -n {} asks for more GPUs than there are ({})\n", request.n,
                acquired->snapshot.devices.size());
     return kExitUsage;
@@ -136,6 +142,23 @@ namespace detail {
 Result<PickPlan> parse_pick(const PickFlags& flags, long long max_hold_ms) {
   PickPlan plan;
   TARMAC_TRY_ASSIGN(plan.request, parse_request(flags.request));
+  if (flags.mig) {
+    // A process sees one MIG device, and MIG mode gives no utilization to compare with.
+    if (plan.request.n != 1) {
+      return make_error(Error::Code::Invalid, "--mig picks one MIG device: a CUDA process sees one (run one job per "
+                                              "MIG device)");
+    }
+    if (flags.request.max_util != 100) {
+      return make_error(Error::Code::Invalid, "--max-util does not apply to MIG devices: MIG mode gives no utilization");
+    }
+    const bool profile = std::regex_match(*flags.mig, std::regex(R"([1-8]g\.[0-9]{1,4}gb(\+me)?)"));
+    if (*flags.mig != "any" && !profile) {
+      return make_error(Error::Code::Invalid,
+                        fmt::format("--mig: '{}' is not a MIG profile (like 1g.18gb, 3g.40gb) or any",
+                                    util::terminal_text(*flags.mig)));
+    }
+    plan.request.mig = *flags.mig == "any" ? std::string() : *flags.mig;
+  }
   if (flags.format != "index" && flags.format != "uuid" && flags.format != "env") {
     return make_error(Error::Code::Invalid, fmt::format("--format must be index, uuid or env, not '{}'", flags.format));
   }
@@ -159,14 +182,18 @@ nlohmann::json pick_json(const sched::Acquired& a, std::optional<long long> held
   nlohmann::json j;
   j["gpus"] = nlohmann::json::array();
   for (std::size_t i = 0; i < a.pick.chosen.size(); ++i) {
-    j["gpus"].push_back({{"index", a.pick.chosen[i]}, {"uuid", a.uuids[i]}});
+    nlohmann::json g = {{"index", a.pick.chosen[i]}, {"uuid", a.uuids[i]}};
+    if (a.pick.chosen_mig) g["mig"] = *a.pick.chosen_mig;  // uuid is then the MIG device's
+    j["gpus"].push_back(std::move(g));
   }
   j["cuda_visible_devices"] = visible_devices(a, false);
   j["held_until_unix_ms"] = held_until ? nlohmann::json(*held_until) : nlohmann::json(nullptr);
   j["free"] = a.pick.free;
   j["excluded"] = nlohmann::json::array();
   for (const auto& e : a.pick.excluded) {
-    j["excluded"].push_back({{"index", e.index}, {"reason", sched::to_string(e.reason)}, {"detail", e.detail}});
+    nlohmann::json x = {{"index", e.index}, {"reason", sched::to_string(e.reason)}, {"detail", e.detail}};
+    if (e.mig) x["mig"] = *e.mig;
+    j["excluded"].push_back(std::move(x));
   }
   return j;
 }
@@ -186,6 +213,9 @@ void add_pick_command(CLI::App& app, const GlobalOptions& global, int& exit_code
   add_request_flags(*cmd, flags->request);
   cmd->add_option("--format", flags->format, "index (0,2), uuid (GPU-...), or env (CUDA_DEVICE_ORDER=... CUDA_VISIBLE_DEVICES=...)");
   cmd->add_option("--hold", flags->hold, "Lease the GPUs for this long (like 30s, 10m) so no other pick or run gets them");
+  cmd->add_option("--mig", flags->mig,
+                  "A MIG device instead of GPUs: of this profile (like 1g.18gb), or any; the smallest free one that "
+                  "fits --min-free, printed as its MIG-UUID for CUDA_VISIBLE_DEVICES (docs/mig.md)");
   cmd->callback([&global, &exit_code, flags] { exit_code = run_pick(global, *flags); });
 }
 

@@ -51,6 +51,7 @@ struct PickFlags {
   RequestFlags request;
   std::string format = "index";
   std::string hold;
+  std::optional<std::string> mig;  // --mig PROFILE or any: a MIG device (docs/mig.md)
 };
 
 struct PickPlan {

@@ -17,6 +17,8 @@ struct Acquired {
   PickResult pick;
   gpu::Snapshot snapshot;          // what the choice was made on (processes and topology)
   std::vector<std::string> uuids;  // of pick.chosen, in the same order; leased when a lease was given
+                                   // (a MIG pick's: its MIG device's)
+  std::optional<std::string> mig;  // the request's MIG profile ("" any), for messages
 };
 
 // Picks for `request` and, when the pick succeeds and `lease` is given, writes one lease per chosen

@@ -17,6 +17,7 @@ const char* to_string(Exclusion reason) {
     case Exclusion::Process: return "process";
     case Exclusion::NotEnoughMemory: return "memory";
     case Exclusion::TooBusy: return "busy";
+    case Exclusion::Profile: return "profile";
   }
   return "unknown";
 }
@@ -26,39 +27,46 @@ namespace {
 // The most free GPUs the combination search looks at: C(16, 8) = 12870 sets at worst.
 constexpr std::size_t kMaxCandidates = 16;
 
+// A whole GPU's exclusion (no MIG device).
+Excluded whole(unsigned index, Exclusion reason, std::string detail) {
+  return Excluded{index, reason, std::move(detail), std::nullopt};
+}
+
 std::optional<Excluded> exclusion(const gpu::Device& d, const LeasedGpus& leased,
                                   const PickRequest& request) {
   const unsigned index = d.id.index;
-  if (d.lost) return Excluded{index, Exclusion::Lost, fmt::format("lost: {}", *d.lost)};
-  if (!d.id.uuid) return Excluded{index, Exclusion::NoUuid, "its UUID could not be read, so it cannot be leased"};
+  if (d.lost) return whole(index, Exclusion::Lost, fmt::format("lost: {}", *d.lost));
+  if (!d.id.uuid) {
+    return whole(index, Exclusion::NoUuid, "its UUID could not be read, so it cannot be leased");
+  }
   if (d.modes.mig_mode_current == true) {
-    return Excluded{index, Exclusion::Mig,
+    return whole(index, Exclusion::Mig,
                     fmt::format("in MIG mode ({} MIG device{}): CUDA cannot use it whole", d.mig.size(),
-                                d.mig.size() == 1 ? "" : "s")};
+                                d.mig.size() == 1 ? "" : "s"));
   }
 
   if (auto it = leased.find(*d.id.uuid); it != leased.end()) {
-    return Excluded{index, Exclusion::Leased, it->second.empty() ? std::string("leased") : it->second};
+    return whole(index, Exclusion::Leased, it->second.empty() ? std::string("leased") : it->second);
   }
   if (!d.processes.empty()) {
     std::string pids;
     for (const auto& p : d.processes) pids += fmt::format("{}{}", pids.empty() ? "" : ", ", p.pid);
-    return Excluded{index, Exclusion::Process,
-                    fmt::format("{} process{} (pid {})", d.processes.size(), d.processes.size() == 1 ? "" : "es", pids)};
+    return whole(index, Exclusion::Process,
+                    fmt::format("{} process{} (pid {})", d.processes.size(), d.processes.size() == 1 ? "" : "es", pids));
   }
   if (request.min_free_bytes > 0) {
     if (!d.sample.mem_free_bytes) {
-      return Excluded{index, Exclusion::NotEnoughMemory, "free memory unknown"};
+      return whole(index, Exclusion::NotEnoughMemory, "free memory unknown");
     }
     if (*d.sample.mem_free_bytes < request.min_free_bytes) {
-      return Excluded{index, Exclusion::NotEnoughMemory,
+      return whole(index, Exclusion::NotEnoughMemory,
                       fmt::format("{} free < {}", util::format_bytes(*d.sample.mem_free_bytes),
-                                  util::format_bytes(request.min_free_bytes))};
+                                  util::format_bytes(request.min_free_bytes)));
     }
   }
   const unsigned util = d.sample.util_gpu_pct.value_or(0);
   if (util > request.max_util_pct) {
-    return Excluded{index, Exclusion::TooBusy, fmt::format("{} % busy > {} %", util, request.max_util_pct)};
+    return whole(index, Exclusion::TooBusy, fmt::format("{} % busy > {} %", util, request.max_util_pct));
   }
   return std::nullopt;
 }
@@ -134,7 +142,85 @@ class SetSearch {
 
 }  // namespace
 
+namespace {
+
+std::optional<Excluded> mig_exclusion(const gpu::Device& d, std::size_t k, const LeasedGpus& leased,
+                                      const PickRequest& request) {
+  const gpu::MigDevice& m = d.mig[k];
+  const auto excluded = [&](Exclusion reason, std::string detail) {
+    return Excluded{d.id.index, reason,
+                    fmt::format("{}:{} (MIG {}): {}", d.id.index, m.index, m.profile.value_or("?"), detail), m.index};
+  };
+  if (!m.uuid) return excluded(Exclusion::NoUuid, "its UUID could not be read, so it cannot be leased");
+  if (!request.mig->empty() && m.profile != *request.mig) return excluded(Exclusion::Profile, "another profile");
+  if (auto it = leased.find(*m.uuid); it != leased.end()) {
+    return excluded(Exclusion::Leased, it->second.empty() ? std::string("leased") : it->second);
+  }
+  std::string pids;
+  std::size_t count = 0;
+  for (const auto& p : d.processes) {
+    // A process NVML did not place on a MIG device could be on any: it keeps all of them.
+    if (p.mig && *p.mig != k) continue;
+    pids += fmt::format("{}{}", pids.empty() ? "" : ", ", p.pid);
+    ++count;
+  }
+  if (count > 0) return excluded(Exclusion::Process, fmt::format("{} process{} (pid {})", count, count == 1 ? "" : "es", pids));
+  if (request.min_free_bytes > 0 && (!m.mem_free_bytes || *m.mem_free_bytes < request.min_free_bytes)) {
+    return excluded(Exclusion::NotEnoughMemory,
+                    m.mem_free_bytes ? fmt::format("{} free < {}", util::format_bytes(*m.mem_free_bytes),
+                                                   util::format_bytes(request.min_free_bytes))
+                                     : std::string("free memory unknown"));
+  }
+  return std::nullopt;
+}
+
+PickResult pick_mig(const gpu::Snapshot& snapshot, const LeasedGpus& leased, const PickRequest& request) {
+  PickResult result;
+  struct Candidate {
+    std::size_t position;
+    std::size_t mig;
+  };
+  std::vector<Candidate> free;
+  for (std::size_t i = 0; i < snapshot.devices.size(); ++i) {
+    const gpu::Device& d = snapshot.devices[i];
+    if (d.lost) {
+      result.excluded.push_back({d.id.index, Exclusion::Lost, fmt::format("lost: {}", *d.lost), std::nullopt});
+      continue;
+    }
+    if (d.modes.mig_mode_current != true || d.mig.empty()) {
+      result.excluded.push_back({d.id.index, Exclusion::Mig, "not in MIG mode: it has no MIG devices", std::nullopt});
+      continue;
+    }
+    for (std::size_t k = 0; k < d.mig.size(); ++k) {
+      if (auto ex = mig_exclusion(d, k, leased, request)) {
+        result.excluded.push_back(std::move(*ex));
+      } else {
+        free.push_back({i, k});
+      }
+    }
+  }
+  const auto key = [&](const Candidate& c) {
+    const gpu::MigDevice& m = snapshot.devices[c.position].mig[c.mig];
+    return std::tuple(m.slices.value_or(8), m.mem_total_bytes.value_or(~0ULL), snapshot.devices[c.position].id.index,
+                      m.index);
+  };
+  std::stable_sort(free.begin(), free.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
+  for (const Candidate& c : free) {
+    const unsigned index = snapshot.devices[c.position].id.index;
+    if (std::find(result.free.begin(), result.free.end(), index) == result.free.end()) result.free.push_back(index);
+  }
+  if (request.n != 1 || free.empty()) return result;
+  const gpu::Device& d = snapshot.devices[free.front().position];
+  result.chosen = {d.id.index};
+  result.chosen_mig = d.mig[free.front().mig].index;
+  result.mig_uuid = d.mig[free.front().mig].uuid;
+  return result;
+}
+
+}  // namespace
+
 PickResult pick(const gpu::Snapshot& snapshot, const LeasedGpus& leased, const PickRequest& request) {
+  if (request.mig) return pick_mig(snapshot, leased, request);
   PickResult result;
   std::vector<std::size_t> free_positions;  // into snapshot.devices
   for (std::size_t i = 0; i < snapshot.devices.size(); ++i) {

@@ -18,12 +18,15 @@ struct PickRequest {
   unsigned n = 1;
   std::uint64_t min_free_bytes = 0;
   unsigned max_util_pct = 100;
+  // A MIG device instead of GPUs (docs/mig.md): of this profile ("1g.18gb"), or of any when empty.
+  std::optional<std::string> mig;
 };
 
 // Why a GPU is not free. In the order checked: the first that applies is reported.
 // Mig: the GPU is in MIG mode: CUDA cannot use it whole, only its
 // MIG devices (docs/mig.md), so it is never handed out as a GPU.
-enum class Exclusion { Lost, NoUuid, Mig, Leased, Process, NotEnoughMemory, TooBusy };
+// Profile: a MIG device of another profile than the one asked for.
+enum class Exclusion { Lost, NoUuid, Mig, Leased, Process, NotEnoughMemory, TooBusy, Profile };
 
 [[nodiscard]] const char* to_string(Exclusion reason);
 
@@ -31,10 +34,14 @@ struct Excluded {
   unsigned index = 0;
   Exclusion reason = Exclusion::Lost;
   std::string detail;  // for people: "2 processes (pid 123, 456)", "1.2 GiB free < 20.0 GiB"
+  std::optional<unsigned> mig;  // a MIG device of that GPU (its index under it), for MIG picks
 };
 
 struct PickResult {
   std::vector<unsigned> chosen;    // device indices in ascending (PCI bus) order; empty when not enough
+  // A MIG pick's: the MIG device chosen (its GPU is chosen[0]) and its UUID, what CUDA is given.
+  std::optional<unsigned> chosen_mig;
+  std::optional<std::string> mig_uuid;
   std::vector<unsigned> free;      // every free GPU, best first
   std::vector<Excluded> excluded;  // every GPU that is not free, by index
   [[nodiscard]] bool ok() const { return !chosen.empty(); }
@@ -52,6 +59,11 @@ using LeasedGpus = std::map<std::string, std::string>;
 // free memory (more first), then utilization (less first), then index. For n > 1 the set whose
 // every pair is NVLink-connected wins (more links first), then a set within one NUMA node, then the
 // set of best-ranked GPUs. Without a topology in the snapshot only the ranking counts.
+//
+// With `request.mig`, one MIG device (a process sees one): of the profile asked for, not leased (by
+// its MIG UUID), without processes, with at least `min_free_bytes` free; the smallest that fits
+// first (fewest slices, then least memory), so that big slices stay free for big jobs; `free` and
+// `chosen` name GPUs, `chosen_mig` the device. GPUs not in MIG mode are excluded as `mig`.
 [[nodiscard]] PickResult pick(const gpu::Snapshot& snapshot, const LeasedGpus& leased, const PickRequest& request);
 
 }  // namespace tarmac::sched

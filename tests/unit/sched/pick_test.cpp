@@ -84,6 +84,50 @@ TEST(Pick, AGpuInMigModeIsNeverGivenOutWhole) {
   EXPECT_FALSE(pick(snap, {}, PickRequest{.n = 2}).ok());
 }
 
+gpu::MigDevice slice(unsigned index, const char* profile, unsigned slices, std::uint64_t total_gib, const char* uuid) {
+  gpu::MigDevice m;
+  m.index = index;
+  m.profile = profile;
+  m.slices = slices;
+  m.uuid = uuid;
+  m.mem_total_bytes = total_gib * kGiB;
+  m.mem_free_bytes = total_gib * kGiB;
+  return m;
+}
+
+TEST(Pick, AMigPickTakesTheSmallestFreeMigDeviceThatFits) {
+  auto snap = fleet(3);
+  snap.devices[1].modes.mig_mode_current = true;
+  snap.devices[1].mig = {slice(0, "3g.40gb", 3, 40, "MIG-a"), slice(1, "1g.10gb", 1, 10, "MIG-b"),
+                         slice(2, "1g.10gb", 1, 10, "MIG-c")};
+  snap.devices[1].processes.push_back(gpu::GpuProcess{.pid = 77, .mig = 1U});  // on MIG device 1
+  snap.devices[2].modes.mig_mode_current = true;
+  snap.devices[2].mig = {slice(0, "7g.80gb", 7, 80, "MIG-d")};
+  auto r = pick(snap, {}, PickRequest{.mig = std::string()});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.chosen, std::vector<unsigned>{1});
+  EXPECT_EQ(r.chosen_mig, 2U);  // 1g and free; MIG device 1 has a process
+  EXPECT_EQ(r.mig_uuid, "MIG-c");
+  // Leased by its MIG UUID: the next smallest.
+  r = pick(snap, {{"MIG-c", "by bob"}}, PickRequest{.mig = std::string()});
+  EXPECT_EQ(r.mig_uuid, "MIG-a");
+  // A profile, and memory.
+  EXPECT_EQ(pick(snap, {}, PickRequest{.mig = std::string("7g.80gb")}).mig_uuid, "MIG-d");
+  EXPECT_EQ(pick(snap, {}, PickRequest{.min_free_bytes = 50 * kGiB, .mig = std::string()}).mig_uuid, "MIG-d");
+  r = pick(snap, {}, PickRequest{.mig = std::string("2g.20gb")});
+  EXPECT_FALSE(r.ok());
+  // Every MIG device is accounted for, with its reason; the whole GPU 0 is not in MIG mode.
+  ASSERT_EQ(r.excluded.size(), 5u);
+  EXPECT_EQ(r.excluded[0].reason, Exclusion::Mig);
+  EXPECT_FALSE(r.excluded[0].mig.has_value());
+  for (std::size_t k = 1; k < 5; ++k) EXPECT_EQ(r.excluded[k].reason, Exclusion::Profile);
+  r = pick(snap, {}, PickRequest{.mig = std::string("1g.10gb")});
+  EXPECT_EQ(r.mig_uuid, "MIG-c");
+  // A process NVML did not place on a MIG device keeps them all.
+  snap.devices[2].processes.push_back(gpu::GpuProcess{.pid = 78});
+  EXPECT_FALSE(pick(snap, {}, PickRequest{.mig = std::string("7g.80gb")}).ok());
+}
+
 TEST(Pick, UnknownFreeMemoryFailsAMemoryRequirement) {
   auto snap = fleet(2);
   snap.devices[0].sample.mem_free_bytes.reset();
