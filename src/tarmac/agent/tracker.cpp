@@ -166,6 +166,35 @@ void Tracker::observe_jobs(long long ts_ms, bool gap, store::Recorder& rec) {
   open_jobs_ = std::move(still);
 }
 
+// Each MIG device's class span (docs/mig.md), extended while its class and profile hold; an
+// instance gone from the layout keeps the span it had when last seen.
+void Tracker::observe_mig(const gpu::Device& view, GpuState& state, long long ts_ms, store::Recorder& rec) {
+  std::map<unsigned, store::MigSpan> still;
+  for (std::size_t k = 0; k < view.mig.size(); ++k) {
+    const gpu::MigDevice& m = view.mig[k];
+    if (!m.gpu_instance_id) continue;
+    const gpu::MigActivity a = gpu::classify_mig(view, k, thresholds_, ts_ms / 1000);
+    const std::string profile = m.profile.value_or("");
+    auto it = state.mig_spans.find(*m.gpu_instance_id);
+    store::MigSpan span;
+    if (it != state.mig_spans.end() && it->second.activity == a.activity && it->second.measured == a.measured &&
+        it->second.profile == profile) {
+      span = it->second;
+    } else {
+      if (it != state.mig_spans.end()) {
+        it->second.end_ms = ts_ms;  // the class changed at this sample
+        rec.update(it->second);
+      }
+      span = store::MigSpan{view.id.index, *m.gpu_instance_id, profile, m.slices.value_or(0), a.activity,
+                            a.measured, ts_ms, ts_ms};
+    }
+    span.end_ms = ts_ms;
+    rec.update(span);
+    still[*m.gpu_instance_id] = std::move(span);
+  }
+  state.mig_spans = std::move(still);
+}
+
 void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_processes, store::Recorder& rec,
                       const std::set<std::string>& leased, const JobView* jobs) {
   if (jobs != nullptr) jobs_ = *jobs;
@@ -180,6 +209,7 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
     if (gap) {
       // Nobody watched in between: what was open ended when it was last seen.
       state.span.reset();
+      state.mig_spans.clear();
       state.held_since_ms.reset();
       state.open.clear();
       state.written.clear();
@@ -202,6 +232,7 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
     const gpu::Leased given =
         job_holds || (d.id.uuid && leased.contains(*d.id.uuid)) ? gpu::Leased::Yes : gpu::Leased::No;
     const gpu::Activity activity = gpu::classify_with_history(view, thresholds_, held_s, given);
+    observe_mig(view, state, ts_ms, rec);
 
     store::GpuSample s;
     s.ts_ms = ts_ms;

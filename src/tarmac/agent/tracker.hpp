@@ -53,6 +53,7 @@ class Tracker {
     std::vector<gpu::GpuProcess> processes;
     std::optional<long long> held_since_ms;  // processes at 0 % since
     std::optional<store::ActivitySpan> span;
+    std::map<unsigned, store::MigSpan> mig_spans;  // each MIG device's open class span, by GPU instance id
     std::uint64_t harmful_events = 0;
     long long last_ms = 0;
     std::map<unsigned, store::ProcessSpan> open;  // by pid
@@ -64,6 +65,7 @@ class Tracker {
 
   void observe_processes(const gpu::Device& device, GpuState& state, long long ts_ms, store::Recorder& recorder);
   void observe_jobs(long long ts_ms, bool gap, store::Recorder& recorder);
+  void observe_mig(const gpu::Device& view, GpuState& state, long long ts_ms, store::Recorder& recorder);
 
   gpu::ActivityThresholds thresholds_;
   long long gap_ms_;

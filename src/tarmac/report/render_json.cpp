@@ -120,6 +120,20 @@ std::string render_json(const Report& r) {
                    {"failed", b.failed},            {"prompt_tokens", b.prompt_tokens},
                    {"completion_tokens", b.completion_tokens}, {"busy_hours", b.busy_hours},
                    {"gpu_hours", b.gpu_hours}};
+  // MIG devices (docs/mig.md): idle slice-hours are idle hours x slices / 7, board-hours.
+  j["mig"] = nlohmann::json::array();
+  for (const auto& m : r.mig) {
+    j["mig"].push_back({{"gpu", m.gpu},
+                        {"gpu_instance_id", m.gpu_instance},
+                        {"profile", m.profile},
+                        {"slices", m.slices},
+                        {"hours", hours_json(m.hours)},
+                        {"unmeasured_hours", m.unmeasured_hours},
+                        {"idle_slice_hours", m.idle_slice_hours()},
+                        {"idle_cost", optional(m.idle_cost)}});
+  }
+  j["mig_idle_slice_hours"] = r.mig_idle_slice_hours;
+  j["mig_idle_cost"] = optional(r.mig_idle_cost);
   return util::json_text(j, 2) + "\n";
 }
 

@@ -168,6 +168,21 @@ std::string render_text(const Report& r, bool color) {
                        format_hours(b.busy_hours));
     out += b.gpu_hours > 0 ? fmt::format(", on {} of GPU time\n", format_hours(b.gpu_hours)) : "\n";
   }
+  if (!r.mig.empty()) {
+    // MIG devices (docs/mig.md): a slice's idle hours cost its share of the board.
+    out += fmt::format("\nMIG devices (docs/mig.md): {} of board time idle on slices{}\n",
+                       format_hours(r.mig_idle_slice_hours),
+                       r.mig_idle_cost ? " = " + format_money(*r.mig_idle_cost) : std::string());
+    for (const auto& m : r.mig) {
+      out += fmt::format("  GPU {:<3} GI {:<3} {:<10} {} of 7 slices: {} idle, {} busy{}{}\n", m.gpu, m.gpu_instance,
+                         util::terminal_text(m.profile), m.slices, format_hours(m.hours.idle()),
+                         format_hours(m.hours.of(gpu::Activity::Busy)),
+                         m.idle_cost ? ", idle " + format_money(*m.idle_cost) : std::string(),
+                         m.unmeasured_hours > 0 ? fmt::format(" ({} from process presence: no GPM)",
+                                                              format_hours(m.unmeasured_hours))
+                                                : std::string());
+    }
+  }
   const auto& z = r.zombies;
   out += fmt::format("\nZombies (docs/reap.md): {} found, {} reaped, {} freed", z.found, z.reaped,
                      util::format_bytes(z.freed_bytes));

@@ -333,6 +333,34 @@ double ClassHours::recorded() const {
   return sum;
 }
 
+namespace {
+
+// Each MIG device's hours per class and idle slice-hours, from its spans clipped to the range.
+void add_mig(const std::vector<store::MigSpan>& spans, const ReportOptions& options, Report& report) {
+  std::map<std::pair<unsigned, unsigned>, MigUse> uses;
+  for (const auto& s : spans) {
+    if (!wanted(s.gpu, options.gpus)) continue;
+    MigUse& u = uses[{s.gpu, s.gpu_instance}];
+    u.gpu = s.gpu;
+    u.gpu_instance = s.gpu_instance;
+    u.profile = s.profile;  // the newest span's
+    u.slices = s.slices;
+    const double h = static_cast<double>(clipped(s.start_ms, s.end_ms, options.range)) / util::kMsPerHour;
+    u.hours.hours[class_slot(s.activity)] += h;
+    if (!s.measured) u.unmeasured_hours += h;
+  }
+  for (auto& [key, u] : uses) {
+    if (options.price_per_gpu_hour) u.idle_cost = u.idle_slice_hours() * *options.price_per_gpu_hour;
+    report.mig_idle_slice_hours += u.idle_slice_hours();
+    report.mig.push_back(u);
+  }
+  if (options.price_per_gpu_hour && !report.mig.empty()) {
+    report.mig_idle_cost = report.mig_idle_slice_hours * *options.price_per_gpu_hour;
+  }
+}
+
+}  // namespace
+
 double ClassHours::idle() const { return of(gpu::Activity::Idle) + of(gpu::Activity::ReservedIdle); }
 
 Report compute(const ReportInput& in, const ReportOptions& options) {
@@ -360,6 +388,7 @@ Report compute(const ReportInput& in, const ReportOptions& options) {
   }
   report.zombies = zombies_of(in.events, options.gpus);
   report.backfill = backfill_of(in.events, options.gpus);
+  add_mig(in.mig, options, report);
   return report;
 }
 
@@ -371,6 +400,7 @@ Result<Report> build(store::Reader& reader, const ReportOptions& options) {
   TARMAC_TRY_ASSIGN(in.processes, reader.processes(options.range));
   TARMAC_TRY_ASSIGN(in.events, reader.events(options.range));
   TARMAC_TRY_ASSIGN(in.jobs, reader.jobs(options.range));
+  TARMAC_TRY_ASSIGN(in.mig, reader.mig_activity(options.range));
   return compute(in, options);
 }
 

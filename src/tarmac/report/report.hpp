@@ -120,6 +120,21 @@ struct JobUse {
   [[nodiscard]] double held_idle() const { return hours.idle() + hours.of(gpu::Activity::Holding); }
 };
 
+// One MIG device over the range (docs/mig.md), from its class spans (table mig_activity): hours
+// per class, and its idle hours weighed by its share of the board (slices / 7): what it cost.
+struct MigUse {
+  unsigned gpu = 0;
+  unsigned gpu_instance = 0;
+  std::string profile;
+  unsigned slices = 0;
+  ClassHours hours;
+  double unmeasured_hours = 0;  // of hours, those classified from process presence (no GPM)
+  std::optional<double> idle_cost;  // idle slice-hours x price
+
+  // idle + reserved-idle hours x slices / 7: board-hours left idle on this MIG device.
+  [[nodiscard]] double idle_slice_hours() const { return hours.idle() * slices / 7.0; }
+};
+
 struct Report {
   long long since_ms = 0;
   long long until_ms = 0;
@@ -140,6 +155,9 @@ struct Report {
   std::size_t fault_events = 0;           // fault, lost, throttle-start events in the range
   Zombies zombies;
   BackfillWork backfill;
+  std::vector<MigUse> mig;  // every MIG device recorded, by GPU and GPU instance
+  double mig_idle_slice_hours = 0;   // summed: board-hours idle on MIG devices
+  std::optional<double> mig_idle_cost;
 };
 
 struct ReportOptions {
@@ -156,6 +174,7 @@ struct ReportInput {
   std::vector<store::ProcessSpan> processes;
   std::vector<store::Event> events;
   std::vector<store::JobSpan> jobs;
+  std::vector<store::MigSpan> mig;
 };
 
 // Pure: the report of `input` for `options`.

@@ -273,7 +273,8 @@ json Requests::reserve(Client& c, const json& req) {
   job.name = json_field<std::string>(req, "name").value_or("");
   job.request = PickRequest{.n = n,
                             .min_free_bytes = json_field<std::uint64_t>(req, "min_free").value_or(0),
-                            .max_util_pct = std::min(100U, json_field<unsigned>(req, "max_util").value_or(100))};
+                            .max_util_pct = std::min(100U, json_field<unsigned>(req, "max_util").value_or(100)),
+                            .mig = std::nullopt};  // the queue schedules whole GPUs only (docs/mig.md)
   auto held = files_.lock_for_request();  // held until the lease files are written
   if (!held.ok()) return failure("io", held.error().message);
   auto live = files_.live(util::wall_ms());

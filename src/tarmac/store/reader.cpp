@@ -1,5 +1,7 @@
 #include "tarmac/store/reader.hpp"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -168,6 +170,33 @@ Result<std::vector<ActivitySpan>> Reader::activity(const TimeRange& range) {
     s.end_ms = st.int64(2);
     s.activity = activity_from_name(st.text(3)).value_or(gpu::Activity::Idle);
     out.push_back(s);
+  }
+  return out;
+}
+
+Result<std::vector<MigSpan>> Reader::mig_activity(const TimeRange& range) {
+  std::vector<MigSpan> out;
+  // A store of schema 5 or older that no agent has upgraded has no MIG spans.
+  TARMAC_TRY_ASSIGN(auto has, db_.scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND "
+                                         "name = 'mig_activity'"));
+  if (has.value_or(0) == 0) return out;
+  TARMAC_TRY_ASSIGN(auto st, db_.prepare("SELECT gpu, gpu_instance, start_ms, end_ms, profile, slices, class, source "
+                                         "FROM mig_activity WHERE end_ms >= ? AND start_ms < ? "
+                                         "ORDER BY gpu, gpu_instance, start_ms"));
+  bind_range(st, range);
+  for (;;) {
+    TARMAC_TRY_ASSIGN(const bool row, st.step());
+    if (!row) break;
+    MigSpan s;
+    s.gpu = static_cast<unsigned>(st.int64(0));
+    s.gpu_instance = static_cast<unsigned>(st.int64(1));
+    s.start_ms = st.int64(2);
+    s.end_ms = st.int64(3);
+    s.profile = st.text(4);
+    s.slices = static_cast<unsigned>(std::clamp<long long>(st.int64(5), 0, 8));
+    s.activity = activity_from_name(st.text(6)).value_or(gpu::Activity::Idle);
+    s.measured = st.text(7) == "gpm";
+    out.push_back(std::move(s));
   }
   return out;
 }

@@ -41,6 +41,8 @@ class Reader {
                                                                    const std::vector<unsigned>& gpus);
   // Spans that overlap the range (not clipped).
   [[nodiscard]] Result<std::vector<ActivitySpan>> activity(const TimeRange& range);
+  // The MIG devices' class spans overlapping the range (docs/mig.md); none in an older store.
+  [[nodiscard]] Result<std::vector<MigSpan>> mig_activity(const TimeRange& range);
   [[nodiscard]] Result<std::vector<ProcessSpan>> processes(const TimeRange& range);
   // The spans of `pid` on GPU `gpu` (the store's index) that overlap the range.
   [[nodiscard]] Result<std::vector<ProcessSpan>> processes_of(unsigned gpu, unsigned pid, const TimeRange& range);

@@ -165,6 +165,21 @@ void bind_activity(Statement& st, const ActivitySpan& s) {
   st.bind(4, std::string_view(gpu::to_string(s.activity)));
 }
 
+constexpr std::string_view kInsertMigActivity =
+    "INSERT OR REPLACE INTO mig_activity(gpu, gpu_instance, start_ms, end_ms, profile, slices, class, source) "
+    "VALUES(?, ?, ?, ?, ?, ?, ?, ?)";
+
+void bind_mig_activity(Statement& st, const MigSpan& s) {
+  st.bind(1, static_cast<long long>(s.gpu));
+  st.bind(2, static_cast<long long>(s.gpu_instance));
+  st.bind(3, s.start_ms);
+  st.bind(4, s.end_ms);
+  st.bind(5, std::string_view(s.profile));
+  st.bind(6, static_cast<long long>(s.slices));
+  st.bind(7, std::string_view(gpu::to_string(s.activity)));
+  st.bind(8, std::string_view(s.measured ? "gpm" : "processes"));
+}
+
 constexpr std::string_view kInsertProcess =
     "INSERT OR REPLACE INTO process(gpu, pid, first_ms, last_ms, start_unix, "
     "user, command, container, slurm_job, mem_used_mib_max, listed_after_start) "
@@ -221,12 +236,13 @@ void Recorder::add(const ProcessSample& s) {
 }
 void Recorder::add(const Event& e) { events_.push_back(e); }
 void Recorder::update(const ActivitySpan& s) { activity_[{s.gpu, s.start_ms}] = s; }
+void Recorder::update(const MigSpan& s) { mig_activity_[{s.gpu, s.gpu_instance, s.start_ms}] = s; }
 void Recorder::update(const ProcessSpan& s) { processes_[{s.gpu, s.pid, s.first_ms}] = s; }
 void Recorder::update(const JobSpan& s) { jobs_[{s.job, s.gpu, s.first_ms}] = s; }
 
 std::size_t Recorder::pending_rows() const {
-  return samples_.size() + slow_samples_.size() + process_samples_.size() + events_.size() + activity_.size() + processes_.size() +
-         jobs_.size() + gpus_.size();
+  return samples_.size() + slow_samples_.size() + process_samples_.size() + events_.size() + activity_.size() +
+         mig_activity_.size() + processes_.size() + jobs_.size() + gpus_.size();
 }
 
 void Recorder::enforce_bound() {
@@ -274,6 +290,8 @@ Result<void> Recorder::write_batch() {
   // The spans are kept by key, so that an updated span replaces the one pending.
   TARMAC_TRY(insert_rows(db, kInsertActivity, activity_,
                          [](Statement& st, const auto& entry) { bind_activity(st, entry.second); }));
+  TARMAC_TRY(insert_rows(db, kInsertMigActivity, mig_activity_,
+                         [](Statement& st, const auto& entry) { bind_mig_activity(st, entry.second); }));
   TARMAC_TRY(insert_rows(db, kInsertProcess, processes_,
                          [](Statement& st, const auto& entry) { bind_process(st, entry.second); }));
   TARMAC_TRY(insert_rows(db, kInsertJob, jobs_, [](Statement& st, const auto& entry) { bind_job(st, entry.second); }));
@@ -318,6 +336,7 @@ FlushStatus Recorder::flush() {
   process_samples_.clear();
   events_.clear();
   activity_.clear();
+  mig_activity_.clear();
   processes_.clear();
   jobs_.clear();
   dropped_ = 0;
@@ -333,13 +352,14 @@ Result<void> Recorder::prune(long long now_ms) {
     const char* sql;
     long long keep_ms;
   };
-  const std::array<Rule, 9> rules = {{
+  const std::array<Rule, 10> rules = {{
       {"DELETE FROM gpu_sample WHERE ts_ms < ?", r.samples_ms},
       {"DELETE FROM gpu_slow_sample WHERE ts_ms < ?", r.samples_ms},
       {"DELETE FROM process_sample WHERE ts_ms < ?", r.samples_ms},
       {"DELETE FROM gpu_minute WHERE ts_ms < ?", r.minutes_ms},
       {"DELETE FROM gpu_hour WHERE ts_ms < ?", r.hours_ms},
       {"DELETE FROM activity WHERE end_ms < ?", r.hours_ms},
+      {"DELETE FROM mig_activity WHERE end_ms < ?", r.hours_ms},
       {"DELETE FROM process WHERE last_ms < ?", r.hours_ms},
       {"DELETE FROM job_gpu WHERE last_ms < ?", r.hours_ms},
       {"DELETE FROM event WHERE ts_ms < ?", r.events_ms},

@@ -52,6 +52,7 @@ class Recorder {
   void add(const Event& event);
   // The latest state of a span: replaces an earlier add of the same span (same key) in this batch.
   void update(const ActivitySpan& span);
+  void update(const MigSpan& span);
   void update(const ProcessSpan& span);
   void update(const JobSpan& span);
 
@@ -81,6 +82,7 @@ class Recorder {
   std::vector<ProcessSample> process_samples_;
   std::vector<Event> events_;
   std::map<std::pair<unsigned, long long>, ActivitySpan> activity_;
+  std::map<std::tuple<unsigned, unsigned, long long>, MigSpan> mig_activity_;
   std::map<std::tuple<unsigned, unsigned, long long>, ProcessSpan> processes_;
   std::map<std::tuple<std::string, unsigned, long long>, JobSpan> jobs_;
   std::size_t dropped_ = 0;

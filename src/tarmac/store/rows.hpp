@@ -89,6 +89,20 @@ struct ActivitySpan {
   long long end_ms = 0;
 };
 
+// A MIG device's class over time (table mig_activity; docs/mig.md): its GPU and GPU instance, its
+// profile and compute slices (its share of the board), and whether GPM measured the class or it
+// comes from process presence.
+struct MigSpan {
+  unsigned gpu = 0;
+  unsigned gpu_instance = 0;
+  std::string profile;
+  unsigned slices = 0;
+  gpu::Activity activity = gpu::Activity::Idle;
+  bool measured = true;
+  long long start_ms = 0;
+  long long end_ms = 0;
+};
+
 // A Slurm job's hold on one GPU, from the first to the last sample that found the GPU mapped to it
 // in the HPC job mapping (table job_gpu), with what its prolog recorded of it. The GPU's classes
 // over the same time (table activity) say how the job used it.

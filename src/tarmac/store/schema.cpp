@@ -48,6 +48,11 @@ CREATE TABLE IF NOT EXISTS activity(
   gpu INTEGER NOT NULL, start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, class TEXT NOT NULL,
   PRIMARY KEY(gpu, start_ms)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS activity_by_end ON activity(end_ms);
+CREATE TABLE IF NOT EXISTS mig_activity(
+  gpu INTEGER NOT NULL, gpu_instance INTEGER NOT NULL, start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL,
+  profile TEXT NOT NULL, slices INTEGER NOT NULL, class TEXT NOT NULL, source TEXT NOT NULL,
+  PRIMARY KEY(gpu, gpu_instance, start_ms)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS mig_activity_by_end ON mig_activity(end_ms);
 CREATE TABLE IF NOT EXISTS job_gpu(
   job TEXT NOT NULL, gpu INTEGER NOT NULL, first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
   user TEXT, partition TEXT, PRIMARY KEY(job, gpu, first_ms)) WITHOUT ROWID;
@@ -75,7 +80,8 @@ Result<void> add_integer_column(Database& db, std::string_view table, std::strin
 }
 
 // Version 1 lacks process_sample.mem_util_pct, versions 1 and 2 other_util_pct, versions 1 to 3
-// process.listed_after_start; versions 1 to 4 lack the job_gpu table, which kTables creates.
+// process.listed_after_start; versions 1 to 4 lack the job_gpu table, 1 to 5 mig_activity, which
+// kTables creates.
 Result<void> upgrade_older_versions(Database& db) {
   TARMAC_TRY(add_integer_column(db, "process_sample", "mem_util_pct"));
   TARMAC_TRY(add_integer_column(db, "process_sample", "other_util_pct"));

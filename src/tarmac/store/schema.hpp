@@ -9,7 +9,7 @@ namespace tarmac::store {
 
 // 1: the first; 2: process_sample.mem_util_pct (per-process memory utilization, issue 15);
 // 3: process_sample.other_util_pct (the busiest of encoder, decoder, JPEG and OFA).
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 // Creates the tables, indexes and views that are missing, brings a store of an older version to
 // kSchemaVersion in place (in the same transaction), and checks the schema version; sets WAL mode.

@@ -473,3 +473,51 @@ TEST_F(TrackerTest, NoListingIsProvenAcrossAGapOrAFailedListing) {
 
 }  // namespace
 }  // namespace tarmac::agent
+
+namespace tarmac::agent::test_support {
+namespace {
+
+// A board in MIG mode with two MIG devices (GPU instances 7 and 8), a process on the first.
+gpu::Device mig_board(bool process_on_first) {
+  gpu::Device d = device(0, 0, process_on_first ? std::vector{process(100, 3000)} : std::vector<gpu::GpuProcess>{});
+  d.sample.util_gpu_pct.reset();
+  d.modes.mig_mode_current = true;
+  for (unsigned k = 0; k < 2; ++k) {
+    gpu::MigDevice m;
+    m.index = k;
+    m.gpu_instance_id = 7 + k;
+    m.compute_instance_id = 0;
+    m.profile = "1g.5gb";
+    m.slices = 1;
+    m.mem_total_bytes = 4864 * util::kMiB;
+    d.mig.push_back(m);
+  }
+  if (process_on_first) d.processes[0].mig = 0U;
+  return d;
+}
+
+TEST_F(TrackerTest, EachMigDeviceHasItsOwnClassSpansInTheStore) {
+  for (int i = 0; i < 3; ++i) observe(snapshot({mig_board(true)}), kT0 + i * 10 * kS);
+  observe(snapshot({mig_board(false)}), kT0 + 30 * kS);  // the process left
+  auto reader = read();
+  auto spans = reader.mig_activity(kAll);
+  ASSERT_TRUE(spans.ok()) << spans.error().message;
+  ASSERT_EQ(spans->size(), 3U);
+  const auto& busy = (*spans)[0];
+  EXPECT_EQ(std::tie(busy.gpu, busy.gpu_instance, busy.profile, busy.slices), std::make_tuple(0U, 7U, std::string("1g.5gb"), 1U));
+  EXPECT_EQ(busy.activity, Activity::Busy);  // in use, no GPM: from process presence
+  EXPECT_FALSE(busy.measured);
+  EXPECT_EQ(std::tie(busy.start_ms, busy.end_ms), std::make_tuple(kT0, kT0 + 30 * kS));
+  const auto& idle_after = (*spans)[1];
+  EXPECT_EQ(std::tie(idle_after.gpu_instance, idle_after.activity), std::make_tuple(7U, Activity::Idle));
+  EXPECT_EQ(idle_after.start_ms, kT0 + 30 * kS);
+  const auto& other = (*spans)[2];
+  EXPECT_EQ(std::tie(other.gpu_instance, other.activity), std::make_tuple(8U, Activity::Idle));
+  EXPECT_TRUE(other.measured);  // an empty slice is known idle
+  EXPECT_EQ(std::tie(other.start_ms, other.end_ms), std::make_tuple(kT0, kT0 + 30 * kS));
+  // The board: as active as its most active slice while the process ran, never holding from no utilization.
+  EXPECT_EQ(sample_classes(0), (std::vector<Activity>{Activity::Busy, Activity::Busy, Activity::Busy, Activity::Idle}));
+}
+
+}  // namespace
+}  // namespace tarmac::agent::test_support

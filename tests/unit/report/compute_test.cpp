@@ -116,6 +116,39 @@ TEST(Compute, TwoGpusOverADayGiveHoursAndIdleCost) {
   EXPECT_FALSE(r.fleet_util_avg_pct.has_value());
 }
 
+TEST(Compute, AMigDevicesIdleHoursCostItsShareOfTheBoard) {
+  ReportInput in;
+  using A = gpu::Activity;
+  // GPU 4: a 3g slice idle 10 h and busy 14 h (from processes); a 1g slice idle all day (GPM); a
+  // span that starts before the range counts from its start.
+  in.gpus = {{4, "GPU-4", "NVIDIA H200", "00000000:9A:00.0", 143771}};
+  in.activity = {span(4, A::Busy, 0, 24)};
+  in.mig = {{4, 2, "3g.71gb", 3, A::Idle, true, kD, kD + 10 * kH},
+            {4, 2, "3g.71gb", 3, A::Busy, false, kD + 10 * kH, kD + kDay},
+            {4, 9, "1g.18gb", 1, A::Idle, true, kD - 5 * kH, kD + kDay},
+            {6, 1, "4g.71gb", 4, A::ReservedIdle, true, kD, kD + 7 * kH}};
+  const Report r = compute(in, day(7.0));
+  ASSERT_EQ(r.mig.size(), 3u);
+  EXPECT_EQ((std::pair{r.mig[0].gpu, r.mig[0].gpu_instance}), (std::pair{4U, 2U}));
+  EXPECT_DOUBLE_EQ(r.mig[0].hours.idle(), 10);
+  EXPECT_DOUBLE_EQ(r.mig[0].unmeasured_hours, 14);
+  EXPECT_DOUBLE_EQ(r.mig[0].idle_slice_hours(), 10 * 3 / 7.0);
+  EXPECT_DOUBLE_EQ(r.mig[1].idle_slice_hours(), 24 / 7.0);     // clipped to the range
+  EXPECT_DOUBLE_EQ(r.mig[2].idle_slice_hours(), 7 * 4 / 7.0);  // reserved-idle is idle
+  EXPECT_DOUBLE_EQ(r.mig_idle_slice_hours, 30 / 7.0 + 24 / 7.0 + 4);
+  ASSERT_TRUE(r.mig_idle_cost);
+  EXPECT_NEAR(*r.mig_idle_cost, (30 / 7.0 + 24 / 7.0 + 4) * 7.0, 1e-9);
+  EXPECT_NEAR(*r.mig[2].idle_cost, 28.0, 1e-9);
+  // Asked for other GPUs: none of these.
+  ReportOptions only0 = day(7.0);
+  only0.gpus = {0};
+  EXPECT_TRUE(compute(in, only0).mig.empty());
+  const std::string text = render_text(r, false);
+  EXPECT_NE(text.find("GPU 4   GI 2   3g.71gb    3 of 7 slices: 10.0 h idle, 14.0 h busy, idle $30.00"), std::string::npos) << text;
+  EXPECT_NE(text.find("from process presence"), std::string::npos);
+  EXPECT_NE(render_json(r).find("\"idle_slice_hours\""), std::string::npos);
+}
+
 TEST(Compute, ReservedIdleCostsLikeIdle) {
   ReportInput in;
   in.activity = {span(0, Activity::ReservedIdle, 0, 6), span(0, Activity::Idle, 6, 10), span(0, Activity::Holding, 10, 13),
