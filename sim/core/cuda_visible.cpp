@@ -31,15 +31,17 @@ std::vector<unsigned> cuda_order(const Scenario& scenario, DeviceOrder order) {
 
 std::vector<VisibleDevice> visible_devices(const Scenario& scenario, std::optional<std::string_view> visible,
                                            DeviceOrder order) {
-  const std::vector<unsigned> enumeration = cuda_order(scenario, order);
   const auto in_mig = [&](unsigned i) { return scenario.gpus[i].mig_mode.value_or(false); };
+  // CUDA's indices count the GPUs it can use whole: not those in MIG mode.
+  std::vector<unsigned> enumeration;
+  for (unsigned i : cuda_order(scenario, order)) {
+    if (!in_mig(i)) enumeration.push_back(i);
+  }
   std::vector<VisibleDevice> out;
   if (!visible) {
-    for (unsigned i : enumeration) {
-      if (!in_mig(i)) out.push_back({i, std::nullopt});
-    }
+    for (unsigned i : enumeration) out.push_back({i, std::nullopt});
     if (out.empty()) {
-      for (unsigned i : enumeration) {
+      for (unsigned i : cuda_order(scenario, order)) {
         if (!scenario.gpus[i].mig.empty()) return {{i, 0U}};
       }
     }

@@ -200,26 +200,27 @@ void parse_processes(Fields& top, Scenario& s, Diag& diag) {
     }
     p.window = parse_window(f, "start", "end");
     p.host_pid = parse_host_pid(f, s.processes);
-    if (auto mig = f.integer("mig_device", 0, 6)) {
-      const GpuSpec& gpu = s.gpus[p.gpus.empty() ? 0 : p.gpus[0]];
+    if (auto mig = f.integer("mig_device", 0, 6); mig && !diag.failed()) {
       if (p.gpus.size() != 1) {
         f.fail_key("mig_device", "a process on a MIG device has one GPU: CUDA shows it one MIG device");
-      } else if (static_cast<std::size_t>(*mig) >= gpu.mig.size()) {
+      } else if (const GpuSpec& gpu = s.gpus[p.gpus[0]]; static_cast<std::size_t>(*mig) >= gpu.mig.size()) {
         f.fail_key("mig_device", fmt::format("GPU {} has {} MIG devices", p.gpus[0], gpu.mig.size()));
-      } else if (p.memory_mib > gpu.mig[static_cast<std::size_t>(*mig)].profile->memory_mib) {
+      } else if (const MigProfile& profile = *gpu.mig[static_cast<std::size_t>(*mig)].profile;
+                 p.memory_mib > profile.memory_mib) {
         f.fail_key("memory_mib", fmt::format("{} MiB does not fit in MIG device {} ({}, {} MiB)", p.memory_mib, *mig,
-                                             gpu.mig[static_cast<std::size_t>(*mig)].profile->name,
-                                             gpu.mig[static_cast<std::size_t>(*mig)].profile->memory_mib));
+                                             profile.name, profile.memory_mib));
       }
       p.mig_device = static_cast<unsigned>(*mig);
     }
     f.finish();
-    if (!p.mig_device && p.gpus.size() == 1 && !s.gpus[p.gpus[0]].mig.empty() && !diag.failed()) {
+    // A GPU in MIG mode with instances runs processes on them; one without instances may list
+    // processes on the board (what a driver reports without instance ids: tests of that case).
+    if (!p.mig_device && p.gpus.size() == 1 && !diag.failed() && !s.gpus[p.gpus[0]].mig.empty()) {
       f.fail_key("gpus", fmt::format("GPU {} is in MIG mode: a process runs on one of its MIG devices (mig_device = N)",
                                      p.gpus[0]));
     }
     for (unsigned g : p.gpus) {
-      if (!diag.failed() && p.gpus.size() > 1 && s.gpus[g].mig_mode.value_or(false)) {
+      if (!diag.failed() && p.gpus.size() > 1 && !s.gpus[g].mig.empty()) {
         f.fail_key("gpus", fmt::format("GPU {} is in MIG mode: a process runs on one of its MIG devices", g));
       }
     }

@@ -1,4 +1,6 @@
 // Memory, utilization and the processes on a GPU (lists and per-process utilization samples).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -42,10 +44,14 @@ template <typename Info>
 nvmlReturn_t running_processes(const char* function, nvmlDevice_t device, unsigned int* count, Info* infos,
                                Kind kind) {
   return guarded([&] {
-    // A MIG device's handle lists the processes of that MIG device; its parent's, all of them.
+    // A MIG device's handle lists the processes of that MIG device; its parent's, all of them, to
+    // root only: NVML gives the aggregate in MIG mode "only if the caller has appropriate privileges".
     auto e = Context::get().enter_device(function, device, sim::lib::MigHandles::Accept);
     if (e.rc != NVML_SUCCESS) return e.rc;
     if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!e.mig && e.sim->scenario().gpus[e.gpu].mig_mode.value_or(false) && geteuid() != 0) {
+      return NVML_ERROR_NO_PERMISSION;
+    }
     std::vector<sim::ProcessView> list;
     if (kind != Kind::Mps) {  // the simulator runs no MPS server
       const auto type = kind == Kind::Compute ? sim::ProcessType::Compute : sim::ProcessType::Graphics;
@@ -167,7 +173,8 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, 
     if (!g.bar1_mib) return NVML_ERROR_NOT_SUPPORTED;
     const sim::DeviceView view = e.sim->device(e.gpu, e.t);
     // A MIG device has its memory slices' share of the BAR1 aperture, less one MiB.
-    bar1->bar1Total = e.mig ? (*g.bar1_mib * g.mig[*e.mig].profile->memory_slices / 8 - 1) * kMiB : *g.bar1_mib * kMiB;
+    bar1->bar1Total =
+        e.mig ? (std::max(1ULL, *g.bar1_mib * g.mig[*e.mig].profile->memory_slices / 8) - 1) * kMiB : *g.bar1_mib * kMiB;
     const auto listed = std::count_if(view.processes.begin(), view.processes.end(),
                                       [&](const sim::ProcessView& p) { return !e.mig || p.mig == e.mig; });
     bar1->bar1Used = std::min(bar1->bar1Total, (2 + 2 * static_cast<unsigned long long>(listed)) * kMiB);

@@ -5,8 +5,11 @@ else; `tarmac pick` never hands out a GPU in MIG mode; `tarmac doctor` names the
 mistakes with the exit code of a critical finding."""
 import json
 import os
+import subprocess
 import tempfile
 import unittest
+
+from devtools import demoted, second_user
 
 from test_doctor import doctor, finding
 from test_status import BUILD, TARMAC, sim
@@ -65,6 +68,19 @@ class Mig(unittest.TestCase):
         # The Jupyter kernel holding 30 GiB on the 2g slice is there, on that slice.
         kernel = [p for p in board["processes"] if "ipykernel" in (p["command_line"] or "")]
         self.assertEqual([p["mig"] for p in kernel], [1])
+
+    def test_an_unprivileged_user_sees_the_processes_of_each_mig_device(self):
+        # NVML lists a MIG board's processes through the board only to root: tarmac asks each MIG
+        # device, as NVML documents, so that a user's status (and pick --mig) sees them too.
+        user = second_user(self)
+        r = subprocess.run([TARMAC, "sim", "--scenario", SCENARIO, "--", TARMAC, "--json", "status"],
+                           capture_output=True, text=True, timeout=60, preexec_fn=demoted(user),
+                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", "LANG": "C.UTF-8"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        board = json.loads(r.stdout)["gpus"][4]
+        self.assertEqual([len(m["processes"]) for m in board["mig"]], [1, 1, 1, 0])
+        self.assertEqual(sorted(p["mig"] for p in board["processes"]), [0, 1, 2])
+        self.assertEqual(board["errors"], [])
 
     def test_a_load_on_a_mig_uuid_runs_on_that_mig_device(self):
         target = self.doc["gpus"][5]["mig"][4]

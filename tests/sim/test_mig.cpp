@@ -112,7 +112,8 @@ TEST(MigCuda, AMigUuidNamesOneMigDeviceAndTheParentIsNoDevice) {
   EXPECT_EQ(visible_devices(*s, uuid.substr(0, 12) + "," + s->gpus[4].mig[0].uuid, DeviceOrder::PciBusId).size(), 1U);
   // GPU 4 is in MIG mode: naming it whole gives CUDA no device, and stops enumeration.
   EXPECT_TRUE(visible_devices(*s, "GPU-5d8a1c37", DeviceOrder::PciBusId).empty());
-  EXPECT_EQ(visible_gpus(*s, "0,4,1", DeviceOrder::PciBusId), (std::vector<unsigned>{0}));
+  // Indices count the GPUs CUDA can use whole (0-3 and 7 here): cuda:4 is GPU 7.
+  EXPECT_EQ(visible_gpus(*s, "0,4,1", DeviceOrder::PciBusId), (std::vector<unsigned>{0, 7, 1}));
   // Unset: the whole GPUs that are not in MIG mode.
   EXPECT_EQ(visible_gpus(*s, std::nullopt, DeviceOrder::PciBusId), (std::vector<unsigned>{0, 1, 2, 3, 7}));
 }

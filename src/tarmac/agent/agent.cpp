@@ -211,6 +211,7 @@ class Loop {
         latest_processes_[d.id.index] = d.processes;
       } else if (auto it = latest_processes_.find(d.id.index); it != latest_processes_.end()) {
         d.processes = it->second;
+        gpu::match_mig_processes(d.mig, d.processes);  // this sample's MIG devices, by instance ids
       }
       if (auto it = latest_slow_.find(d.id.index); it != latest_slow_.end()) d.slow = it->second;
       // Each MIG device's GPM from the last slow read, matched by its GPU instance.

@@ -227,7 +227,10 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
     }
     const long long held_s = state.held_since_ms ? (ts_ms - *state.held_since_ms) / 1000 : 0;
     gpu::Device view = d;
-    if (!with_processes) view.processes = state.processes;
+    if (!with_processes) {
+      view.processes = state.processes;
+      gpu::match_mig_processes(view.mig, view.processes);  // this sample's MIG devices, by instance ids
+    }
     const bool job_holds = jobs_.map.contains(index) || jobs_.pods.contains(index);
     const gpu::Leased given =
         job_holds || (d.id.uuid && leased.contains(*d.id.uuid)) ? gpu::Leased::Yes : gpu::Leased::No;

@@ -272,7 +272,7 @@ void print_cuda_visibility(std::FILE* out, const gpu::Snapshot& snap, bool color
       for (const auto& d : snap.devices) {
         if (d.id.index == view.gpu_of_cuda[k] && *view.mig_of_cuda[k] < d.mig.size()) {
           device = fmt::format("{}:{} (MIG {})", d.id.index, d.mig[*view.mig_of_cuda[k]].index,
-                               d.mig[*view.mig_of_cuda[k]].profile.value_or("?"));
+                               util::terminal_text(d.mig[*view.mig_of_cuda[k]].profile.value_or("?")));
         }
       }
     }

@@ -115,7 +115,9 @@ int rank(Activity a) {
 std::optional<Activity> classify_board(const Device& d, const ActivityThresholds& t, Leased leased,
                                        const std::function<bool(const Device&)>& held) {
   if (d.modes.mig_mode_current != true || d.mig.empty() || d.lost) return std::nullopt;
-  Activity most = Activity::Idle;
+  // A process NVML placed on no MIG device here runs somewhere on the board: in use.
+  const bool unplaced = std::any_of(d.processes.begin(), d.processes.end(), [](const GpuProcess& p) { return !p.mig; });
+  Activity most = unplaced ? Activity::Busy : Activity::Idle;
   for (std::size_t k = 0; k < d.mig.size(); ++k) {
     const Activity a = classify_slice(d, k, t, held).activity;
     if (rank(a) > rank(most)) most = a;
@@ -125,6 +127,18 @@ std::optional<Activity> classify_board(const Device& d, const ActivityThresholds
 }
 
 }  // namespace
+
+void match_mig_processes(const std::vector<MigDevice>& mig, std::vector<GpuProcess>& processes) {
+  for (GpuProcess& p : processes) {
+    p.mig.reset();
+    if (!p.mig_instance) continue;
+    for (std::size_t k = 0; k < mig.size(); ++k) {
+      if (mig[k].gpu_instance_id == p.mig_instance->first && mig[k].compute_instance_id == p.mig_instance->second) {
+        p.mig = static_cast<unsigned>(k);
+      }
+    }
+  }
+}
 
 MigActivity classify_mig(const Device& d, std::size_t k, const ActivityThresholds& t, long long now_unix_s) {
   return classify_slice(d, k, t, [&](const Device& v) { return held_long_enough(v, t, now_unix_s); });

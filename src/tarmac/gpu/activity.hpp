@@ -58,6 +58,11 @@ struct MigActivity {
 [[nodiscard]] MigActivity classify_mig(const Device& device, std::size_t mig_index, const ActivityThresholds& thresholds,
                                        long long now_unix_s);
 
+// Sets each process's MIG device (GpuProcess::mig: a position in `mig`) from the instance ids NVML
+// listed it with, clearing what an older layout left: call again after putting processes of an
+// earlier read beside newer MIG devices.
+void match_mig_processes(const std::vector<MigDevice>& mig, std::vector<GpuProcess>& processes);
+
 [[nodiscard]] const char* to_string(Activity activity);
 
 // Why a device counts as a fault, or nullopt.

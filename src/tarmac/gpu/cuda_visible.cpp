@@ -84,11 +84,12 @@ CudaView cuda_view(const std::vector<Device>& devices, const std::optional<std::
     const std::string entry(util::trim(raw));
     std::optional<unsigned> gpu;
     std::optional<unsigned> mig;
-    if (!view.mig_of_cuda.empty() && view.mig_of_cuda.front()) {
+    // An empty entry (a trailing comma) is what it is after whole GPUs too: not a second device.
+    if (!entry.empty() && !view.mig_of_cuda.empty() && view.mig_of_cuda.front()) {
       stop(MigIssue::SecondMigDevice, entry, std::nullopt, "comes after a MIG device, and a process sees one MIG device");
       break;
     }
-    if (util::starts_with_ci(entry, "MIG-")) {
+    if (util::starts_with_ci(entry, "MIG-") && entry.size() > 4) {
       std::vector<std::pair<unsigned, unsigned>> matches;
       for (const auto& d : devices) {
         for (std::size_t k = 0; k < d.mig.size(); ++k) {

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "tarmac/gpu/backend.hpp"
+#include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/nvml_device.hpp"
 
 namespace tarmac::gpu {
@@ -82,7 +83,7 @@ class NvmlBackend final : public Backend {
       // A slow read, which reads no modes, reads MIG devices for their GPM (none when MIG is off).
       if ((groups.has(ValueGroup::MigMode) && out.modes.mig_mode_current == true) || options.slow) {
         out.mig = detail::read_mig(dev, options.slow);
-        detail::match_mig_processes(out.mig, out.processes);
+        match_mig_processes(out.mig, out.processes);
       }
       out.id = dev.identity;
       out.lost = dev.lost();

@@ -116,14 +116,14 @@ void read_identity(NvmlDevice& dev, ValueGroups groups);
 // The MIG devices of a GPU in MIG mode (nvml_mig.cpp), with their GPM when `slow`; processes are
 // matched to them by their instance ids (GpuProcess::mig).
 [[nodiscard]] std::vector<MigDevice> read_mig(NvmlDevice& dev, bool slow);
-void match_mig_processes(const std::vector<MigDevice>& mig, std::vector<GpuProcess>& processes);
 
 // GPM rates since `previous`, from a new sample that `take` fills (kept in `previous` for the
-// next read); none on the first read or when GPM fails.
+// next read); none on the first read or when GPM fails. `what` is the support it is probed as
+// ("gpm" for the board, "gpm_mig" for its GPU instances: one refused never turns off the other).
 struct GpmRates {
   std::optional<double> sm_active_pct, sm_occupancy_pct, tensor_active_pct, dram_bw_pct;
 };
-[[nodiscard]] GpmRates gpm_rates(NvmlDevice& dev, GpmSample& previous,
+[[nodiscard]] GpmRates gpm_rates(NvmlDevice& dev, std::string_view what, GpmSample& previous,
                                  const std::function<nvml::nvmlReturn_t(nvml::nvmlGpmSample_t)>& take);
 
 // Reads a fixed-size string value (name, UUID, serial...) through a (device, buffer, length) call.

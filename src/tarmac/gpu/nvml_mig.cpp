@@ -20,6 +20,14 @@ std::optional<std::string> profile_of(const std::string& name) {
   return name.substr(at + 5);
 }
 
+// "MIG-" and up to 64 letters, digits and dashes: the driver's canonical form (R470 and later).
+bool mig_uuid_ok(const std::string& uuid) {
+  if (!uuid.starts_with("MIG-") || uuid.size() <= 4 || uuid.size() > 68) return false;
+  return std::all_of(uuid.begin() + 4, uuid.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-';
+  });
+}
+
 std::optional<std::string> text(auto fn, nvmlDevice_t handle) {
   std::array<char, 96> buffer{};
   if (call(fn, handle, buffer.data(), static_cast<unsigned>(buffer.size())) != NVML_SUCCESS) return std::nullopt;
@@ -56,6 +64,8 @@ std::vector<MigDevice> read_mig(NvmlDevice& dev, bool slow) {
     MigDevice m;
     m.index = i;
     m.uuid = text(f.nvmlDeviceGetUUID, handle);
+    // It is printed for CUDA_VISIBLE_DEVICES and names a lease file: only the canonical form.
+    if (m.uuid && !mig_uuid_ok(*m.uuid)) m.uuid.reset();
     if (auto name = text(f.nvmlDeviceGetName, handle)) m.profile = profile_of(*name);
     m.gpu_instance_id = id_of(f.nvmlDeviceGetGpuInstanceId, handle);
     m.compute_instance_id = id_of(f.nvmlDeviceGetComputeInstanceId, handle);
@@ -79,7 +89,7 @@ std::vector<MigDevice> read_mig(NvmlDevice& dev, bool slow) {
     if (slow && dev.identity.gpm_supported == true && m.gpu_instance_id && f.nvmlGpmMigSampleGet != nullptr) {
       const unsigned gi = *m.gpu_instance_id;
       seen_instances.insert(gi);
-      const GpmRates r = gpm_rates(dev, dev.gpm_mig_previous[gi], [&](nvmlGpmSample_t s) {
+      const GpmRates r = gpm_rates(dev, "gpm_mig", dev.gpm_mig_previous[gi], [&](nvmlGpmSample_t s) {
         return f.nvmlGpmMigSampleGet(dev.handle(), gi, s);
       });
       m.gpm_sm_active_pct = r.sm_active_pct;
@@ -96,15 +106,5 @@ std::vector<MigDevice> read_mig(NvmlDevice& dev, bool slow) {
   return out;
 }
 
-void match_mig_processes(const std::vector<MigDevice>& mig, std::vector<GpuProcess>& processes) {
-  for (GpuProcess& p : processes) {
-    if (!p.mig_instance) continue;
-    for (std::size_t k = 0; k < mig.size(); ++k) {
-      if (mig[k].gpu_instance_id == p.mig_instance->first && mig[k].compute_instance_id == p.mig_instance->second) {
-        p.mig = static_cast<unsigned>(k);
-      }
-    }
-  }
-}
 
 }  // namespace tarmac::gpu::detail

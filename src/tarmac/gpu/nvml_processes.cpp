@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <tuple>
+
 #include "tarmac/gpu/nvml_device.hpp"
 #include "tarmac/gpu/process_utilization.hpp"
 #include "tarmac/host/process_cache.hpp"
@@ -55,22 +57,56 @@ struct Found {
 };
 
 // One process family (compute, graphics or MPS): _v3, then _v2, then the unversioned v1 record.
+// `handle` is the device's own, or one of its MIG devices' (whose ids then name where each runs).
 std::vector<Found> read_family(NvmlDevice& dev, std::string_view what, PFN_nvmlDeviceGetComputeRunningProcesses_v3 v3,
                                PFN_nvmlDeviceGetComputeRunningProcesses_v2 v2,
-                               PFN_nvmlDeviceGetComputeRunningProcesses v1) {
+                               PFN_nvmlDeviceGetComputeRunningProcesses v1, nvmlDevice_t handle = nullptr,
+                               std::optional<std::pair<unsigned, unsigned>> mig_ids = std::nullopt,
+                               nvmlReturn_t* result = nullptr) {
   std::vector<Found> out;
   if (dev.lost() || !dev.supported(what)) return out;
+  if (handle == nullptr) handle = dev.handle();
   nvmlReturn_t rc = NVML_ERROR_FUNCTION_NOT_FOUND;
   if (v3 != nullptr || v2 != nullptr) {
     std::vector<nvmlProcessInfo_v2_t> records;
-    rc = list(v3 != nullptr ? v3 : v2, dev.handle(), records).rc;
+    rc = list(v3 != nullptr ? v3 : v2, handle, records).rc;
     for (const auto& r : records) out.push_back({r.pid, r.usedGpuMemory, r.gpuInstanceId, r.computeInstanceId});
   } else if (v1 != nullptr) {
     std::vector<nvmlProcessInfo_v1_t> records;
-    rc = list(v1, dev.handle(), records).rc;
+    rc = list(v1, handle, records).rc;
     for (const auto& r : records) out.push_back({r.pid, r.usedGpuMemory});
   }
-  if (rc != NVML_SUCCESS) dev.note_failure(what, rc);
+  if (mig_ids) {
+    for (Found& p : out) std::tie(p.gpu_instance, p.compute_instance) = *mig_ids;
+  }
+  if (result != nullptr) {
+    *result = rc;  // the caller decides what a failure means
+  } else if (rc != NVML_SUCCESS) {
+    dev.note_failure(what, rc);
+  }
+  return out;
+}
+
+// In MIG mode NVML lists a board's processes through its own handle only to a privileged caller;
+// to others they are read per MIG device, as NVML documents, which also says where each runs.
+std::vector<Found> read_mig_family(NvmlDevice& dev, std::string_view what,
+                                   PFN_nvmlDeviceGetComputeRunningProcesses_v3 v3,
+                                   PFN_nvmlDeviceGetComputeRunningProcesses_v2 v2,
+                                   PFN_nvmlDeviceGetComputeRunningProcesses v1) {
+  const Functions& f = dev.fn();
+  std::vector<Found> out;
+  unsigned most = 0;
+  if (call(f.nvmlDeviceGetMaxMigDeviceCount, dev.handle(), &most) != NVML_SUCCESS) return out;
+  for (unsigned i = 0; i < std::min(most, 64U); ++i) {
+    nvmlDevice_t handle = nullptr;
+    if (call(f.nvmlDeviceGetMigDeviceHandleByIndex, dev.handle(), i, &handle) != NVML_SUCCESS) continue;
+    unsigned gi = 0, ci = 0;
+    if (call(f.nvmlDeviceGetGpuInstanceId, handle, &gi) != NVML_SUCCESS ||
+        call(f.nvmlDeviceGetComputeInstanceId, handle, &ci) != NVML_SUCCESS) {
+      continue;
+    }
+    for (const Found& p : read_family(dev, what, v3, v2, v1, handle, std::pair{gi, ci})) out.push_back(p);
+  }
   return out;
 }
 
@@ -115,6 +151,27 @@ Listed read_utilization_samples(NvmlDevice& dev, unsigned long long since, std::
   const Listed listed = list(fn, dev.handle(), records);
   for (const auto& r : records) out.push_back(sample_of(r));
   return listed;
+}
+
+// A board in MIG mode: its own list when the caller may read it (root: every process, with its
+// instance ids), else its MIG devices' lists; any other failure is the board list's.
+std::vector<Found> read_mig_board_family(NvmlDevice& dev, std::string_view what,
+                                         PFN_nvmlDeviceGetComputeRunningProcesses_v3 v3,
+                                         PFN_nvmlDeviceGetComputeRunningProcesses_v2 v2,
+                                         PFN_nvmlDeviceGetComputeRunningProcesses v1) {
+  nvmlReturn_t rc = NVML_SUCCESS;
+  std::vector<Found> out = read_family(dev, what, v3, v2, v1, nullptr, std::nullopt, &rc);
+  if (rc == NVML_ERROR_NO_PERMISSION) return read_mig_family(dev, what, v3, v2, v1);
+  if (rc != NVML_SUCCESS) dev.note_failure(what, rc);
+  return out;
+}
+
+// read_family on the device's own handle, with read_mig_board_family's signature.
+std::vector<Found> read_family_of_device(NvmlDevice& dev, std::string_view what,
+                                         PFN_nvmlDeviceGetComputeRunningProcesses_v3 v3,
+                                         PFN_nvmlDeviceGetComputeRunningProcesses_v2 v2,
+                                         PFN_nvmlDeviceGetComputeRunningProcesses v1) {
+  return read_family(dev, what, v3, v2, v1);
 }
 
 // Whether the GPU runs in MIG mode, where per-process rates are not supported (nothing is asked).
@@ -180,14 +237,16 @@ std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host
       out.push_back(std::move(proc));
     }
   };
-  add(read_family(dev, "compute_processes", f.nvmlDeviceGetComputeRunningProcesses_v3,
-                  f.nvmlDeviceGetComputeRunningProcesses_v2, f.nvmlDeviceGetComputeRunningProcesses),
+  const auto family = in_mig_mode(dev) && f.nvmlDeviceGetMigDeviceHandleByIndex != nullptr ? read_mig_board_family
+                                                                                          : read_family_of_device;
+  add(family(dev, "compute_processes", f.nvmlDeviceGetComputeRunningProcesses_v3,
+             f.nvmlDeviceGetComputeRunningProcesses_v2, f.nvmlDeviceGetComputeRunningProcesses),
       ProcessType::Compute);
-  add(read_family(dev, "graphics_processes", f.nvmlDeviceGetGraphicsRunningProcesses_v3,
-                  f.nvmlDeviceGetGraphicsRunningProcesses_v2, f.nvmlDeviceGetGraphicsRunningProcesses),
+  add(family(dev, "graphics_processes", f.nvmlDeviceGetGraphicsRunningProcesses_v3,
+             f.nvmlDeviceGetGraphicsRunningProcesses_v2, f.nvmlDeviceGetGraphicsRunningProcesses),
       ProcessType::Graphics);
-  add(read_family(dev, "mps_processes", f.nvmlDeviceGetMPSComputeRunningProcesses_v3,
-                  f.nvmlDeviceGetMPSComputeRunningProcesses_v2, f.nvmlDeviceGetMPSComputeRunningProcesses),
+  add(family(dev, "mps_processes", f.nvmlDeviceGetMPSComputeRunningProcesses_v3,
+             f.nvmlDeviceGetMPSComputeRunningProcesses_v2, f.nvmlDeviceGetMPSComputeRunningProcesses),
       ProcessType::Mps);
   // The host facts first: they name the MPS server, which changes what "no sample" means.
   if (groups.has(ValueGroup::ProcessHost)) {

@@ -211,18 +211,19 @@ DeviceSample read_sample(NvmlDevice& dev, ValueGroups groups) {
   return s;
 }
 
-GpmRates gpm_rates(NvmlDevice& dev, GpmSample& previous, const std::function<nvmlReturn_t(nvmlGpmSample_t)>& take) {
+GpmRates gpm_rates(NvmlDevice& dev, std::string_view what, GpmSample& previous,
+                   const std::function<nvmlReturn_t(nvmlGpmSample_t)>& take) {
   const Functions& f = dev.fn();
   GpmRates out;
-  if (f.nvmlGpmSampleAlloc == nullptr || f.nvmlGpmSampleFree == nullptr || !dev.supported("gpm")) return out;
+  if (f.nvmlGpmSampleAlloc == nullptr || f.nvmlGpmSampleFree == nullptr || !dev.supported(what)) return out;
   nvmlGpmSample_t current = nullptr;
   if (nvmlReturn_t rc = f.nvmlGpmSampleAlloc(&current); rc != NVML_SUCCESS) {
-    dev.note_failure("gpm", rc);
+    dev.note_failure(what, rc);
     return out;
   }
   GpmSample sample(current, f.nvmlGpmSampleFree);
   if (nvmlReturn_t rc = take(current); rc != NVML_SUCCESS) {
-    dev.note_failure("gpm", rc);
+    dev.note_failure(what, rc);
     return out;
   }
   if (previous) {
@@ -243,7 +244,7 @@ GpmRates gpm_rates(NvmlDevice& dev, GpmSample& previous, const std::function<nvm
       out.tensor_active_pct = value(2);
       out.dram_bw_pct = value(3);
     } else {
-      dev.note_failure("gpm", rc);
+      dev.note_failure(what, rc);
     }
   }
   previous = std::move(sample);
@@ -256,7 +257,7 @@ namespace {
 // the one kept from the previous slow read, so no call ever sleeps. The first read gives none.
 void read_gpm(NvmlDevice& dev, DeviceSlowSample& out) {
   if (dev.identity.gpm_supported != true) return;
-  const GpmRates r = gpm_rates(dev, dev.gpm_previous, [&](nvmlGpmSample_t s) {
+  const GpmRates r = gpm_rates(dev, "gpm", dev.gpm_previous, [&](nvmlGpmSample_t s) {
     return call(dev.fn().nvmlGpmSampleGet, dev.handle(), s);
   });
   out.gpm_sm_active_pct = r.sm_active_pct;

@@ -129,7 +129,7 @@ std::string render_json(const Report& r) {
                         {"slices", m.slices},
                         {"hours", hours_json(m.hours)},
                         {"unmeasured_hours", m.unmeasured_hours},
-                        {"idle_slice_hours", m.idle_slice_hours()},
+                        {"idle_slice_hours", m.idle_slice_hours},
                         {"idle_cost", optional(m.idle_cost)}});
   }
   j["mig_idle_slice_hours"] = r.mig_idle_slice_hours;

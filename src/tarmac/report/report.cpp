@@ -1,5 +1,7 @@
 #include "tarmac/report/report.hpp"
 
+#include <tuple>
+
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -337,21 +339,24 @@ namespace {
 
 // Each MIG device's hours per class and idle slice-hours, from its spans clipped to the range.
 void add_mig(const std::vector<store::MigSpan>& spans, const ReportOptions& options, Report& report) {
-  std::map<std::pair<unsigned, unsigned>, MigUse> uses;
+  std::map<std::tuple<unsigned, unsigned, std::string>, MigUse> uses;
   for (const auto& s : spans) {
     if (!wanted(s.gpu, options.gpus)) continue;
-    MigUse& u = uses[{s.gpu, s.gpu_instance}];
+    MigUse& u = uses[{s.gpu, s.gpu_instance, s.profile}];
     u.gpu = s.gpu;
     u.gpu_instance = s.gpu_instance;
-    u.profile = s.profile;  // the newest span's
+    u.profile = s.profile;
     u.slices = s.slices;
     const double h = static_cast<double>(clipped(s.start_ms, s.end_ms, options.range)) / util::kMsPerHour;
     u.hours.hours[class_slot(s.activity)] += h;
     if (!s.measured) u.unmeasured_hours += h;
+    if (s.activity == gpu::Activity::Idle || s.activity == gpu::Activity::ReservedIdle) {
+      u.idle_slice_hours += h * std::min(s.slices, 7U) / 7.0;
+    }
   }
   for (auto& [key, u] : uses) {
-    if (options.price_per_gpu_hour) u.idle_cost = u.idle_slice_hours() * *options.price_per_gpu_hour;
-    report.mig_idle_slice_hours += u.idle_slice_hours();
+    if (options.price_per_gpu_hour) u.idle_cost = u.idle_slice_hours * *options.price_per_gpu_hour;
+    report.mig_idle_slice_hours += u.idle_slice_hours;
     report.mig.push_back(u);
   }
   if (options.price_per_gpu_hour && !report.mig.empty()) {

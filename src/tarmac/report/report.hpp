@@ -121,7 +121,8 @@ struct JobUse {
 };
 
 // One MIG device over the range (docs/mig.md), from its class spans (table mig_activity): hours
-// per class, and its idle hours weighed by its share of the board (slices / 7): what it cost.
+// per class, and its idle hours weighed by its share of the board (slices / 7): what it cost. A
+// GPU instance id that held other profiles over the range is one row per profile.
 struct MigUse {
   unsigned gpu = 0;
   unsigned gpu_instance = 0;
@@ -129,10 +130,9 @@ struct MigUse {
   unsigned slices = 0;
   ClassHours hours;
   double unmeasured_hours = 0;  // of hours, those classified from process presence (no GPM)
-  std::optional<double> idle_cost;  // idle slice-hours x price
-
   // idle + reserved-idle hours x slices / 7: board-hours left idle on this MIG device.
-  [[nodiscard]] double idle_slice_hours() const { return hours.idle() * slices / 7.0; }
+  double idle_slice_hours = 0;
+  std::optional<double> idle_cost;  // idle slice-hours x price
 };
 
 struct Report {

@@ -369,6 +369,7 @@ void write_dcgm_fields(Writer& w, const std::vector<gpu::Device>& devices,
       if (d.lost) continue;
       if (sliced && !d.mig.empty()) {
         for (const gpu::MigDevice& m : d.mig) {
+          if (!m.gpu_instance_id) continue;  // two such would be one series twice
           if (const auto v = field.read(mig_as_device(m))) emit(dcgm[i], mig_labels(m), *v);
         }
         continue;
@@ -388,6 +389,7 @@ void write_mig_families(Writer& w, const LiveView& view, const std::vector<std::
     if (it == view.mig_classes.end()) continue;
     for (std::size_t k = 0; k < devices[i].mig.size() && k < it->second.size(); ++k) {
       const gpu::MigDevice& m = devices[i].mig[k];
+      if (!m.gpu_instance_id) continue;
       const std::string base = labels[i] + "," + mig_labels(m) + "," + label("mig_uuid", m.uuid.value_or("")) + "," +
                                label("source", m.gpm_sm_active_pct ? "gpm" : "processes");
       for (auto a : gpu::kActivities) {
@@ -398,7 +400,7 @@ void write_mig_families(Writer& w, const LiveView& view, const std::vector<std::
   w.begin(own_family("tarmac_mig_slices"));
   for (std::size_t i = 0; i < devices.size(); ++i) {
     for (const gpu::MigDevice& m : devices[i].mig) {
-      if (!m.slices) continue;
+      if (!m.slices || !m.gpu_instance_id) continue;
       w.sample("tarmac_mig_slices", labels[i] + "," + mig_labels(m) + "," + label("mig_uuid", m.uuid.value_or("")),
                *m.slices);
     }

@@ -102,6 +102,26 @@ TEST(Activity, AMigDeviceIsClassifiedByItsGpmOrElseByItsProcesses) {
   EXPECT_EQ(classify(empty, t, kNow, Leased::Yes), Activity::ReservedIdle);
 }
 
+TEST(Activity, ProcessesFollowTheirInstanceIdsIntoANewLayoutAndUnplacedOnesKeepTheBoardInUse) {
+  const ActivityThresholds t;
+  Device d = mig_board({std::nullopt, std::nullopt}, {false, false});
+  d.mig[0].gpu_instance_id = 7;
+  d.mig[1].gpu_instance_id = 8;
+  d.mig[0].compute_instance_id = d.mig[1].compute_instance_id = 0;
+  GpuProcess p;
+  p.pid = 1;
+  p.mig_instance = std::pair{8U, 0U};
+  p.mig = 0;  // stale: an older layout's position
+  d.processes = {p};
+  match_mig_processes(d.mig, d.processes);
+  EXPECT_EQ(d.processes[0].mig, 1U);
+  d.mig.pop_back();  // instance 8 is gone: the process is placed nowhere
+  match_mig_processes(d.mig, d.processes);
+  EXPECT_FALSE(d.processes[0].mig.has_value());
+  EXPECT_EQ(classify_mig(d, 0, t, kNow).activity, Activity::Idle);
+  EXPECT_EQ(classify(d, t, kNow), Activity::Busy);  // it runs somewhere on the board
+}
+
 TEST(ClockEvents, DecodesKnownAndUnknownBits) {
   EXPECT_EQ(clock_event_keys(0x60), (std::vector<std::string>{"sw_thermal_slowdown", "hw_thermal_slowdown"}));
   EXPECT_EQ(clock_event_keys(0x1000), (std::vector<std::string>{"0x1000"}));

@@ -67,3 +67,43 @@ TEST(CudaVisible, AGpuMissingFromTheSnapshotShiftsNothing) {
 
 }  // namespace
 }  // namespace tarmac::gpu
+
+namespace tarmac::gpu {
+namespace {
+
+// Three GPUs, the middle one in MIG mode with two MIG devices.
+std::vector<Device> mig_box() {
+  auto devices = box({"9.0", "9.0", "9.0"});
+  devices[1].modes.mig_mode_current = true;
+  for (unsigned k = 0; k < 2; ++k) {
+    MigDevice m;
+    m.index = k;
+    m.uuid = "MIG-aaaa000" + std::to_string(k) + "-0000-5000-8000-000000000000";
+    devices[1].mig.push_back(m);
+  }
+  return devices;
+}
+
+TEST(CudaVisibleMig, IndicesSkipTheBoardInMigModeAndAMigUuidNamesOneDevice) {
+  const auto d = mig_box();
+  EXPECT_EQ(cuda_view(d, std::nullopt, std::string("PCI_BUS_ID")).gpu_of_cuda, (std::vector<unsigned>{0, 2}));
+  EXPECT_EQ(cuda_view(d, std::string("1"), std::string("PCI_BUS_ID")).gpu_of_cuda, std::vector<unsigned>{2});
+  const auto one = cuda_view(d, std::string("MIG-aaaa0001"), std::nullopt);
+  EXPECT_EQ(one.gpu_of_cuda, std::vector<unsigned>{1});
+  EXPECT_EQ(one.mig_of_cuda, (std::vector<std::optional<unsigned>>{1U}));
+  EXPECT_EQ(one.mig_issue, MigIssue::None);
+  // A trailing comma is no second device; a bare "MIG-" names none.
+  EXPECT_EQ(cuda_view(d, std::string("MIG-aaaa0001,"), std::nullopt).mig_issue, MigIssue::None);
+  EXPECT_EQ(cuda_view(d, std::string("MIG-"), std::nullopt).mig_issue, MigIssue::None);
+  EXPECT_TRUE(cuda_view(d, std::string("MIG-"), std::nullopt).gpu_of_cuda.empty());
+  EXPECT_EQ(cuda_view(d, std::string("MIG-aaaa0000,0"), std::nullopt).mig_issue, MigIssue::SecondMigDevice);
+  EXPECT_EQ(cuda_view(d, std::string("0,MIG-aaaa0000"), std::nullopt).mig_issue, MigIssue::SecondMigDevice);
+  EXPECT_EQ(cuda_view(d, std::string("MIG-ffff"), std::nullopt).mig_issue, MigIssue::NoSuchMigDevice);
+  EXPECT_EQ(cuda_view(d, std::string("MIG-aaaa"), std::nullopt).mig_issue, MigIssue::NoSuchMigDevice);  // ambiguous
+  const auto whole = cuda_view(d, std::string("GPU-1"), std::nullopt);
+  EXPECT_EQ(whole.mig_issue, MigIssue::WholeGpuInMigMode);
+  EXPECT_EQ(whole.mig_gpu, 1U);
+}
+
+}  // namespace
+}  // namespace tarmac::gpu

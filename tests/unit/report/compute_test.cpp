@@ -132,13 +132,18 @@ TEST(Compute, AMigDevicesIdleHoursCostItsShareOfTheBoard) {
   EXPECT_EQ((std::pair{r.mig[0].gpu, r.mig[0].gpu_instance}), (std::pair{4U, 2U}));
   EXPECT_DOUBLE_EQ(r.mig[0].hours.idle(), 10);
   EXPECT_DOUBLE_EQ(r.mig[0].unmeasured_hours, 14);
-  EXPECT_DOUBLE_EQ(r.mig[0].idle_slice_hours(), 10 * 3 / 7.0);
-  EXPECT_DOUBLE_EQ(r.mig[1].idle_slice_hours(), 24 / 7.0);     // clipped to the range
-  EXPECT_DOUBLE_EQ(r.mig[2].idle_slice_hours(), 7 * 4 / 7.0);  // reserved-idle is idle
+  EXPECT_DOUBLE_EQ(r.mig[0].idle_slice_hours, 10 * 3 / 7.0);
+  EXPECT_DOUBLE_EQ(r.mig[1].idle_slice_hours, 24 / 7.0);     // clipped to the range
+  EXPECT_DOUBLE_EQ(r.mig[2].idle_slice_hours, 7 * 4 / 7.0);  // reserved-idle is idle
   EXPECT_DOUBLE_EQ(r.mig_idle_slice_hours, 30 / 7.0 + 24 / 7.0 + 4);
   ASSERT_TRUE(r.mig_idle_cost);
   EXPECT_NEAR(*r.mig_idle_cost, (30 / 7.0 + 24 / 7.0 + 4) * 7.0, 1e-9);
   EXPECT_NEAR(*r.mig[2].idle_cost, 28.0, 1e-9);
+  // The same GPU instance id with another profile later is another row, at its own share.
+  in.mig.push_back({6, 1, "3g.71gb", 3, A::Idle, true, kD + 7 * kH, kD + 14 * kH});
+  const Report two = compute(in, day(7.0));
+  ASSERT_EQ(two.mig.size(), 4u);
+  EXPECT_DOUBLE_EQ(two.mig_idle_slice_hours - r.mig_idle_slice_hours, 7 * 3 / 7.0);
   // Asked for other GPUs: none of these.
   ReportOptions only0 = day(7.0);
   only0.gpus = {0};

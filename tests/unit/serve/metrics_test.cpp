@@ -139,6 +139,12 @@ TEST(Metrics, MigDevicesHaveTheirOwnMemoryAndGpmSeriesWithDcgmExportersLabels) {
   ASSERT_EQ(slices.size(), 2u);
   EXPECT_TRUE(slices[0].ends_with(" 3"));
   EXPECT_TRUE(slices[1].ends_with(" 1"));
+  // MIG devices whose instance ids could not be read have no series: two would be one series twice.
+  v.snapshot.devices[0].mig[0].gpu_instance_id.reset();
+  v.snapshot.devices[0].mig[1].gpu_instance_id.reset();
+  const auto unnamed = render_metrics(v, {.hostname = "node1"});
+  EXPECT_TRUE(samples(unnamed, "DCGM_FI_DEV_FB_USED").empty()) << unnamed;
+  EXPECT_TRUE(samples(unnamed, "tarmac_mig_activity").empty());
 }
 
 TEST(Metrics, ActivityIsOneClassAndCountsSeconds) {
