@@ -140,6 +140,21 @@ std::string gpu_list(const json& job) {
   return out;
 }
 
+// The MIG device a job or lease was given ("MIG-..."), or "" when it was given GPUs.
+std::string given_mig(const json& job) {
+  const auto it = job.find("uuids");
+  if (it == job.end() || !it->is_array() || it->size() != 1 || !(*it)[0].is_string()) return "";
+  const std::string uuid = (*it)[0].get<std::string>();
+  return sched::is_mig_uuid(uuid) ? uuid : "";
+}
+
+// The GPUs column: "0,2", or "1 (MIG)" for a MIG device of GPU 1.
+std::string gpu_column(const json& job) {
+  std::string out = gpu_list(job);
+  if (!out.empty() && !given_mig(job).empty()) out += " (MIG)";
+  return out;
+}
+
 std::string command_text(const json& job) {
   std::string out;
   if (const auto it = job.find("argv"); it != job.end() && it->is_array()) {
@@ -193,7 +208,7 @@ void print_jobs(std::FILE* out, const json& jobs, long long now, bool color) {
                    {text_or(j, "user")},
                    {text_or(j, "kind")},
                    {state, style},
-                   {gpu_list(j)},
+                   {gpu_column(j)},
                    {time_text(j, now)},
                    {exit != j.end() && exit->is_number_integer() ? std::to_string(exit->get<long long>()) : ""},
                    {what}});
@@ -210,10 +225,16 @@ std::string lease_text(const json& job, long long now) {
   }
   const long long id = number_or(job, "id", 0);
   const long long expires = number_or(job, "expires_unix_ms", 0);
+  const std::string left = util::format_duration_ms((std::max(0LL, expires - now) + 500) / 1000 * 1000);
+  if (const std::string mig = given_mig(job); !mig.empty()) {
+    // CUDA takes a MIG device by its UUID only.
+    return fmt::format("lease {}: a MIG device of GPU {} for {}\n"
+                       "export CUDA_VISIBLE_DEVICES={} TARMAC_JOB_ID={}\n",
+                       id, gpu_list(job), left, util::terminal_text(mig), id);
+  }
   return fmt::format("lease {}: GPU {} ({}) for {}\n"
                      "export CUDA_VISIBLE_DEVICES={} CUDA_DEVICE_ORDER=PCI_BUS_ID TARMAC_JOB_ID={}\n",
-                     id, gpu_list(job), uuids, util::format_duration_ms((std::max(0LL, expires - now) + 500) / 1000 * 1000),
-                     gpu_list(job), id);
+                     id, gpu_list(job), uuids, left, gpu_list(job), id);
 }
 
 }  // namespace detail
@@ -307,6 +328,7 @@ void add_jobs_commands(CLI::App& app, const GlobalOptions& global, int& exit_cod
                              {"wait_ms", *wait_ms},
                              {"min_free", req->min_free_bytes},
                              {"max_util", req->max_util_pct},
+                             {"mig", req->mig ? json(*req->mig) : json(nullptr)},
                              {"name", flags->name}},
                         exit_code);
       if (!answer) return;

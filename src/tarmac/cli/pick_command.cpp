@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <regex>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +17,9 @@ void add_request_flags(CLI::App& cmd, RequestFlags& flags) {
   cmd.add_option("-n,--gpus", flags.n, "How many GPUs (default 1)");
   cmd.add_option("--min-free", flags.min_free, "Least free memory per GPU, like 20GiB (default: any)");
   cmd.add_option("--max-util", flags.max_util, "Most GPU utilization per GPU, in percent (default 100)");
+  cmd.add_option("--mig", flags.mig,
+                 "A MIG device instead of GPUs: of this profile (like 1g.18gb), or any; the smallest free one that "
+                 "fits --min-free, given as its MIG-UUID in CUDA_VISIBLE_DEVICES (docs/mig.md)");
 }
 
 Result<sched::PickRequest> parse_request(const RequestFlags& flags) {
@@ -34,6 +36,8 @@ Result<sched::PickRequest> parse_request(const RequestFlags& flags) {
   }
   if (flags.max_util > 100) return make_error(Error::Code::Invalid, "--max-util must be 0 to 100");
   request.max_util_pct = flags.max_util;
+  if (flags.mig) request.mig = *flags.mig == "any" ? std::string() : *flags.mig;
+  if (auto bad = sched::mig_request_error(request)) return make_error(Error::Code::Invalid, *bad);
   return request;
 }
 
@@ -142,23 +146,6 @@ namespace detail {
 Result<PickPlan> parse_pick(const PickFlags& flags, long long max_hold_ms) {
   PickPlan plan;
   TARMAC_TRY_ASSIGN(plan.request, parse_request(flags.request));
-  if (flags.mig) {
-    // A process sees one MIG device, and MIG mode gives no utilization to compare with.
-    if (plan.request.n != 1) {
-      return make_error(Error::Code::Invalid, "--mig picks one MIG device: a CUDA process sees one (run one job per "
-                                              "MIG device)");
-    }
-    if (flags.request.max_util != 100) {
-      return make_error(Error::Code::Invalid, "--max-util does not apply to MIG devices: MIG mode gives no utilization");
-    }
-    const bool profile = std::regex_match(*flags.mig, std::regex(R"([1-8]g\.[0-9]{1,4}gb(\+me)?)"));
-    if (*flags.mig != "any" && !profile) {
-      return make_error(Error::Code::Invalid,
-                        fmt::format("--mig: '{}' is not a MIG profile (like 1g.18gb, 3g.40gb) or any",
-                                    util::terminal_text(*flags.mig)));
-    }
-    plan.request.mig = *flags.mig == "any" ? std::string() : *flags.mig;
-  }
   if (flags.format != "index" && flags.format != "uuid" && flags.format != "env") {
     return make_error(Error::Code::Invalid, fmt::format("--format must be index, uuid or env, not '{}'", flags.format));
   }
@@ -213,9 +200,6 @@ void add_pick_command(CLI::App& app, const GlobalOptions& global, int& exit_code
   add_request_flags(*cmd, flags->request);
   cmd->add_option("--format", flags->format, "index (0,2), uuid (GPU-...), or env (CUDA_DEVICE_ORDER=... CUDA_VISIBLE_DEVICES=...)");
   cmd->add_option("--hold", flags->hold, "Lease the GPUs for this long (like 30s, 10m) so no other pick or run gets them");
-  cmd->add_option("--mig", flags->mig,
-                  "A MIG device instead of GPUs: of this profile (like 1g.18gb), or any; the smallest free one that "
-                  "fits --min-free, printed as its MIG-UUID for CUDA_VISIBLE_DEVICES (docs/mig.md)");
   cmd->callback([&global, &exit_code, flags] { exit_code = run_pick(global, *flags); });
 }
 

@@ -21,6 +21,7 @@ struct RequestFlags {
   unsigned n = 1;
   std::string min_free;  // a size; "" for none
   unsigned max_util = 100;
+  std::optional<std::string> mig;  // --mig PROFILE or any: a MIG device (docs/mig.md)
 };
 
 void add_request_flags(CLI::App& cmd, RequestFlags& flags);
@@ -51,7 +52,6 @@ struct PickFlags {
   RequestFlags request;
   std::string format = "index";
   std::string hold;
-  std::optional<std::string> mig;  // --mig PROFILE or any: a MIG device (docs/mig.md)
 };
 
 struct PickPlan {

@@ -79,7 +79,7 @@ int run_alone(const GlobalOptions& global, const RunFlags& flags, const sched::P
       print_error(got.error());
       return kExitCouldNotLook;
     }
-    if (got->snapshot.devices.size() < request.n) {
+    if (!request.mig && got->snapshot.devices.size() < request.n) {
       fmt::print(stderr, "tarmac run: -n {} asks for more GPUs than there are ({})\n", request.n,
                  got->snapshot.devices.size());
       return kExitUsage;
@@ -95,7 +95,7 @@ int run_alone(const GlobalOptions& global, const RunFlags& flags, const sched::P
       return kExitProblems;
     }
     if (!announced) {
-      fmt::print(stderr, "tarmac: waiting for {} free GPU{}…\n", request.n, request.n == 1 ? "" : "s");
+      fmt::print(stderr, "tarmac: waiting for {}…\n", sched::wanted_text(request));
       announced = true;
     }
     const long long pause = std::min(kPollMs, wait_until - now);
@@ -215,6 +215,7 @@ int run_through_agent(const GlobalOptions& global, const std::string& socket, sc
               {"n", request.n},
               {"min_free", request.min_free_bytes},
               {"max_util", request.max_util_pct},
+              {"mig", request.mig ? json(*request.mig) : json(nullptr)},
               {"time_ms", limits.job.time_ms ? json(*limits.job.time_ms) : json(nullptr)},
               {"grace_ms", limits.job.grace_ms},
               {"name", flags.name},
@@ -253,6 +254,10 @@ int run_job(const GlobalOptions& global, const RunFlags& flags, const sigset_t& 
   auto request = parse_request(flags.request);
   if (!request.ok()) {
     fmt::print(stderr, "tarmac run: {}\n", request.error().message);
+    return kExitUsage;
+  }
+  if (flags.backfill && request->mig) {
+    fmt::print(stderr, "tarmac run: --backfill runs on whole idle GPUs, not on MIG devices: leave out one of them\n");
     return kExitUsage;
   }
   auto limits = detail::parse_limits(flags.time, flags.grace, flags.wait);

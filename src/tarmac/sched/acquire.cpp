@@ -14,15 +14,7 @@ Result<Acquired> acquire(const LeaseDir& dir, gpu::Backend& backend, const PickR
   TARMAC_TRY_ASSIGN(auto snap, backend.snapshot(
                                               gpu::SnapshotOptions{.processes = true, .topology = true, .values = kPickValues}));
   Acquired out{.pick = pick(snap, leased, request), .snapshot = std::move(snap), .uuids = {}, .mig = request.mig};
-  if (out.pick.mig_uuid) {
-    out.uuids.push_back(*out.pick.mig_uuid);  // a MIG device is leased, and given to CUDA, by its own UUID
-  } else {
-    for (unsigned index : out.pick.chosen) {
-      for (const auto& d : out.snapshot.devices) {
-        if (d.id.index == index) out.uuids.push_back(d.id.uuid.value_or(""));
-      }
-    }
-  }
+  out.uuids = given_uuids(out.snapshot, out.pick);
   if (out.pick.ok() && lease) {
     std::vector<Lease> leases;
     for (const auto& uuid : out.uuids) {

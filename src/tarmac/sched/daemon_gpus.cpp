@@ -54,7 +54,17 @@ void GpuView::observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu:
     g.index = d.id.index;
     g.util = d.sample.util_gpu_pct;
     g.pids.clear();
-    for (const auto& p : d.processes) g.pids.push_back(p.pid);
+    // A MIG device is an entry of its own, by its UUID (what its leases and jobs hold), with the
+    // processes on it: those are not the board's, which is never given out whole in MIG mode.
+    for (const auto& m : d.mig) {
+      if (!m.uuid) continue;
+      GpuUse& slice = use_[*m.uuid];
+      slice = GpuUse{.index = d.id.index, .util = std::nullopt, .pids = {}, .idle_since_ms = 0};
+    }
+    for (const auto& p : d.processes) {
+      const bool placed = p.mig && *p.mig < d.mig.size() && d.mig[*p.mig].uuid;
+      (placed ? use_[*d.mig[*p.mig].uuid] : g).pids.push_back(p.pid);
+    }
     const auto c = classes.find(d.id.index);
     const bool idle = c != classes.end() && (c->second == gpu::Activity::Idle || c->second == gpu::Activity::ReservedIdle);
     if (!idle) g.idle_since_ms = 0;

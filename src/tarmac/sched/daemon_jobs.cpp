@@ -32,7 +32,9 @@ bool Daemon::State::write_spec(const Job& job, const std::vector<unsigned>& chos
   const std::string id = std::to_string(job.id);
   std::string visible;
   for (std::size_t i = 0; i < chosen.size(); ++i) {
-    visible += (i ? "," : "") + (job.uuids ? uuids[i] : std::to_string(chosen[i]));
+    // A MIG device is named to CUDA by its UUID only.
+    const bool by_uuid = job.uuids || (i < uuids.size() && is_mig_uuid(uuids[i]));
+    visible += (i ? "," : "") + (by_uuid ? uuids[i] : std::to_string(chosen[i]));
   }
   json spec = {{"id", job.id},
                {"path", job.path},

@@ -23,6 +23,12 @@ constexpr long long kRoomMarginMs = 5000;  // after preempted jobs end, how long
 constexpr long long kExternalUnloadMs = 5000;  // an external server's unload, at most (its request's timeout)
 
 const char* plural(unsigned n) { return n == 1 ? "" : "s"; }
+
+// "waiting for 2 free GPUs (1 free)", "waiting for a free MIG device of profile 1g.18gb".
+std::string waiting_text(const PickRequest& request, const PickResult& picked) {
+  if (request.mig) return "waiting for " + wanted_text(request);
+  return fmt::format("waiting for {} ({} free)", wanted_text(request), picked.free.size());
+}
 }  // namespace
 
 void Pass::recheck_soon(long long now_ms) { recheck_at_ms_ = now_ms + kRecheckMs; }
@@ -138,7 +144,7 @@ bool Pass::give_lease(Round& round, Job& lease) {
   }
   const auto picked = pick(round.snapshot, round.leased, lease.request);
   if (picked.ok()) {
-    const auto uuids = round.uuids_of(picked.chosen);
+    const auto uuids = round.uuids_of(picked);
     if (auto given = activate_lease(table_, files_, lease, picked.chosen, uuids, wait.for_ms, log_); !given.ok()) {
       log(util::LogLevel::Error, fmt::format("scheduler: lease {}: {}", lease.id, given.error().message));
       (void)table_.end(lease, JobState::Failed, given.error().message);  // `lease` is gone now
@@ -150,15 +156,14 @@ bool Pass::give_lease(Round& round, Job& lease) {
   }
   round.no_room.push_back(lease.request);
   if (!make_room(round, lease)) {
-    lease.reason = fmt::format("waiting for {} free GPU{} ({} free)", lease.request.n, plural(lease.request.n),
-                               picked.free.size());
+    lease.reason = waiting_text(lease.request, picked);
   }
   return false;
 }
 
-bool Pass::start_on(const Round& round, Job& job, const std::vector<unsigned>& chosen, LeasedGpus& taken) {
-  const auto uuids = round.uuids_of(chosen);
-  if (!start_(job, chosen, uuids)) return false;
+bool Pass::start_on(const Round& round, Job& job, const PickResult& picked, LeasedGpus& taken) {
+  const auto uuids = round.uuids_of(picked);
+  if (!start_(job, picked.chosen, uuids)) return false;
   for (const auto& u : uuids) taken[u] = fmt::format("job {}", job.id);
   return true;
 }
@@ -181,11 +186,10 @@ bool Pass::start_normal(Round& round, Job& job) {
     return true;
   }
   const auto picked = pick(round.snapshot, round.leased, job.request);
-  if (picked.ok() && start_on(round, job, picked.chosen, round.leased)) return true;
+  if (picked.ok() && start_on(round, job, picked, round.leased)) return true;
   round.no_room.push_back(job.request);
   if (!make_room(round, job)) {
-    job.reason = fmt::format("waiting for {} free GPU{} ({} free)", job.request.n, plural(job.request.n),
-                             picked.free.size());
+    job.reason = waiting_text(job.request, picked);
   }
   return false;
 }
@@ -262,7 +266,7 @@ void Pass::start_backfill(Round& round, std::vector<Job*> waiting) {
                                 util::format_duration_ms(config_.backfill_idle_ms));
       continue;
     }
-    (void)start_on(round, *job, picked.chosen, not_idle);
+    (void)start_on(round, *job, picked, not_idle);
   }
 }
 

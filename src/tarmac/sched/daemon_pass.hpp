@@ -87,8 +87,8 @@ class Pass {
     std::set<std::string> backfill_gpus;  // GPUs of running backfill jobs not yet being stopped, and of external servers
     std::vector<ExternalBackfill> external;  // the external backfill servers (Pass::external)
     std::vector<PickRequest> no_room;     // requests that found no room in this pass
-    [[nodiscard]] std::vector<std::string> uuids_of(const std::vector<unsigned>& chosen) const {
-      return sched::uuids_of(snapshot, chosen);
+    [[nodiscard]] std::vector<std::string> uuids_of(const PickResult& picked) const {
+      return given_uuids(snapshot, picked);
     }
   };
 
@@ -112,7 +112,7 @@ class Pass {
   // Starts backfill jobs, in submission order, on GPUs idle for scheduler.backfill_idle.
   void start_backfill(Round& round, std::vector<Job*> waiting);
   // Starts `job` on `chosen`, marking its GPUs taken in `taken`.
-  bool start_on(const Round& round, Job& job, const std::vector<unsigned>& chosen, LeasedGpus& taken);
+  bool start_on(const Round& round, Job& job, const PickResult& picked, LeasedGpus& taken);
   void log(util::LogLevel level, const std::string& message) const {
     if (log_) log_(level, message);
   }

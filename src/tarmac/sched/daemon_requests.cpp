@@ -53,6 +53,17 @@ std::optional<json> check_owner(const Client& c, const Job& job, const char* act
                                        to_string(job.kind), job.id, job.user, action));
 }
 
+// The request's MIG profile ("mig": a profile name, "" for any, absent or null for GPUs) into
+// `request`, or a failure answer when it is not one or the rest of the request does not fit it.
+std::optional<json> read_mig(const json& req, PickRequest& request) {
+  const auto it = req.find("mig");
+  if (it == req.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return failure("invalid", "mig must be a MIG profile name or \"\" (any)");
+  request.mig = it->get<std::string>();
+  if (auto bad = mig_request_error(request)) return failure("invalid", *bad);
+  return std::nullopt;
+}
+
 // What a submission asks to run, and how (not who, nor how many GPUs); a failure answer when a
 // field is missing or out of bounds.
 std::variant<Job, json> read_submission(const json& req, const SchedulerConfig& config) {
@@ -83,6 +94,10 @@ std::variant<Job, json> read_submission(const json& req, const SchedulerConfig& 
                                           util::format_duration_ms(config.max_grace_ms)));
   }
   job.backfill = json_field<bool>(req, "backfill").value_or(false);
+  if (auto bad = read_mig(req, job.request)) return *bad;
+  if (job.backfill && job.request.mig) {
+    return failure("invalid", "--backfill runs on whole idle GPUs, not on MIG devices: leave out one of them");
+  }
   job.uuids = json_field<bool>(req, "uuids").value_or(false);
   job.detach = json_field<bool>(req, "detach").value_or(false);
   return job;
@@ -141,6 +156,7 @@ json Requests::submit(Client& c, const json& req) {
   if (auto* bad = std::get_if<json>(&read)) return *bad;
   Job job = std::move(std::get<Job>(read));
   job.request.n = n;
+  if (job.request.mig && n != 1) return failure("invalid", *mig_request_error(job.request));
   take_credentials(c, job);
   if (!job.detach && c.fds.size() < 2) {
     return failure("invalid", "an attached job needs the caller's stdout and stderr (or --detach)");
@@ -274,7 +290,8 @@ json Requests::reserve(Client& c, const json& req) {
   job.request = PickRequest{.n = n,
                             .min_free_bytes = json_field<std::uint64_t>(req, "min_free").value_or(0),
                             .max_util_pct = std::min(100U, json_field<unsigned>(req, "max_util").value_or(100)),
-                            .mig = std::nullopt};  // the queue schedules whole GPUs only (docs/mig.md)
+                            .mig = std::nullopt};
+  if (auto bad = read_mig(req, job.request)) return *bad;
   auto held = files_.lock_for_request();  // held until the lease files are written
   if (!held.ok()) return failure("io", held.error().message);
   auto live = files_.live(util::wall_ms());
@@ -283,7 +300,7 @@ json Requests::reserve(Client& c, const json& req) {
   if (!snap.ok()) return failure("io", fmt::format("cannot look at the GPUs: {}", snap.error().message));
   const LeasedGpus busy = busy_gpus(*live, table_.jobs());
   const auto picked = pick(*snap, busy, job.request);
-  if (picked.ok()) return give_lease(std::move(job), picked.chosen, uuids_of(*snap, picked.chosen), *for_ms);
+  if (picked.ok()) return give_lease(std::move(job), picked.chosen, given_uuids(*snap, picked), *for_ms);
   // Backfill holds what it needs: backfill yields to a lease as to a normal job.
   const auto room = room_in_backfill(*snap, busy, table_.jobs(), job.request, pass_.external_backfill());
   if (room && wait_ms > 0) {
@@ -291,9 +308,13 @@ json Requests::reserve(Client& c, const json& req) {
                              Pass::LeaseWait{.until_ms = clock_() + wait_ms, .wait_ms = wait_ms, .for_ms = *for_ms});
   }
   // Nothing is recorded for a lease that could not be given.
-  std::string why = fmt::format("no {} free GPU{}: {} free of {}", n, n == 1 ? "" : "s", picked.free.size(),
-                                snap->devices.size());
-  for (const auto& e : picked.excluded) why += fmt::format("\n  GPU {}: {}: {}", e.index, to_string(e.reason), e.detail);
+  std::string why = job.request.mig ? fmt::format("no {}", wanted_text(job.request).substr(2))
+                                    : fmt::format("no {}: {} free of {}", wanted_text(job.request), picked.free.size(),
+                                                  snap->devices.size());
+  for (const auto& e : picked.excluded) {
+    const std::string where = e.mig ? fmt::format("GPU {} MIG {}", e.index, *e.mig) : fmt::format("GPU {}", e.index);
+    why += fmt::format("\n  {}: {}: {}", where, to_string(e.reason), e.detail);
+  }
   if (room) why += fmt::format("\n  backfill could yield GPU {}: reserve --wait D takes it back", indices_text(room->chosen));
   return failure("busy", why);
 }

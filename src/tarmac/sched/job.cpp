@@ -109,6 +109,7 @@ json to_json(const Job& job) {
       {"n", job.request.n},
       {"min_free_bytes", job.request.min_free_bytes},
       {"max_util_pct", job.request.max_util_pct},
+      {"mig", job.request.mig ? json(*job.request.mig) : json(nullptr)},
       {"time_ms", job.time_ms ? json(*job.time_ms) : json(nullptr)},
       {"grace_ms", job.grace_ms},
       {"backfill", job.backfill},
@@ -138,6 +139,7 @@ json spec_json(const Job& job) {
               {"n", job.request.n},
               {"min_free", job.request.min_free_bytes},
               {"max_util", job.request.max_util_pct},
+              {"mig", job.request.mig ? json(*job.request.mig) : json(nullptr)},
               {"time_ms", job.time_ms ? json(*job.time_ms) : json(nullptr)},
               {"grace_ms", job.grace_ms},
               {"backfill", job.backfill},
@@ -156,6 +158,7 @@ void apply_spec_json(const json& spec, Job& job) {
   job.request.n = value_or<unsigned>(spec, "n", 1);
   job.request.min_free_bytes = value_or<std::uint64_t>(spec, "min_free", 0);
   job.request.max_util_pct = value_or<unsigned>(spec, "max_util", 100);
+  if (const auto mig = spec.find("mig"); mig != spec.end() && mig->is_string()) job.request.mig = mig->get<std::string>();
   if (const auto t = value_or<long long>(spec, "time_ms", -1); t >= 0) job.time_ms = t;
   job.grace_ms = value_or<long long>(spec, "grace_ms", kDefaultGraceMs);
   job.backfill = value_or<bool>(spec, "backfill", false);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <tuple>
 
+#include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::sched {
@@ -258,5 +259,61 @@ PickResult pick(const gpu::Snapshot& snapshot, const LeasedGpus& leased, const P
   std::sort(result.chosen.begin(), result.chosen.end());
   return result;
 }
+
+}  // namespace tarmac::sched
+
+namespace tarmac::sched {
+
+namespace {
+
+// "1g.18gb", "3g.71gb", "1g.18gb+me", "1g.23gb-me", "1g.24gb+gfx": NVIDIA's profile names.
+bool is_profile_name(std::string_view p) {
+  const auto digits = [&p](std::size_t at, std::size_t most) {
+    std::size_t n = 0;
+    while (at + n < p.size() && n < most && p[at + n] >= '0' && p[at + n] <= '9') ++n;
+    return n;
+  };
+  if (p.size() < 6 || p[0] < '1' || p[0] > '8' || p.substr(1, 2) != "g.") return false;
+  const std::size_t mem = digits(3, 4);
+  if (mem == 0 || p.substr(3 + mem, 2) != "gb") return false;
+  std::string_view rest = p.substr(5 + mem);
+  if (rest.empty()) return true;
+  if (rest.front() != '+' && rest.front() != '-') return false;
+  rest.remove_prefix(1);
+  return !rest.empty() && rest.size() <= 8 &&
+         std::all_of(rest.begin(), rest.end(), [](char c) { return c >= 'a' && c <= 'z'; });
+}
+
+}  // namespace
+
+std::optional<std::string> mig_request_error(const PickRequest& request) {
+  if (!request.mig) return std::nullopt;
+  if (request.n != 1) return "--mig asks for one MIG device: a CUDA process sees one (run one job per MIG device)";
+  if (request.max_util_pct != 100) return "--max-util does not apply to MIG devices: MIG mode gives no utilization";
+  if (!request.mig->empty() && !is_profile_name(*request.mig)) {
+    return fmt::format("--mig: '{}' is not a MIG profile (like 1g.18gb, 3g.40gb) or any",
+                       util::terminal_text(*request.mig));
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> given_uuids(const gpu::Snapshot& snapshot, const PickResult& result) {
+  if (result.mig_uuid) return {*result.mig_uuid};
+  std::vector<std::string> out;
+  for (unsigned index : result.chosen) {
+    for (const auto& d : snapshot.devices) {
+      if (d.id.index == index) out.push_back(d.id.uuid.value_or(""));
+    }
+  }
+  return out;
+}
+
+std::string wanted_text(const PickRequest& request) {
+  if (!request.mig) return fmt::format("{} free GPU{}", request.n, request.n == 1 ? "" : "s");
+  if (request.mig->empty()) return "a free MIG device";
+  return fmt::format("a free MIG device of profile {}", util::terminal_text(*request.mig));
+}
+
+bool is_mig_uuid(std::string_view uuid) { return uuid.starts_with("MIG-"); }
 
 }  // namespace tarmac::sched

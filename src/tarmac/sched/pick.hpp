@@ -6,6 +6,7 @@
 #include <optional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tarmac/gpu/model.hpp"
@@ -65,5 +66,20 @@ using LeasedGpus = std::map<std::string, std::string>;
 // first (fewest slices, then least memory), so that big slices stay free for big jobs; `free` and
 // `chosen` name GPUs, `chosen_mig` the device. GPUs not in MIG mode are excluded as `mig`.
 [[nodiscard]] PickResult pick(const gpu::Snapshot& snapshot, const LeasedGpus& leased, const PickRequest& request);
+
+// What is wrong with a MIG request, or nullopt: `profile` must be a MIG profile name ("1g.18gb",
+// "1g.20gb+me") or "" (any), and a request for a MIG device asks for one, with no utilization bound
+// (MIG mode gives none). Both `pick`/`run`/`reserve` and the agent's socket check with it.
+[[nodiscard]] std::optional<std::string> mig_request_error(const PickRequest& request);
+
+// The UUIDs what `result` chose is given by: its MIG device's when it is a MIG pick, else its GPUs'
+// (in `chosen` order). A MIG device is leased, and named to CUDA, by its own UUID.
+[[nodiscard]] std::vector<std::string> given_uuids(const gpu::Snapshot& snapshot, const PickResult& result);
+
+// What `request` waits for, for people: "2 free GPUs", "a free MIG device of profile 1g.18gb".
+[[nodiscard]] std::string wanted_text(const PickRequest& request);
+
+// Whether `uuid` names a MIG device ("MIG-..."), which CUDA_VISIBLE_DEVICES takes only as itself.
+[[nodiscard]] bool is_mig_uuid(std::string_view uuid);
 
 }  // namespace tarmac::sched

@@ -97,16 +97,6 @@ std::vector<long long> backfill_on(const JobsById& jobs, const std::vector<std::
   return out;
 }
 
-std::vector<std::string> uuids_of(const gpu::Snapshot& snapshot, const std::vector<unsigned>& chosen) {
-  std::vector<std::string> out;
-  for (unsigned index : chosen) {
-    for (const auto& d : snapshot.devices) {
-      if (d.id.index == index) out.push_back(d.id.uuid.value_or(""));
-    }
-  }
-  return out;
-}
-
 std::set<std::string> gpus_of(const gpu::Snapshot& snapshot, const ExternalBackfill& holder) {
   std::set<std::string> out;
   for (const auto& d : snapshot.devices) {
@@ -145,6 +135,8 @@ gpu::Snapshot without_processes_of(const gpu::Snapshot& snapshot, const std::vec
 std::optional<BackfillRoom> room_in_backfill(const gpu::Snapshot& snapshot, const LeasedGpus& leased,
                                              const JobsById& jobs, const PickRequest& request,
                                              const std::vector<ExternalBackfill>& external) {
+  // Backfill jobs run on whole GPUs only, never on a MIG device: nothing yields to a MIG request.
+  if (request.mig) return std::nullopt;
   const auto backfill_gpus = preemptible_gpus(jobs);
   std::map<std::string, std::set<std::string>> external_gpus;  // by server
   for (const auto& h : external) {
@@ -155,7 +147,7 @@ std::optional<BackfillRoom> room_in_backfill(const gpu::Snapshot& snapshot, cons
   for (const auto& u : backfill_gpus) without.erase(u);
   const auto picked = pick(without_processes_of(without_jobs_on(snapshot, backfill_gpus), external), without, request);
   if (!picked.ok()) return std::nullopt;
-  BackfillRoom room{.chosen = picked.chosen, .uuids = uuids_of(snapshot, picked.chosen), .backfill = {}, .external = {}};
+  BackfillRoom room{.chosen = picked.chosen, .uuids = given_uuids(snapshot, picked), .backfill = {}, .external = {}};
   room.backfill = backfill_on(jobs, room.uuids);
   for (const auto& [name, on] : external_gpus) {
     if (std::any_of(room.uuids.begin(), room.uuids.end(), [&on](const auto& u) { return on.contains(u); })) {
@@ -196,7 +188,9 @@ std::map<uid_t, long long> usage_until(const std::map<uid_t, long long>& ended, 
 
 bool no_room_for(const PickRequest& request, const std::vector<PickRequest>& found_none) {
   return std::any_of(found_none.begin(), found_none.end(), [&request](const PickRequest& f) {
-    return request.n >= f.n && request.min_free_bytes >= f.min_free_bytes && request.max_util_pct <= f.max_util_pct;
+    // A MIG device and GPUs are different things: a request of one kind says nothing of the other.
+    return request.mig == f.mig && request.n >= f.n && request.min_free_bytes >= f.min_free_bytes &&
+           request.max_util_pct <= f.max_util_pct;
   });
 }
 

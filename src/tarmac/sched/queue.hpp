@@ -56,9 +56,6 @@ using JobsById = std::map<long long, Job>;
 // The running backfill jobs on any of `uuids`, each once, in the order of `uuids` (then by id).
 [[nodiscard]] std::vector<long long> backfill_on(const JobsById& jobs, const std::vector<std::string>& uuids);
 
-// The UUIDs of the devices `chosen` (indices) of `snapshot`, in that order ("" for one without).
-[[nodiscard]] std::vector<std::string> uuids_of(const gpu::Snapshot& snapshot, const std::vector<unsigned>& chosen);
-
 // Backfill work that no job of the scheduler's runs: an LLM server already running that the agent
 // sends batches to (backfill's external servers, docs/backfill.md "External servers"), whose
 // processes are `pids` (its listener and their descendants). Asked to yield

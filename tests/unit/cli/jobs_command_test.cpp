@@ -148,6 +148,10 @@ TEST(LeaseText, TheLeaseAndTheLineToExport) {
             "export CUDA_VISIBLE_DEVICES=1,3 CUDA_DEVICE_ORDER=PCI_BUS_ID TARMAC_JOB_ID=12\n");
   EXPECT_EQ(detail::lease_text(json::object(), kJobsNowMs),
             "lease 0: GPU  () for 0s\nexport CUDA_VISIBLE_DEVICES= CUDA_DEVICE_ORDER=PCI_BUS_ID TARMAC_JOB_ID=0\n");
+  // A MIG device: CUDA takes it by its UUID only, and PCI order does not order MIG devices.
+  const json mig = json::parse(R"({"id": 13, "gpus": [4], "uuids": ["MIG-1d2e"], "expires_unix_ms": 1736161200000})");
+  EXPECT_EQ(detail::lease_text(mig, kJobsNowMs),
+            "lease 13: a MIG device of GPU 4 for 2h\nexport CUDA_VISIBLE_DEVICES=MIG-1d2e TARMAC_JOB_ID=13\n");
 }
 
 class JobsCommands : public testing::AgentSocketTest {

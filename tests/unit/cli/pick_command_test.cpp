@@ -50,6 +50,15 @@ TEST(ParseRequest, BadFlagsNameThemselves) {
   EXPECT_EQ(parse_request({.n = 1, .min_free = "", .max_util = 101}).error().message, "--max-util must be 0 to 100");
 }
 
+TEST(ParseRequest, MigIsAProfileOrAnyForOneDevice) {
+  EXPECT_EQ(parse_request({.mig = "any"})->mig, "");
+  EXPECT_EQ(parse_request({.mig = "1g.18gb"})->mig, "1g.18gb");
+  EXPECT_EQ(parse_request({})->mig, std::nullopt);
+  EXPECT_EQ(parse_request({.mig = "x"}).error().message, "--mig: 'x' is not a MIG profile (like 1g.18gb, 3g.40gb) or any");
+  EXPECT_FALSE(parse_request({.n = 2, .mig = "any"}).ok());
+  EXPECT_FALSE(parse_request({.max_util = 10, .mig = "any"}).ok());
+}
+
 TEST(ParsePick, AHoldLongerThanTheMachineAllowsIsRefused) {
   const detail::PickFlags flags{.request = {}, .format = "index", .hold = "2d"};
   const auto r = detail::parse_pick(flags, 24 * 3600 * 1000LL);

@@ -192,5 +192,42 @@ TEST(Pick, ManyGpusStaysFastAndValid) {
   EXPECT_EQ(pick(snap, {}, PickRequest{.n = 20}).chosen.size(), 20u);
 }
 
+
+TEST(Pick, AMigRequestIsOneDeviceOfANamedProfileOrAny) {
+  const auto req = [](std::string mig) { return PickRequest{.mig = std::move(mig)}; };
+  for (const char* ok : {"", "1g.18gb", "3g.71gb", "7g.141gb", "1g.18gb+me", "1g.23gb-me", "1g.24gb+gfx"}) {
+    EXPECT_EQ(mig_request_error(req(ok)), std::nullopt) << ok;
+  }
+  for (const char* bad : {"any", "1g", "9g.10gb", "0g.10gb", "1g.gb", "1g.12345gb", "1g.18gb+", "1g.18gb+ME",
+                          "1g.18gb;rm", "1g.18GB", "g.18gb", "1g.18gb+abcdefghi"}) {
+    const auto why = mig_request_error(req(bad));
+    ASSERT_TRUE(why.has_value()) << bad;
+    EXPECT_NE(why->find("is not a MIG profile"), std::string::npos) << *why;
+  }
+  EXPECT_NE(mig_request_error(PickRequest{.n = 2, .mig = std::string()})->find("one MIG device"), std::string::npos);
+  EXPECT_NE(mig_request_error(PickRequest{.max_util_pct = 50, .mig = std::string()})->find("--max-util"),
+            std::string::npos);
+  EXPECT_EQ(mig_request_error(PickRequest{.n = 2, .max_util_pct = 50}), std::nullopt) << "not a MIG request";
+  // A profile is shown escaped: it comes from the socket.
+  EXPECT_EQ(mig_request_error(req("1g\x1b[2J"))->find('\x1b'), std::string::npos);
+}
+
+TEST(Pick, WhatIsGivenIsTheMigDevicesUuidOrTheGpusInOrder) {
+  auto snap = fleet(3);
+  PickResult whole;
+  whole.chosen = {0, 2};
+  EXPECT_EQ(given_uuids(snap, whole), (std::vector<std::string>{*snap.devices[0].id.uuid, *snap.devices[2].id.uuid}));
+  PickResult mig;
+  mig.chosen = {1};
+  mig.mig_uuid = "MIG-x";
+  EXPECT_EQ(given_uuids(snap, mig), std::vector<std::string>{"MIG-x"});
+  EXPECT_TRUE(is_mig_uuid("MIG-x"));
+  EXPECT_FALSE(is_mig_uuid(*snap.devices[0].id.uuid));
+  EXPECT_EQ(wanted_text(PickRequest{.n = 1}), "1 free GPU");
+  EXPECT_EQ(wanted_text(PickRequest{.n = 3}), "3 free GPUs");
+  EXPECT_EQ(wanted_text(PickRequest{.mig = std::string()}), "a free MIG device");
+  EXPECT_EQ(wanted_text(PickRequest{.mig = std::string("1g.18gb")}), "a free MIG device of profile 1g.18gb");
+}
+
 }  // namespace
 }  // namespace tarmac::sched

@@ -158,6 +158,7 @@ TEST(Preemption, RoomInBackfillIsWhatTheRunningBackfillJobsWouldFreeAndNamesThem
   stopping.at(3).state = JobState::Stopping;  // being stopped for someone else: not this request's room
   EXPECT_FALSE(room_in_backfill(s, busy_gpus({}, stopping), stopping, PickRequest{.n = 2}));
   EXPECT_FALSE(room_in_backfill(s, busy, by_id({}), PickRequest{.n = 1})) << "no backfill, no room in it";
+  EXPECT_FALSE(room_in_backfill(s, busy, jobs, PickRequest{.mig = std::string()})) << "backfill holds no MIG device";
 }
 
 // An external backfill server (an Ollama that tarmac did not start) is on GPU 0 as pid 100, and its
@@ -227,6 +228,12 @@ TEST(NoRoom, ARequestForNoLessThanOneThatFoundNoRoomFindsNoneEither) {
   EXPECT_FALSE(no_room_for(PickRequest{.n = 2, .min_free_bytes = 50, .max_util_pct = 50}, none));
   EXPECT_FALSE(no_room_for(PickRequest{.n = 2, .min_free_bytes = 100, .max_util_pct = 90}, none));
   EXPECT_FALSE(no_room_for(PickRequest{}, {}));
+  // GPUs and MIG devices are different things: neither says anything of the other, nor a profile of another.
+  EXPECT_FALSE(no_room_for(PickRequest{.n = 2, .min_free_bytes = 100, .max_util_pct = 50, .mig = std::string()}, none));
+  const std::vector<PickRequest> no_slice = {PickRequest{.mig = std::string("1g.18gb")}};
+  EXPECT_TRUE(no_room_for(PickRequest{.mig = std::string("1g.18gb")}, no_slice));
+  EXPECT_FALSE(no_room_for(PickRequest{.mig = std::string("2g.35gb")}, no_slice));
+  EXPECT_FALSE(no_room_for(PickRequest{.n = 4}, no_slice));
 }
 
 TEST(Backfill, AGpuIsIdleLongEnoughOnlyOnceItHasBeenIdleThatLong) {
@@ -263,6 +270,14 @@ TEST(JobJson, SpecRoundTripsWithoutTheEnvironment) {
   EXPECT_EQ(back.time_ms, j.time_ms);
   EXPECT_EQ(back.grace_ms, 30000);
   EXPECT_TRUE(back.backfill && back.uuids && back.detach);
+  EXPECT_EQ(back.request.mig, std::nullopt);
+  // A MIG request comes back as one: a restarted agent gives it a MIG device, not a GPU.
+  j.request = PickRequest{.mig = std::string("1g.18gb")};
+  apply_spec_json(spec_json(j), back);
+  EXPECT_EQ(back.request.mig, "1g.18gb");
+  j.request = PickRequest{.mig = std::string()};
+  apply_spec_json(spec_json(j), back);
+  EXPECT_EQ(back.request.mig, "");
 }
 
 TEST(JobJson, StatesNameThemselvesAndEnd) {
