@@ -142,6 +142,34 @@ class Mig(unittest.TestCase):
             self.assertEqual(r.returncode, 2, (args, r.stderr))
         self.assertEqual(len(gpu5["mig"]), 7)
 
+    def test_run_mig_without_an_agent_gives_the_command_its_mig_device(self):
+        gpu4 = self.doc["gpus"][4]
+        with tempfile.TemporaryDirectory(prefix="tarmac-mig-run-") as locks:  # no other test's holds
+            env = {"TARMAC_LOCK_DIR": locks}
+            r = sim(SCENARIO, TARMAC, "run", "--mig", "1g.18gb", "--", "sh", "-c", 'echo "cvd=$CUDA_VISIBLE_DEVICES"',
+                    env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.strip(), f"cvd={gpu4['mig'][3]['uuid']}")
+            # The run's lease of the MIG device ended with it.
+            self.assertEqual([f for f in os.listdir(locks) if f.endswith(".lease")], [])
+            r = sim(SCENARIO, TARMAC, "run", "--mig", "2g.35gb", "--wait", "0s", "--", "true", env=env)
+            self.assertEqual(r.returncode, 1, r.stderr)  # the one 2g.35gb runs the Jupyter kernel
+            self.assertIn("no free MIG device of profile 2g.35gb", r.stderr)
+
+    def test_top_shows_each_mig_device_under_its_gpu(self):
+        r = sim(SCENARIO, TARMAC, "top", "--once")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertIn("13 MIG devices", lines[0])
+        mig = [line for line in lines if "MIG " in line and "g." in line]
+        self.assertEqual(len(mig), 13, r.stdout)
+        self.assertTrue(any("MIG 3 1g.18gb" in line and "idle" in line for line in mig), r.stdout)
+        # Without GPM a MIG device with processes is "in use", never a made-up busy or 0 %.
+        self.assertTrue(any("MIG 1 2g.35gb" in line and "in use" in line for line in mig), r.stdout)
+        kernel = [line for line in lines if "ipykernel" in line]
+        self.assertEqual(len(kernel), 1, r.stdout)
+        self.assertIn("4:1", kernel[0])
+
     def test_doctor_names_each_mig_launch_mistake(self):
         board = self.doc["gpus"][4]
         cases = [(board["uuid"], "mig-parent-gpu", [4]),

@@ -187,6 +187,24 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
         pods.push_back({{"pod", p.name}, {"namespace", p.namespace_}, {"container", p.container}});
       }
     }
+    // Its MIG devices (docs/mig.md): no utilization, which MIG mode does not give; each one's class.
+    json mig = json::array();
+    const auto mig_classes = view.mig_classes.find(d.id.index);
+    for (std::size_t k = 0; k < d.mig.size(); ++k) {
+      const gpu::MigDevice& m = d.mig[k];
+      const bool classed = mig_classes != view.mig_classes.end() && k < mig_classes->second.size();
+      const auto on = std::count_if(d.processes.begin(), d.processes.end(), [k](const auto& p) { return p.mig == k; });
+      mig.push_back({{"index", m.index},
+                     {"uuid", opt(m.uuid)},
+                     {"profile", opt(m.profile)},
+                     {"gpu_instance_id", opt(m.gpu_instance_id)},
+                     {"slices", opt(m.slices)},
+                     {"mem_used_mib", mib(m.mem_used_bytes)},
+                     {"mem_total_mib", mib(m.mem_total_bytes)},
+                     {"gpm_sm_active_pct", opt(m.gpm_sm_active_pct)},
+                     {"activity", classed ? json(gpu::to_string(mig_classes->second[k].activity)) : json(nullptr)},
+                     {"processes", on}});
+    }
     gpus.push_back({{"index", d.id.index},
                     {"uuid", opt(d.id.uuid)},
                     {"name", opt(d.id.name)},
@@ -205,7 +223,9 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
                     {"idle_seconds", std::move(idle_seconds)},
                     {"slurm_jobs", std::move(jobs)},
                     {"pods", std::move(pods)},
-                    {"lost", opt(d.lost)}});
+                    {"lost", opt(d.lost)},
+                    {"mig_mode_current", opt(d.modes.mig_mode_current)},
+                    {"mig", std::move(mig)}});
   }
   json firing = json::array();
   for (const auto& a : alerts) {
@@ -240,7 +260,8 @@ std::string processes_json(const LiveView& view, Commands commands) {
                        {"container", container},
                        {"job", opt(p.host.slurm_job_id)},
                        {"used_mib", mib(p.used_mem_bytes)},
-                       {"sm_util_pct", opt(p.sm_util_pct)}});
+                       {"sm_util_pct", opt(p.sm_util_pct)},
+                       {"mig", opt(p.mig)}});  // its MIG device, by position in the GPU's "mig"
     }
   }
   return util::json_text(json{{"timestamp_ms", view.ts_ms}, {"processes", std::move(procs)}});

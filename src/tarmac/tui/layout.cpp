@@ -208,15 +208,50 @@ void gpu_full(std::vector<Line>& out, const Model& model, std::size_t host, cons
   }
 }
 
+// One line per MIG device of a GPU in MIG mode, under its panel (docs/mig.md): its profile, class,
+// memory, GPM where measured (MIG mode gives no utilization: "-", never 0 %), and its processes' users.
+void mig_lines(std::vector<Line>& out, const gpu::Device& d, const std::vector<gpu::MigActivity>& classes,
+               const ViewState& view, int width) {
+  for (std::size_t k = 0; k < d.mig.size(); ++k) {
+    const gpu::MigDevice& m = d.mig[k];
+    Builder b(width);
+    const bool last = k + 1 == d.mig.size();
+    b.add(view.ascii ? (last ? "   `- " : "   |- ") : (last ? "   \u2514\u2500 " : "   \u251c\u2500 "), Style::Dim);
+    b.add(fmt::format("MIG {} ", m.index)).add(safe_fit(m.profile.value_or("?"), 10)).add(" ");
+    if (k < classes.size()) {
+      // Without GPM a MIG device with processes is in use, its activity unmeasured: said so.
+      const auto& c = classes[k];
+      if (c.measured) b.add(fit(gpu::to_string(c.activity), 8), class_style(c.activity)).add(" ");
+      else b.add(fit("in use", 8)).add(" ");
+    } else {
+      b.add(fit("-", 8)).add(" ");
+    }
+    gpu::Device v;
+    v.id.mem_total_bytes = m.mem_total_bytes;
+    v.sample.mem_used_bytes = m.mem_used_bytes;
+    b.add(bar(mem_fraction(v), 12, view.ascii)).add(" ").add(fit(mem_text(v), 11)).add(" ");
+    b.add(fmt::format("GPM {:>4} ", m.gpm_sm_active_pct ? fmt::format("{:.0f}%", *m.gpm_sm_active_pct) : "-"));
+    std::vector<std::string> users;
+    for (const auto& p : d.processes) {
+      const std::string u = p.host.user.value_or("?");
+      if (p.mig == k && std::find(users.begin(), users.end(), u) == users.end()) users.push_back(u);
+    }
+    if (!users.empty()) {
+      b.add(users.front() + (users.size() > 1 ? fmt::format(" +{}", users.size() - 1) : ""), Style::Dim);
+    }
+    out.push_back(b.done());
+  }
+}
+
 struct ColumnSpec {
   Column column;
   int width;
 };
 
-std::vector<ColumnSpec> table_columns(int width, bool hosts) {
+std::vector<ColumnSpec> table_columns(int width, bool hosts, bool mig) {
   std::vector<ColumnSpec> cols;
   if (hosts) cols.push_back({Column::Host, 18});
-  cols.insert(cols.end(), {{Column::Gpu, 3},
+  cols.insert(cols.end(), {{Column::Gpu, mig ? 5 : 3},  // "12:6": a MIG device of GPU 12
                            {Column::Pid, 7},
                            {Column::User, 9},
                            {Column::Where, 14},
@@ -244,7 +279,10 @@ std::vector<ColumnSpec> table_columns(int width, bool hosts) {
 std::string cell(const Row& r, Column c, const std::vector<Row>& rows, std::size_t index, bool ascii) {
   switch (c) {
     case Column::Host: return r.host_name.empty() ? "local" : r.host_name;
-    case Column::Gpu: return r.gpu ? std::to_string(*r.gpu) : "-";
+    case Column::Gpu: {
+      if (!r.gpu) return "-";
+      return r.mig ? fmt::format("{}:{}", *r.gpu, *r.mig) : std::to_string(*r.gpu);
+    }
     case Column::Pid: return std::to_string(r.pid);
     case Column::User: return r.user.empty() ? "?" : r.user;
     case Column::Where: return r.where.empty() ? "-" : r.where;
@@ -367,6 +405,7 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
 
   // Title.
   std::size_t gpus = 0;
+  std::size_t migs = 0;  // MIG devices: a line each under their GPU
   std::set<std::pair<std::size_t, unsigned>> procs;
   for (std::size_t i = 0; i < model.hosts().size(); ++i) {
     const auto& h = model.hosts()[i];
@@ -374,6 +413,7 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
     gpus += h.snapshot->devices.size();
     for (const auto& d : h.snapshot->devices) {
       for (const auto& p : d.processes) procs.insert({i, p.pid});
+      if (!d.lost) migs += d.mig.size();
     }
   }
   {
@@ -384,8 +424,10 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
     } else {
       b.add(ctx.title_host.empty() ? std::string("this host") : ctx.title_host, Style::Bold);
     }
-    b.add(fmt::format("  {} GPU{}  {} process{}  {}  every {:g}s", gpus, gpus == 1 ? "" : "s", procs.size(),
-                      procs.size() == 1 ? "" : "es", clock_text(ctx.now_unix_s), view.interval_s));
+    b.add(fmt::format("  {} GPU{}", gpus, gpus == 1 ? "" : "s"));
+    if (migs > 0) b.add(fmt::format("  {} MIG device{}", migs, migs == 1 ? "" : "s"));
+    b.add(fmt::format("  {} process{}  {}  every {:g}s", procs.size(), procs.size() == 1 ? "" : "es",
+                      clock_text(ctx.now_unix_s), view.interval_s));
     if (view.readonly) b.add("  read-only", Style::Dim);
     f.lines.push_back(b.done());
   }
@@ -407,7 +449,9 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
   const int table_min = 5;  // header, three rows, footer
   bool full = view.layout == LayoutChoice::Full;
   if (view.layout == LayoutChoice::Auto) {
-    full = w >= kFullWidth && static_cast<int>(f.lines.size()) + static_cast<int>(gpus) * 3 + 3 + table_min <= ctx.height;
+    full = w >= kFullWidth && static_cast<int>(f.lines.size()) + static_cast<int>(gpus) * 3 + static_cast<int>(migs) + 3 +
+                                  table_min <=
+                              ctx.height;
   }
   std::vector<Line> panels;
   for (std::size_t i = 0; i < model.hosts().size(); ++i) {
@@ -421,11 +465,13 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
     }
     for (std::size_t di = 0; di < h.snapshot->devices.size(); ++di) {
       const auto cls = di < h.classes.size() ? h.classes[di] : gpu::Activity::Idle;
+      const gpu::Device& d = h.snapshot->devices[di];
       if (full) {
-        gpu_full(panels, model, i, h.snapshot->devices[di], cls, view, w);
+        gpu_full(panels, model, i, d, cls, view, w);
       } else {
-        gpu_compact(panels, model, i, h.snapshot->devices[di], cls, view, w);
+        gpu_compact(panels, model, i, d, cls, view, w);
       }
+      if (!d.lost) mig_lines(panels, d, di < h.mig_classes.size() ? h.mig_classes[di] : std::vector<gpu::MigActivity>{}, view, w);
     }
   }
   // Panels never push the table off the screen: what does not fit is counted.
@@ -451,7 +497,8 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
   }
 
   // The process table.
-  const auto cols = table_columns(w, model.hosts().size() > 1);
+  const auto cols = table_columns(w, model.hosts().size() > 1,
+                                  std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.mig.has_value(); }));
   view.hits.header_columns.clear();
   {
     Builder b(w);

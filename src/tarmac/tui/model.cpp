@@ -235,6 +235,15 @@ std::vector<Row> Model::rows(const TableOptions& options, long long now_unix_s, 
         const auto idle = idle_since_ms_.find(std::make_tuple(hi, p.pid, p.host.start_time_unix.value_or(0)));
         if (idle != idle_since_ms_.end()) idle_for = now_ms - idle->second;
         r.state = state_of(p, cls, h.remote, idle_for);
+        if (p.mig && *p.mig < d.mig.size()) {
+          // On a MIG device: MIG mode gives no utilization, so the state is its MIG device's class,
+          // and without GPM "in use" (status says the same).
+          r.mig = d.mig[*p.mig].index;
+          const auto& slices = di < h.mig_classes.size() ? h.mig_classes[di] : std::vector<gpu::MigActivity>{};
+          if (*p.mig < slices.size()) {
+            r.state = slices[*p.mig].measured ? gpu::to_string(slices[*p.mig].activity) : "in use";
+          }
+        }
         r.name = p.host.name.value_or("");
         if (p.host.command_line && !p.host.command_line->empty()) {
           r.command = *p.host.command_line;

@@ -60,6 +60,8 @@ struct HostData {
   std::string name;                       // "" for this machine; "b:9478" for an agent
   std::optional<gpu::Snapshot> snapshot;  // the last one read; nullopt until the first
   std::vector<gpu::Activity> classes;     // per device of snapshot, in order
+  // Per device of snapshot, the class of each of its MIG devices (docs/mig.md); empty when none.
+  std::vector<std::vector<gpu::MigActivity>> mig_classes;
   std::map<unsigned, ProcUsage> usage;    // by pid
   std::map<unsigned, Ancestor> ancestors;  // by pid: parents (and theirs) of the GPU processes
   std::map<unsigned, std::string> leases;  // GPU index -> the scheduler's lease on it ("job 12 alice")
@@ -92,6 +94,7 @@ struct Row {
   std::size_t host = 0;  // index into the hosts
   std::string host_name;
   std::optional<unsigned> gpu;  // nullopt: a launcher row
+  std::optional<unsigned> mig;  // its MIG device's index under the GPU (shown "4:1", as status does)
   unsigned pid = 0;
   std::optional<long long> start_time_unix;  // with pid, who it is (checked before a signal)
   std::optional<unsigned long long> start_ticks;  // the same to the clock tick, where known

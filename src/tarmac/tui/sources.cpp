@@ -25,6 +25,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kMaxAgentGpus = 1024;
+constexpr std::size_t kMaxAgentMigDevices = 8;  // a board has at most 7 (docs/mig.md)
 constexpr std::size_t kMaxAgentProcesses = 1 << 14;
 // What each of an agent's answers may weigh: 1,024 GPUs are about 0.5 MiB, 16,384 processes about
 // 6 MiB, 600 points of history for 1,024 GPUs about 0.1 GiB... which no screen needs: 4 MiB.
@@ -182,7 +183,7 @@ HostData LocalReader::read() {
   static const gpu::ValueGroups kShown{G::Name, G::Uuid, G::Pci, G::Board, G::TemperatureThresholds, G::MaxClocks,
                                        G::Memory, G::PowerLimits, G::Fans, G::ClockEvents, G::Utilization,
                                        G::Temperature, G::Power, G::ClockSm, G::PerformanceState,
-                                       G::ProcessUtilization, G::ProcessHost};
+                                       G::ProcessUtilization, G::ProcessHost, G::MigMode};
   // The memory-error counters (a fault's evidence) change rarely and cost several calls a GPU:
   // read every kErrorsEveryMs, their last values kept in between.
   static const gpu::ValueGroups kErrors{G::EccErrors, G::RetiredPages, G::RemappedRows};
@@ -237,6 +238,10 @@ HostData LocalReader::read() {
     // A leased GPU with nothing running is reserved-idle, as the agent and status say.
     out.classes.push_back(gpu::classify(d, thresholds_, snap->timestamp_unix_ms / 1000,
                                         lease != leases.end() ? gpu::Leased::Yes : gpu::Leased::No));
+    auto& mig = out.mig_classes.emplace_back();
+    for (std::size_t k = 0; k < d.mig.size(); ++k) {
+      mig.push_back(gpu::classify_mig(d, k, thresholds_, snap->timestamp_unix_ms / 1000));
+    }
   }
   // Per process: CPU since the previous read, resident size, and its parents for the tree.
   decltype(cpu_before_) cpu_now;
@@ -441,7 +446,29 @@ Result<HostData> parse_agent(std::string_view gpus_json, std::string_view proces
     if (const auto w = number_at(item, "power_w")) d.sample.power_mw = static_cast<unsigned>(std::min(*w * 1000.0, 4e9));
     if (const auto w = number_at(item, "power_limit_w")) d.modes.enforced_power_limit_mw = static_cast<unsigned>(std::min(*w * 1000.0, 4e9));
     d.lost = string_at(item, "lost", 256);
+    if (const auto mode = item.find("mig_mode_current"); mode != item.end() && mode->is_boolean()) {
+      d.modes.mig_mode_current = mode->get<bool>();
+    }
     const auto activity = string_at(item, "activity", 32);
+    auto& mig_classes = out.mig_classes.emplace_back();
+    if (const auto mig = item.find("mig"); mig != item.end() && mig->is_array()) {
+      for (const auto& m : *mig) {
+        if (!m.is_object() || d.mig.size() >= kMaxAgentMigDevices) continue;
+        gpu::MigDevice md;
+        md.index = unsigned_at<unsigned>(m, "index").value_or(static_cast<unsigned>(d.mig.size()));
+        md.uuid = string_at(m, "uuid", 128);
+        md.profile = string_at(m, "profile", 32);
+        md.gpu_instance_id = unsigned_at<unsigned>(m, "gpu_instance_id");
+        md.slices = unsigned_at<unsigned>(m, "slices");
+        md.mem_used_bytes = mib_at(m, "mem_used_mib");
+        md.mem_total_bytes = mib_at(m, "mem_total_mib");
+        if (const auto v = number_at(m, "gpm_sm_active_pct")) md.gpm_sm_active_pct = std::clamp(*v, 0.0, 100.0);
+        const auto cls = string_at(m, "activity", 32);
+        mig_classes.push_back(gpu::MigActivity{cls ? activity_named(*cls).value_or(gpu::Activity::Idle) : gpu::Activity::Idle,
+                                               md.gpm_sm_active_pct.has_value()});
+        d.mig.push_back(std::move(md));
+      }
+    }
     by_index[*index] = snap.devices.size();
     snap.devices.push_back(std::move(d));
     out.classes.push_back(activity ? activity_named(*activity).value_or(gpu::Activity::Idle) : gpu::Activity::Idle);
@@ -469,6 +496,8 @@ Result<HostData> parse_agent(std::string_view gpus_json, std::string_view proces
     proc.used_mem_bytes = mib_at(item, "used_mib");
     proc.sm_util_pct = unsigned_at<unsigned>(item, "sm_util_pct");
     if (proc.sm_util_pct && *proc.sm_util_pct > 100) proc.sm_util_pct.reset();
+    proc.mig = unsigned_at<unsigned>(item, "mig");
+    if (proc.mig && *proc.mig >= snap.devices[at->second].mig.size()) proc.mig.reset();
     snap.devices[at->second].processes.push_back(std::move(proc));
   }
   out.snapshot = std::move(snap);

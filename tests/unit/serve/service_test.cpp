@@ -95,6 +95,44 @@ TEST_F(ServiceTest, Routes) {
   EXPECT_NE(missing.body.find("/metrics"), std::string::npos);
 }
 
+TEST_F(ServiceTest, TheApiListsEachMigDeviceWithItsClassAndWhichProcessesRunThere) {
+  gpu::Snapshot s;
+  gpu::Device d;
+  d.id.index = 4;
+  d.id.uuid = "GPU-m";
+  d.modes.mig_mode_current = true;
+  for (unsigned k = 0; k < 2; ++k) {
+    gpu::MigDevice m;
+    m.index = k;
+    m.uuid = "MIG-" + std::to_string(k);
+    m.profile = "1g.18gb";
+    m.gpu_instance_id = 9 + k;
+    m.mem_total_bytes = 16384 * util::kMiB;
+    m.mem_used_bytes = k == 1 ? 512 * util::kMiB : 0;
+    d.mig.push_back(m);
+  }
+  gpu::GpuProcess p;
+  p.pid = 8;
+  p.mig = 1U;
+  d.processes.push_back(p);
+  s.devices.push_back(d);
+  live_.publish(s, {{4, gpu::Activity::Busy}}, 1'796'000'000'000, {}, {}, {}, false,
+                {{4, {{gpu::Activity::Idle, true}, {gpu::Activity::Busy, false}}}});
+  const auto g = nlohmann::json::parse(service_.handle(get("/api/v1/gpus")).body);
+  const auto& gpu = g["gpus"][0];
+  EXPECT_EQ(gpu["mig_mode_current"], true);
+  ASSERT_EQ(gpu["mig"].size(), 2U) << gpu;
+  EXPECT_EQ(gpu["mig"][1]["uuid"], "MIG-1");
+  EXPECT_EQ(gpu["mig"][1]["gpu_instance_id"], 10);
+  EXPECT_EQ(gpu["mig"][1]["mem_used_mib"], 512);
+  EXPECT_EQ(gpu["mig"][1]["activity"], "busy");
+  EXPECT_EQ(gpu["mig"][1]["processes"], 1);
+  EXPECT_EQ(gpu["mig"][0]["activity"], "idle");
+  EXPECT_EQ(gpu["mig"][0]["processes"], 0);
+  const auto procs = nlohmann::json::parse(service_.handle(get("/api/v1/processes")).body);
+  EXPECT_EQ(procs["processes"][0]["mig"], 1);
+}
+
 TEST_F(ServiceTest, HistoryRefusesBadParametersBeforeTouchingTheStore) {
   publish();
   EXPECT_EQ(service_.handle(get("/api/v1/history", {{"since", "yesterday"}})).status, 400);

@@ -123,6 +123,44 @@ TEST(TuiLayout, TreeRowsAreDrawnUnderTheirLauncher) {
   EXPECT_NE(lines[launcher + 4].find("\u2514\u2500 python -u train.py --local-rank=0"), std::string::npos) << s.text();
 }
 
+TEST(TuiLayout, EachMigDeviceHasALineUnderItsGpuAndItsProcessesSayWhichOne) {
+  auto data = test::gpu0_only();
+  gpu::Device& d = data.snapshot->devices[1];
+  d.modes.mig_mode_current = true;
+  d.sample.util_gpu_pct.reset();  // MIG mode: NVML gives none
+  for (unsigned k = 0; k < 3; ++k) {
+    gpu::MigDevice m;
+    m.index = k;
+    m.profile = k == 0 ? "3g.20gb" : "1g.5gb";
+    m.mem_total_bytes = (k == 0 ? 20 : 5) * test::kGiB;
+    m.mem_used_bytes = k == 2 ? 2 * test::kGiB : 0;
+    if (k == 1) m.gpm_sm_active_pct = 42.4;
+    d.mig.push_back(m);
+  }
+  auto p = test::process(777, "carol", 1002, "python serve.py", 2 * test::kGiB, std::nullopt);
+  p.mig = 2U;
+  d.processes.push_back(p);
+  data.mig_classes = {{}, {{gpu::Activity::Idle, true}, {gpu::Activity::Idle, true}, {gpu::Activity::Busy, false}}, {}, {}};
+  Screen s(data, 140, 40);
+  const auto lines = s.lines();
+  const int gpu = line_of(lines, "GPU 1 ");
+  ASSERT_GE(gpu, 0) << s.text();
+  const int first = line_of(lines, "MIG 0 3g.20gb");
+  const int third = line_of(lines, "MIG 2 1g.5gb");
+  ASSERT_GT(first, gpu) << s.text();
+  ASSERT_GT(third, first) << s.text();
+  EXPECT_GT(line_of(lines, "GPU 2 "), third) << "under GPU 1, before GPU 2: " << s.text();
+  EXPECT_NE(lines[first].find("idle"), std::string::npos) << lines[first];
+  EXPECT_NE(lines[first + 1].find("GPM  42%"), std::string::npos) << lines[first + 1];
+  EXPECT_NE(lines[third].find("in use"), std::string::npos) << "no GPM: in use, not busy: " << lines[third];
+  EXPECT_NE(lines[third].find("carol"), std::string::npos) << lines[third];
+  EXPECT_NE(lines[0].find("3 MIG devices"), std::string::npos) << lines[0];
+  const int row = line_of(lines, " 777 ");
+  ASSERT_GE(row, 0) << s.text();
+  EXPECT_NE(lines[row].find("1:2"), std::string::npos) << lines[row];
+  EXPECT_NE(lines[row].find("in use"), std::string::npos) << lines[row];
+}
+
 TEST(TuiLayout, ALostGpuIsShownAsLost) {
   auto data = test::gpu0_only();
   data.snapshot->devices[2].lost = "GPU is lost";

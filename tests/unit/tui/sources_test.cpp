@@ -45,6 +45,32 @@ TEST(AgentSource, AnAgentsAnswerBecomesASnapshot) {
   EXPECT_FALSE(s.devices[0].processes[1].sm_util_pct);  // unknown stays unknown
 }
 
+TEST(AgentSource, MigDevicesAndTheirProcessesComeFromTheAgent) {
+  auto h = parse_agent(
+      R"({"gpus":[{"index":4,"activity":"busy","util_gpu_pct":null,"mig_mode_current":true,"mig":[
+            {"index":0,"uuid":"MIG-a","profile":"3g.71gb","gpu_instance_id":2,"slices":3,"mem_used_mib":1024,
+             "mem_total_mib":71168,"gpm_sm_active_pct":55.5,"activity":"busy","processes":1},
+            {"index":1,"uuid":"MIG-b","profile":"1g.18gb","mem_used_mib":0,"activity":"idle"},
+            "junk", {"index":-3,"activity":"nonsense","gpm_sm_active_pct":1e9}]}]})",
+      R"({"processes":[{"gpu":4,"pid":9,"used_mib":1024,"mig":0},{"gpu":4,"pid":10,"mig":7}]})");
+  ASSERT_TRUE(h.ok()) << h.error().message;
+  const auto& d = h->snapshot->devices.at(0);
+  EXPECT_EQ(d.modes.mig_mode_current, true);
+  ASSERT_EQ(d.mig.size(), 3U);
+  EXPECT_EQ(d.mig[0].uuid, "MIG-a");
+  EXPECT_EQ(d.mig[0].profile, "3g.71gb");
+  EXPECT_EQ(d.mig[0].mem_total_bytes, 71168ULL << 20);
+  EXPECT_EQ(d.mig[0].gpm_sm_active_pct, 55.5);
+  EXPECT_EQ(d.mig[2].gpm_sm_active_pct, 100.0) << "bounded";
+  ASSERT_EQ(h->mig_classes.size(), 1U);
+  ASSERT_EQ(h->mig_classes[0].size(), 3U);
+  EXPECT_EQ(h->mig_classes[0][0].activity, gpu::Activity::Busy);
+  EXPECT_TRUE(h->mig_classes[0][0].measured);
+  EXPECT_FALSE(h->mig_classes[0][1].measured) << "no GPM: from processes";
+  EXPECT_EQ(d.processes.at(0).mig, 0U);
+  EXPECT_FALSE(d.processes.at(1).mig.has_value()) << "a MIG device the GPU does not have";
+}
+
 TEST(AgentSource, HostileAnswersAreRefusedOrCut) {
   EXPECT_FALSE(parse_agent("[]", kProcs).ok());
   EXPECT_FALSE(parse_agent("{\"gpus\":5}", kProcs).ok());
