@@ -185,8 +185,27 @@ class Loop {
       note_failed_sample(snap.error());
       return;
     }
+    merge_mig_gpm(*snap);
     record(*snap, list_processes);
     if (options_.on_sample) publish(*snap, list_processes, sample_seconds);
+  }
+
+  // Each MIG device's GPM from the last slow read, matched by its GPU instance: a fast sample
+  // carries none, and without it the recorder could only class a slice by its processes.
+  void merge_mig_gpm(gpu::Snapshot& snap) const {
+    for (auto& d : snap.devices) {
+      const auto it = latest_mig_gpm_.find(d.id.index);
+      if (it == latest_mig_gpm_.end()) continue;
+      for (gpu::MigDevice& m : d.mig) {
+        for (const gpu::MigDevice& slow : it->second) {
+          if (!m.gpu_instance_id || slow.gpu_instance_id != m.gpu_instance_id) continue;
+          m.gpm_sm_active_pct = slow.gpm_sm_active_pct;
+          m.gpm_sm_occupancy_pct = slow.gpm_sm_occupancy_pct;
+          m.gpm_tensor_active_pct = slow.gpm_tensor_active_pct;
+          m.gpm_dram_bw_pct = slow.gpm_dram_bw_pct;
+        }
+      }
+    }
   }
 
   void record(const gpu::Snapshot& snap, bool list_processes) {
@@ -214,18 +233,6 @@ class Loop {
         gpu::match_mig_processes(d.mig, d.processes);  // this sample's MIG devices, by instance ids
       }
       if (auto it = latest_slow_.find(d.id.index); it != latest_slow_.end()) d.slow = it->second;
-      // Each MIG device's GPM from the last slow read, matched by its GPU instance.
-      if (auto it = latest_mig_gpm_.find(d.id.index); it != latest_mig_gpm_.end()) {
-        for (gpu::MigDevice& m : d.mig) {
-          for (const gpu::MigDevice& slow : it->second) {
-            if (!m.gpu_instance_id || slow.gpu_instance_id != m.gpu_instance_id) continue;
-            m.gpm_sm_active_pct = slow.gpm_sm_active_pct;
-            m.gpm_sm_occupancy_pct = slow.gpm_sm_occupancy_pct;
-            m.gpm_tensor_active_pct = slow.gpm_tensor_active_pct;
-            m.gpm_dram_bw_pct = slow.gpm_dram_bw_pct;
-          }
-        }
-      }
     }
     const auto classes = tracker_.classes();
     options_.on_sample(SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds, tracker_.jobs()});
@@ -244,10 +251,8 @@ class Loop {
     if (auto s = backend_.snapshot(reads_.slow); s.ok()) {
       for (const auto& d : s->devices) {
         if (!d.slow) continue;
-        if (options_.on_sample) {
-          latest_slow_[d.id.index] = *d.slow;
-          latest_mig_gpm_[d.id.index] = d.mig;
-        }
+        if (options_.on_sample) latest_slow_[d.id.index] = *d.slow;
+        latest_mig_gpm_[d.id.index] = d.mig;  // the recorder classes MIG devices with it too
         recorder_.add(store::SlowSample{now_, d.id.index, util::widen(d.slow->pcie_tx_kbps),
                                         util::widen(d.slow->pcie_rx_kbps), d.slow->gpm_sm_active_pct,
                                         d.slow->gpm_sm_occupancy_pct, d.slow->gpm_tensor_active_pct,
