@@ -9,7 +9,7 @@ import pathlib
 import subprocess
 import unittest
 
-from agent_support import HANG_S, end_process, wait_for
+from agent_support import HANG_S, end_process, query, wait_for
 from test_sched import LOAD
 from test_sched_agent import SLOW, AgentQueueTest, make_executable
 
@@ -37,6 +37,12 @@ class MigQueueTest(AgentQueueTest):
         r = self.tarmac("--json", "status")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.gpus = json.loads(r.stdout)["gpus"]
+
+    def count(self, sql, *args):
+        try:
+            return query(self.db, sql, *args)[0][0]
+        except Exception:  # noqa: BLE001 - the store may not be there yet
+            return 0
 
     def mig_uuid(self, gpu, k):
         return self.gpus[gpu]["mig"][k]["uuid"]
@@ -108,6 +114,7 @@ class RunMig(MigQueueTest):
 
 class ReserveMig(MigQueueTest):
     config = 'lease_idle_limit = "2s"\nlease_idle_grace = "2s"\n'
+    agent_config = 'slow_interval = "500ms"\n'  # GPM per GPU instance, read on the slow cadence
 
     def reserve_mig(self):
         r = self.tarmac("reserve", "--mig", "any", "--for", "10m")
@@ -130,6 +137,13 @@ class ReserveMig(MigQueueTest):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.addCleanup(end_process, load)
         self.assertTrue(wait_for(lambda: load.pid in sim_mig_devices(self.sim.state), 10 * SLOW))
+        # The recorder classes the used MIG device from its GPU instance's GPM (an H200's), not
+        # from process presence alone.
+        gpu, k = sim_mig_devices(self.sim.state)[load.pid]
+        gi = self.gpus[gpu]["mig"][k]["gpu_instance_id"]
+        measured = "SELECT count(*) FROM mig_activity WHERE gpu = ? AND gpu_instance = ? AND source = 'gpm' AND class = 'busy'"
+        self.assertTrue(wait_for(lambda: self.count(measured, gpu, gi) > 0, HANG_S),
+                        f"no GPM-measured busy span of GPU {gpu} GI {gi}\n{self.agent_log()}")
         self.assertEqual(self.wait_state(idle, "reclaimed", timeout=30)["kind"], "lease")
         # The used lease's MIG device has been sampled busy past the idle one's reclaiming.
         reclaimed_at = self.job(idle)["ended_unix_ms"]

@@ -175,6 +175,7 @@ class AgentQueueTest(unittest.TestCase):
 
     scenario = None
     config = ""  # more configuration text, appended to the file
+    agent_config = ""  # more keys of the [agent] section
 
     listen = "off"  # a test that reads the agent's HTTP endpoint sets a loopback address
 
@@ -194,7 +195,7 @@ class AgentQueueTest(unittest.TestCase):
         self.addCleanup(kill_tagged, self.tag)  # runs before sim.close (cleanups run last-in first-out)
         self.cfg = self.tmp / "tarmac.toml"
         self.cfg.write_text(
-            "[agent]\ninterval = \"200ms\"\nprocess_interval = \"200ms\"\nflush = \"250ms\"\n\n"
+            "[agent]\ninterval = \"200ms\"\nprocess_interval = \"200ms\"\nflush = \"250ms\"\n" + self.agent_config + "\n"
             f"[scheduler]\nsocket = \"{self.sock}\"\nlock_dir = \"{self.locks}\"\n"
             + self.config)
         self.agent = None
