@@ -156,6 +156,15 @@ class Mig(unittest.TestCase):
             self.assertEqual(r.returncode, 1, r.stderr)  # the one 2g.35gb runs the Jupyter kernel
             self.assertIn("no free MIG device of profile 2g.35gb", r.stderr)
 
+    def test_query_compute_apps_lists_the_processes_of_mig_devices_under_their_gpu(self):
+        r = sim(SCENARIO, TARMAC, "query", "--query-compute-apps=gpu_uuid,pid,used_gpu_memory", "--format=csv,noheader")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [line.split(", ") for line in r.stdout.splitlines()]
+        on_4 = [row for row in rows if row[0] == self.doc["gpus"][4]["uuid"]]
+        # One row per process, under its GPU's UUID, with the memory it holds on its MIG device.
+        self.assertEqual(sorted(row[2] for row in on_4), ["30720 MiB", "52000 MiB", "9000 MiB"])
+        self.assertEqual(len(rows), 9)
+
     def test_top_shows_each_mig_device_under_its_gpu(self):
         r = sim(SCENARIO, TARMAC, "top", "--once")
         self.assertEqual(r.returncode, 0, r.stderr)
