@@ -102,6 +102,14 @@ class InstallUnderAPrefix(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("tarmac", r.stdout)
         self.assertEqual(r.stdout, run(str(BUILD / "tarmac"), "--version").stdout)
+        # It names the commit it was built from: the checkout's, "+dirty" when files differed.
+        m = re.fullmatch(r"tarmac \d+\.\d+\.\d+ \(git ([0-9a-f]{12})(\+dirty)?\)\n", r.stdout)
+        self.assertTrue(m, r.stdout)
+        source = pathlib.Path(__file__).resolve().parents[2]
+        head = subprocess.run(["git", "-C", str(source), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True)
+        if head.returncode == 0:
+            self.assertEqual(m.group(1), head.stdout.strip())
 
     def test_the_installed_configuration_is_the_defaults_and_reads_back_clean(self):
         defaults = run(str(self.tarmac), "config", "--defaults")

@@ -59,7 +59,7 @@ int run_app(int argc, char** argv) {
     return exec_sim(std::vector<std::string>(argv + at + 1, argv + argc));
   }
   CLI::App app{"tarmac: see what every NVIDIA GPU is really doing, and keep the fleet flying"};
-  app.set_version_flag("--version", std::string("tarmac ") + TARMAC_VERSION);
+  app.set_version_flag("--version", fmt::format("tarmac {} (git {})", TARMAC_VERSION, git_commit()));
   app.require_subcommand(0, 1);
   app.fallthrough();
   GlobalOptions global;

@@ -12,6 +12,10 @@ inline constexpr int kExitCouldNotLook = 3; // no driver library, NVML error
 
 [[nodiscard]] int run(int argc, char** argv);
 
+// The commit the binary was built from ("5aee180abcde", "+dirty" when the tree had changes,
+// "unknown" outside git): `tarmac --version` names it (cmake/git_version.cmake).
+[[nodiscard]] const char* git_commit();
+
 namespace detail {
 
 // `tarmac [global options] sim ARGS...` hands ARGS untouched to the simulator launcher, so that
