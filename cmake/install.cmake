@@ -7,6 +7,10 @@
 #   <sysconfdir>/tarmac/tarmac.toml              `tarmac config --defaults`; an existing one is kept
 #   <docdir>/*.md, <docdir>/tarmac.toml.default  docs/*.md and a pristine copy of the defaults
 #   <datadir>/tarmac/grafana/tarmac.json         the Grafana dashboard for tarmac's own metrics
+#   <datadir>/tarmac/prometheus/tarmac-rules.yml  the alert and recording rules (tarmac alerts --prometheus-rules)
+#   <mandir>/man1/tarmac.1.gz                    `tarmac man`
+#   <datadir>/bash-completion/completions/tarmac `tarmac completion bash`; zsh's _tarmac in
+#   <datadir>/zsh/vendor-completions, fish's tarmac.fish in <datadir>/fish/vendor_completions.d
 #
 # The units name the installed binary, so they are written at install time with the prefix the
 # install uses (a `--prefix` given to `cmake --install` included); the build tree also gets them for
@@ -27,7 +31,18 @@ add_custom_command(
   DEPENDS tarmac
   COMMENT "Generating packaging/tarmac.toml (tarmac config --defaults)"
   VERBATIM)
-add_custom_target(tarmac_packaging ALL DEPENDS "${_tarmac_default_config}")
+# The manual page and the completions, from the built binary's command line (docs_command.cpp), and
+# the Prometheus rules from its default alert rules: none of them can drift from the binary.
+set(_tarmac_generated "${CMAKE_BINARY_DIR}/packaging/generated")
+set(_tarmac_generated_files "${_tarmac_generated}/tarmac.1.gz" "${_tarmac_generated}/tarmac.bash"
+    "${_tarmac_generated}/_tarmac" "${_tarmac_generated}/tarmac.fish" "${_tarmac_generated}/tarmac-rules.yml")
+add_custom_command(
+  OUTPUT ${_tarmac_generated_files}
+  COMMAND sh "${PROJECT_SOURCE_DIR}/packaging/generate.sh" $<TARGET_FILE:tarmac> "${_tarmac_generated}"
+  DEPENDS tarmac "${PROJECT_SOURCE_DIR}/packaging/generate.sh"
+  COMMENT "Generating the manual page, shell completions and Prometheus rules"
+  VERBATIM)
+add_custom_target(tarmac_packaging ALL DEPENDS "${_tarmac_default_config}" ${_tarmac_generated_files})
 
 # The unit for the configured prefix, in the build tree.
 set(TARMAC_BIN "${CMAKE_INSTALL_FULL_BINDIR}/tarmac")
@@ -46,6 +61,12 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/docs/" DESTINATION "${CMAKE_INSTALL_DOC
         FILES_MATCHING PATTERN "*.md")
 install(FILES "${_tarmac_default_config}" DESTINATION "${CMAKE_INSTALL_DOCDIR}" RENAME tarmac.toml.default)
 install(FILES "${PROJECT_SOURCE_DIR}/packaging/grafana/tarmac.json" DESTINATION "${CMAKE_INSTALL_DATADIR}/tarmac/grafana")
+install(FILES "${_tarmac_generated}/tarmac-rules.yml" DESTINATION "${CMAKE_INSTALL_DATADIR}/tarmac/prometheus")
+install(FILES "${_tarmac_generated}/tarmac.1.gz" DESTINATION "${CMAKE_INSTALL_MANDIR}/man1")
+install(FILES "${_tarmac_generated}/tarmac.bash" DESTINATION "${CMAKE_INSTALL_DATADIR}/bash-completion/completions"
+        RENAME tarmac)
+install(FILES "${_tarmac_generated}/_tarmac" DESTINATION "${CMAKE_INSTALL_DATADIR}/zsh/vendor-completions")
+install(FILES "${_tarmac_generated}/tarmac.fish" DESTINATION "${CMAKE_INSTALL_DATADIR}/fish/vendor_completions.d")
 set(TARMAC_TMPFILES_DIR "lib/tmpfiles.d" CACHE STRING
     "Where tarmac.conf for systemd-tmpfiles (the lock directory, docs/scheduler.md) is installed")
 install(FILES "${PROJECT_SOURCE_DIR}/packaging/tmpfiles.d/tarmac.conf" DESTINATION "${TARMAC_TMPFILES_DIR}")

@@ -95,7 +95,10 @@ class InstallUnderAPrefix(unittest.TestCase):
                  if p.is_file() and not p.is_relative_to(self.prefix / "share" / "doc")}
         self.assertEqual(files, {"bin/tarmac", "etc/tarmac/tarmac.toml", f"lib/systemd/system/{UNIT}",
                                  *(f"lib/systemd/system/{u}" for u in REAP_UNITS),
-                                 "lib/tmpfiles.d/tarmac.conf", "share/tarmac/grafana/tarmac.json"})
+                                 "lib/tmpfiles.d/tarmac.conf", "share/tarmac/grafana/tarmac.json",
+                                 "share/tarmac/prometheus/tarmac-rules.yml", "share/man/man1/tarmac.1.gz",
+                                 "share/bash-completion/completions/tarmac", "share/zsh/vendor-completions/_tarmac",
+                                 "share/fish/vendor_completions.d/tarmac.fish"})
 
     def test_the_installed_binary_runs(self):
         r = run(str(self.tarmac), "--version")
@@ -225,3 +228,78 @@ class InstallForAPackage(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def subcommands(*path):
+    """The subcommands `tarmac PATH --help` lists (CLI11's own listing of the command line)."""
+    r = run(str(BUILD / "tarmac"), *path, "--help")
+    if "Subcommands:" not in r.stdout:
+        return []
+    listing = r.stdout.split("Subcommands:", 1)[1]
+    return [line.split()[0] for line in listing.splitlines() if line.startswith("  ") and line.split()]
+
+
+class GeneratedDocs(unittest.TestCase):
+    """The manual page and the completions come from the command line: every subcommand `--help`
+    lists, at every depth, has its section in `tarmac man` and is completed by bash."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.paths = []
+        todo = [()]
+        while todo:
+            path = todo.pop()
+            for sub in subcommands(*path):
+                cls.paths.append((*path, sub))
+                todo.append((*path, sub))
+        cls.page = run(str(BUILD / "tarmac"), "man").stdout
+
+    def test_every_subcommand_has_its_section_in_the_manual_page(self):
+        self.assertGreater(len(self.paths), 30)
+        for path in self.paths:
+            with self.subTest(command=" ".join(path)):
+                self.assertIn(f'.SS "tarmac {" ".join(path)}"\n', self.page)
+        self.assertNotIn("(no description)", self.page)
+        groff = shutil.which("groff")
+        if groff:
+            r = subprocess.run([groff, "-man", "-ww", "-z"], input=self.page, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual((r.returncode, r.stderr), (0, ""))
+
+    def test_bash_completes_every_subcommand_and_the_options_of_the_one_typed(self):
+        script = run(str(BUILD / "tarmac"), "completion", "bash").stdout
+
+        def complete(line):
+            words = line.split(" ")
+            r = subprocess.run(["bash", "-c", 'eval "$SCRIPT"; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _tarmac; '
+                                              'printf "%s\\n" "${COMPREPLY[@]}"', "_", *words],
+                               env={"SCRIPT": script, "PATH": os.environ["PATH"]}, capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return r.stdout.split()
+
+        for path in self.paths:
+            with self.subTest(command=" ".join(path)):
+                self.assertIn(path[-1], complete(" ".join(("tarmac", *path[:-1], path[-1][:2]))))
+        self.assertEqual(complete("tarmac pick --mi"), ["--min-free", "--mig"])
+        # A global option's value is not taken for a command.
+        self.assertIn("--min-free", complete("tarmac --config status pick --m"))
+
+    def test_zsh_and_fish_read_their_scripts(self):
+        for shell, check in (("zsh", ["zsh", "-n"]), ("fish", ["fish", "--no-execute"])):
+            with self.subTest(shell=shell):
+                text = run(str(BUILD / "tarmac"), "completion", shell).stdout
+                self.assertIn("status", text)
+                if shutil.which(check[0]) is None:
+                    continue  # not installed here: the text was made, its syntax is not checked
+                r = subprocess.run(check, input=text, capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_an_unknown_shell_is_a_usage_error(self):
+        r = run(str(BUILD / "tarmac"), "completion", "tcsh")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("bash, zsh or fish", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -10,6 +10,7 @@
 #include "tarmac/cli/backfill_command.hpp"
 #include "tarmac/cli/alerts_command.hpp"
 #include "tarmac/cli/config_command.hpp"
+#include "tarmac/cli/docs_command.hpp"
 #include "tarmac/cli/context.hpp"
 #include "tarmac/cli/doctor.hpp"
 #include "tarmac/cli/history.hpp"
@@ -88,6 +89,7 @@ int run_app(int argc, char** argv) {
   add_jobs_commands(app, global, exit_code);
   add_backfill_commands(app, global, exit_code);
   add_shim_command(app, exit_code);
+  add_docs_commands(app, exit_code);
   app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
                             "(sim list names the bundled scenarios)");
   try {
