@@ -7,7 +7,7 @@ build=(cmake ninja-build g++ ccache pkg-config libfmt-dev libcli11-dev nlohmann-
        libtomlplusplus-dev libsqlite3-dev libncurses-dev libcurl4-openssl-dev libssl-dev libyaml-dev
        libcrypt-dev)
 kubelet=(libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc)
-test=(libgtest-dev libgmock-dev libbenchmark-dev tmux python3 procps util-linux chromium prometheus wrk openssl
+test=(libgtest-dev libgmock-dev libbenchmark-dev tmux python3 procps util-linux chromium prometheus wrk openssl dpkg-dev groff-base
       slurmd slurmctld slurm-client munge python3-yaml
       "${kubelet[@]}")
 want=("${build[@]}")
