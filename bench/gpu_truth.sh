@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# bench/gpu_truth.sh: tarmac against the truth of a real NVIDIA GPU and driver (issue "Ship it").
+# One script, one report (Markdown). Meant for a machine with a GPU (the device machine, an H200,
+# when a session is lent one: run it with a timeout that leaves time for a rerun); CI runs it
+# against the simulator (tests/integration/test_gpu_truth.py) so that it cannot rot.
+#
+#   bench/gpu_truth.sh [--tarmac PATH] [--nvidia-smi PATH] [-o REPORT] [--quick]
+#
+# It never changes the GPU's settings (clocks, power limits, persistence, MIG, reset): it reads,
+# and runs a workload of its own. Sections:
+#   1. the machine: driver, GPUs, tarmac --version
+#   2. `tarmac query --query-gpu` against `nvidia-smi --query-gpu` for every field both know, one
+#      field at a time: static fields must be identical, dynamic ones (utilization, clocks,
+#      temperature, power, memory in use, ...) within a sampling tolerance; every difference listed
+#   3. tarmac status, topo -m, doctor --window 5s, idle
+#   4. a workload (PyTorch when `import torch` sees a GPU; else TARMAC_SIM_LOAD, the simulator's
+#      load program): a matmul loop must be `busy`, a process holding memory asleep `holding` (or
+#      starved); `tarmac reap` (a dry run) must name the holder
+#   5. `tarmac run` gives a command its GPU through CUDA_VISIBLE_DEVICES
+#   6. the agent for 60 s (5 s with --quick): its CPU and resident memory, and GPM from /metrics
+#   7. wall time of status and query against nvidia-smi's for the same GPUs (medians)
+#   8. `tarmac sim capture` of the machine, when tarmac has it
+# Exit 0 when every check held, 1 when one did not (the report says which), 2 on bad usage.
+set -uo pipefail
+
+tarmac=${TARMAC:-tarmac}
+smi=${NVIDIA_SMI:-nvidia-smi}
+report=gpu-truth-$(date -u +%Y%m%d-%H%M%S).md
+quick=0
+while (($#)); do
+  case $1 in
+    --tarmac) tarmac=$2; shift 2 ;;
+    --nvidia-smi) smi=$2; shift 2 ;;
+    -o) report=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "gpu_truth.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
+  esac
+done
+for tool in "$tarmac" "$smi"; do
+  command -v "$tool" > /dev/null || { echo "gpu_truth.sh: $tool not found" >&2; exit 2; }
+done
+agent_seconds=60 runs=10
+((quick)) && agent_seconds=5 runs=3
+work=$(mktemp -d)
+children=()
+cleanup() {
+  for p in "${children[@]}"; do kill "$p" 2> /dev/null; done
+  wait 2> /dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+failures=0
+
+out() { printf '%s\n' "$*" >> "$report"; }
+block() { out '```'; cat >> "$report"; out '```'; }
+check() {  # check OK|FAIL TEXT
+  if [[ $1 == OK ]]; then out "- ok: $2"; else out "- **FAIL**: $2"; failures=$((failures + 1)); fi
+}
+median_ms() {  # median_ms RUNS CMD...: the median wall time of CMD in ms
+  local n=$1 i t0 t1
+  shift
+  for ((i = 0; i < n; i++)); do
+    t0=$(date +%s%N)
+    "$@" > /dev/null 2>&1
+    t1=$(date +%s%N)
+    echo $(((t1 - t0) / 1000000))
+  done | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
+}
+
+: > "$report"
+out "# tarmac against the truth: $(hostname), $(date -u '+%Y-%m-%d %H:%M UTC')"
+out ""
+out "## 1. The machine"
+{
+  echo "tarmac: $("$tarmac" --version 2>&1)"
+  echo "driver: $("$smi" --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1)"
+  echo "kernel: $(uname -r), $(nproc) CPUs"
+  "$smi" -L 2>&1
+} | block
+gpus=$("$smi" --query-gpu=count --format=csv,noheader 2>/dev/null | head -1)
+
+# ---- 2. query against nvidia-smi --------------------------------------------------------------
+out ""
+out "## 2. tarmac query against nvidia-smi, field by field"
+dynamic='^(timestamp|utilization|temperature|power\.draw|power\.instant|power\.average|clocks\.(current|sm|mem|gr|video)|clocks\.(applications|default_applications)|memory\.(used|free|reserved)|fan|pstate|clocks_event|clocks_throttle|enforced|energy|pcie\.link\.(gen|width)\.current|encoder|decoder|ofa|module\.power|gpu_operation_mode)'
+"$smi" --help-query-gpu 2>/dev/null | grep -oE '^"[a-z0-9_.]+"' | tr -d '"' | sort -u > "$work/fields"
+same=0 close=0 differ=0 unknown=0 unsupported=0
+: > "$work/diffs"
+while read -r f; do
+  a=$("$smi" --query-gpu="$f" --format=csv,noheader 2>&1)
+  rc_a=$?
+  b=$("$tarmac" query --query-gpu="$f" --format=csv,noheader 2>&1)
+  rc_b=$?
+  if ((rc_a != 0)); then unsupported=$((unsupported + 1)); continue; fi
+  if ((rc_b != 0)); then unknown=$((unknown + 1)); echo "$f: tarmac does not answer: $(head -c 200 <<< "$b")" >> "$work/unknown"; continue; fi
+  if [[ $a == "$b" ]]; then same=$((same + 1)); continue; fi
+  if [[ $f =~ $dynamic ]]; then
+    # Within tolerance: numbers 10 % or 5 units apart, line by line.
+    if python3 - "$a" "$b" << 'PY'
+import re, sys
+a, b = (s.splitlines() for s in sys.argv[1:3])
+def num(x):
+    m = re.match(r"^\s*(-?[0-9.]+)", x)
+    return float(m.group(1)) if m else None
+ok = len(a) == len(b)
+for x, y in zip(a, b):
+    nx, ny = num(x), num(y)
+    if x == y:
+        continue
+    if nx is None or ny is None or abs(nx - ny) > max(5.0, 0.10 * max(abs(nx), abs(ny))):
+        ok = False
+sys.exit(0 if ok else 1)
+PY
+    then close=$((close + 1)); continue; fi
+    echo "$f (dynamic): nvidia-smi [$(paste -sd'|' <<< "$a")] tarmac [$(paste -sd'|' <<< "$b")]" >> "$work/diffs"
+  else
+    echo "$f (static): nvidia-smi [$(paste -sd'|' <<< "$a")] tarmac [$(paste -sd'|' <<< "$b")]" >> "$work/diffs"
+  fi
+  differ=$((differ + 1))
+done < "$work/fields"
+out "Fields nvidia-smi lists: $(wc -l < "$work/fields"); identical: $same; dynamic within tolerance: $close;"
+out "different: $differ; tarmac does not answer: $unknown; nvidia-smi itself refuses: $unsupported."
+static_diffs=$(grep -c '(static)' "$work/diffs")
+if [[ $differ -gt 0 ]]; then block < "$work/diffs"; fi
+if [[ $unknown -gt 0 ]]; then out "Fields tarmac does not answer:"; block < "$work/unknown"; fi
+[[ $static_diffs -eq 0 ]] && check OK "static fields identical" || check FAIL "$static_diffs static fields differ"
+
+# ---- 3. status, topo, doctor, idle --------------------------------------------------------------
+out ""
+out "## 3. status, topo -m, doctor (idle)"
+"$tarmac" status > "$work/status.txt" 2>&1; rc=$?
+block < "$work/status.txt"
+((rc == 0)) && check OK "status exit 0" || check FAIL "status exit $rc"
+"$tarmac" --json status > "$work/status.json" 2>&1
+"$tarmac" topo -m 2>&1 | block
+"$tarmac" doctor --window 5s 2>&1 | head -60 | block
+
+# ---- 4. a workload ------------------------------------------------------------------------------
+out ""
+out "## 4. A workload: busy, then holding"
+# On the first GPU that is whole (not in MIG mode) and runs nothing.
+target=$(python3 -c 'import json, sys
+for g in json.load(sys.stdin)["gpus"]:
+    if not g.get("processes") and not g.get("mig_mode_current") and not g.get("lost"):
+        print(g["index"]); break' < "$work/status.json" 2>/dev/null)
+class_of_gpu0() {
+  "$tarmac" --json status --holding-after 5s 2>/dev/null |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['gpus'][$target].get('activity'))" 2>/dev/null
+}
+wait_class() {  # wait_class SECONDS CLASS...: until the target GPU's class is one of CLASS
+  local deadline=$((SECONDS + $1)) c
+  shift
+  while ((SECONDS < deadline)); do
+    c=$(class_of_gpu0)
+    for want in "$@"; do [[ $c == "$want" ]] && { echo "$c"; return 0; }; done
+    sleep 1
+  done
+  echo "${c:-none}"
+  return 1
+}
+busy_cmd=() hold_cmd=()
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  busy_cmd=(python3 -c 'import torch
+x = torch.randn(8192, 8192, device="cuda")
+while True:
+    y = x @ x
+    torch.cuda.synchronize()')
+  hold_cmd=(python3 -c 'import torch, time
+x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+time.sleep(3600)')
+  out "Workload: PyTorch $(python3 -c 'import torch; print(torch.__version__)')."
+elif [[ -n ${TARMAC_SIM_LOAD:-} ]]; then
+  busy_cmd=("$TARMAC_SIM_LOAD" --mem 4096 --util 95)
+  hold_cmd=("$TARMAC_SIM_LOAD" --mem 4096 --util 0)
+  out "Workload: the simulator's load program (no PyTorch with a GPU here)."
+fi
+if [[ -z $target ]]; then
+  out "No GPU is free (every one runs something, or is in MIG mode): no workload."
+  busy_cmd=()
+fi
+if ((${#busy_cmd[@]})); then
+  out "On GPU $target."
+  CUDA_VISIBLE_DEVICES=$target "${busy_cmd[@]}" > /dev/null 2>&1 &
+  children+=($!)
+  busy_pid=$!
+  got=$(wait_class 90 busy)
+  [[ $got == busy ]] && check OK "a matmul loop on GPU $target is busy" || check FAIL "a matmul loop on GPU $target is $got"
+  "$tarmac" status 2>&1 | block
+  kill "$busy_pid" 2> /dev/null; wait "$busy_pid" 2> /dev/null
+  CUDA_VISIBLE_DEVICES=$target "${hold_cmd[@]}" > /dev/null 2>&1 &
+  children+=($!)
+  hold_pid=$!
+  got=$(wait_class 90 holding starved)
+  [[ $got == holding || $got == starved ]] && check OK "memory held asleep on GPU $target is $got" ||
+    check FAIL "memory held asleep on GPU $target is $got"
+  "$tarmac" reap --gpu "$target" --idle-for 5s --window 10s --min-memory 1GiB > "$work/reap.txt" 2>&1
+  block < "$work/reap.txt"
+  if grep "pid $hold_pid" "$work/reap.txt" | grep -q "not proven"; then
+    # The simulator's processes open no /dev/nvidia*: reap cannot prove them holders, and says so.
+    [[ -n ${TARMAC_SIM_LOAD:-} ]] && out "- note: under the simulator the holder cannot be proven (no device file)" ||
+      check FAIL "reap could not prove pid $hold_pid a holder"
+  elif grep -q "$hold_pid" "$work/reap.txt"; then
+    check OK "reap (dry run) names the holder, pid $hold_pid, as a candidate"
+  else
+    check FAIL "reap (dry run) does not name the holder, pid $hold_pid"
+  fi
+  kill "$hold_pid" 2> /dev/null; wait "$hold_pid" 2> /dev/null
+else
+  out "No workload: neither PyTorch with a GPU nor TARMAC_SIM_LOAD. Skipped."
+fi
+
+# ---- 5. tarmac run --------------------------------------------------------------------------------
+out ""
+out "## 5. tarmac run"
+TARMAC_LOCK_DIR=$work/locks "$tarmac" run -- sh -c 'echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"' > "$work/run.txt" 2>&1
+rc=$?
+block < "$work/run.txt"
+((rc == 0)) && grep -q '^CUDA_VISIBLE_DEVICES=[0-9MIG]' "$work/run.txt" && check OK "run gives the command its GPU" ||
+  check FAIL "run (exit $rc)"
+
+# ---- 6. the agent -----------------------------------------------------------------------------------
+out ""
+out "## 6. The agent for ${agent_seconds} s"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$tarmac" agent --state-dir "$work/state" --listen "127.0.0.1:$port" --socket "$work/agent.sock" \
+  > "$work/agent.log" 2>&1 &
+agent=$!
+children+=($agent)
+ticks=$(getconf CLK_TCK)
+rss_max=0
+start_cpu=""
+for ((i = 0; i < agent_seconds; i++)); do
+  sleep 1
+  [[ -r /proc/$agent/stat ]] || break
+  read -r -a st < <(sed 's/^.*) //' "/proc/$agent/stat")
+  cpu=$((st[11] + st[12]))
+  [[ -z $start_cpu ]] && start_cpu=$cpu start_i=$i
+  rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status")
+  ((rss > rss_max)) && rss_max=$rss
+done
+if kill -0 "$agent" 2> /dev/null; then
+  metrics=$(python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$port/metrics', timeout=10).read().decode())" 2>&1)
+  span=$((i - start_i))
+  ((span < 1)) && span=1
+  out "CPU: $(awk -v c=$((cpu - start_cpu)) -v t="$ticks" -v s=$span 'BEGIN {printf "%.2f", 100 * c / t / s}') % of one core over ${span} s; resident memory at most $((rss_max / 1024)) MiB."
+  check OK "the agent ran ${agent_seconds} s"
+  gpm=$(grep -E '^DCGM_FI_PROF_(SM_ACTIVE|SM_OCCUPANCY|PIPE_TENSOR_ACTIVE|DRAM_ACTIVE)\{' <<< "$metrics" | head -8)
+  if [[ -n $gpm ]]; then out "GPM series (Hopper and later):"; block <<< "$gpm"; else out "No GPM series (not Hopper, or too few slow reads)."; fi
+  kill "$agent"; wait "$agent" 2> /dev/null
+else
+  check FAIL "the agent exited early"
+  tail -20 "$work/agent.log" | block
+fi
+
+# ---- 7. timing ---------------------------------------------------------------------------------------
+out ""
+out "## 7. Wall time against nvidia-smi (median of $runs)"
+fields=index,name,pci.bus_id,temperature.gpu,utilization.gpu,utilization.memory,memory.total,memory.used,power.draw,clocks.sm
+t_status=$(median_ms "$runs" "$tarmac" status)
+t_query=$(median_ms "$runs" "$tarmac" query --query-gpu=$fields --format=csv)
+t_smi=$(median_ms "$runs" "$smi" --query-gpu=$fields --format=csv)
+t_smi_full=$(median_ms "$runs" "$smi")
+out "| command | ms |"
+out "|---|---|"
+out "| tarmac status | $t_status |"
+out "| nvidia-smi | $t_smi_full |"
+out "| tarmac query (10 fields) | $t_query |"
+out "| nvidia-smi --query-gpu (10 fields) | $t_smi |"
+out ""
+out "tarmac status / nvidia-smi: $(awk -v a="$t_status" -v b="$t_smi_full" 'BEGIN {printf "%.2f", b ? a / b : 0}'); query / nvidia-smi --query-gpu: $(awk -v a="$t_query" -v b="$t_smi" 'BEGIN {printf "%.2f", b ? a / b : 0}') (${gpus:-?} GPUs)."
+
+# ---- 8. capture ----------------------------------------------------------------------------------------
+out ""
+out "## 8. sim capture"
+if "$tarmac" sim capture -o "$work/captured.toml" > "$work/capture.txt" 2>&1; then
+  cp "$work/captured.toml" "${report%.md}.scenario.toml"
+  out "Written: ${report%.md}.scenario.toml"
+else
+  out "Not available in this tarmac:"
+  head -5 "$work/capture.txt" | block
+fi
+
+out ""
+out "## Summary: $failures check(s) failed"
+echo "gpu_truth.sh: report in $report ($failures failed)" >&2
+((failures == 0))
