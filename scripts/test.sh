@@ -2,6 +2,8 @@
 # The README's test command: installs what is missing, builds and runs every test, twice:
 #   1. dev preset  (build/):      configure, build, ctest (all tests)
 #   2. asan preset (build-asan/): AddressSanitizer + UBSan build (while dev's tests run), ctest
+#   3. release preset (build-release/): the shipped binary (while asan's tests run), checked by
+#      scripts/check_release.sh (glibc alone), counted as one test
 # then prints a summary: each step's duration, ccache's hits per build, the slowest tests of each
 # preset. Exits non-zero when any step fails; every step runs even after a failure, so one run
 # shows everything that is broken. The last line has CTest's form
@@ -19,7 +21,7 @@
 # ~/.cache/ccache, so that the next run on the same machine, from any clone, compiles little.
 #
 # Environment: TARMAC_PEERS (cache of third-party clients, llama-server and the ollama JS client, default ~/.cache/tarmac-peers),
-# TARMAC_TEST_PRESETS (default "dev asan"), CTEST_PARALLEL_LEVEL (default: number of CPUs + 1:
+# TARMAC_TEST_PRESETS (default "dev asan release"), CTEST_PARALLEL_LEVEL (default: number of CPUs + 1:
 # the integration tests spend much of their time waiting on processes they start),
 # TARMAC_TEST_TIMEOUT (seconds per test without its own limit, default 120), CCACHE_DIR (default
 # ~/.cache/ccache), TARMAC_SLOWEST (how many of the slowest tests to list per preset, default 15),
@@ -37,7 +39,7 @@ export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-$(($(nproc) + 1))}
 # debug information is never read, so its compilation directory may name the first clone).
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
-presets=${TARMAC_TEST_PRESETS-dev asan}  # set and empty: dependencies and peers only
+presets=${TARMAC_TEST_PRESETS-dev asan release}  # set and empty: dependencies and peers only
 timeout=${TARMAC_TEST_TIMEOUT:-120}
 slowest=${TARMAC_SLOWEST:-15}
 read -r -a cmake_args <<<"${TARMAC_TEST_CMAKE_ARGS--DTARMAC_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON -DTARMAC_DEBUG_LINES=ON -DTARMAC_KUBELET=ON}"
@@ -129,6 +131,13 @@ ctest_lines=()
 count_as_failed_test() { tests_failed=$((tests_failed + 1)); tests_total=$((tests_total + 1)); }
 
 configure_and_build() {
+  if [[ $1 == release ]]; then
+    # The release binary as shipped (static libraries, no tests, no kubelet), only `tarmac`, in
+    # unity batches for speed; then scripts/check_release.sh on it (it needs glibc alone).
+    step "release configure" cmake --preset release -DCMAKE_UNITY_BUILD=ON &&
+      step "release build" cmake --build --preset release --target tarmac
+    return
+  fi
   step "$1 configure" cmake --preset "$1" "${cmake_args[@]}" && step "$1 build" build "$1"
 }
 
@@ -218,7 +227,16 @@ if step deps bash scripts/deps.sh --test && step peers bash scripts/peers.sh; th
     built=$?
     finish_backfill_peers
     if [[ -n $next && ${TARMAC_TEST_OVERLAP:-1} != 0 ]]; then start_background_build "$next"; fi
-    if ((built == 0)); then
+    if ((built == 0)) && [[ $preset == release ]]; then
+      # No tests in that tree: the binary's check counts as one test.
+      tests_total=$((tests_total + 1))
+      if step "release check" bash scripts/check_release.sh build-release/tarmac; then
+        ctest_lines+=("$(printf '%-6s %s' "release:" "scripts/check_release.sh passed")")
+      else
+        tests_failed=$((tests_failed + 1))
+        ctest_lines+=("$(printf '%-6s %s' "release:" "scripts/check_release.sh FAILED")")
+      fi
+    elif ((built == 0)); then
       step "$preset ctest" run_ctest "$preset"
     else
       count_as_failed_test
