@@ -37,7 +37,11 @@ std::string format_day(long long ms) {
 
 std::string format_hours(double hours) {
   if (hours == 0) return "0 h";
-  return fmt::format("{:.1f} h", hours);
+  if (!std::isfinite(hours) || std::fabs(hours) >= 0.95) return fmt::format("{:.1f} h", hours);
+  // A short range reads in minutes or seconds, not as "0.0 h" (a report over the last hour).
+  const double seconds = hours * 3600;
+  if (std::fabs(seconds) < 59.5) return fmt::format("{:.0f} s", seconds);
+  return fmt::format("{:.0f} min", seconds / 60);
 }
 
 std::string format_money(double usd) {

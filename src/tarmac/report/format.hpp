@@ -12,6 +12,7 @@ namespace tarmac::report {
 // "Mon 01-06" (UTC): a heat-map row label.
 [[nodiscard]] std::string format_day(long long ms);
 // "12.3 h"; "0 h" for zero.
+// "12.3 h"; under an hour "42 min", under a minute "40 s"; "0 h" for none.
 [[nodiscard]] std::string format_hours(double hours);
 // "$1,234.56".
 [[nodiscard]] std::string format_money(double usd);

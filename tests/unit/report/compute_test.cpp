@@ -67,6 +67,12 @@ TEST(Format, Hours) {
   EXPECT_EQ(format_hours(0), "0 h");
   EXPECT_EQ(format_hours(12.34), "12.3 h");
   EXPECT_EQ(format_hours(168), "168.0 h");
+  // Short ranges in minutes or seconds, not "0.0 h".
+  EXPECT_EQ(format_hours(0.5), "30 min");
+  EXPECT_EQ(format_hours(0.96), "1.0 h");
+  EXPECT_EQ(format_hours(40.0 / 3600), "40 s");
+  EXPECT_EQ(format_hours(59.7 / 3600), "1 min");
+  EXPECT_EQ(format_hours(-0.25), "-15 min");
 }
 
 TEST(Format, TimesAreUtc) {
