@@ -57,6 +57,7 @@ class MigQueueTest(AgentQueueTest):
 
 
 class RunMig(MigQueueTest):
+    config = 'backfill_idle = "1s"\n'
     def test_each_job_gets_its_own_mig_device_by_uuid(self):
         first_sh, first_env = self.env_script("first")
         second_sh, second_env = self.env_script("second")
@@ -97,7 +98,12 @@ class RunMig(MigQueueTest):
         job = self.submit("true", flags=("--mig", "7g.141gb"))
         held = self.wait_held(job, "free MIG device of profile 7g.141gb")
         self.assertEqual(held["gpus"], [])
-        self.assertEqual(self.tarmac("cancel", str(job)).returncode, 0)
+        # It holds no backfill off: backfill runs on whole idle GPUs, never on a MIG device.
+        backfill = self.submit("sleep", "60", flags=("--backfill",))
+        self.assertEqual(self.wait_state(backfill, "running", timeout=60)["kind"], "job")
+        self.assertEqual(self.job(job)["state"], "queued")
+        for j in (job, backfill):
+            self.assertEqual(self.tarmac("cancel", str(j)).returncode, 0)
 
     def test_bad_mig_requests_are_refused_and_nothing_is_queued(self):
         before = set(self.jobs())

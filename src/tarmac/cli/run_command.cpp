@@ -106,8 +106,9 @@ int run_alone(const GlobalOptions& global, const RunFlags& flags, const sched::P
   util::ProcessSpec spec;
   spec.path = path;
   spec.argv = flags.command;
-  spec.env = sched::job_environment(util::own_environment(), visible_devices(acquired, flags.uuids), flags.uuids,
-                                    job_id, flags.name);
+  // A MIG device is named by its UUID, which PCI order does not order: no CUDA_DEVICE_ORDER then.
+  spec.env = sched::job_environment(util::own_environment(), visible_devices(acquired, flags.uuids),
+                                    flags.uuids || acquired.pick.mig_uuid.has_value(), job_id, flags.name);
   spec.take_terminal = sched::owns_terminal();
   const auto child = sched::spawn(spec, original);
   int status = 0;

@@ -56,10 +56,14 @@ void GpuView::observe(const gpu::Snapshot& merged, const std::map<unsigned, gpu:
     g.pids.clear();
     // A MIG device is an entry of its own, by its UUID (what its leases and jobs hold), with the
     // processes on it: those are not the board's, which is never given out whole in MIG mode.
+    // MIG devices this board no longer has (its layout changed) are forgotten with their pids.
+    std::erase_if(use_, [&d](const auto& kv) {
+      return kv.second.mig && kv.second.index == d.id.index &&
+             std::none_of(d.mig.begin(), d.mig.end(), [&kv](const gpu::MigDevice& m) { return m.uuid == kv.first; });
+    });
     for (const auto& m : d.mig) {
       if (!m.uuid) continue;
-      GpuUse& slice = use_[*m.uuid];
-      slice = GpuUse{.index = d.id.index, .util = std::nullopt, .pids = {}, .idle_since_ms = 0};
+      use_[*m.uuid] = GpuUse{.index = d.id.index, .util = std::nullopt, .pids = {}, .idle_since_ms = 0, .mig = true};
     }
     for (const auto& p : d.processes) {
       const bool placed = p.mig && *p.mig < d.mig.size() && d.mig[*p.mig].uuid;

@@ -23,6 +23,7 @@ struct GpuUse {
   std::optional<unsigned> util;
   std::vector<unsigned> pids;
   long long idle_since_ms = 0;  // when its class became idle (the scheduler's monotonic clock); 0 while it is not
+  bool mig = false;  // a MIG device of GPU `index` (keyed by its MIG-UUID), not a GPU
 };
 
 // What the scheduler knows of the GPUs: its own backend (opened when first needed, the topology read

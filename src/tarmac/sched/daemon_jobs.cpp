@@ -31,15 +31,17 @@ bool Daemon::State::write_spec(const Job& job, const std::vector<unsigned>& chos
   }
   const std::string id = std::to_string(job.id);
   std::string visible;
+  bool mig = false;  // a MIG device: named by its UUID, and PCI order does not order it
   for (std::size_t i = 0; i < chosen.size(); ++i) {
     // A MIG device is named to CUDA by its UUID only.
     const bool by_uuid = job.uuids || (i < uuids.size() && is_mig_uuid(uuids[i]));
+    mig = mig || (i < uuids.size() && is_mig_uuid(uuids[i]));
     visible += (i ? "," : "") + (by_uuid ? uuids[i] : std::to_string(chosen[i]));
   }
   json spec = {{"id", job.id},
                {"path", job.path},
                {"argv", job.argv},
-               {"env", job_environment(job.env, visible, job.uuids, id, job.name)},
+               {"env", job_environment(job.env, visible, job.uuids || mig, id, job.name)},
                {"cwd", job.cwd},
                {"uid", job.uid},
                {"gid", job.gid},

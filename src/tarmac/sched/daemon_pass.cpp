@@ -130,7 +130,8 @@ void Pass::withdraw_leases(long long now_ms) {
 bool Pass::give_leases(Round& round, const std::vector<Job*>& waiting) {
   bool waits = false;
   for (Job* lease : waiting) {
-    if (!give_lease(round, *lease)) waits = true;
+    // One waiting for a MIG device does not hold backfill off: backfill never takes one.
+    if (!give_lease(round, *lease) && !lease->request.mig) waits = true;
   }
   return waits;
 }
@@ -172,7 +173,7 @@ bool Pass::start_normal(Round& round, const std::vector<const Job*>& waiting) {
   bool waits = false;
   // Fairness counts the jobs that ended in its window and, up to now, those running.
   for (const Job* j : fair_order(waiting, usage_until(table_.usage(), table_.jobs(), round.now_unix_ms))) {
-    if (!start_normal(round, table_.jobs().at(j->id))) waits = true;
+    if (!start_normal(round, table_.jobs().at(j->id)) && !j->request.mig) waits = true;
   }
   return waits;
 }

@@ -266,7 +266,8 @@ namespace tarmac::sched {
 
 namespace {
 
-// "1g.18gb", "3g.71gb", "1g.18gb+me", "1g.23gb-me", "1g.24gb+gfx": NVIDIA's profile names.
+// "1g.18gb", "3g.71gb", "1g.18gb+me", "1g.23gb-me", "1g.24gb+gfx", "1g.24gb+me.all": NVIDIA's
+// profile names.
 bool is_profile_name(std::string_view p) {
   const auto digits = [&p](std::size_t at, std::size_t most) {
     std::size_t n = 0;
@@ -280,8 +281,8 @@ bool is_profile_name(std::string_view p) {
   if (rest.empty()) return true;
   if (rest.front() != '+' && rest.front() != '-') return false;
   rest.remove_prefix(1);
-  return !rest.empty() && rest.size() <= 8 &&
-         std::all_of(rest.begin(), rest.end(), [](char c) { return c >= 'a' && c <= 'z'; });
+  return !rest.empty() && rest.size() <= 12 && rest.front() != '.' && rest.back() != '.' &&
+         std::all_of(rest.begin(), rest.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '.'; });
 }
 
 }  // namespace

@@ -68,7 +68,9 @@ unsigned gpus_held_for_good(const JobsById& jobs) {
   unsigned n = 0;
   for (const auto& [id, j] : jobs) {
     if ((j.state == JobState::Running && !j.backfill) || j.state == JobState::Active) {
-      n += static_cast<unsigned>(j.gpu_uuids.size());
+      // Whole GPUs only: a MIG device is a part of a board, never the board (docs/mig.md).
+      n += static_cast<unsigned>(std::count_if(j.gpu_uuids.begin(), j.gpu_uuids.end(),
+                                               [](const std::string& u) { return !is_mig_uuid(u); }));
     }
   }
   return n;

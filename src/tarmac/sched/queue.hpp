@@ -47,7 +47,7 @@ using JobsById = std::map<long long, Job>;
 [[nodiscard]] LeasedGpus busy_gpus(const std::vector<Lease>& live, const JobsById& jobs);
 
 // The GPUs held by work that no pass may take back: normal jobs running and active leases (not
-// backfill jobs, nor jobs already being stopped).
+// backfill jobs, nor jobs already being stopped). Whole GPUs only: a MIG device is no board.
 [[nodiscard]] unsigned gpus_held_for_good(const JobsById& jobs);
 
 // The GPUs of running backfill jobs not yet being stopped: what preemption may free.

@@ -195,11 +195,13 @@ TEST(Pick, ManyGpusStaysFastAndValid) {
 
 TEST(Pick, AMigRequestIsOneDeviceOfANamedProfileOrAny) {
   const auto req = [](std::string mig) { return PickRequest{.mig = std::move(mig)}; };
-  for (const char* ok : {"", "1g.18gb", "3g.71gb", "7g.141gb", "1g.18gb+me", "1g.23gb-me", "1g.24gb+gfx"}) {
+  for (const char* ok : {"", "1g.18gb", "3g.71gb", "7g.141gb", "1g.18gb+me", "1g.23gb-me", "1g.24gb+gfx",
+                         "1g.24gb+me.all"}) {
     EXPECT_EQ(mig_request_error(req(ok)), std::nullopt) << ok;
   }
   for (const char* bad : {"any", "1g", "9g.10gb", "0g.10gb", "1g.gb", "1g.12345gb", "1g.18gb+", "1g.18gb+ME",
-                          "1g.18gb;rm", "1g.18GB", "g.18gb", "1g.18gb+abcdefghi"}) {
+                          "1g.18gb;rm", "1g.18GB", "g.18gb", "1g.18gb+abcdefghijklm", "1g.18gb+.me",
+                          "1g.18gb+me."}) {
     const auto why = mig_request_error(req(bad));
     ASSERT_TRUE(why.has_value()) << bad;
     EXPECT_NE(why->find("is not a MIG profile"), std::string::npos) << *why;

@@ -220,6 +220,12 @@ TEST(Fairness, RunningJobsCountUpToNowOnTopOfTheEndedOnes) {
   EXPECT_FALSE(used.contains(1001)) << "a queued job has used nothing";
 }
 
+TEST(HeldForGood, AMigDeviceIsNotABoard) {
+  auto jobs = by_id({holding(1, 1, JobState::Running, {"GPU-0"}), holding(2, 1, JobState::Running, {"MIG-a"}),
+                     holding(3, 1, JobState::Running, {"MIG-b"})});
+  EXPECT_EQ(gpus_held_for_good(jobs), 1U) << "only whole GPUs count against the boards seen";
+}
+
 TEST(NoRoom, ARequestForNoLessThanOneThatFoundNoRoomFindsNoneEither) {
   const std::vector<PickRequest> none = {PickRequest{.n = 2, .min_free_bytes = 100, .max_util_pct = 50}};
   EXPECT_TRUE(no_room_for(PickRequest{.n = 2, .min_free_bytes = 100, .max_util_pct = 50}, none));
