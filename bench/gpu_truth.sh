@@ -83,7 +83,7 @@ gpus=$("$smi" --query-gpu=count --format=csv,noheader 2>/dev/null | head -1)
 # ---- 2. query against nvidia-smi --------------------------------------------------------------
 out ""
 out "## 2. tarmac query against nvidia-smi, field by field"
-dynamic='^(timestamp|utilization|temperature|power\.draw|power\.instant|power\.average|clocks\.(current|sm|mem|gr|video)|clocks\.(applications|default_applications)|memory\.(used|free|reserved)|fan|pstate|clocks_event|clocks_throttle|enforced|energy|pcie\.link\.(gen|width)\.current|encoder|decoder|ofa|module\.power|gpu_operation_mode)'
+dynamic='^(timestamp|utilization|temperature|power\.draw|power\.instant|power\.average|clocks\.(current|sm|mem|gr|video)|clocks\.(applications|default_applications)|memory\.(used|free|reserved)|fan|pstate|clocks_event|clocks_throttle|enforced|energy|pcie\.link\.(gen|width)\.(gpu)?current|encoder|decoder|ofa|module\.power|gpu_operation_mode)'
 "$smi" --help-query-gpu 2>/dev/null | grep -oE '^"[a-z0-9_.]+"' | tr -d '"' | sort -u > "$work/fields"
 same=0 close=0 differ=0 unknown=0 unsupported=0
 : > "$work/diffs"
@@ -146,7 +146,7 @@ for g in json.load(sys.stdin)["gpus"]:
         print(g["index"]); break' < "$work/status.json" 2>/dev/null)
 class_of_gpu0() {
   "$tarmac" --json status --holding-after 5s 2>/dev/null |
-    python3 -c "import json,sys; print(json.load(sys.stdin)['gpus'][$target].get('activity'))" 2>/dev/null
+    python3 -c "import json,sys; print(next((g.get('activity') for g in json.load(sys.stdin)['gpus'] if g['index'] == $target), None))" 2>/dev/null
 }
 wait_class() {  # wait_class SECONDS CLASS...: until the target GPU's class is one of CLASS
   local deadline=$((SECONDS + $1)) c
@@ -171,6 +171,8 @@ x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
 torch.cuda.synchronize()
 time.sleep(3600)')
   out "Workload: PyTorch $(python3 -c 'import torch; print(torch.__version__)')."
+elif [[ -z $target ]]; then
+  :
 elif [[ -n ${TARMAC_SIM_LOAD:-} ]]; then
   busy_cmd=("$TARMAC_SIM_LOAD" --mem 4096 --util 95)
   hold_cmd=("$TARMAC_SIM_LOAD" --mem 4096 --util 0)
@@ -197,17 +199,17 @@ if ((${#busy_cmd[@]})); then
     check FAIL "memory held asleep on GPU $target is $got"
   "$tarmac" reap --gpu "$target" --idle-for 5s --window 10s --min-memory 1GiB > "$work/reap.txt" 2>&1
   block < "$work/reap.txt"
-  if grep "pid $hold_pid" "$work/reap.txt" | grep -q "not proven"; then
+  if grep -w "pid $hold_pid" "$work/reap.txt" | grep -q "not proven"; then
     # The simulator's processes open no /dev/nvidia*: reap cannot prove them holders, and says so.
     [[ -n ${TARMAC_SIM_LOAD:-} ]] && out "- note: under the simulator the holder cannot be proven (no device file)" ||
       check FAIL "reap could not prove pid $hold_pid a holder"
-  elif grep -q "$hold_pid" "$work/reap.txt"; then
+  elif grep -qw "pid $hold_pid" "$work/reap.txt"; then
     check OK "reap (dry run) names the holder, pid $hold_pid, as a candidate"
   else
     check FAIL "reap (dry run) does not name the holder, pid $hold_pid"
   fi
   kill "$hold_pid" 2> /dev/null; wait "$hold_pid" 2> /dev/null
-else
+elif [[ -n $target ]]; then
   out "No workload: neither PyTorch with a GPU nor TARMAC_SIM_LOAD. Skipped."
 fi
 
@@ -230,7 +232,7 @@ agent=$!
 children+=($agent)
 ticks=$(getconf CLK_TCK)
 rss_max=0
-start_cpu=""
+start_cpu="" cpu=0 start_i=0 i=0
 for ((i = 0; i < agent_seconds; i++)); do
   sleep 1
   [[ -r /proc/$agent/stat ]] || break

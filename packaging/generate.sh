@@ -8,7 +8,9 @@ set -eu
 tarmac=$1
 dir=$2
 mkdir -p "$dir"
-"$tarmac" man | gzip -9n > "$dir/tarmac.1.gz.tmp"
+"$tarmac" man > "$dir/tarmac.1.tmp"  # not a pipe: a failing `tarmac man` must fail the build
+gzip -9n < "$dir/tarmac.1.tmp" > "$dir/tarmac.1.gz.tmp"
+rm "$dir/tarmac.1.tmp"
 mv "$dir/tarmac.1.gz.tmp" "$dir/tarmac.1.gz"
 for shell in bash zsh fish; do "$tarmac" completion "$shell" > "$dir/$shell.tmp"; done
 mv "$dir/bash.tmp" "$dir/tarmac.bash"

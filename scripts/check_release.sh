@@ -25,6 +25,6 @@ if [[ $(printf '%s\n%s\n' "$newest" "$max" | sort -V | tail -1) != "$max" ]]; th
 fi
 version=$("$binary" --version)
 echo "$version"
-[[ $version =~ ^tarmac\ [0-9]+\.[0-9]+\.[0-9]+\ \(git\ [0-9a-f]{12}(\+dirty)?\)$ ]] ||
+[[ $version =~ ^tarmac\ [0-9]+\.[0-9]+\.[0-9]+\ \(git\ [0-9A-Za-z.+_-]+\)$ ]] ||
   { echo "check_release: --version names no commit: $version" >&2; fail=1; }
 exit "$fail"

@@ -63,6 +63,11 @@ class DebianPackage(unittest.TestCase):
                 raise unittest.SkipTest(f"{tool} is missing (Debian: dpkg, dpkg-dev)")
         if installed():
             raise unittest.SkipTest("a tarmac package is installed on this machine: not replaced by a test")
+        # Nor a tarmac installed by other means (cmake --install --prefix /usr): dpkg would overwrite it.
+        for path in ("/usr/bin/tarmac", "/etc/tarmac", "/usr/lib/systemd/system/tarmac-agent.service",
+                     "/lib/systemd/system/tarmac-agent.service"):
+            if os.path.lexists(path):
+                raise unittest.SkipTest(f"{path} exists: a tarmac installed here is not replaced by a test")
         cls.dir = tempfile.TemporaryDirectory(prefix="tarmac-deb-")
         cpack = pathlib.Path(cmake_command()).with_name("cpack")
         r = run(str(cpack), "--config", str(BUILD / "CPackConfig.cmake"), "-G", "DEB", "-B", cls.dir.name)
