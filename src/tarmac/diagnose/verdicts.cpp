@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <ctime>
+
 #include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/host/process_info.hpp"
+#include "tarmac/util/escape.hpp"
+#include "tarmac/util/units.hpp"
 
 namespace tarmac::diagnose {
 
@@ -31,6 +36,35 @@ std::vector<unsigned> with_class(const gpu::Snapshot& s, const std::vector<Activ
 }
 
 const char* plural(std::size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
+
+// "an idle Jupyter kernel of bob holds 20.0 GiB on GPU 3 (started 14:02)": a holding GPU whose
+// holder is a well-known kind of process, named as a fleet owner would; nullopt otherwise.
+std::optional<std::string> known_holder_text(const gpu::Device& d) {
+  // The well-known process that holds the most memory there.
+  const gpu::GpuProcess* best = nullptr;
+  std::optional<std::string> kind;
+  for (const auto& p : d.processes) {
+    auto k = host::well_known_holder(p.host.command_line);
+    if (k && (best == nullptr || p.used_mem_bytes.value_or(0) > best->used_mem_bytes.value_or(0))) {
+      best = &p;
+      kind = std::move(k);
+    }
+  }
+  if (best != nullptr) {
+    const gpu::GpuProcess& p = *best;
+    std::string started;
+    if (p.host.start_time_unix) {
+      const std::time_t t = static_cast<std::time_t>(*p.host.start_time_unix);
+      std::tm tm{};
+      if (localtime_r(&t, &tm) != nullptr) started = fmt::format(" (started {:02}:{:02})", tm.tm_hour, tm.tm_min);
+    }
+    const std::string held = p.used_mem_bytes ? util::format_bytes(*p.used_mem_bytes) : std::string("memory");
+    // The user name is another user's words: shown escaped.
+    return fmt::format("an idle {} of {} holds {} on GPU {}{}: `tarmac reap` (or stop it)", *kind,
+                       util::terminal_text(p.host.user.value_or("?")), held, d.id.index, started);
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -61,7 +95,17 @@ std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity
                                plural(starved.size(), "GPU", "GPUs"), format_index_list(starved),
                                plural(starved.size(), "holds", "hold"))});
   }
-  if (auto holding = with_class(s, classes, Activity::Holding); !holding.empty()) {
+  // Holding GPUs whose holder is a Jupyter kernel, an LLM server, TensorBoard: one sentence each.
+  std::vector<unsigned> plain_holding;
+  for (std::size_t i = 0; i < s.devices.size() && i < classes.size(); ++i) {
+    if (classes[i] != Activity::Holding) continue;
+    if (auto text = known_holder_text(s.devices[i])) {
+      out.push_back({Severity::Warning, "holding", std::move(*text)});
+    } else {
+      plain_holding.push_back(s.devices[i].id.index);
+    }
+  }
+  if (const auto& holding = plain_holding; !holding.empty()) {
     out.push_back({Severity::Warning, "holding",
                    fmt::format("{} {} {} memory at 0 % utilization: a forgotten process? (`tarmac reap`)",
                                plural(holding.size(), "GPU", "GPUs"), format_index_list(holding),

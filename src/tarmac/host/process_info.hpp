@@ -55,4 +55,10 @@ struct ProcessInfo {
 // process runs without its arguments, which often hold tokens and paths. "" for none.
 [[nodiscard]] std::string program_name(const std::optional<std::string>& command_line);
 
+// What a well-known GPU holder is, from its command line: "Jupyter kernel" (ipykernel, Colab's),
+// "Ollama server", "vLLM server", "llama.cpp server", "SGLang server", "TensorBoard"; nullopt for
+// anything else. Verdicts name them: "an idle Jupyter kernel of bob holds 20.0 GiB on GPU 3" is
+// what a fleet owner acts on.
+[[nodiscard]] std::optional<std::string> well_known_holder(const std::optional<std::string>& command_line);
+
 }  // namespace tarmac::host

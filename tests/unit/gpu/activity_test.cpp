@@ -4,6 +4,7 @@
 
 #include "tarmac/diagnose/verdicts.hpp"
 #include "tarmac/gpu/clock_events.hpp"
+#include "tarmac/host/process_info.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::gpu {
@@ -149,6 +150,49 @@ TEST(Verdicts, NearOomAndHoldingAreReported) {
   for (const auto& v : diagnose::verdicts(s, classes)) codes.push_back(v.code);
   EXPECT_NE(std::find(codes.begin(), codes.end(), "near-oom"), codes.end());
   EXPECT_NE(std::find(codes.begin(), codes.end(), "holding"), codes.end());
+}
+
+TEST(Verdicts, AWellKnownHolderIsNamedWithItsOwnerAndMemory) {
+  Snapshot s;
+  s.devices = {device(0, 0, 20480, 2, 5 * 3600), device(1, 0, 20480, 1, 5 * 3600), device(2, 0, 8192, 1, 5 * 3600)};
+  s.devices[0].processes[0].host.command_line = "python3 train.py";
+  s.devices[0].processes[0].used_mem_bytes = 2 * util::kGiB;
+  s.devices[0].processes[1].host.command_line =
+      "/opt/conda/bin/python -m ipykernel_launcher -f /home/bob/.local/share/jupyter/runtime/kernel-1.json";
+  s.devices[0].processes[1].host.user = "bob\x1b[2J";
+  s.devices[0].processes[1].used_mem_bytes = 18 * util::kGiB;
+  s.devices[1].processes[0].host.command_line = "python train.py";  // nothing well known: the plain verdict
+  s.devices[2].processes[0].host.command_line = "/usr/local/bin/ollama serve";
+  s.devices[2].processes[0].used_mem_bytes = 8 * util::kGiB;
+  std::vector<Activity> classes(3, Activity::Holding);
+  std::vector<std::string> texts;
+  for (const auto& v : diagnose::verdicts(s, classes)) {
+    if (v.code == "holding") texts.push_back(v.text);
+  }
+  ASSERT_EQ(texts.size(), 3U);
+  EXPECT_EQ(texts[0].find("an idle Jupyter kernel of bob\\x1b[2J holds 18.0 GiB on GPU 0 (started "), 0U) << texts[0];
+  EXPECT_EQ(texts[1].find("an idle Ollama server of ? holds 8.0 GiB on GPU 2"), 0U) << texts[1];
+  EXPECT_EQ(texts[2], "GPU 1 holds memory at 0 % utilization: a forgotten process? (`tarmac reap`)");
+}
+
+TEST(Verdicts, WellKnownHoldersAreToldByTheirCommandLine) {
+  const auto kind = [](const char* cmd) { return host::well_known_holder(std::string(cmd)).value_or("-"); };
+  EXPECT_EQ(kind("python -m ipykernel_launcher -f k.json"), "Jupyter kernel");
+  EXPECT_EQ(kind("/usr/bin/python3 -m ipykernel -f k.json"), "Jupyter kernel");
+  EXPECT_EQ(kind("/usr/bin/python3 /usr/local/lib/python3.10/dist-packages/colab_kernel_launcher.py"), "Jupyter kernel");
+  EXPECT_EQ(kind("ollama runner --model /root/.ollama/models/blobs/sha256-1"), "Ollama server");
+  EXPECT_EQ(kind("vllm serve meta-llama/Llama-3-8B"), "vLLM server");
+  EXPECT_EQ(kind("python -m vllm.entrypoints.openai.api_server --model m"), "vLLM server");
+  EXPECT_EQ(kind("/opt/llama.cpp/llama-server -m q.gguf --port 8081"), "llama.cpp server");
+  EXPECT_EQ(kind("python3 -m sglang.launch_server --model-path m"), "SGLang server");
+  EXPECT_EQ(kind("/usr/bin/python3 /usr/local/bin/tensorboard --logdir runs"), "TensorBoard") << "its entry point";
+  EXPECT_EQ(kind("/usr/bin/python3 /usr/local/bin/vllm serve m"), "vLLM server");
+  EXPECT_EQ(kind("python3 train.py tensorboard"), "-") << "an argument is not the program";
+  EXPECT_EQ(kind("tensorboard --logdir runs"), "TensorBoard");
+  EXPECT_EQ(kind("python train.py --notebook ipykernel-like-name"), "-");
+  EXPECT_EQ(kind("python train.py"), "-");
+  EXPECT_EQ(kind(""), "-");
+  EXPECT_EQ(host::well_known_holder(std::nullopt), std::nullopt);
 }
 
 TEST(Verdicts, IndexListsCollapseRuns) {
