@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "tarmac/util/units.hpp"
+
 namespace tarmac::serve::detail {
 
 namespace {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tarmac/tui/layout.hpp"
 #include "tarmac/util/escape.hpp"
@@ -61,6 +62,12 @@ inline Line plain_line(int width, std::string_view text, Style style = Style::Pl
 [[nodiscard]] std::string bytes_short(std::optional<std::uint64_t> bytes);
 
 // The screens besides the main one, and the signal dialog drawn over it.
+// "gpu-b:9478 " before a GPU of another host when several are shown; "" with one.
+[[nodiscard]] std::string host_prefix(const Model& model, std::size_t host);
+// One GPU's lines (panels.cpp): compact or `full`, then one per MIG device, with their classes `mig`.
+void gpu_panel(std::vector<Line>& out, const Model& model, std::size_t host, const gpu::Device& d, gpu::Activity cls,
+               const std::vector<gpu::MigActivity>& mig, const ViewState& view, int width, bool full);
+
 void help_screen(Frame& f, const FrameContext& ctx);
 void detail_screen(Frame& f, const Model& model, const ViewState& view, const FrameContext& ctx);
 void report_screen(Frame& f, const ViewState& view, const FrameContext& ctx);
