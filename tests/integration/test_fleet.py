@@ -168,8 +168,12 @@ scrape_configs:
         def via_prometheus():
             rc, doc, err = self.fleet("--prometheus", self.url)
             return rc, doc, err, {(g["host"], g["gpu"]): g["activity"] for g in doc["gpus"]}
-        # Prometheus lags the agents by a scrape: wait until it has seen what they show.
-        self.assertTrue(wait_for(lambda: via_prometheus()[3] == expected), via_prometheus()[3])
+        # Prometheus lags the agents by a scrape, and scrapes the dead target on its own schedule
+        # (its first failed scrape is what makes it "down"): wait until it has seen both.
+        def settled():
+            _, _, err, view = via_prometheus()
+            return view == expected and f"127.0.0.1:{self.dead}" in err
+        self.assertTrue(wait_for(settled), via_prometheus())
         rc, doc, err, _ = via_prometheus()
         self.assertEqual(rc, 1, "the dead target is a problem")
         self.assertIn(f"target 127.0.0.1:{self.dead} (job tarmac) is down", err)
