@@ -33,6 +33,7 @@ TARMAC_GPU_LABELS = {"gpu", "uuid", "pci_bus_id", "hostname"}
 ALLOWED_LINT = [
     re.compile(r"^(DCGM_FI_[A-Z0-9_]+) label names should be written in 'snake_case' not 'camelCase'$"),
     re.compile(r'^(DCGM_FI_[A-Z0-9_]+) counter metrics should have "_total" suffix$'),
+    re.compile(r"^(DCGM_FI_[A-Z0-9_]+) metric name should not include type 'counter'$"),  # ..._PCIE_REPLAY_COUNTER
 ]
 
 A100_UTIL = [96, 94, 95, 93]          # docs/simulator.md, a100x4-balanced

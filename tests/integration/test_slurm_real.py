@@ -407,7 +407,8 @@ class RealSlurm(unittest.TestCase):
         self.assertEqual({int(f.name): f.read_text().split() for f in self.c.map.iterdir() if f.name.isdigit()},
                          {g: [str(job)] for g in gpus})
         self.assertEqual((self.c.map / f".job-{job}").read_text(), f"user={self.c.user.pw_name}\npartition=gpu\n")
-        status = json.loads(self.c.sim.run("status", "--json").stdout)
+        # Now, as NVML has it (the agent's view lists processes at its process interval).
+        status = json.loads(self.c.sim.run("status", "--json", "--direct").stdout)
         procs = {(g["index"], p["pid"]): p for g in status["gpus"] for p in g["processes"]}
         self.assertEqual({gpu for gpu, _ in procs}, set(gpus), procs)
         self.assertEqual({p["slurm_job_id"] for p in procs.values()}, {str(job)}, procs)

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "tarmac/agent/tracker.hpp"
+#include "tarmac/gpu/device_fields.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::agent {
@@ -79,7 +80,10 @@ Reads reads() {
   r.fast.values = recorded_groups();
   r.fast.processes = false;
   r.fast.xid_events = true;
+  // The process read, every process interval, reads every value as well: the live view (status and
+  // watch through the agent) then shows what a direct read would, the fast reads' values over them.
   r.with_processes = r.fast;
+  r.with_processes.values = gpu::ValueGroups::all();
   r.with_processes.processes = true;
   r.slow.values = {};
   r.slow.processes = false;
@@ -228,14 +232,20 @@ class Loop {
     for (auto& d : snap.devices) {
       if (list_processes) {
         latest_processes_[d.id.index] = d.processes;
+        latest_full_[d.id.index] = d;
       } else if (auto it = latest_processes_.find(d.id.index); it != latest_processes_.end()) {
         d.processes = it->second;
         gpu::match_mig_processes(d.mig, d.processes);  // this sample's MIG devices, by instance ids
       }
+      // What the fast read does not read (limits, modes, clocks), from the last full one.
+      if (auto it = latest_full_.find(d.id.index); !list_processes && it != latest_full_.end()) {
+        gpu::fill_unread(d, it->second);
+      }
       if (auto it = latest_slow_.find(d.id.index); it != latest_slow_.end()) d.slow = it->second;
     }
     const auto classes = tracker_.classes();
-    options_.on_sample(SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds, tracker_.jobs()});
+    const auto since = tracker_.since();
+    options_.on_sample(SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds, tracker_.jobs(), since});
   }
 
   // Counted every time, logged at most once a minute of clock time.
@@ -321,6 +331,7 @@ class Loop {
   long long nvml_errors_ = 0;
   std::map<unsigned, std::vector<gpu::GpuProcess>> latest_processes_;  // for on_sample
   std::map<unsigned, gpu::DeviceSlowSample> latest_slow_;
+  std::map<unsigned, gpu::Device> latest_full_;  // each GPU's last read of every value (the process read)
   std::map<unsigned, std::vector<gpu::MigDevice>> latest_mig_gpm_;  // the MIG devices of the last slow read
 };
 

@@ -60,6 +60,7 @@ struct SampleView {
   long long nvml_errors;       // failed snapshots and values since the start
   double sample_seconds;       // real time this snapshot took
   const JobView& jobs;         // the Slurm jobs and pods on the GPUs as last read (empty without AgentOptions::jobs)
+  const std::map<unsigned, gpu::ActivitySince>& since;  // since when each GPU is in its class (ts_ms's clock)
 };
 
 // The fast value groups the agent records and classifies with.

@@ -79,6 +79,14 @@ std::map<unsigned, gpu::Activity> Tracker::classes() const {
   return out;
 }
 
+std::map<unsigned, gpu::ActivitySince> Tracker::since() const {
+  std::map<unsigned, gpu::ActivitySince> out;
+  for (const auto& [index, state] : gpus_) {
+    if (state.span) out[index] = gpu::ActivitySince{state.span->start_ms, state.held_since_ms};
+  }
+  return out;
+}
+
 void Tracker::observe_processes(const gpu::Device& d, GpuState& state, long long ts_ms, store::Recorder& rec) {
   const unsigned index = d.id.index;
   // Process samples further apart than a gap: what was listed in between was not seen.

@@ -47,6 +47,8 @@ class Tracker {
 
   // The current class of each GPU seen, by index.
   [[nodiscard]] std::map<unsigned, gpu::Activity> classes() const;
+  // Since when each GPU has been in its class, and its processes at 0 %, by index.
+  [[nodiscard]] std::map<unsigned, gpu::ActivitySince> since() const;
 
  private:
   struct GpuState {

@@ -25,6 +25,7 @@
 #include "tarmac/sched/daemon.hpp"
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/sched/wire.hpp"
+#include "tarmac/serve/live_wire.hpp"
 #include "tarmac/serve/service.hpp"
 #include "tarmac/cli/agent_reaper.hpp"
 #include "tarmac/cli/app.hpp"
@@ -260,6 +261,23 @@ void wire_backfill(sched::DaemonOptions& dopts, const std::shared_ptr<backfill::
                                    const sched::Job& for_job) { batches->yield_external(name, uuids, for_job); };
 }
 
+// `status` on the scheduler's socket (docs/recorder.md "Commands through the agent"): the live view
+// whole, for `tarmac status` and `watch` on this machine, which then need not open NVML. Any local
+// user may ask: it carries what NVML tells anyone, and no process's host facts (the client reads
+// /proc as its own user).
+void wire_status(sched::DaemonOptions& dopts, const serve::LiveState& live, std::string nvml) {
+  dopts.more_requests = [&live, nvml = std::move(nvml), more = std::move(dopts.more_requests)](
+                            const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req,
+                            const sched::Defer& defer) -> std::optional<nlohmann::json> {
+    const auto op = req.find("op");
+    if (op == req.end() || *op != "status") return more ? more(peer, fds, req, defer) : std::nullopt;
+    const auto view = live.view();
+    if (!view) return nlohmann::json{{"ok", false}, {"code", "busy"}, {"error", "the agent has not sampled yet"}};
+    // Which NVML it reads: a command reading another (a simulation) does not take this view.
+    return nlohmann::json{{"ok", true}, {"nvml", nvml}, {"view", nlohmann::json::parse(serve::live_wire(*view, util::wall_ms()))}};
+  };
+}
+
 // The dispatcher's counters as /metrics writes them (serve knows no backfill).
 serve::BackfillMetrics backfill_metrics(backfill::Service& batches) {
   const auto c = batches.counters();
@@ -352,7 +370,8 @@ alerts::Notice lease_notice(const sched::LeaseNotice& n) {
 // scheduler that cannot start is logged; the agent still records.
 std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, const AgentSettings& s,
                                                alerts::Alerter& alerter,
-                                               const std::shared_ptr<backfill::Service>& batches) {
+                                               const std::shared_ptr<backfill::Service>& batches,
+                                               const serve::LiveState& live) {
   if (!s.scheduler_on()) return nullptr;
   sched::DaemonOptions dopts;
   dopts.config = s.cfg.scheduler;
@@ -364,6 +383,7 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
   dopts.log = log_line;
   dopts.notify = [&alerter](const sched::LeaseNotice& n) { alerter.announce(lease_notice(n)); };
   wire_backfill(dopts, batches);
+  wire_status(dopts, live, nvml_source(global));
   auto started = sched::Daemon::start(std::move(dopts));
   if (!started.ok()) {
     log_line(util::LogLevel::Warning,
@@ -463,7 +483,7 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     print_error(service.error());
     return kExitUsage;
   }
-  std::unique_ptr<sched::Daemon> scheduler = start_scheduler(global, s, alerter, batches);
+  std::unique_ptr<sched::Daemon> scheduler = start_scheduler(global, s, alerter, batches, live);
   std::unique_ptr<AgentIdleJobs> idle_jobs;
   if (idle_action && *idle_action != slurm::IdleJobAction::Off && !s.cfg.slurm.job_map_dir.empty()) {
     AgentIdleJobsOptions o;
@@ -489,7 +509,7 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
     stats.last_sample_seconds = v.sample_seconds;
     stats.start_unix_ms = start_unix_ms;
     alerter.observe(v.merged, v.classes, v.ts_ms);  // first, so the view published sees its alerts
-    if (*service) {
+    if (*service || scheduler) {  // the HTTP endpoints', and the scheduler socket's `status`
       std::map<unsigned, std::vector<gpu::MigActivity>> mig_classes;
       for (const auto& d : v.merged.devices) {
         for (std::size_t k = 0; k < d.mig.size(); ++k) {
@@ -497,7 +517,8 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
               gpu::classify_mig(d, k, s.cfg.activity, v.merged.timestamp_unix_ms / 1000));
         }
       }
-      live.publish(v.merged, v.classes, v.ts_ms, stats, v.jobs.map, v.jobs.pods, v.jobs.pods_listed, mig_classes);
+      live.publish(v.merged, v.classes, v.ts_ms, stats, v.jobs.map, v.jobs.pods, v.jobs.pods_listed, mig_classes,
+                   v.since);
     }
     if (scheduler) scheduler->observe(v.merged, v.classes);
     if (idle_jobs) idle_jobs->observe(v.jobs, v.classes, v.ts_ms);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fmt/format.h>
 
 #include "tarmac/util/escape.hpp"
@@ -20,6 +21,21 @@ Result<std::unique_ptr<gpu::Backend>> open_backend(const GlobalOptions& options)
   auto backend = gpu::open_nvml_backend(options.nvml_lib);
   if (!backend.ok()) print_error(backend.error());
   return backend;
+}
+
+std::string nvml_source(const GlobalOptions& options) {
+  std::string library = options.nvml_lib;
+  if (library.empty()) {
+    const char* env = std::getenv("TARMAC_NVML_LIB");
+    library = env != nullptr && *env != '\0' ? env : "libnvidia-ml.so.1";
+  }
+  if (library.find('/') != std::string::npos) {
+    std::error_code ec;
+    const auto absolute = std::filesystem::weakly_canonical(library, ec);
+    if (!ec) library = absolute.string();
+  }
+  const char* sim = std::getenv("TARMAC_SIM_STATE");
+  return library + "\n" + (sim != nullptr ? sim : "");
 }
 
 Result<config::Loaded> load_config(const GlobalOptions& options) {

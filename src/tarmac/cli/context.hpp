@@ -24,6 +24,12 @@ struct GlobalOptions {
 // Opens the NVML backend; on failure prints the error to stderr ("tarmac: ...").
 [[nodiscard]] Result<std::unique_ptr<gpu::Backend>> open_backend(const GlobalOptions& options);
 
+// Which NVML this process reads: the library (--nvml-lib, $TARMAC_NVML_LIB, else the driver's,
+// made absolute) and the simulation ($TARMAC_SIM_STATE). A command takes an agent's live view only
+// when the agent reads the same NVML: `tarmac sim -- tarmac status` on a machine whose agent reads
+// the real GPUs must show the simulated ones.
+[[nodiscard]] std::string nvml_source(const GlobalOptions& options);
+
 // Loads the configuration (--config, else the default files); prints each warning to stderr
 // ("tarmac: warning: file:line: ..."), and on failure the error.
 [[nodiscard]] Result<config::Loaded> load_config(const GlobalOptions& options);

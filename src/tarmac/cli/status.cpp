@@ -9,11 +9,13 @@
 
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/snapshot_json.hpp"
+#include "tarmac/cli/status_source.hpp"
 #include "tarmac/cli/table.hpp"
 #include "tarmac/diagnose/verdicts.hpp"
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/clock_events.hpp"
 #include "tarmac/gpu/cuda_visible.hpp"
+#include "tarmac/sched/wire.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 #include "tarmac/util/process.hpp"
@@ -105,8 +107,9 @@ using detail::memory_cell;
 using detail::power_cell;
 using detail::short_bus_id;
 
-// "host  driver 550.54  CUDA 12.4  4 GPUs  2024-05-01 12:00:00".
-void print_header(std::FILE* out, const gpu::Snapshot& snap) {
+// "host  driver 550.54  CUDA 12.4  4 GPUs  2024-05-01 12:00:00", and "  (agent, 0.4 s old)" when the
+// agent's view is shown.
+void print_header(std::FILE* out, const gpu::Snapshot& snap, const std::optional<long long>& agent_age_ms) {
   const std::string host = util::host_name();
   const std::time_t now = snap.timestamp_unix_ms / 1000;
   std::tm tm_now{};
@@ -116,8 +119,9 @@ void print_header(std::FILE* out, const gpu::Snapshot& snap) {
   std::string cuda = snap.cuda_driver_version
                          ? fmt::format("{}.{}", *snap.cuda_driver_version / 1000, (*snap.cuda_driver_version % 1000) / 10)
                          : "-";
-  fmt::print(out, "{}  driver {}  CUDA {}  {} GPU{}  {}\n", host, snap.driver_version.value_or("-"), cuda,
-             snap.devices.size(), snap.devices.size() == 1 ? "" : "s", when);
+  const std::string source = agent_age_ms ? fmt::format("  (agent, {:.1f} s old)", static_cast<double>(*agent_age_ms) / 1000.0) : "";
+  fmt::print(out, "{}  driver {}  CUDA {}  {} GPU{}  {}{}\n", host, util::terminal_text(snap.driver_version.value_or("-")), cuda,
+             snap.devices.size(), snap.devices.size() == 1 ? "" : "s", when, source);
 }
 
 // One row per GPU, then the values that failed with something other than "not supported".
@@ -157,8 +161,20 @@ void add_mig_rows(Table& gpus, const gpu::Device& d, const std::vector<gpu::MigA
   }
 }
 
-void print_gpus(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color,
-                const MigClasses& mig_classes) {
+// The ACTIVITY cell: the class, and how long it has lasted where the agent measured it ("holding
+// 2h05m"); a GPU's own class otherwise (one look cannot say).
+std::string activity_cell(const StatusView& v, std::size_t i) {
+  std::string out = gpu::to_string(v.classes[i]);
+  if (i < v.class_since_unix_ms.size() && v.class_since_unix_ms[i]) {
+    out += " " + util::format_age(std::max(0LL, (v.snapshot.timestamp_unix_ms - *v.class_since_unix_ms[i]) / 1000));
+  }
+  return out;
+}
+
+void print_gpus(std::FILE* out, const StatusView& v, bool color) {
+  const gpu::Snapshot& snap = v.snapshot;
+  const std::vector<Activity>& classes = v.classes;
+  const MigClasses& mig_classes = v.mig_classes;
   Table gpus({{"GPU", Align::Right}, {"NAME"}, {"BUS"}, {"MEMORY"}, {"UTIL", Align::Right}, {"TEMP", Align::Right},
               {"POWER", Align::Right}, {"SM CLK", Align::Right}, {"P"}, {"ACTIVITY"}, {"CLOCK EVENTS"}});
   for (std::size_t i = 0; i < snap.devices.size(); ++i) {
@@ -180,7 +196,7 @@ void print_gpus(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Act
                   {power_cell(d)},
                   {or_dash(d.sample.clock_sm_mhz, " MHz")},
                   {d.sample.pstate ? fmt::format("P{}", *d.sample.pstate) : dash()},
-                  {gpu::to_string(a), activity_style(a)},
+                  {activity_cell(v, i), activity_style(a)},
                   {events_cell(d), gpu::harmful_clock_events(d.sample.clock_event_reasons.value_or(0)) ? Style::Bad
                                                                                                       : Style::Plain}});
     add_mig_rows(gpus, d, i < mig_classes.size() ? mig_classes[i] : std::vector<gpu::MigActivity>{});
@@ -225,8 +241,8 @@ void print_processes(std::FILE* out, const gpu::Snapshot& snap, bool color) {
   }
 }
 
-void print_verdicts(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color) {
-  const auto found = diagnose::verdicts(snap, classes);
+void print_verdicts(std::FILE* out, const StatusView& view, bool color) {
+  const auto found = diagnose::verdicts(view.snapshot, view.classes, view.held_idle_since_unix_ms);
   if (!found.empty()) fmt::print(out, "\n");
   for (const auto& v : found) {
     const Style style = v.severity == diagnose::Severity::Critical  ? Style::Bad
@@ -238,16 +254,32 @@ void print_verdicts(std::FILE* out, const gpu::Snapshot& snap, const std::vector
 
 }  // namespace
 
-void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color,
-                  const MigClasses& mig_classes) {
-  print_header(out, snap);
-  if (snap.devices.empty()) {
+void print_status(std::FILE* out, const StatusView& v, bool color) {
+  print_header(out, v.snapshot, v.agent_age_ms);
+  if (v.snapshot.devices.empty()) {
     fmt::print(out, "No NVIDIA GPU is visible (the driver loaded, but NVML reports 0 devices).\n");
     return;
   }
-  print_gpus(out, snap, classes, color, mig_classes);
-  print_processes(out, snap, color);
-  print_verdicts(out, snap, classes, color);
+  print_gpus(out, v, color);
+  print_processes(out, v.snapshot, color);
+  print_verdicts(out, v, color);
+}
+
+void print_status(std::FILE* out, const gpu::Snapshot& snap, const std::vector<Activity>& classes, bool color,
+                  const MigClasses& mig_classes) {
+  StatusView v;
+  v.snapshot = snap;
+  v.classes = classes;
+  v.mig_classes = mig_classes;
+  print_status(out, v, color);
+}
+
+StatusView view_of(gpu::Snapshot snapshot, const gpu::ActivityThresholds& thresholds) {
+  StatusView v;
+  v.classes = classify_all(snapshot, thresholds);
+  v.mig_classes = classify_mig_all(snapshot, thresholds);
+  v.snapshot = std::move(snapshot);
+  return v;
 }
 
 namespace {
@@ -307,31 +339,49 @@ namespace detail {
 nlohmann::json status_json(const gpu::Snapshot& snap, const std::vector<Activity>& classes,
                            const std::optional<std::string>& cuda_visible, const std::optional<std::string>& cuda_order,
                            const MigClasses& mig_classes) {
+  StatusView v;
+  v.snapshot = snap;
+  v.classes = classes;
+  v.mig_classes = mig_classes;
+  return status_json(v, cuda_visible, cuda_order);
+}
+
+nlohmann::json status_json(const StatusView& view, const std::optional<std::string>& cuda_visible,
+                           const std::optional<std::string>& cuda_order) {
+  const gpu::Snapshot& snap = view.snapshot;
+  const std::vector<Activity>& classes = view.classes;
+  const MigClasses& mig_classes = view.mig_classes;
   const auto or_null = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   nlohmann::json j;
   j["timestamp_unix_ms"] = snap.timestamp_unix_ms;
+  j["source"] = view.agent_age_ms ? "agent" : "nvml";
+  j["agent_sample_age_ms"] = or_null(view.agent_age_ms);
   j["driver_version"] = or_null(snap.driver_version);
   j["nvml_version"] = or_null(snap.nvml_version);
   j["cuda_driver_version"] = or_null(snap.cuda_driver_version);
   j["gpus"] = nlohmann::json::array();
   for (std::size_t i = 0; i < snap.devices.size(); ++i) {
-    j["gpus"].push_back(to_json(snap.devices[i], classes[i],
-                                i < mig_classes.size() ? mig_classes[i] : std::vector<gpu::MigActivity>{}));
+    auto g = to_json(snap.devices[i], classes[i], i < mig_classes.size() ? mig_classes[i] : std::vector<gpu::MigActivity>{});
+    // Measured over time by the agent; null where the GPU was looked at once.
+    g["activity_since_unix_ms"] = i < view.class_since_unix_ms.size() ? or_null(view.class_since_unix_ms[i]) : nullptr;
+    g["held_idle_since_unix_ms"] =
+        i < view.held_idle_since_unix_ms.size() ? or_null(view.held_idle_since_unix_ms[i]) : nullptr;
+    j["gpus"].push_back(std::move(g));
   }
   if (cuda_visible) {
-    const auto view = gpu::cuda_view(snap.devices, cuda_visible, cuda_order);
+    const auto cuda = gpu::cuda_view(snap.devices, cuda_visible, cuda_order);
     nlohmann::json mig_of_cuda = nlohmann::json::array();  // the MIG device of each cuda:k, or null
-    for (const auto& m : view.mig_of_cuda) mig_of_cuda.push_back(or_null(m));
+    for (const auto& m : cuda.mig_of_cuda) mig_of_cuda.push_back(or_null(m));
     j["cuda_visible_devices"] = {{"value", *cuda_visible},
-                                 {"pci_bus_order", view.pci_bus_order},
-                                 {"gpu_of_cuda", view.gpu_of_cuda},
+                                 {"pci_bus_order", cuda.pci_bus_order},
+                                 {"gpu_of_cuda", cuda.gpu_of_cuda},
                                  {"mig_of_cuda", mig_of_cuda},
-                                 {"problem", or_null(view.problem)}};
+                                 {"problem", or_null(cuda.problem)}};
   } else {
     j["cuda_visible_devices"] = nullptr;
   }
   j["verdicts"] = nlohmann::json::array();
-  for (const auto& v : diagnose::verdicts(snap, classes)) {
+  for (const auto& v : diagnose::verdicts(snap, classes, view.held_idle_since_unix_ms)) {
     j["verdicts"].push_back({{"severity", diagnose::to_string(v.severity)}, {"code", v.code}, {"text", v.text}});
   }
   return j;
@@ -344,28 +394,24 @@ bool resolve_thresholds(const GlobalOptions& global, StatusOptions& options) {
   if (!loaded.ok()) return false;
   options.thresholds = loaded->config.activity;
   if (options.holding_after_s) options.thresholds.holding_after_s = *options.holding_after_s;
+  // The agent classes by its configuration: another --holding-after is a look of one's own.
+  options.agent_socket = options.direct || options.holding_after_s
+                             ? std::string()
+                             : sched::socket_path(loaded->config.scheduler.socket);
   return true;
 }
 
 int run_status(const GlobalOptions& global, StatusOptions options) {
   if (!resolve_thresholds(global, options)) return kExitUsage;
-  auto backend = open_backend(global);
-  if (!backend.ok()) return kExitCouldNotLook;
-  auto snap = (*backend)->snapshot(gpu::SnapshotOptions{});
-  if (!snap.ok()) {
-    print_error(snap.error());
-    return kExitCouldNotLook;
-  }
-  const auto classes = classify_all(*snap, options.thresholds);
-  const auto mig_classes = classify_mig_all(*snap, options.thresholds);
+  StatusSource source(global, options.thresholds, options.agent_socket);
+  const auto view = source.read();
+  if (!view) return kExitCouldNotLook;
   if (global.json) {
-    fmt::print("{}\n", util::json_text(detail::status_json(*snap, classes, env("CUDA_VISIBLE_DEVICES"),
-                                                           env("CUDA_DEVICE_ORDER"), mig_classes),
-                                       2));
+    fmt::print("{}\n", util::json_text(detail::status_json(*view, env("CUDA_VISIBLE_DEVICES"), env("CUDA_DEVICE_ORDER")), 2));
   } else {
     const bool color = use_color(global, stdout);
-    print_status(stdout, *snap, classes, color, mig_classes);
-    print_cuda_visibility(stdout, *snap, color);
+    print_status(stdout, *view, color);
+    print_cuda_visibility(stdout, view->snapshot, color);
   }
   return kExitOk;
 }
@@ -380,6 +426,9 @@ void add_status_command(CLI::App& app, const GlobalOptions& global, int& exit_co
       ->check([](const std::string& text) {
         return util::parse_duration_s(text) ? std::string() : "not a duration (examples: 90s, 10m, 2h)";
       });
+  cmd->add_flag("--direct", options->direct,
+                 "Read NVML here even when an agent runs (by default its live view is shown: classes measured "
+                 "over time, no NVML start-up)");
   cmd->callback([&global, &exit_code, options, holding] {
     if (!holding->empty()) options->holding_after_s = *util::parse_duration_s(*holding);
     exit_code = run_status(global, *options);

@@ -20,10 +20,13 @@ void add_status_command(CLI::App& app, const GlobalOptions& global, int& exit_co
 struct StatusOptions {
   gpu::ActivityThresholds thresholds;      // from the configuration ([activity])
   std::optional<long long> holding_after_s;  // --holding-after, over the configuration
+  bool direct = false;                     // --direct: NVML, never the agent
+  std::string agent_socket;                // the agent's socket (scheduler.socket); "" for none
 };
 
-// Fills options.thresholds from the configuration and the command line; false (the error
-// printed) when the configuration cannot be read.
+// Fills options.thresholds and agent_socket from the configuration and the command line (no
+// socket with --direct or --holding-after: classes by other thresholds than the agent's); false
+// (the error printed) when the configuration cannot be read.
 [[nodiscard]] bool resolve_thresholds(const GlobalOptions& global, StatusOptions& options);
 
 // The activity class of every device of `snapshot`, in order.
@@ -34,8 +37,25 @@ struct StatusOptions {
 using MigClasses = std::vector<std::vector<gpu::MigActivity>>;
 [[nodiscard]] MigClasses classify_mig_all(const gpu::Snapshot& snapshot, const gpu::ActivityThresholds& thresholds);
 
-// The human-readable status of `snapshot` (the GPU table with each MIG device under its GPU, the
-// process table, the verdicts).
+// One look at the GPUs, classified: what status prints. Read from NVML here, or from the agent's
+// live view (status_source.hpp), which adds what only watching over time knows.
+struct StatusView {
+  gpu::Snapshot snapshot;
+  std::vector<gpu::Activity> classes;  // per device
+  MigClasses mig_classes;
+  // From the agent only (empty otherwise), per device: since when it is in its class, and since
+  // when its processes have been at 0 % (the snapshot's clock, unix ms).
+  std::vector<std::optional<long long>> class_since_unix_ms;
+  std::vector<std::optional<long long>> held_idle_since_unix_ms;
+  std::optional<long long> agent_age_ms;  // set when the agent answered: how old its sample was
+};
+
+// A view of `snapshot` read here: classified from this one look.
+[[nodiscard]] StatusView view_of(gpu::Snapshot snapshot, const gpu::ActivityThresholds& thresholds);
+
+// The human-readable status (the GPU table with each MIG device under its GPU, the process table,
+// the verdicts).
+void print_status(std::FILE* out, const StatusView& view, bool color);
 void print_status(std::FILE* out, const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes,
                   bool color, const MigClasses& mig_classes = {});
 
@@ -63,6 +83,10 @@ namespace detail {
                                          const std::optional<std::string>& cuda_visible,
                                          const std::optional<std::string>& cuda_order,
                                          const MigClasses& mig_classes = {});
+// The same for a view: with "source" ("agent" or "nvml") and, from the agent, each GPU's
+// "activity_since_unix_ms" and "held_idle_since_unix_ms" and the sample's "agent_sample_age_ms".
+[[nodiscard]] nlohmann::json status_json(const StatusView& view, const std::optional<std::string>& cuda_visible,
+                                         const std::optional<std::string>& cuda_order);
 
 }  // namespace detail
 

@@ -13,6 +13,7 @@
 
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/snapshot_json.hpp"
+#include "tarmac/cli/status_source.hpp"
 #include "tarmac/cli/status.hpp"
 #include "tarmac/util/escape.hpp"
 
@@ -86,8 +87,7 @@ struct WatchOptions {
 
 int run_watch(const GlobalOptions& global, WatchOptions options) {
   if (!resolve_thresholds(global, options.status)) return kExitUsage;
-  auto backend = open_backend(global);
-  if (!backend.ok()) return kExitCouldNotLook;
+  StatusSource source(global, options.status.thresholds, options.status.agent_socket);
   const bool tty = isatty(STDOUT_FILENO) != 0;
   const bool color = use_color(global, stdout);
   WatchSignals signals;
@@ -96,17 +96,14 @@ int run_watch(const GlobalOptions& global, WatchOptions options) {
       std::chrono::duration<double>(options.interval_s));
   auto next = std::chrono::steady_clock::now();
   for (long long frame = 0; g_watch_stop == 0 && (options.count == 0 || frame < options.count); ++frame) {
-    auto snap = (*backend)->snapshot(gpu::SnapshotOptions{});
-    if (!snap.ok()) {
-      print_error(snap.error());
-      return kExitCouldNotLook;
-    }
+    const auto view = source.read();
+    if (!view) return kExitCouldNotLook;
     if (global.json) {
       // One JSON object per line: a stream that tools read as NDJSON.
-      fmt::print("{}\n", util::json_text(detail::frame_json(*snap, classify_all(*snap, options.status.thresholds))));
+      fmt::print("{}\n", util::json_text(detail::frame_json(view->snapshot, view->classes)));
       std::fflush(stdout);
     } else {
-      screen.draw(detail::render_frame(*snap, options.status.thresholds, color, options.interval_s));
+      screen.draw(detail::render_frame(*view, color, options.interval_s));
     }
     next += interval;
     // Sleep in short steps so that Ctrl-C ends the watch at once; skip frames that fell behind.
@@ -140,13 +137,17 @@ std::string in_place_frame(const std::string& frame) {
 
 std::string render_frame(const gpu::Snapshot& snap, const gpu::ActivityThresholds& thresholds, bool color,
                          double interval_s) {
+  return render_frame(view_of(snap, thresholds), color, interval_s);
+}
+
+std::string render_frame(const StatusView& view, bool color, double interval_s) {
   char* buffer = nullptr;
   std::size_t size = 0;
   std::FILE* out = open_memstream(&buffer, &size);
   if (out == nullptr) return {};
   fmt::print(out, "Every {:g}s: tarmac status\n", interval_s);
-  print_status(out, snap, classify_all(snap, thresholds), color, classify_mig_all(snap, thresholds));
-  print_cuda_visibility(out, snap, color);
+  print_status(out, view, color);
+  print_cuda_visibility(out, view.snapshot, color);
   std::fclose(out);
   std::string frame(buffer, size);
   std::free(buffer);
@@ -168,6 +169,7 @@ void add_watch_command(CLI::App& app, const GlobalOptions& global, int& exit_cod
       ->check(CLI::Range(0.1, 86400.0));
   cmd->add_option("-c,--count", options->count, "Stop after this many refreshes (default: until interrupted)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--direct", options->status.direct, "Read NVML here even when an agent runs (see status --direct)");
   cmd->callback([&global, &exit_code, options] { exit_code = run_watch(global, *options); });
 }
 

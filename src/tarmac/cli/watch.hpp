@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tarmac/cli/context.hpp"
+#include "tarmac/cli/status.hpp"
 #include "tarmac/gpu/activity.hpp"
 
 namespace tarmac::cli {
@@ -19,6 +20,7 @@ namespace detail {
 // One frame of status (with its "Every Ns" line) as text.
 [[nodiscard]] std::string render_frame(const gpu::Snapshot& snapshot, const gpu::ActivityThresholds& thresholds,
                                        bool color, double interval_s);
+[[nodiscard]] std::string render_frame(const StatusView& view, bool color, double interval_s);
 
 // `frame` drawn over the previous one on a terminal: cursor home, each line cleared to its end,
 // the rest of the screen erased; nothing is cleared first, so the screen never flashes empty.

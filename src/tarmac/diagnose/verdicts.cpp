@@ -37,9 +37,10 @@ std::vector<unsigned> with_class(const gpu::Snapshot& s, const std::vector<Activ
 
 const char* plural(std::size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
 
-// "an idle Jupyter kernel of bob holds 20.0 GiB on GPU 3 (started 14:02)": a holding GPU whose
+// "an idle Jupyter kernel of bob holds 20.0 GiB on GPU 3 since 14:02" (or "(started 14:02)" where
+// nothing measured since when it is idle): a holding GPU whose
 // holder is a well-known kind of process, named as a fleet owner would; nullopt otherwise.
-std::optional<std::string> known_holder_text(const gpu::Device& d) {
+std::optional<std::string> known_holder_text(const gpu::Device& d, const std::optional<long long>& held_since_unix_ms) {
   // The well-known process that holds the most memory there.
   const gpu::GpuProcess* best = nullptr;
   std::optional<std::string> kind;
@@ -52,11 +53,17 @@ std::optional<std::string> known_holder_text(const gpu::Device& d) {
   }
   if (best != nullptr) {
     const gpu::GpuProcess& p = *best;
+    // Since it went idle where that was measured; else when it started (it was idle no longer).
     std::string started;
-    if (p.host.start_time_unix) {
-      const std::time_t t = static_cast<std::time_t>(*p.host.start_time_unix);
+    const auto clock = [](long long unix_s) {
+      const std::time_t t = static_cast<std::time_t>(unix_s);
       std::tm tm{};
-      if (localtime_r(&t, &tm) != nullptr) started = fmt::format(" (started {:02}:{:02})", tm.tm_hour, tm.tm_min);
+      return localtime_r(&t, &tm) != nullptr ? fmt::format("{:02}:{:02}", tm.tm_hour, tm.tm_min) : std::string();
+    };
+    if (held_since_unix_ms) {
+      if (auto hhmm = clock(*held_since_unix_ms / 1000); !hhmm.empty()) started = " since " + hhmm;
+    } else if (p.host.start_time_unix) {
+      if (auto hhmm = clock(*p.host.start_time_unix); !hhmm.empty()) started = " (started " + hhmm + ")";
     }
     const std::string held = p.used_mem_bytes ? util::format_bytes(*p.used_mem_bytes) : std::string("memory");
     // The user name is another user's words: shown escaped.
@@ -68,7 +75,8 @@ std::optional<std::string> known_holder_text(const gpu::Device& d) {
 
 }  // namespace
 
-std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity>& classes) {
+std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity>& classes,
+                              const std::vector<std::optional<long long>>& held_idle_since_unix_ms) {
   std::vector<Verdict> out;
   for (const auto& d : s.devices) {
     if (auto reason = gpu::fault_reason(d)) {
@@ -99,7 +107,8 @@ std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity
   std::vector<unsigned> plain_holding;
   for (std::size_t i = 0; i < s.devices.size() && i < classes.size(); ++i) {
     if (classes[i] != Activity::Holding) continue;
-    if (auto text = known_holder_text(s.devices[i])) {
+    if (auto text = known_holder_text(s.devices[i], i < held_idle_since_unix_ms.size() ? held_idle_since_unix_ms[i]
+                                                                                     : std::nullopt)) {
       out.push_back({Severity::Warning, "holding", std::move(*text)});
     } else {
       plain_holding.push_back(s.devices[i].id.index);

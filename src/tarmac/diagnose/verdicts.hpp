@@ -2,6 +2,7 @@
 // `tarmac doctor` (issue 4) grows the full diagnosis from the same checks.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,11 @@ struct Verdict {
 };
 
 // The verdicts for a snapshot whose devices were classified into `classes` (same order).
-[[nodiscard]] std::vector<Verdict> verdicts(const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes);
+// `held_idle_since_unix_ms` (same order, may be empty): since when each GPU's processes have been at
+// 0 %, where something watched it over time (the agent); a holder is then "holding since 14:02"
+// rather than "started 14:02".
+[[nodiscard]] std::vector<Verdict> verdicts(const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes,
+                                            const std::vector<std::optional<long long>>& held_idle_since_unix_ms = {});
 
 // "0", "1-3", "0, 2, 5-7": GPU index lists as people write them.
 [[nodiscard]] std::string format_index_list(const std::vector<unsigned>& indices);

@@ -46,6 +46,13 @@ enum class Leased { No, Yes };
 [[nodiscard]] Activity classify_with_history(const Device& device, const ActivityThresholds& thresholds,
                                              long long held_idle_s, Leased leased = Leased::No);
 
+// Since when a GPU has been in its class, as something that watched it over time measured (the
+// agent: from its first sample at the earliest), on the watcher's clock in ms.
+struct ActivitySince {
+  long long class_ms = 0;                  // the class began
+  std::optional<long long> held_idle_ms;   // its processes have been at 0 % utilization since
+};
+
 // A MIG device's class (docs/mig.md): idle without processes; with its GPU instance's GPM (Hopper
 // and later), its processes, memory and GPM SM activity classified as a GPU's; without GPM (MIG
 // mode gives no utilization), busy by process presence, `measured` false, so that nothing shows

@@ -250,7 +250,10 @@ std::vector<GpuProcess> read_processes(NvmlDevice& dev, host::ProcessCache& host
       ProcessType::Mps);
   // The host facts first: they name the MPS server, which changes what "no sample" means.
   if (groups.has(ValueGroup::ProcessHost)) {
-    for (auto& p : out) p.host = host_cache.lookup(p.pid);
+    std::vector<unsigned> pids;
+    for (const auto& p : out) pids.push_back(p.pid);
+    auto hosts = host_cache.lookup_many(pids);  // their command lines read in one hand-over
+    for (std::size_t k = 0; k < out.size(); ++k) out[k].host = std::move(hosts[k]);
   }
   if (groups.has(ValueGroup::ProcessUtilization)) read_process_utilization(dev, out);
   std::sort(out.begin(), out.end(), [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });

@@ -90,6 +90,75 @@ unsigned BoundedReader::stuck() const {
   return static_cast<unsigned>(state_->stuck_paths.size());
 }
 
+std::vector<BoundedRead> BoundedReader::read_many(const std::vector<std::string>& paths) {
+  auto& s = *state_;
+  std::vector<BoundedRead> out(paths.size());
+  const auto limit = std::chrono::milliseconds(std::max(0LL, limits_.deadline_ms));
+  const auto result = [](State::Job& job) {
+    return job.text ? BoundedRead{ReadOutcome::Read, std::move(job.text)} : BoundedRead{ReadOutcome::Failed, {}};
+  };
+  std::vector<std::size_t> pending(paths.size());
+  for (std::size_t i = 0; i < paths.size(); ++i) pending[i] = i;
+  std::unique_lock lock(s.mutex);
+  while (!pending.empty()) {
+    // This round: every path still to read, queued at once.
+    std::vector<std::pair<std::size_t, std::shared_ptr<State::Job>>> jobs;
+    for (const std::size_t i : pending) {
+      if (s.stuck_paths.size() >= limits_.max_stuck || s.stuck_paths.count(paths[i]) != 0) {
+        out[i] = {ReadOutcome::Refused, {}};
+        continue;
+      }
+      auto job = std::make_shared<State::Job>();
+      job->path = paths[i];
+      s.queue.push_back(job);
+      jobs.emplace_back(i, std::move(job));
+    }
+    pending.clear();
+    if (jobs.empty()) break;
+    if (s.idle == 0) {
+      try {
+        std::thread(help, state_).detach();
+      } catch (const std::system_error&) {
+        // No thread to be had: without one the reads cannot be bounded, so they are not made.
+        for (auto& [i, job] : jobs) {
+          s.queue.erase(std::find(s.queue.begin(), s.queue.end(), job));
+          out[i] = {ReadOutcome::Refused, {}};
+        }
+        break;
+      }
+    }
+    s.work.notify_all();
+    for (std::size_t k = 0; k < jobs.size(); ++k) {
+      auto& [i, job] = jobs[k];
+      if (s.done.wait_for(lock, limit, [&] { return job->done; })) {
+        out[i] = result(*job);
+        continue;
+      }
+      // Late. Running: it is stuck. Still queued (behind another caller's stuck read): nothing of
+      // it runs. The reads after it that no helper took go to another round, and another helper.
+      for (std::size_t late = k; late < jobs.size(); ++late) {
+        auto& [j, rest] = jobs[late];
+        if (rest->done) {
+          out[j] = result(*rest);
+        } else if (rest->started) {
+          rest->abandoned = true;  // running on another helper: unknown this time, stuck until it ends
+          s.stuck_paths.insert(rest->path);
+          out[j] = {ReadOutcome::Late, {}};
+        } else {
+          s.queue.erase(std::find(s.queue.begin(), s.queue.end(), rest));
+          if (late == k) {
+            out[j] = {ReadOutcome::Late, {}};
+          } else {
+            pending.push_back(j);
+          }
+        }
+      }
+      break;
+    }
+  }
+  return out;
+}
+
 BoundedRead BoundedReader::read(const std::string& path) {
   auto& s = *state_;
   std::unique_lock lock(s.mutex);

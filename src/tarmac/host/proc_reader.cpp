@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <system_error>
 #include <unordered_map>
@@ -27,7 +29,7 @@ namespace {
 
 // The user name of `uid`, or the number as text: a uid with no passwd entry (a container's user,
 // an LDAP outage) is still worth showing.
-std::string user_name(unsigned uid) {
+std::string look_up_user_name(unsigned uid) {
   long hint = sysconf(_SC_GETPW_R_SIZE_MAX);
   std::string buffer(hint > 0 ? static_cast<std::size_t>(hint) : 4096, '\0');
   for (;;) {
@@ -41,6 +43,29 @@ std::string user_name(unsigned uid) {
     if (rc == 0 && found != nullptr && found->pw_name != nullptr) return found->pw_name;
     return std::to_string(uid);
   }
+}
+
+// The same, remembered for a minute: a passwd lookup opens and parses /etc/passwd (and asks nscd
+// first), which made it the most expensive part of describing a process; a pass over 128 GPU
+// processes of a few users now looks each user up once. A renamed user shows its new name within
+// the minute.
+std::string user_name(unsigned uid) {
+  struct Entry {
+    std::string name;
+    std::chrono::steady_clock::time_point at;
+  };
+  static std::mutex mutex;
+  static std::unordered_map<unsigned, Entry> cache;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = cache.find(uid); it != cache.end() && now - it->second.at < std::chrono::minutes(1)) return it->second.name;
+  }
+  std::string name = look_up_user_name(uid);
+  std::lock_guard lock(mutex);
+  if (cache.size() > 4096) cache.clear();  // bounded, whatever uids a host shows
+  cache[uid] = Entry{name, now};
+  return name;
 }
 
 // pid -> ppid for every process under `root`, from one scan so that descendants() sees one moment.
@@ -83,9 +108,7 @@ std::string ProcReader::pid_path(unsigned pid, const char* file) const {
   return root_ + "/" + std::to_string(pid) + "/" + file;
 }
 
-BoundedRead ProcReader::read_memory_file(unsigned pid, const char* file, std::optional<std::string>& unread) const {
-  const std::string path = pid_path(pid, file);
-  auto got = memory_reads_->read(path);
+void ProcReader::note_unread(const BoundedRead& got, const std::string& path, std::optional<std::string>& unread) const {
   if (got.outcome == ReadOutcome::Late) {
     unread = fmt::format("reading {} did not finish within {} ms (a thread of the process may hold its memory map locked)",
                          path, memory_reads_->limits().deadline_ms);
@@ -93,6 +116,12 @@ BoundedRead ProcReader::read_memory_file(unsigned pid, const char* file, std::op
     unread = fmt::format("{} was not read: {} reads of processes' memory are stuck already", path,
                          memory_reads_->stuck());
   }
+}
+
+BoundedRead ProcReader::read_memory_file(unsigned pid, const char* file, std::optional<std::string>& unread) const {
+  const std::string path = pid_path(pid, file);
+  auto got = memory_reads_->read(path);
+  note_unread(got, path, unread);
   return got;
 }
 
@@ -101,7 +130,7 @@ std::optional<long long> ProcReader::unix_start(unsigned long long starttime_tic
   return *boot_time_unix_ + static_cast<long long>(starttime_ticks / static_cast<unsigned long long>(clock_ticks_per_s_));
 }
 
-ProcessInfo ProcReader::read(unsigned pid) const {
+ProcessInfo ProcReader::read_plain(unsigned pid) const {
   ProcessInfo info;
   info.pid = pid;
   std::error_code ec;
@@ -127,20 +156,50 @@ ProcessInfo ProcReader::read(unsigned pid) const {
     info.container = parse_cgroup(*text);
     info.slurm_job_id = parse_slurm_job_from_cgroup(*text);
   }
-  const auto cmdline = read_memory_file(pid, "cmdline", info.unread);
-  if (cmdline.text) info.command_line = join_cmdline(*cmdline.text);
-  // The cgroup is authoritative (the job that confines the process now); environ is only the
-  // environment at exec, readable by the owner or root, so it is the fallback. Not read after a
-  // command line that could not be: it takes the same lock (and would hold another helper).
-  if (!info.slurm_job_id && !info.unread) {
-    const auto environ = read_memory_file(pid, "environ", info.unread);
-    if (environ.text) {
-      info.slurm_job_id = find_environ_value(*environ.text, "SLURM_JOB_ID");
-      // SLURM_JOBID is the older spelling, which some wrappers still set alone.
-      if (!info.slurm_job_id) info.slurm_job_id = find_environ_value(*environ.text, "SLURM_JOBID");
-    }
-  }
   return info;
+}
+
+ProcessInfo ProcReader::read(unsigned pid) const { return std::move(read_many({pid}).front()); }
+
+std::vector<ProcessInfo> ProcReader::read_many(const std::vector<unsigned>& pids) const {
+  std::vector<ProcessInfo> out;
+  out.reserve(pids.size());
+  for (const unsigned pid : pids) out.push_back(read_plain(pid));
+  // The files that take the memory map lock, each kind in one hand-over: the command lines...
+  std::vector<std::size_t> which;
+  std::vector<std::string> paths;
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    if (out[k].visibility != PidVisibility::Visible) continue;
+    which.push_back(k);
+    paths.push_back(pid_path(out[k].pid, "cmdline"));
+  }
+  auto got = memory_reads_->read_many(paths);
+  for (std::size_t n = 0; n < which.size(); ++n) {
+    ProcessInfo& info = out[which[n]];
+    note_unread(got[n], paths[n], info.unread);
+    if (got[n].text) info.command_line = join_cmdline(*got[n].text);
+  }
+  // ...then the environments. The cgroup is authoritative (the job that confines the process
+  // now); environ is only the environment at exec, readable by the owner or root, so it is the
+  // fallback. Not read after a command line that could not be: it takes the same lock (and
+  // would hold another helper).
+  which.clear();
+  paths.clear();
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    if (out[k].visibility != PidVisibility::Visible || out[k].slurm_job_id || out[k].unread) continue;
+    which.push_back(k);
+    paths.push_back(pid_path(out[k].pid, "environ"));
+  }
+  got = memory_reads_->read_many(paths);
+  for (std::size_t n = 0; n < which.size(); ++n) {
+    ProcessInfo& info = out[which[n]];
+    note_unread(got[n], paths[n], info.unread);
+    if (!got[n].text) continue;
+    info.slurm_job_id = find_environ_value(*got[n].text, "SLURM_JOB_ID");
+    // SLURM_JOBID is the older spelling, which some wrappers still set alone.
+    if (!info.slurm_job_id) info.slurm_job_id = find_environ_value(*got[n].text, "SLURM_JOBID");
+  }
+  return out;
 }
 
 std::vector<unsigned> ParentIndex::children(unsigned pid) const {

@@ -64,6 +64,9 @@ class ProcReader {
   // from the root is NotInNamespace. Its command line and environment are read within a deadline
   // (BoundedReader); when they could not be, `unread` says so.
   [[nodiscard]] ProcessInfo read(unsigned pid) const;
+  // The same for several processes, their command lines (then environments) read in one hand-over
+  // to the bounded reader (BoundedReader::read_many): what a snapshot of many GPU processes uses.
+  [[nodiscard]] std::vector<ProcessInfo> read_many(const std::vector<unsigned>& pids) const;
 
   // Direct children of `pid` in ascending order, found by scanning the ppid of every /proc/*/stat.
   [[nodiscard]] std::vector<unsigned> children(unsigned pid) const;
@@ -123,6 +126,10 @@ class ProcReader {
   // A file of `pid`'s that takes its memory map lock, through memory_reads_; when the read did not
   // finish in time, `unread` says why.
   [[nodiscard]] BoundedRead read_memory_file(unsigned pid, const char* file, std::optional<std::string>& unread) const;
+  // What a memory file's read that gave `got` leaves unknown, said in `unread`.
+  void note_unread(const BoundedRead& got, const std::string& path, std::optional<std::string>& unread) const;
+  // The files of `pid` that do not take its memory map lock (stat, status, cgroup).
+  [[nodiscard]] ProcessInfo read_plain(unsigned pid) const;
 
   std::string root_;
   std::string test_device_path_;

@@ -7,36 +7,55 @@ namespace tarmac::host {
 
 ProcessCache::ProcessCache(std::string proc_root) : root_(proc_root), reader_(std::move(proc_root)) {}
 
-ProcessInfo ProcessCache::lookup(unsigned pid) {
-  const auto text = util::read_file(root_ + "/" + std::to_string(pid) + "/stat");
-  const auto stat = text ? parse_stat(*text) : std::nullopt;
-  if (!stat) {
-    entries_.erase(pid);
-    return reader_.read(pid);  // gone or unreadable: the reader says which
-  }
-  // What changes while a process lives, from this read.
-  const auto now = [&](ProcessInfo info) {
-    info.state = stat->state;
-    info.parent_pid = stat->ppid;
-    info.start_ticks = stat->starttime_ticks;
-    info.cpu_ticks = stat->utime_ticks + stat->stime_ticks;
-    info.rss_pages = stat->rss_pages;
-    return info;
+ProcessInfo ProcessCache::lookup(unsigned pid) { return std::move(lookup_many({pid}).front()); }
+
+std::vector<ProcessInfo> ProcessCache::lookup_many(const std::vector<unsigned>& pids) {
+  std::vector<ProcessInfo> out(pids.size());
+  std::vector<std::optional<StatFields>> stats(pids.size());
+  std::vector<std::size_t> to_read;  // positions whose facts are read afresh
+  // What changes while a process lives, from this look's stat.
+  const auto now = [](ProcessInfo& info, const StatFields& stat) {
+    info.state = stat.state;
+    info.parent_pid = stat.ppid;
+    info.start_ticks = stat.starttime_ticks;
+    info.cpu_ticks = stat.utime_ticks + stat.stime_ticks;
+    info.rss_pages = stat.rss_pages;
   };
-  auto it = entries_.find(pid);
-  if (it != entries_.end() && it->second.start_ticks == stat->starttime_ticks) {
-    it->second.seen = true;
-    return now(it->second.info);
+  for (std::size_t k = 0; k < pids.size(); ++k) {
+    const unsigned pid = pids[k];
+    const auto text = util::read_file(root_ + "/" + std::to_string(pid) + "/stat");
+    stats[k] = text ? parse_stat(*text) : std::nullopt;
+    if (!stats[k]) {
+      entries_.erase(pid);  // gone or unreadable: the reader says which
+      to_read.push_back(k);
+      continue;
+    }
+    auto it = entries_.find(pid);
+    if (it != entries_.end() && it->second.start_ticks == stats[k]->starttime_ticks) {
+      it->second.seen = true;
+      out[k] = it->second.info;
+      now(out[k], *stats[k]);
+    } else {
+      to_read.push_back(k);
+    }
   }
-  Entry entry{stat->starttime_ticks, now(reader_.read(pid)), true};
-  // Facts that could not be read in time are unknown, not the process's: read again next time
-  // (a read of it still stuck is refused at once, so that costs nothing while it is).
-  if (entry.info.unread) {
-    entries_.erase(pid);
-    return entry.info;
+  std::vector<unsigned> fresh;
+  for (const std::size_t k : to_read) fresh.push_back(pids[k]);
+  auto read = reader_.read_many(fresh);
+  for (std::size_t n = 0; n < to_read.size(); ++n) {
+    const std::size_t k = to_read[n];
+    out[k] = std::move(read[n]);
+    if (!stats[k]) continue;
+    now(out[k], *stats[k]);
+    // Facts that could not be read in time are unknown, not the process's: read again next time
+    // (a read of it still stuck is refused at once, so that costs nothing while it is).
+    if (out[k].unread) {
+      entries_.erase(pids[k]);
+    } else {
+      entries_[pids[k]] = Entry{stats[k]->starttime_ticks, out[k], true};
+    }
   }
-  entries_[pid] = entry;
-  return entry.info;
+  return out;
 }
 
 void ProcessCache::end_round() {

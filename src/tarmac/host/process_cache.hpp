@@ -4,6 +4,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "tarmac/host/proc_reader.hpp"
 
@@ -17,6 +18,8 @@ class ProcessCache {
   // facts still belong to the same process (same start time); a reused PID is read afresh, and
   // so are facts that could not be read in time (ProcessInfo::unread).
   [[nodiscard]] ProcessInfo lookup(unsigned pid);
+  // The same for several pids, the processes not cached read together (ProcReader::read_many).
+  [[nodiscard]] std::vector<ProcessInfo> lookup_many(const std::vector<unsigned>& pids);
 
   // Forgets the PIDs not looked up since the previous call, so the cache holds live processes only.
   void end_round();

@@ -13,7 +13,8 @@ std::size_t activity_slot(gpu::Activity activity) {
 void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, gpu::Activity>& classes,
                         long long ts_ms, const AgentStats& stats, const host::JobMap& jobs,
                         const host::PodMap& pods, bool pods_listed,
-                        const std::map<unsigned, std::vector<gpu::MigActivity>>& mig_classes) {
+                        const std::map<unsigned, std::vector<gpu::MigActivity>>& mig_classes,
+                        const std::map<unsigned, gpu::ActivitySince>& since) {
   auto next = std::make_shared<LiveView>();
   next->ts_ms = ts_ms;
   next->published_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -22,6 +23,7 @@ void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, 
   next->snapshot = snapshot;
   next->classes = classes;
   next->mig_classes = mig_classes;
+  next->since = since;
   next->stats = stats;
   next->jobs = jobs;
   next->pods = pods;

@@ -37,6 +37,7 @@ struct LiveView {
   gpu::Snapshot snapshot;           // the latest values, with the processes of the latest process read
   std::map<unsigned, gpu::Activity> classes;
   std::map<unsigned, std::vector<gpu::MigActivity>> mig_classes;  // of each MIG device, by GPU (docs/mig.md)
+  std::map<unsigned, gpu::ActivitySince> since;  // since when each GPU is in its class (ts_ms's clock)
   std::map<unsigned, GpuCounters> counters;
   AgentStats stats;
   host::JobMap jobs;                // the Slurm jobs on the GPUs, as the agent read the mapping for this sample
@@ -49,7 +50,8 @@ class LiveState {
   // Called by the sampling loop after every sample.
   void publish(const gpu::Snapshot& snapshot, const std::map<unsigned, gpu::Activity>& classes, long long ts_ms,
                const AgentStats& stats, const host::JobMap& jobs = {}, const host::PodMap& pods = {},
-               bool pods_listed = false, const std::map<unsigned, std::vector<gpu::MigActivity>>& mig_classes = {});
+               bool pods_listed = false, const std::map<unsigned, std::vector<gpu::MigActivity>>& mig_classes = {},
+               const std::map<unsigned, gpu::ActivitySince>& since = {});
   // The latest view, or null before the first sample.
   [[nodiscard]] std::shared_ptr<const LiveView> view() const;
 

@@ -122,6 +122,50 @@ TEST(BoundedRead, TheReaderMayGoAwayWhileAReadIsStuck) {
   EXPECT_EQ(gate.calls(), 1U);
 }
 
+TEST(BoundedRead, ABatchReadsEveryFileInItsPlace) {
+  Gate gate({});
+  BoundedReader reader(kQuick, gate.fn());
+  const std::vector<std::string> paths{"/proc/1/cmdline", "/proc/2/cmdline", "/proc/3/environ"};
+  const auto got = reader.read_many(paths);
+  ASSERT_EQ(got.size(), 3U);
+  for (std::size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(got[k].outcome, ReadOutcome::Read);
+    EXPECT_EQ(got[k].text, "read " + paths[k]);
+  }
+  EXPECT_TRUE(reader.read_many({}).empty());
+}
+
+TEST(BoundedRead, AStuckReadInABatchIsLateAndTheRestAreStillRead) {
+  Gate gate({"/proc/2/cmdline"});
+  BoundedReader reader(kQuick, gate.fn());
+  const auto got = reader.read_many({"/proc/1/cmdline", "/proc/2/cmdline", "/proc/3/cmdline", "/proc/4/cmdline"});
+  ASSERT_EQ(got.size(), 4U);
+  EXPECT_EQ(got[0].outcome, ReadOutcome::Read);
+  EXPECT_EQ(got[1].outcome, ReadOutcome::Late);
+  EXPECT_EQ(got[2].outcome, ReadOutcome::Read);  // handed to another helper
+  EXPECT_EQ(got[3].text, "read /proc/4/cmdline");
+  EXPECT_EQ(reader.stuck(), 1U);
+  // The stuck file is refused in the next batch without another helper stuck on it.
+  EXPECT_EQ(reader.read_many({"/proc/2/cmdline"}).front().outcome, ReadOutcome::Refused);
+  gate.release();
+  EXPECT_TRUE(none_stuck(reader));
+}
+
+TEST(BoundedRead, ABatchStopsAtMaxStuck) {
+  Gate gate({"/proc/1/cmdline", "/proc/2/cmdline", "/proc/3/cmdline"});
+  BoundedReader reader(kQuick, gate.fn());
+  const auto got = reader.read_many({"/proc/1/cmdline", "/proc/2/cmdline", "/proc/3/cmdline", "/proc/4/cmdline"});
+  ASSERT_EQ(got.size(), 4U);
+  EXPECT_EQ(got[0].outcome, ReadOutcome::Late);
+  EXPECT_EQ(got[1].outcome, ReadOutcome::Late);
+  // Two stuck (max_stuck): the user who blocks them gets no third helper, and the rest is unknown.
+  EXPECT_EQ(got[2].outcome, ReadOutcome::Refused);
+  EXPECT_EQ(got[3].outcome, ReadOutcome::Refused);
+  EXPECT_EQ(gate.calls(), 2U);
+  gate.release();
+  EXPECT_TRUE(none_stuck(reader));
+}
+
 TEST(BoundedRead, ReadsRealFiles) {
   FakeProc proc;
   proc.write("9/cmdline", std::string("sleep\0" "100\0", 10));

@@ -1,0 +1,103 @@
+#include "tarmac/cli/status_source.hpp"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tarmac/cli/jobs_command.hpp"
+#include "tarmac/serve/live_wire.hpp"
+#include "tarmac/util/escape.hpp"
+
+namespace tarmac::cli {
+
+namespace {
+
+// The agent answers from memory on its scheduler's thread: a second means it is stuck.
+constexpr int kAnswerMs = 2000;
+
+void warn(const std::string& message) {
+  fmt::print(stderr, "tarmac: warning: {}: reading the GPUs directly (--direct does so at once)\n",
+             util::terminal_text(message));
+}
+
+}  // namespace
+
+StatusSource::StatusSource(const GlobalOptions& global, gpu::ActivityThresholds thresholds, std::string socket)
+    : global_(global), thresholds_(thresholds), socket_(std::move(socket)) {}
+
+std::optional<StatusView> StatusSource::from_agent() {
+  if (socket_.empty()) return std::nullopt;
+  const std::string socket = std::exchange(socket_, std::string());  // asked again only while it answers
+  auto answer = ask_agent(socket, nlohmann::json{{"op", "status"}}, {}, kAnswerMs);
+  if (!answer.ok()) {
+    // No socket, or nobody listening on it: no agent runs, which is no news.
+    if (answer.error().code != Error::Code::NotFound) warn(answer.error().message);
+    return std::nullopt;
+  }
+  // Only an agent of root's or of this user's is this machine's (or this user's own): a socket
+  // another user made, at a path TARMAC_SOCKET names, is not believed.
+  const auto peer = answer->conn.peer();
+  if (!peer.ok() || (peer->uid != 0 && peer->uid != ::geteuid())) {
+    warn(fmt::format("{} is served by uid {}, neither root nor you", socket, peer.ok() ? std::to_string(peer->uid) : "?"));
+    return std::nullopt;
+  }
+  const auto& body = answer->body;
+  const auto ok = body.find("ok");
+  const auto view = body.find("view");
+  // An agent older than `status` ("unknown request"), or one that has not sampled yet: NVML.
+  if (ok == body.end() || *ok != true || view == body.end()) return std::nullopt;
+  // An agent of other GPUs than this command would read (a simulation here, the real ones there):
+  // not this command's view, which is no news either.
+  if (const auto nvml = body.find("nvml"); nvml == body.end() || *nvml != nvml_source(global_)) return std::nullopt;
+  auto parsed = serve::parse_live_wire(view->dump());
+  if (!parsed.ok()) {
+    warn(parsed.error().message);
+    return std::nullopt;
+  }
+  StatusView out;
+  out.snapshot = std::move(parsed->snapshot);
+  out.classes = std::move(parsed->classes);
+  out.mig_classes = std::move(parsed->mig_classes);
+  out.class_since_unix_ms = std::move(parsed->class_since_unix_ms);
+  out.held_idle_since_unix_ms = std::move(parsed->held_idle_since_unix_ms);
+  out.agent_age_ms = parsed->age_ms;
+  // Who each process is, read here as this user may: a pid whose start time differs from the
+  // agent's is another process by now, and is not described as the one the agent saw.
+  std::vector<unsigned> pids;
+  for (const auto& d : out.snapshot.devices) {
+    for (const auto& p : d.processes) pids.push_back(p.pid);
+  }
+  auto hosts = processes_.lookup_many(pids);  // every command line in one hand-over
+  std::size_t k = 0;
+  for (auto& d : out.snapshot.devices) {
+    for (auto& p : d.processes) {
+      host::ProcessInfo& info = hosts[k++];
+      if (p.host.start_ticks && info.start_ticks && *p.host.start_ticks != *info.start_ticks) {
+        info = host::ProcessInfo{};
+        info.pid = p.pid;
+      }
+      p.host = std::move(info);
+    }
+  }
+  processes_.end_round();
+  socket_ = socket;
+  return out;
+}
+
+std::optional<StatusView> StatusSource::read() {
+  if (auto v = from_agent()) return v;
+  if (!backend_) {
+    auto opened = open_backend(global_);  // prints its failure
+    if (!opened.ok()) return std::nullopt;
+    backend_ = std::move(*opened);
+  }
+  auto snap = backend_->snapshot(gpu::SnapshotOptions{});
+  if (!snap.ok()) {
+    print_error(snap.error());
+    return std::nullopt;
+  }
+  return view_of(std::move(*snap), thresholds_);
+}
+
+}  // namespace tarmac::cli
