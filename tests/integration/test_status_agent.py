@@ -27,10 +27,11 @@ AGENT_CONFIG = '[activity]\nholding_after = "1s"\n'
 
 def normalized(text):
     """Status text without what differs between two looks a moment apart at the same GPUs: the
-    header's time and source, and how long each class has lasted."""
+    header's time and source, how long each class has lasted, and each process's age."""
     lines = text.splitlines()
     lines[0] = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d.*$", "", lines[0])
     lines = [re.sub(r"\b(busy|idle|starved|holding|reserved-idle|fault) \d+[smhd]\w*", r"\1", l) for l in lines]
+    lines = [re.sub(r"(?<= )\d+[smhd](\d\d[smh])?(?= )", "AGE", l) for l in lines]  # a process's age
     return "\n".join(" ".join(l.split()) for l in lines)  # column widths follow the cells
 
 
