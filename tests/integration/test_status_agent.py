@@ -120,6 +120,31 @@ class StatusThroughTheAgent(unittest.TestCase):
                 self.assertEqual(json.loads(r.stdout)["source"], "nvml", r.stderr)
                 self.assertIsNone(json.loads(r.stdout)["gpus"][0]["activity_since_unix_ms"])
 
+    def test_query_from_the_agent_prints_the_same_bytes(self):
+        gpu_fields = ("index,name,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,"
+                      "power.draw,power.limit,pstate,clocks.sm,persistence_mode,mig.mode.current")
+        for args in (("--query-gpu=" + gpu_fields, "--format=csv"),
+                     ("--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv,noheader"),
+                     ("--query-gpu=index,name", "--format=csv", "-i", "3")):
+            with self.subTest(args=args):
+                direct = self.run_tarmac("query", *args)
+                agent = self.run_tarmac("query", *args, "--from-agent")
+                self.assertEqual(direct.returncode, 0, direct.stderr)
+                self.assertEqual((agent.returncode, agent.stderr), (0, ""))
+                self.assertEqual(agent.stdout, direct.stdout)
+        # What it prints is the agent's: an agent (a stand-in) that names its GPU otherwise.
+        nvml = f"{os.path.realpath(self.sim.env()['TARMAC_NVML_LIB'])}\n{self.sim.state}"
+        view = {"v": 1, "timestamp_unix_ms": 1, "devices": [{"id": {"index": 0, "name": "Stand-in GPU"}}]}
+        path = self.fake_agent(json.dumps({"ok": True, "nvml": nvml, "view": view}).encode() + b"\n", "stand-in.sock")
+        r = self.run_tarmac("query", "--query-gpu=index,name", "--format=csv,noheader", "--from-agent",
+                            socket_path=path)
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "0, Stand-in GPU\n", ""))
+        # Where no agent answers, NVML: the same bytes again, no word about it.
+        alone = self.run_tarmac("query", "--query-gpu=index,name", "--format=csv", "--from-agent",
+                                socket_path=str(self.dir / "nobody.sock"))
+        self.assertEqual((alone.returncode, alone.stderr), (0, ""))
+        self.assertEqual(alone.stdout, self.run_tarmac("query", "--query-gpu=index,name", "--format=csv").stdout)
+
     def test_watch_reads_the_agent_too(self):
         r = self.run_tarmac("watch", "-c", "1")
         self.assertEqual(r.returncode, 0, r.stderr)

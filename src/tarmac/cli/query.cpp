@@ -9,6 +9,8 @@
 #include <span>
 
 #include "tarmac/cli/app.hpp"
+#include "tarmac/cli/jobs_command.hpp"
+#include "tarmac/cli/status_source.hpp"
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/fields/apps.hpp"
 #include "tarmac/fields/format.hpp"
@@ -68,6 +70,7 @@ struct QueryArgs {
   std::optional<std::string> file;     // -f / --filename
   std::optional<long long> interval_ms;  // -l / -lms
   bool help = false;
+  bool from_agent = false;             // --from-agent: the agent's last sample, when one answers
 };
 
 // A message nvidia-smi prints for bad input, on stdout as it does.
@@ -108,6 +111,10 @@ Result<QueryArgs> parse_args(const std::vector<std::string>& args, int& exit_cod
     };
     if (args[i] == "-h" || args[i] == "--help") {
       q.help = true;
+      continue;
+    }
+    if (args[i] == "--from-agent") {
+      q.from_agent = true;
       continue;
     }
     // Options whose value is kept as text.
@@ -159,6 +166,8 @@ void print_help() {
       "  -l, --loop=SEC      repeat every SEC seconds until Ctrl-C (header printed once)\n"
       "  -lms, --loop-ms=MS  repeat every MS milliseconds\n"
       "  -f, --filename=FILE write to FILE instead of stdout\n"
+      "  --from-agent        the running agent's last sample (no NVML start-up; values up to\n"
+      "                      a sample old, limits and modes up to a process interval), else NVML\n"
       "  --query-compute-apps=F,...  one row per compute process instead (fields below)\n\n"
       "Fields of --query-gpu:\n");
   const auto list = [](std::span<const fields::FieldSpec> table) {
@@ -301,8 +310,16 @@ int run_query(const GlobalOptions& global, const std::vector<std::string>& args)
     return usage("\"--format=\" switch is missing. Please run 'tarmac query --help' for help.\n");
   }
 
-  auto backend = gpu::open_nvml_backend(global.nvml_lib);
-  if (!backend.ok()) return init_failure(backend.error());
+  // By default NVML now, as nvidia-smi (its contract is "now"); --from-agent: the agent's view
+  // (docs/recorder.md "Commands through the agent"), the same bytes from its last sample.
+  std::optional<StatusSource> agent;
+  Result<std::unique_ptr<gpu::Backend>> backend = make_error(Error::Code::NotFound, "not opened");
+  if (q.from_agent) {
+    agent.emplace(global, gpu::ActivityThresholds{}, agent_socket(global));
+  } else {
+    backend = gpu::open_nvml_backend(global.nvml_lib);
+    if (!backend.ok()) return init_failure(backend.error());
+  }
   Output output;
   if (q.file) {
     output.stream = std::fopen(q.file->c_str(), "w");
@@ -319,7 +336,14 @@ int run_query(const GlobalOptions& global, const std::vector<std::string>& args)
   if (q.interval_ms) signals.emplace();
   for (bool first = true;; first = false) {
     const long long started = now_ms();
-    auto snap = (*backend)->snapshot(options);
+    Result<gpu::Snapshot> snap = make_error(Error::Code::Io, "no snapshot");
+    if (agent) {
+      auto view = agent->read();  // prints why when neither the agent nor NVML can be read
+      if (!view) return kExitCouldNotLook;
+      snap = std::move(view->snapshot);
+    } else {
+      snap = (*backend)->snapshot(options);
+    }
     if (!snap.ok()) {
       print_error(snap.error());
       return kExitCouldNotLook;

@@ -130,17 +130,18 @@ std::optional<long long> ProcReader::unix_start(unsigned long long starttime_tic
   return *boot_time_unix_ + static_cast<long long>(starttime_ticks / static_cast<unsigned long long>(clock_ticks_per_s_));
 }
 
-ProcessInfo ProcReader::read_plain(unsigned pid) const {
+ProcessInfo ProcReader::read_plain(unsigned pid, const std::optional<std::string>& stat_text) const {
   ProcessInfo info;
   info.pid = pid;
   std::error_code ec;
-  if (!std::filesystem::is_directory(root_ + "/" + std::to_string(pid), ec)) {
+  // A stat the caller read proves the directory (one path lookup fewer per process).
+  if (!stat_text && !std::filesystem::is_directory(root_ + "/" + std::to_string(pid), ec)) {
     info.visibility = PidVisibility::NotInNamespace;
     return info;
   }
   info.visibility = PidVisibility::Visible;
 
-  if (const auto text = util::read_file(pid_path(pid, "stat"))) {
+  if (const auto text = stat_text ? stat_text : util::read_file(pid_path(pid, "stat"))) {
     if (const auto stat = parse_stat(*text)) {
       info.name = stat->comm;
       info.state = stat->state;
@@ -161,10 +162,13 @@ ProcessInfo ProcReader::read_plain(unsigned pid) const {
 
 ProcessInfo ProcReader::read(unsigned pid) const { return std::move(read_many({pid}).front()); }
 
-std::vector<ProcessInfo> ProcReader::read_many(const std::vector<unsigned>& pids) const {
+std::vector<ProcessInfo> ProcReader::read_many(const std::vector<unsigned>& pids,
+                                               const std::vector<std::optional<std::string>>& stat_texts) const {
   std::vector<ProcessInfo> out;
   out.reserve(pids.size());
-  for (const unsigned pid : pids) out.push_back(read_plain(pid));
+  for (std::size_t k = 0; k < pids.size(); ++k) {
+    out.push_back(read_plain(pids[k], k < stat_texts.size() ? stat_texts[k] : std::nullopt));
+  }
   // The files that take the memory map lock, each kind in one hand-over: the command lines...
   std::vector<std::size_t> which;
   std::vector<std::string> paths;

@@ -66,7 +66,10 @@ class ProcReader {
   [[nodiscard]] ProcessInfo read(unsigned pid) const;
   // The same for several processes, their command lines (then environments) read in one hand-over
   // to the bounded reader (BoundedReader::read_many): what a snapshot of many GPU processes uses.
-  [[nodiscard]] std::vector<ProcessInfo> read_many(const std::vector<unsigned>& pids) const;
+  // `stat_texts`, when given (one per pid), are their /proc/PID/stat as the caller just read it
+  // (ProcessCache reads it first to know whom it has): not read again.
+  [[nodiscard]] std::vector<ProcessInfo> read_many(const std::vector<unsigned>& pids,
+                                                   const std::vector<std::optional<std::string>>& stat_texts = {}) const;
 
   // Direct children of `pid` in ascending order, found by scanning the ppid of every /proc/*/stat.
   [[nodiscard]] std::vector<unsigned> children(unsigned pid) const;
@@ -129,7 +132,7 @@ class ProcReader {
   // What a memory file's read that gave `got` leaves unknown, said in `unread`.
   void note_unread(const BoundedRead& got, const std::string& path, std::optional<std::string>& unread) const;
   // The files of `pid` that do not take its memory map lock (stat, status, cgroup).
-  [[nodiscard]] ProcessInfo read_plain(unsigned pid) const;
+  [[nodiscard]] ProcessInfo read_plain(unsigned pid, const std::optional<std::string>& stat_text) const;
 
   std::string root_;
   std::string test_device_path_;

@@ -12,6 +12,7 @@ ProcessInfo ProcessCache::lookup(unsigned pid) { return std::move(lookup_many({p
 std::vector<ProcessInfo> ProcessCache::lookup_many(const std::vector<unsigned>& pids) {
   std::vector<ProcessInfo> out(pids.size());
   std::vector<std::optional<StatFields>> stats(pids.size());
+  std::vector<std::optional<std::string>> texts(pids.size());
   std::vector<std::size_t> to_read;  // positions whose facts are read afresh
   // What changes while a process lives, from this look's stat.
   const auto now = [](ProcessInfo& info, const StatFields& stat) {
@@ -23,8 +24,8 @@ std::vector<ProcessInfo> ProcessCache::lookup_many(const std::vector<unsigned>& 
   };
   for (std::size_t k = 0; k < pids.size(); ++k) {
     const unsigned pid = pids[k];
-    const auto text = util::read_file(root_ + "/" + std::to_string(pid) + "/stat");
-    stats[k] = text ? parse_stat(*text) : std::nullopt;
+    texts[k] = util::read_file(root_ + "/" + std::to_string(pid) + "/stat");
+    stats[k] = texts[k] ? parse_stat(*texts[k]) : std::nullopt;
     if (!stats[k]) {
       entries_.erase(pid);  // gone or unreadable: the reader says which
       to_read.push_back(k);
@@ -40,8 +41,12 @@ std::vector<ProcessInfo> ProcessCache::lookup_many(const std::vector<unsigned>& 
     }
   }
   std::vector<unsigned> fresh;
-  for (const std::size_t k : to_read) fresh.push_back(pids[k]);
-  auto read = reader_.read_many(fresh);
+  std::vector<std::optional<std::string>> fresh_stats;  // read just now: not read again
+  for (const std::size_t k : to_read) {
+    fresh.push_back(pids[k]);
+    fresh_stats.push_back(stats[k] ? std::move(texts[k]) : std::nullopt);
+  }
+  auto read = reader_.read_many(fresh, fresh_stats);
   for (std::size_t n = 0; n < to_read.size(); ++n) {
     const std::size_t k = to_read[n];
     out[k] = std::move(read[n]);
