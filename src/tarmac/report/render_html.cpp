@@ -448,6 +448,10 @@ void idle_windows(std::string& out, const Report& r) {
 }
 
 void holding_processes(std::string& out, const HoldingIncident& incident) {
+  if (!incident.holder.empty()) {
+    put(out, "<div class=\"proc\"><b>an idle {} of {}</b></div>", util::html_text(incident.holder),
+        incident.holder_user.empty() ? "?" : util::html_text(incident.holder_user));
+  }
   if (incident.processes.empty()) {
     out += "<span class=\"pid\">no process recorded</span>";
     return;
@@ -462,6 +466,11 @@ void holding_processes(std::string& out, const HoldingIncident& incident) {
 void holding(std::string& out, const Report& r) {
   out += "<section><h2>Holding incidents</h2>"
          "<p class=\"lead\">GPUs whose memory was held by processes at 0 % utilization.</p>";
+  for (const auto& h : r.holders) {
+    put(out, "<p>{} of {}: <b>{}</b> held idle in {} incident{}</p>", util::html_text(h.holder),
+        h.user.empty() ? "?" : util::html_text(h.user), format_hours(h.gpu_hours), h.incidents,
+        h.incidents == 1 ? "" : "s");
+  }
   if (r.holding.empty()) {
     out += "<p class=\"good\">None in this range.</p></section>\n";
     return;

@@ -105,7 +105,14 @@ std::string render_json(const Report& r) {
       item["processes"].push_back(
           {{"pid", p.pid}, {"user", p.user}, {"command", p.command}, {"mem_used_mib_max", p.mem_used_mib_max}});
     }
+    item["holder"] = h.holder.empty() ? nlohmann::json(nullptr)
+                                      : nlohmann::json{{"kind", h.holder}, {"user", h.holder_user}};
     j["holding"].push_back(item);
+  }
+  j["holders"] = nlohmann::json::array();
+  for (const auto& h : r.holders) {
+    j["holders"].push_back(
+        {{"kind", h.holder}, {"user", h.user}, {"gpu_hours", h.gpu_hours}, {"incidents", h.incidents}});
   }
   const auto& z = r.zombies;
   j["zombies"] = {{"found", z.found}, {"actions", z.actions}, {"reaped", z.reaped}, {"freed_bytes", z.freed_bytes}};

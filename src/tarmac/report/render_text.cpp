@@ -150,12 +150,23 @@ std::string render_text(const Report& r, bool color) {
                          format_hours(static_cast<double>(w.end_ms - w.start_ms) / 3600e3));
     }
   }
+  if (!r.holders.empty()) {
+    out += "\nHeld idle by well-known holders:\n";
+    for (const auto& h : r.holders) {
+      out += fmt::format("  {} of {}: {} in {} incident{}\n", h.holder, h.user.empty() ? "?" : util::terminal_text(h.user),
+                         format_hours(h.gpu_hours), h.incidents, h.incidents == 1 ? "" : "s");
+    }
+  }
   out += "\nHolding incidents (memory held at 0 % utilization):";
   if (r.holding.empty()) out += " none";
   out += "\n";
   for (const auto& h : r.holding) {
-    out += fmt::format("  GPU {:<3} {} for {}\n", h.gpu, format_utc(h.start_ms),
-                       format_hours(static_cast<double>(h.end_ms - h.start_ms) / 3600e3));
+    // "an idle Jupyter kernel of bob": the sentence a fleet owner acts on (the user's name escaped).
+    const std::string who = h.holder.empty() ? std::string()
+                                             : fmt::format(": an idle {} of {}", h.holder,
+                                                           h.holder_user.empty() ? "?" : util::terminal_text(h.holder_user));
+    out += fmt::format("  GPU {:<3} {} for {}{}\n", h.gpu, format_utc(h.start_ms),
+                       format_hours(static_cast<double>(h.end_ms - h.start_ms) / 3600e3), who);
     for (const auto& p : h.processes) {
       out += fmt::format("           pid {} {} {} MiB: {}\n", p.pid, p.user.empty() ? "?" : util::terminal_text(p.user),
                          p.mem_used_mib_max, util::terminal_text(p.command));

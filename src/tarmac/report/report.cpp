@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tarmac/host/process_info.hpp"
 #include "tarmac/util/units.hpp"
 
 namespace tarmac::report {
@@ -233,20 +234,35 @@ std::vector<JobUse> job_uses(const ReportInput& in, const ReportOptions& options
   return out;
 }
 
-// The longest runs of holding (at most 20), each with the processes that overlapped it.
-std::vector<HoldingIncident> holding_incidents(const std::vector<store::ActivitySpan>& spans,
-                                               const store::TimeRange& range,
-                                               const std::vector<store::ProcessSpan>& processes) {
-  std::vector<HoldingIncident> out;
+// The longest runs of holding (at most 20), each with the processes that overlapped it and its
+// well-known holder; and the hours of every run by well-known holder.
+void add_holding(const std::vector<store::ActivitySpan>& spans, const store::TimeRange& range,
+                 const std::vector<store::ProcessSpan>& processes, Report& report) {
+  std::map<std::pair<std::string, std::string>, HolderHours> by_holder;
   for (const auto& w : runs(spans, range, [](gpu::Activity a) { return a == gpu::Activity::Holding; })) {
-    HoldingIncident incident{w.gpu, w.start_ms, w.end_ms, {}};
+    HoldingIncident incident{w.gpu, w.start_ms, w.end_ms, {}, {}, {}};
+    const store::ProcessSpan* biggest = nullptr;
     for (const auto& p : processes) {
-      if (p.gpu == w.gpu && p.first_ms <= w.end_ms && p.last_ms >= w.start_ms) incident.processes.push_back(p);
+      if (p.gpu != w.gpu || p.first_ms > w.end_ms || p.last_ms < w.start_ms) continue;
+      if (biggest == nullptr || p.mem_used_mib_max > biggest->mem_used_mib_max) biggest = &p;
+      if (report.holding.size() < 20) incident.processes.push_back(p);
     }
-    out.push_back(std::move(incident));
-    if (out.size() == 20) break;
+    if (biggest != nullptr) {
+      if (auto kind = host::well_known_holder(biggest->command)) {
+        incident.holder = *kind;
+        incident.holder_user = biggest->user;
+        HolderHours& h = by_holder[{*kind, biggest->user}];
+        h.holder = *kind;
+        h.user = biggest->user;
+        h.gpu_hours += static_cast<double>(w.end_ms - w.start_ms) / 3600e3;
+        ++h.incidents;
+      }
+    }
+    if (report.holding.size() < 20) report.holding.push_back(std::move(incident));
   }
-  return out;
+  for (auto& [key, h] : by_holder) report.holders.push_back(std::move(h));
+  std::stable_sort(report.holders.begin(), report.holders.end(),
+                   [](const HolderHours& a, const HolderHours& b) { return a.gpu_hours > b.gpu_hours; });
 }
 
 // A "reap" event's detail (written by reap::event_detail; read as hostile: any field may be
@@ -385,7 +401,7 @@ Report compute(const ReportInput& in, const ReportOptions& options) {
     return a == gpu::Activity::Idle || a == gpu::Activity::ReservedIdle;
   });
   if (report.idle_windows.size() > 10) report.idle_windows.resize(10);
-  report.holding = holding_incidents(spans, range, in.processes);
+  add_holding(spans, range, in.processes, report);
   report.jobs = job_uses(in, options, spans);
   for (const auto& e : in.events) {
     if (e.gpu && !wanted(*e.gpu, options.gpus)) continue;

@@ -66,6 +66,20 @@ struct HoldingIncident {
   long long start_ms = 0;
   long long end_ms = 0;
   std::vector<store::ProcessSpan> processes;
+  // The holder, when the process that held the most memory then is a well-known kind
+  // (host::well_known_holder: "Jupyter kernel", "Ollama server"...), and its user.
+  std::string holder;
+  std::string holder_user;
+};
+
+// Holding time by well-known holder (a Jupyter kernel of bob): every holding run in the range whose
+// biggest process is one, added up. "Jupyter kernels of bob held GPUs for 12 h" is what a fleet
+// owner acts on.
+struct HolderHours {
+  std::string holder;  // "Jupyter kernel"
+  std::string user;
+  double gpu_hours = 0;
+  std::size_t incidents = 0;
 };
 
 // One holder the reaper acted on (a "reap" event: the agent's or `tarmac reap --kill`'s).
@@ -152,6 +166,7 @@ struct Report {
   std::vector<JobUse> jobs;          // every Slurm job that held a GPU, most held-idle GPU-hours first
   std::vector<IdleWindow> idle_windows;   // longest first, at most 10
   std::vector<HoldingIncident> holding;   // longest first, at most 20
+  std::vector<HolderHours> holders;       // most hours first, every holding run counted
   std::size_t fault_events = 0;           // fault, lost, throttle-start events in the range
   Zombies zombies;
   BackfillWork backfill;

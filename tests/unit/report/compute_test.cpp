@@ -290,6 +290,42 @@ TEST(Compute, HoldingIncidentsListTheProcessesSeenThenLongestFirst) {
   EXPECT_DOUBLE_EQ(r.gpus[0].holding_cost.value_or(-1), 4.0);
 }
 
+TEST(Compute, WellKnownHoldersAreNamedAndTheirHoursAddedUp) {
+  ReportInput in;
+  in.gpus = two_gpus();
+  in.activity = {span(0, Activity::Holding, 0, 2), span(0, Activity::Busy, 2, 3), span(0, Activity::Holding, 3, 4),
+                 span(1, Activity::Holding, 0, 5)};
+  auto kernel = proc(0, 1, 0, 24, "bob", "/usr/bin/python3 -m ipykernel_launcher -f /home/bob/kernel-1.json");
+  kernel.mem_used_mib_max = 20000;
+  auto helper = proc(0, 2, 0, 24, "bob", "python helper.py");  // smaller: not the holder
+  helper.mem_used_mib_max = 100;
+  auto plain = proc(1, 3, 0, 24, "carol", "python train.py");  // not a well-known kind
+  plain.mem_used_mib_max = 30000;
+  in.processes = {kernel, helper, plain};
+  const Report r = compute(in, day());
+  ASSERT_EQ(r.holding.size(), 3U);
+  for (const auto& h : r.holding) {
+    if (h.gpu == 0) {
+      EXPECT_EQ(h.holder, "Jupyter kernel");
+      EXPECT_EQ(h.holder_user, "bob");
+    } else {
+      EXPECT_EQ(h.holder, "");
+    }
+  }
+  ASSERT_EQ(r.holders.size(), 1U);
+  EXPECT_EQ(r.holders[0].holder, "Jupyter kernel");
+  EXPECT_EQ(r.holders[0].user, "bob");
+  EXPECT_DOUBLE_EQ(r.holders[0].gpu_hours, 3.0);  // both of GPU 0's runs
+  EXPECT_EQ(r.holders[0].incidents, 2U);
+  const std::string text = render_text(r, false);
+  EXPECT_NE(text.find("Jupyter kernel of bob: 3.0 h in 2 incidents"), std::string::npos) << text;
+  EXPECT_NE(text.find("for 2.0 h: an idle Jupyter kernel of bob"), std::string::npos) << text;
+  const auto j = nlohmann::json::parse(render_json(r));
+  EXPECT_EQ(j["holders"][0]["kind"], "Jupyter kernel");
+  EXPECT_DOUBLE_EQ(j["holders"][0]["gpu_hours"].get<double>(), 3.0);
+  EXPECT_TRUE(j["holding"][0]["holder"].is_null());  // GPU 1's, the longest: a plain process
+}
+
 TEST(Compute, ConsumersAreSortedByGpuHours) {
   ReportInput in;
   in.processes = {proc(0, 1, 0, 3, "alice", "python train.py", "docker:abc", "101"),
