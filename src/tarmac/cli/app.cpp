@@ -23,6 +23,7 @@
 #include "tarmac/cli/run_command.hpp"
 #include "tarmac/cli/shim_command.hpp"
 #include "tarmac/cli/query.hpp"
+#include "tarmac/cli/sim_capture.hpp"
 #include "tarmac/cli/sim_command.hpp"
 #include "tarmac/cli/status.hpp"
 #include "tarmac/cli/topo.hpp"
@@ -56,7 +57,8 @@ int find_sim_word(int argc, char** argv) {
 namespace {
 
 int run_app(int argc, char** argv) {
-  if (int at = detail::find_sim_word(argc, argv); at > 0) {
+  // `sim capture` is tarmac's own (it reads the real NVML); every other `sim` is the launcher's.
+  if (int at = detail::find_sim_word(argc, argv); at > 0 && !(at + 1 < argc && std::string_view(argv[at + 1]) == "capture")) {
     return exec_sim(std::vector<std::string>(argv + at + 1, argv + argc));
   }
   CLI::App app{"tarmac: see what every NVIDIA GPU is really doing, and keep the fleet flying"};
@@ -90,8 +92,9 @@ int run_app(int argc, char** argv) {
   add_backfill_commands(app, global, exit_code);
   add_shim_command(app, exit_code);
   add_docs_commands(app, exit_code);
-  app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
-                            "(sim list names the bundled scenarios)");
+  auto* sim = app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
+                                        "(sim list names the bundled scenarios; sim capture writes this machine as one)");
+  add_sim_capture_command(*sim, global, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

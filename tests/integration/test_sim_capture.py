@@ -1,0 +1,87 @@
+"""`tarmac sim capture` (docs/simulator.md "Capturing a machine"): a machine's GPUs written as a
+scenario and replayed must read as the machine did. The machine here is itself a simulation (no
+real GPU in CI): each bundled scenario is captured, the capture checked by the simulator's own
+parser, replayed, and `tarmac status --json`, `tarmac topo` and NVIDIA's nvidia-smi --query-gpu must
+show the same GPUs, values, classes and processes; command lines keep only their programs unless
+--keep-commands."""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from devtools import require_tool
+from test_query import LAUNCHER, NVIDIA_SMI, nvidia_smi_cmd
+from test_status import TARMAC
+
+SCENARIOS = ["a100x4-balanced", "mixed-topology-8gpu", "h200x8-mig-mixed", "holding-zombie"]
+# Values of each GPU that a replay must give back as they were.
+GPU_KEYS = ["index", "name", "uuid", "pci_bus_id", "serial", "mem_total_bytes", "mem_used_bytes", "util_gpu_pct",
+            "util_mem_pct", "temp_c", "power_mw", "power_limit_mw", "clock_sm_mhz", "clock_mem_mhz", "pstate",
+            "activity", "persistence_mode", "compute_mode", "mig_mode_current", "ecc_mode_current", "numa_node",
+            "temp_slowdown_c", "architecture", "cuda_capability"]
+QUERY = ("name,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw,power.limit,"
+         "clocks.sm,clocks.mem,pstate,persistence_mode,mig.mode.current,ecc.mode.current,vbios_version")
+
+
+class SimCapture(unittest.TestCase):
+    def setUp(self):
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-capture-"))
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def under(self, scenario, *cmd):
+        env = dict(os.environ)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        r = subprocess.run([TARMAC, "sim", "--scenario", str(scenario), "--", *cmd], capture_output=True, text=True,
+                           timeout=120, env=env)
+        self.assertEqual(r.returncode, 0, f"{scenario}: {cmd}: {r.stderr}")
+        return r.stdout
+
+    def capture(self, scenario, *extra):
+        path = self.dir / f"{scenario}.toml"
+        self.under(scenario, TARMAC, "sim", "capture", "-o", str(path), *extra)
+        check = subprocess.run([str(LAUNCHER), "check", str(path)], capture_output=True, text=True, timeout=60)
+        self.assertEqual(check.returncode, 0, f"{path.read_text()}\n{check.stdout}{check.stderr}")
+        return path
+
+    @staticmethod
+    def gpus(status_text):
+        doc = json.loads(status_text)
+        return [{k: g.get(k) for k in GPU_KEYS} | {"processes": sorted((p["used_mem_bytes"], p["name"]) for p in g["processes"]),
+                                                  "mig": [(m["profile"], m["mem_total_bytes"]) for m in g["mig"]]}
+                for g in doc["gpus"]]
+
+    def test_a_replayed_capture_reads_as_the_machine_did(self):
+        smi = NVIDIA_SMI.exists()
+        for scenario in SCENARIOS:
+            with self.subTest(scenario=scenario):
+                path = self.capture(scenario)
+                status = [TARMAC, "--json", "status", "--direct"]
+                self.assertEqual(self.gpus(self.under(path, *status)), self.gpus(self.under(scenario, *status)))
+                topo = [TARMAC, "topo", "-m"]
+                self.assertEqual(self.under(path, *topo), self.under(scenario, *topo))
+                if smi:  # NVIDIA's own client reads the replay as it read the machine
+                    query = [*nvidia_smi_cmd(), f"--query-gpu={QUERY}", "--format=csv"]
+                    self.assertEqual(self.under(path, *query), self.under(scenario, *query))
+        if not smi:
+            require_tool("nvidia-smi", str(NVIDIA_SMI), hint="scripts/peers.sh fetches it")
+
+    def test_command_lines_keep_their_programs_unless_asked(self):
+        text = self.capture("a100x4-balanced").read_text()
+        self.assertIn('cmdline = "python [args removed]"', text)
+        self.assertNotIn("--local-rank", text)
+        self.assertNotIn("user =", text)
+        kept = self.capture("a100x4-balanced", "--keep-commands").read_text()
+        self.assertIn("--local-rank", kept)
+
+    def test_an_unwritable_output_is_an_error_that_names_it(self):
+        r = subprocess.run([TARMAC, "sim", "--scenario", "a100x4-balanced", "--", TARMAC, "sim", "capture", "-o",
+                            "/nonexistent-dir/x.toml"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cannot write /nonexistent-dir/x.toml", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
