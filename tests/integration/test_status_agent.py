@@ -218,6 +218,15 @@ class StatusThroughTheAgent(unittest.TestCase):
                 self.assertNotIn("(agent", r.stdout)
                 self.assertIn("ipykernel_launcher", r.stdout)
 
+    def test_a_view_from_a_stuck_agent_is_not_shown(self):
+        nvml = f"{os.path.realpath(self.sim.env()['TARMAC_NVML_LIB'])}\n{self.sim.state}"
+        view = {"v": 1, "timestamp_unix_ms": 1, "age_ms": 600_000, "devices": [{"id": {"index": 0, "name": "OLD"}}]}
+        path = self.fake_agent(json.dumps({"ok": True, "nvml": nvml, "view": view}).encode() + b"\n", "stuck.sock")
+        r = self.run_tarmac("status", socket_path=path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("the agent's last sample is 600 s old", r.stderr)
+        self.assertNotIn("OLD", r.stdout)
+
     def test_an_older_agent_without_status_is_no_news(self):
         path = self.fake_agent(b'{"ok":false,"code":"invalid","error":"unknown request \'status\'"}\n', "old.sock")
         r = self.run_tarmac("status", socket_path=path)

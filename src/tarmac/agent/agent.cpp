@@ -238,7 +238,9 @@ class Loop {
         gpu::match_mig_processes(d.mig, d.processes);  // this sample's MIG devices, by instance ids
       }
       // What the fast read does not read (limits, modes, clocks), from the last full one.
-      if (auto it = latest_full_.find(d.id.index); !list_processes && it != latest_full_.end()) {
+      // Only from the same board, and never over a GPU that fell off the bus (its values are gone).
+      if (auto it = latest_full_.find(d.id.index);
+          !list_processes && !d.lost && it != latest_full_.end() && it->second.id.uuid == d.id.uuid) {
         gpu::fill_unread(d, it->second);
       }
       if (auto it = latest_slow_.find(d.id.index); it != latest_slow_.end()) d.slow = it->second;

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "tarmac/cli/jobs_command.hpp"
+#include "tarmac/sched/wire.hpp"
 #include "tarmac/serve/live_wire.hpp"
 #include "tarmac/util/escape.hpp"
 
@@ -15,6 +15,8 @@ namespace {
 
 // The agent answers from memory on its scheduler's thread: a second means it is stuck.
 constexpr int kAnswerMs = 2000;
+// An answer from a sample older than this is not shown (agent.interval is at most a minute).
+constexpr long long kStaleMs = 90'000;
 
 void warn(const std::string& message) {
   fmt::print(stderr, "tarmac: warning: {}: reading the GPUs directly (--direct does so at once)\n",
@@ -29,20 +31,33 @@ StatusSource::StatusSource(const GlobalOptions& global, gpu::ActivityThresholds 
 std::optional<StatusView> StatusSource::from_agent() {
   if (socket_.empty()) return std::nullopt;
   const std::string socket = std::exchange(socket_, std::string());  // asked again only while it answers
-  auto answer = ask_agent(socket, nlohmann::json{{"op", "status"}}, {}, kAnswerMs);
-  if (!answer.ok()) {
+  auto conn = sched::Connection::connect(socket);
+  if (!conn.ok()) {
     // No socket, or nobody listening on it: no agent runs, which is no news.
-    if (answer.error().code != Error::Code::NotFound) warn(answer.error().message);
+    if (conn.error().code != Error::Code::NotFound) warn(conn.error().message);
     return std::nullopt;
   }
   // Only an agent of root's or of this user's is this machine's (or this user's own): a socket
-  // another user made, at a path TARMAC_SOCKET names, is not believed.
-  const auto peer = answer->conn.peer();
+  // another user made, at a path TARMAC_SOCKET names, is not believed, nor even asked.
+  const auto peer = conn->peer();
   if (!peer.ok() || (peer->uid != 0 && peer->uid != ::geteuid())) {
     warn(fmt::format("{} is served by uid {}, neither root nor you", socket, peer.ok() ? std::to_string(peer->uid) : "?"));
     return std::nullopt;
   }
-  const auto& body = answer->body;
+  if (auto sent = conn->send_line(R"({"op":"status"})"); !sent.ok()) {
+    warn(sent.error().message);
+    return std::nullopt;
+  }
+  auto line = conn->read_line(kAnswerMs);  // one deadline for the whole answer
+  if (!line.ok()) {
+    warn(line.error().message);
+    return std::nullopt;
+  }
+  const nlohmann::json body = nlohmann::json::parse(*line, nullptr, false);
+  if (!body.is_object()) {
+    warn("the agent's answer is not JSON");
+    return std::nullopt;
+  }
   const auto ok = body.find("ok");
   const auto view = body.find("view");
   // An agent older than `status` ("unknown request"), or one that has not sampled yet: NVML.
@@ -50,9 +65,16 @@ std::optional<StatusView> StatusSource::from_agent() {
   // An agent of other GPUs than this command would read (a simulation here, the real ones there):
   // not this command's view, which is no news either.
   if (const auto nvml = body.find("nvml"); nvml == body.end() || *nvml != nvml_source(global_)) return std::nullopt;
-  auto parsed = serve::parse_live_wire(view->dump());
+  auto parsed = serve::parse_live_wire(*view);
   if (!parsed.ok()) {
     warn(parsed.error().message);
+    return std::nullopt;
+  }
+  // An agent whose sampling is stuck (NVML hangs) still answers from its last sample: past
+  // kStaleMs that is not "now" in any sense a status means.
+  if (parsed->age_ms > kStaleMs) {
+    warn(fmt::format("the agent's last sample is {} s old (is its sampling stuck? `journalctl -u tarmac-agent`)",
+                     parsed->age_ms / 1000));
     return std::nullopt;
   }
   StatusView out;

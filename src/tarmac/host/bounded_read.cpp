@@ -99,6 +99,7 @@ std::vector<BoundedRead> BoundedReader::read_many(const std::vector<std::string>
   };
   std::vector<std::size_t> pending(paths.size());
   for (std::size_t i = 0; i < paths.size(); ++i) pending[i] = i;
+  std::vector<bool> waited_unstarted(paths.size(), false);  // queued a whole deadline once already
   std::unique_lock lock(s.mutex);
   while (!pending.empty()) {
     // This round: every path still to read, queued at once.
@@ -115,7 +116,9 @@ std::vector<BoundedRead> BoundedReader::read_many(const std::vector<std::string>
     }
     pending.clear();
     if (jobs.empty()) break;
-    if (s.idle == 0) {
+    // A helper for this round unless one is idle beyond those the reads queued ahead of it need
+    // (another caller's reads, one of which may be stuck).
+    if (s.idle <= s.queue.size() - jobs.size()) {
       try {
         std::thread(help, state_).detach();
       } catch (const std::system_error&) {
@@ -128,32 +131,34 @@ std::vector<BoundedRead> BoundedReader::read_many(const std::vector<std::string>
       }
     }
     s.work.notify_all();
-    for (std::size_t k = 0; k < jobs.size(); ++k) {
-      auto& [i, job] = jobs[k];
+    bool requeue_rest = false;  // after a read that missed its deadline: the unstarted go to a new round
+    for (auto& [i, job] : jobs) {
+      if (requeue_rest && !job->started && !job->done) {
+        s.queue.erase(std::find(s.queue.begin(), s.queue.end(), job));
+        pending.push_back(i);
+        continue;
+      }
+      // Each read its own deadline, counted from when the one before it was settled.
       if (s.done.wait_for(lock, limit, [&] { return job->done; })) {
         out[i] = result(*job);
         continue;
       }
-      // Late. Running: it is stuck. Still queued (behind another caller's stuck read): nothing of
-      // it runs. The reads after it that no helper took go to another round, and another helper.
-      for (std::size_t late = k; late < jobs.size(); ++late) {
-        auto& [j, rest] = jobs[late];
-        if (rest->done) {
-          out[j] = result(*rest);
-        } else if (rest->started) {
-          rest->abandoned = true;  // running on another helper: unknown this time, stuck until it ends
-          s.stuck_paths.insert(rest->path);
-          out[j] = {ReadOutcome::Late, {}};
+      requeue_rest = true;
+      if (job->started) {
+        job->abandoned = true;  // stuck: it counts against max_stuck until it ends
+        s.stuck_paths.insert(job->path);
+        out[i] = {ReadOutcome::Late, {}};
+      } else {
+        // Queued the whole time behind another caller's stuck read: nothing of it ran. Tried
+        // once more, on a helper of its own; unknown if that round cannot start it either.
+        s.queue.erase(std::find(s.queue.begin(), s.queue.end(), job));
+        if (waited_unstarted[i]) {
+          out[i] = {ReadOutcome::Late, {}};
         } else {
-          s.queue.erase(std::find(s.queue.begin(), s.queue.end(), rest));
-          if (late == k) {
-            out[j] = {ReadOutcome::Late, {}};
-          } else {
-            pending.push_back(j);
-          }
+          waited_unstarted[i] = true;
+          pending.push_back(i);
         }
       }
-      break;
     }
   }
   return out;

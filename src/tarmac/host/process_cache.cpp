@@ -1,5 +1,7 @@
 #include "tarmac/host/process_cache.hpp"
 
+#include <unordered_map>
+
 #include "tarmac/host/proc_parse.hpp"
 #include "tarmac/util/fs.hpp"
 
@@ -9,7 +11,20 @@ ProcessCache::ProcessCache(std::string proc_root) : root_(proc_root), reader_(st
 
 ProcessInfo ProcessCache::lookup(unsigned pid) { return std::move(lookup_many({pid}).front()); }
 
-std::vector<ProcessInfo> ProcessCache::lookup_many(const std::vector<unsigned>& pids) {
+std::vector<ProcessInfo> ProcessCache::lookup_many(const std::vector<unsigned>& asked) {
+  // Each pid once (a process on eight GPUs is listed eight times), answered at every place.
+  std::vector<unsigned> pids;
+  std::unordered_map<unsigned, std::size_t> position;
+  for (const unsigned pid : asked) {
+    if (position.emplace(pid, pids.size()).second) pids.push_back(pid);
+  }
+  if (pids.size() != asked.size()) {
+    auto unique = lookup_many(pids);
+    std::vector<ProcessInfo> all;
+    all.reserve(asked.size());
+    for (const unsigned pid : asked) all.push_back(unique[position[pid]]);
+    return all;
+  }
   std::vector<ProcessInfo> out(pids.size());
   std::vector<std::optional<StatFields>> stats(pids.size());
   std::vector<std::optional<std::string>> texts(pids.size());

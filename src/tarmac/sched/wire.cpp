@@ -7,7 +7,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -168,13 +170,20 @@ bool Connection::take_line(std::string& line) {
 Result<std::string> Connection::read_line(int timeout_ms, std::vector<util::Fd>* fds) {
   std::vector<util::Fd> got;  // closed on every path that does not hand them to the caller
   std::string line;
+  // One deadline for the whole line: a peer that sends a byte now and then cannot stretch it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, timeout_ms));
   for (;;) {
     if (take_line(line)) {
       if (fds != nullptr) std::move(got.begin(), got.end(), std::back_inserter(*fds));
       return line;
     }
+    int wait_ms = -1;
+    if (timeout_ms >= 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      wait_ms = static_cast<int>(std::max<long long>(0, left.count()));
+    }
     pollfd p{.fd = fd_.get(), .events = POLLIN, .revents = 0};
-    const int r = ::poll(&p, 1, timeout_ms);
+    const int r = ::poll(&p, 1, wait_ms);
     if (r == 0) return make_error(Error::Code::Io, "the agent did not answer in time");
     if (r < 0) {
       if (errno == EINTR) continue;

@@ -48,7 +48,7 @@ class Connection {
   // written. For clients: the agent never calls it.
   [[nodiscard]] Result<void> send_line(const std::string& line, const std::vector<int>& fds = {});
 
-  // Reads up to the next newline, blocking up to `timeout_ms` (-1: forever). Descriptors that came
+  // Reads up to the next newline, blocking up to `timeout_ms` in all (-1: forever). Descriptors that came
   // with it are appended to `fds` when given, closed otherwise. An error on EOF, timeout or failure.
   [[nodiscard]] Result<std::string> read_line(int timeout_ms, std::vector<util::Fd>* fds = nullptr);
 

@@ -215,8 +215,9 @@ std::string live_wire(const LiveView& view, long long now_unix_ms) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-Result<AgentView> parse_live_wire(std::string_view text) {
-  const json j = json::parse(text, nullptr, false);
+Result<AgentView> parse_live_wire(std::string_view text) { return parse_live_wire(json::parse(text, nullptr, false)); }
+
+Result<AgentView> parse_live_wire(const json& j) {
   if (!j.is_object()) return make_error(Error::Code::Invalid, "the agent's view is not a JSON object");
   if (const auto v = j.find("v"); v == j.end() || *v != kWireVersion) {
     return make_error(Error::Code::Invalid, "the agent's view is of another version (an agent older or newer than this tarmac)");

@@ -11,6 +11,7 @@
 // is not taken for the process the agent saw.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,5 +42,7 @@ struct AgentView {
 // Reads an answer back. Parsed as hostile input: every value is type- and range-checked, strings
 // and lists are bounded, and anything malformed is an error that names it.
 [[nodiscard]] Result<AgentView> parse_live_wire(std::string_view text);
+// The same for the view already parsed as JSON (the "view" of the socket's answer).
+[[nodiscard]] Result<AgentView> parse_live_wire(const nlohmann::json& view);
 
 }  // namespace tarmac::serve
