@@ -45,10 +45,11 @@ std::string look_up_user_name(unsigned uid) {
   }
 }
 
-// The same, remembered for a minute: a passwd lookup opens and parses /etc/passwd (and asks nscd
-// first), which made it the most expensive part of describing a process; a pass over 128 GPU
-// processes of a few users now looks each user up once. A renamed user shows its new name within
-// the minute.
+// The same, remembered for a minute: a passwd lookup opens and parses /etc/passwd (and may ask
+// nscd or LDAP first), once per user instead of once per process. Under the simulator, whose
+// processes are all root's (the first passwd line), it measured no difference; a host of many
+// users with a slow directory service is where it counts. A renamed user shows its new name
+// within the minute, and an LDAP outage's numeric fallback lasts a minute too.
 std::string user_name(unsigned uid) {
   struct Entry {
     std::string name;
