@@ -153,6 +153,41 @@ class StatusThroughTheAgent(unittest.TestCase):
         r = self.run_tarmac("watch", "-c", "1", "--direct")
         self.assertNotIn("(agent, ", r.stdout)
 
+    def test_top_shows_the_agents_view_and_direct_reads_nvml(self):
+        r = self.run_tarmac("--json", "top", "--once")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        through = json.loads(r.stdout)
+        self.assertEqual(through["hosts"][0]["source"], "agent")
+        self.assertEqual([g["activity"] for g in through["hosts"][0]["gpus"]], ["busy", "busy", "busy", "holding"])
+        r = self.run_tarmac("--json", "top", "--once", "--direct")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        direct = json.loads(r.stdout)
+        self.assertEqual(direct["hosts"][0]["source"], "nvml")
+        self.assertEqual(direct["hosts"][0]["gpus"][3]["activity"], "starved")
+        # The same processes, described from /proc here: users, commands, resident sizes.
+        def described(doc):
+            return sorted((p["gpu"], p["pid"], p["user"], p["command"], p["mem_bytes"]) for p in doc["processes"])
+        self.assertEqual(described(through), described(direct))
+        self.assertTrue(all(p["rss_bytes"] for p in through["processes"]), through["processes"])
+        frame = self.run_tarmac("top", "--once")
+        self.assertEqual(frame.returncode, 0, frame.stderr)
+        self.assertIn("via agent", frame.stdout.splitlines()[0])
+        self.assertIn("ipykernel_launcher", frame.stdout)
+        self.assertNotIn("via agent", self.run_tarmac("top", "--once", "--direct").stdout)
+
+    def test_top_names_a_bad_agent_and_reads_nvml(self):
+        path = self.fake_agent(b"garbage\n", "top-garbage.sock")
+        r = self.run_tarmac("top", "--once", socket_path=path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("not JSON", r.stderr)
+        self.assertIn("this host's agent: the agent's answer is not JSON: reading NVML here", r.stdout)
+        self.assertNotIn("via agent", r.stdout)
+        self.assertIn("ipykernel_launcher", r.stdout)
+        # No agent at all: no word about it.
+        r = self.run_tarmac("--json", "top", "--once", socket_path=str(self.dir / "nobody.sock"))
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertEqual(json.loads(r.stdout)["hosts"][0]["source"], "nvml")
+
     def test_no_agent_is_no_news(self):
         r = self.run_tarmac("--json", "status", socket_path=str(self.dir / "nobody.sock"))
         self.assertEqual((r.returncode, r.stderr), (0, ""))

@@ -16,6 +16,18 @@
 
 namespace tarmac::cli {
 
+// What asking the agent came to: its view (processes' host facts read here, as this user may),
+// or none, with `problem` saying why when that is news ("" when simply no agent runs, or it is
+// an agent of other GPUs, or one older than `status`).
+struct AgentViewAnswer {
+  std::optional<StatusView> view;
+  std::string problem;
+};
+
+// Asks the agent on `socket` for its live view (one request, one 2 s deadline). `nvml`: the
+// command's nvml_source; an agent reading another NVML is not asked further.
+[[nodiscard]] AgentViewAnswer agent_view(const std::string& socket, const std::string& nvml, host::ProcessCache& processes);
+
 class StatusSource {
  public:
   // `socket`: the agent's (agent_socket); "" reads NVML only.

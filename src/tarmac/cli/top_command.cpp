@@ -15,6 +15,7 @@
 #include "tarmac/cli/app.hpp"
 #include "tarmac/cli/jobs_command.hpp"
 #include "tarmac/cli/status.hpp"
+#include "tarmac/cli/status_source.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/tui/actions.hpp"
@@ -36,6 +37,7 @@ struct TopOptions {
   bool ascii = false;
   bool readonly = false;
   bool tree = false;
+  bool direct = false;  // --direct: NVML, never the agent
   std::vector<std::string> hosts;  // agents; "local" for this machine
   std::string sort = "mem";
 };
@@ -120,9 +122,38 @@ std::optional<std::pair<std::string, std::string>> owning_job(const config::Conf
   return std::nullopt;
 }
 
-tui::Poller::Read local_read(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThresholds thresholds,
+// This machine's agent, asked for its live view at every reading while it answers.
+tui::LocalReader::AgentView agent_live(const GlobalOptions& global, std::string socket) {
+  auto processes = std::make_shared<host::ProcessCache>();  // used on the poller's thread only
+  return [processes, socket = std::move(socket), nvml = nvml_source(global)](
+             std::string& problem) -> std::optional<tui::LocalReader::AgentLive> {
+    auto answer = agent_view(socket, nvml, *processes);
+    problem = std::move(answer.problem);
+    if (!answer.view) return std::nullopt;
+    return tui::LocalReader::AgentLive{std::move(answer.view->snapshot), std::move(answer.view->classes),
+                                       std::move(answer.view->mig_classes)};
+  };
+}
+
+// How this machine is read: through its agent (`socket`, when it answered before the screen
+// opened), else NVML (`backend`); `problem` says why the agent is not used, when that is news.
+struct LocalSource {
+  std::shared_ptr<gpu::Backend> backend;
+  std::string socket;
+  std::string problem;
+};
+
+tui::Poller::Read local_read(const GlobalOptions& global, const LocalSource& source, gpu::ActivityThresholds thresholds,
                              tui::LocalReader::Leases leases, std::string agent, long long step_ms) {
-  auto reader = std::make_shared<tui::LocalReader>(std::move(backend), thresholds, std::move(leases));
+  auto reader = std::make_shared<tui::LocalReader>(source.backend, thresholds, std::move(leases));
+  if (!source.socket.empty()) {
+    reader->use_agent(agent_live(global, source.socket), [&global]() -> Result<std::shared_ptr<gpu::Backend>> {
+      auto opened = gpu::open_nvml_backend(global.nvml_lib);
+      if (!opened.ok()) return opened.error();
+      return std::shared_ptr<gpu::Backend>(std::move(*opened));
+    });
+  }
+  reader->set_agent_problem(source.problem);
   auto first = std::make_shared<bool>(true);
   return [reader, first, agent = std::move(agent), step_ms] {
     tui::HostData data = reader->read();
@@ -173,6 +204,7 @@ nlohmann::json once_json(const tui::Model& model, const std::vector<tui::Row>& r
       }
     }
     hosts.push_back({{"name", h.name.empty() ? json(nullptr) : json(h.name)},
+                     {"source", h.remote ? "http" : h.via_agent ? "agent" : "nvml"},
                      {"problem", opt(h.problem)},
                      {"gpus", std::move(gpus)}});
   }
@@ -269,6 +301,7 @@ std::vector<std::pair<std::size_t, unsigned>> gpu_choices(const tui::Model& mode
 
 int run_top(const GlobalOptions& global, const TopOptions& options) {
   StatusOptions status;
+  status.direct = options.direct;
   if (!resolve_thresholds(global, status)) return kExitUsage;
   const auto sort = sort_column(options.sort);
   if (!sort) {
@@ -298,13 +331,26 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
   }
 
   Sources s{tui::Model(status.thresholds), {}, std::nullopt};
-  std::shared_ptr<gpu::Backend> backend;
+  LocalSource local_source;
   const std::vector<std::string> hosts = options.hosts.empty() ? std::vector<std::string>{"local"} : options.hosts;
   for (const auto& h : hosts) {
     if (h == "local" && !s.local) {
-      auto opened = open_backend(global);
-      if (!opened.ok()) return kExitCouldNotLook;
-      backend = std::move(*opened);
+      // The agent, when one answers now (NVML is then opened only if it stops); else NVML.
+      if (!status.agent_socket.empty()) {
+        host::ProcessCache none;
+        auto answer = agent_view(status.agent_socket, nvml_source(global), none);
+        if (answer.view) local_source.socket = status.agent_socket;
+        local_source.problem = std::move(answer.problem);
+        if (!local_source.problem.empty() && options.once) {
+          fmt::print(stderr, "tarmac: warning: {}: reading the GPUs directly (--direct does so at once)\n",
+                     util::terminal_text(local_source.problem));
+        }
+      }
+      if (local_source.socket.empty()) {
+        auto opened = open_backend(global);
+        if (!opened.ok()) return kExitCouldNotLook;
+        local_source.backend = std::move(*opened);
+      }
       s.local = s.model.add_host("", false);
     } else if (h != "local") {
       if (auto ok = net::check_url(tui::agent_url(h)); !ok.ok()) {
@@ -332,7 +378,7 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
     // One frame: every host read once, in turn, with its own deadline.
     for (std::size_t i = 0; i < s.model.hosts().size(); ++i) {
       tui::HostData data = s.local && i == *s.local
-                               ? local_read(backend, status.thresholds, leases, agent_listen, step_ms)()
+                               ? local_read(global, local_source, status.thresholds, leases, agent_listen, step_ms)()
                                : agent_read(s.model.hosts()[i].name, step_ms)();
       s.model.update(i, std::move(data), util::monotonic_ms());
     }
@@ -370,10 +416,11 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
     // An agent is asked at most twice a second, whatever the screen's refresh.
     const auto every = std::chrono::milliseconds(local ? interval_ms : std::max(interval_ms, 500LL));
     s.pollers.push_back(std::make_unique<tui::Poller>(
-        local ? local_read(backend, status.thresholds, leases, agent_listen, step_ms) : agent_read(s.model.hosts()[i].name, step_ms),
+        local ? local_read(global, local_source, status.thresholds, leases, agent_listen, step_ms)
+              : agent_read(s.model.hosts()[i].name, step_ms),
         every, wake.get()));
   }
-  backend.reset();  // the local poller's reader holds it now
+  local_source.backend.reset();  // the local poller's reader holds it now
 
   int rc = kExitOk;
   {
@@ -503,6 +550,8 @@ void add_top_command(CLI::App& app, const GlobalOptions& global, int& exit_code)
   cmd->add_flag("--ascii", options->ascii, "ASCII only: no block or box-drawing characters");
   cmd->add_flag("--readonly", options->readonly, "No actions: signals are refused");
   cmd->add_flag("--tree", options->tree, "Start in the tree view (ranks under their launcher)");
+  cmd->add_flag("--direct", options->direct,
+                "Read NVML here, not this machine's agent (by default its live view is shown when one runs)");
   cmd->add_option("--sort", options->sort, "Sort by gpu, pid, user, mem (default), sm, cpu, rss, age or command");
   cmd->add_option("--host", options->hosts,
                   "An agent's address (host:port or URL; repeatable), read through its JSON API; \"local\" for this machine");

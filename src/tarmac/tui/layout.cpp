@@ -236,9 +236,16 @@ Frame render(const Model& model, const std::vector<Row>& rows, ViewState& view, 
     b.add(fmt::format("  {} process{}  {}  every {:g}s", procs.size(), procs.size() == 1 ? "" : "es",
                       clock_text(ctx.now_unix_s), view.interval_s));
     if (view.readonly) b.add("  read-only", Style::Dim);
+    for (const auto& h : model.hosts()) {
+      if (h.via_agent) b.add("  via agent", Style::Dim);  // this machine's agent's live view
+    }
     f.lines.push_back(b.done());
   }
   // What does not answer.
+  for (const auto& h : model.hosts()) {
+    if (h.agent_problem.empty()) continue;
+    f.lines.push_back(plain_line(w, fmt::format("this host's agent: {}: reading NVML here", h.agent_problem), Style::Warn));
+  }
   if (ctx.nvml_waiting_ms) {
     f.lines.push_back(plain_line(w, fmt::format("NVML has not answered for {}: showing what it said last",
                                                 short_age(*ctx.nvml_waiting_ms / 1000)),

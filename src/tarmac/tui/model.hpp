@@ -73,6 +73,8 @@ struct HostData {
   std::optional<std::string> problem;     // the source's last failure, while it lasts
   long long problem_since_ms = 0;         // steady-clock ms of the first failure in a row
   bool remote = false;                    // an agent's view (read-only, no /proc facts)
+  bool via_agent = false;                 // this machine's data came from its agent's socket
+  std::string agent_problem;              // why this machine's agent is no longer asked ("" if it is, or none runs)
   // Older points for the graphs, by GPU index (an agent's history), applied once by Model::update.
   std::map<unsigned, GpuHistory> history_prefill;
 };

@@ -175,8 +175,18 @@ LocalReader::LocalReader(std::shared_ptr<gpu::Backend> backend, gpu::ActivityThr
   if (const long p = ::sysconf(_SC_PAGESIZE); p > 0) page_bytes_ = p;
 }
 
-HostData LocalReader::read() {
-  HostData out;
+void LocalReader::use_agent(AgentView agent, OpenBackend open) {
+  agent_ = std::move(agent);
+  open_ = std::move(open);
+}
+
+Result<gpu::Snapshot> LocalReader::read_nvml() {
+  if (!backend_) {
+    if (!open_) return make_error(Error::Code::Internal, "no NVML to read");
+    auto opened = open_();
+    if (!opened.ok()) return opened.error();
+    backend_ = std::move(*opened);
+  }
   // What the screen shows, the classes and the verdicts read: not the PCIe link, BAR1, codecs,
   // energy, other clocks or modes, which cost driver calls at every reading and are not shown.
   using G = gpu::ValueGroup;
@@ -192,31 +202,48 @@ HostData LocalReader::read() {
   gpu::SnapshotOptions options;
   options.values = errors_due ? (kShown | kErrors) : kShown;
   auto snap = backend_->snapshot(options);
-  if (snap.ok()) {
-    if (errors_due) {
-      errors_read_ms_ = started;
-      last_errors_.clear();
-      for (const auto& d : snap->devices) last_errors_[d.id.index] = d.sample;
-    } else {
-      for (auto& d : snap->devices) {
-        const auto before = last_errors_.find(d.id.index);
-        if (before == last_errors_.end()) continue;
-        const gpu::DeviceSample& b = before->second;
-        d.sample.ecc_corrected_volatile = b.ecc_corrected_volatile;
-        d.sample.ecc_uncorrected_volatile = b.ecc_uncorrected_volatile;
-        d.sample.ecc_corrected_aggregate = b.ecc_corrected_aggregate;
-        d.sample.ecc_uncorrected_aggregate = b.ecc_uncorrected_aggregate;
-        d.sample.retired_pages_sbe = b.retired_pages_sbe;
-        d.sample.retired_pages_dbe = b.retired_pages_dbe;
-        d.sample.retired_pages_pending = b.retired_pages_pending;
-        d.sample.remapped_rows_correctable = b.remapped_rows_correctable;
-        d.sample.remapped_rows_uncorrectable = b.remapped_rows_uncorrectable;
-        d.sample.remapped_rows_pending = b.remapped_rows_pending;
-        d.sample.remapped_rows_failure = b.remapped_rows_failure;
-      }
+  if (!snap.ok()) return snap;
+  if (errors_due) {
+    errors_read_ms_ = started;
+    last_errors_.clear();
+    for (const auto& d : snap->devices) last_errors_[d.id.index] = d.sample;
+    return snap;
+  }
+  for (auto& d : snap->devices) {
+    const auto before = last_errors_.find(d.id.index);
+    if (before == last_errors_.end()) continue;
+    const gpu::DeviceSample& b = before->second;
+    d.sample.ecc_corrected_volatile = b.ecc_corrected_volatile;
+    d.sample.ecc_uncorrected_volatile = b.ecc_uncorrected_volatile;
+    d.sample.ecc_corrected_aggregate = b.ecc_corrected_aggregate;
+    d.sample.ecc_uncorrected_aggregate = b.ecc_uncorrected_aggregate;
+    d.sample.retired_pages_sbe = b.retired_pages_sbe;
+    d.sample.retired_pages_dbe = b.retired_pages_dbe;
+    d.sample.retired_pages_pending = b.retired_pages_pending;
+    d.sample.remapped_rows_correctable = b.remapped_rows_correctable;
+    d.sample.remapped_rows_uncorrectable = b.remapped_rows_uncorrectable;
+    d.sample.remapped_rows_pending = b.remapped_rows_pending;
+    d.sample.remapped_rows_failure = b.remapped_rows_failure;
+  }
+  return snap;
+}
+
+HostData LocalReader::read() {
+  HostData out;
+  // The agent while it answers; the first time it does not, NVML from then on.
+  std::optional<AgentLive> live;
+  if (agent_) {
+    std::string problem;
+    live = agent_(problem);
+    if (!live) {
+      agent_ = nullptr;
+      agent_problem_ = std::move(problem);
     }
   }
+  Result<gpu::Snapshot> snap = live ? Result<gpu::Snapshot>(std::move(live->snapshot)) : read_nvml();
   out.received_ms = util::monotonic_ms();
+  out.via_agent = live.has_value();
+  out.agent_problem = agent_problem_;
   if (!snap.ok()) {
     out.problem = snap.error().message;
     return out;
@@ -235,6 +262,7 @@ HostData LocalReader::read() {
   for (const auto& d : snap->devices) {
     const auto lease = d.id.uuid ? leases.find(*d.id.uuid) : leases.end();
     if (lease != leases.end()) out.leases[d.id.index] = lease->second;
+    if (live) continue;  // the agent's classes, measured over time (it knows the leases too)
     // A leased GPU with nothing running is reserved-idle, as the agent and status say.
     out.classes.push_back(gpu::classify(d, thresholds_, snap->timestamp_unix_ms / 1000,
                                         lease != leases.end() ? gpu::Leased::Yes : gpu::Leased::No));
@@ -242,6 +270,10 @@ HostData LocalReader::read() {
     for (std::size_t k = 0; k < d.mig.size(); ++k) {
       mig.push_back(gpu::classify_mig(d, k, thresholds_, snap->timestamp_unix_ms / 1000));
     }
+  }
+  if (live) {
+    out.classes = std::move(live->classes);
+    out.mig_classes = std::move(live->mig_classes);
   }
   // Per process: CPU since the previous read, resident size, and its parents for the tree.
   decltype(cpu_before_) cpu_now;

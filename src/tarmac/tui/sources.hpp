@@ -61,10 +61,30 @@ class LocalReader {
               std::string proc_root = "/proc");
   [[nodiscard]] HostData read();
 
+  // This machine as its agent sees it (docs/top.md "Through the agent"): the snapshot, its
+  // processes' host facts read here, and the classes the agent measured over time.
+  struct AgentLive {
+    gpu::Snapshot snapshot;
+    std::vector<gpu::Activity> classes;
+    std::vector<std::vector<gpu::MigActivity>> mig_classes;
+  };
+  // nullopt when the agent does not answer, with `problem` set when that is news.
+  using AgentView = std::function<std::optional<AgentLive>(std::string& problem)>;
+  using OpenBackend = std::function<Result<std::shared_ptr<gpu::Backend>>()>;
+  // Reads through `agent` while it answers; once it does not, NVML for good (opened with `open`
+  // when the reader was given no backend).
+  void use_agent(AgentView agent, OpenBackend open);
+  // Why the agent is not asked (it did not answer before the reader was made), shown with the data.
+  void set_agent_problem(std::string problem) { agent_problem_ = std::move(problem); }
+
  private:
+  [[nodiscard]] Result<gpu::Snapshot> read_nvml();
   [[nodiscard]] std::map<unsigned, Ancestor> hidden_holders(const gpu::Snapshot& snap) const;
 
   std::shared_ptr<gpu::Backend> backend_;
+  AgentView agent_;
+  OpenBackend open_;
+  std::string agent_problem_;
   gpu::ActivityThresholds thresholds_;
   Leases leases_;
   std::vector<Lease> last_leases_;
