@@ -119,6 +119,16 @@ class Loop {
     real_start_ = Steady::now();
     last_flush_ = Steady::now();
     next_fast_ = next_processes_ = next_slow_ = start_mono_;
+    // The topology once (links do not change while the machine runs): the live view carries it,
+    // for `tarmac doctor` through the agent. Not past kTopologyMaxGpus (a simulated fleet): it is
+    // a read per pair of GPUs.
+    if (options_.on_sample && first.devices.size() <= kTopologyMaxGpus) {
+      gpu::SnapshotOptions links;
+      links.values = {};
+      links.processes = false;
+      links.topology = true;
+      if (auto read = backend_.snapshot(links); read.ok()) topology_ = std::move(read->topology);
+    }
     pending_first_ = std::move(first);
     // Open the store now: a problem with it shows in the log at once, not a flush interval later.
     flush(start_ms_);
@@ -245,6 +255,7 @@ class Loop {
       }
       if (auto it = latest_slow_.find(d.id.index); it != latest_slow_.end()) d.slow = it->second;
     }
+    snap.topology = topology_;
     const auto classes = tracker_.classes();
     const auto since = tracker_.since();
     options_.on_sample(SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds, tracker_.jobs(), since});
@@ -330,6 +341,8 @@ class Loop {
   long long last_prune_ = 0;
   long long last_error_log_ = -1;
   std::optional<gpu::Snapshot> pending_first_;  // the start's snapshot, recorded as the first sample
+  std::optional<gpu::Topology> topology_;       // read at the start, for the live view
+  static constexpr std::size_t kTopologyMaxGpus = 64;
   long long nvml_errors_ = 0;
   std::map<unsigned, std::vector<gpu::GpuProcess>> latest_processes_;  // for on_sample
   std::map<unsigned, gpu::DeviceSlowSample> latest_slow_;

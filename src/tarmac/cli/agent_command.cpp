@@ -4,8 +4,10 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -265,16 +267,39 @@ void wire_backfill(sched::DaemonOptions& dopts, const std::shared_ptr<backfill::
 // whole, for `tarmac status` and `watch` on this machine, which then need not open NVML. Any local
 // user may ask: it carries what NVML tells anyone, and no process's host facts (the client reads
 // /proc as its own user).
-void wire_status(sched::DaemonOptions& dopts, const serve::LiveState& live, std::string nvml) {
-  dopts.more_requests = [&live, nvml = std::move(nvml), more = std::move(dopts.more_requests)](
+// The client reads a line of 1 MiB at most: a window's answer is kept under this.
+constexpr std::size_t kWindowAnswerBytes = 768 * 1024;
+
+// `{"op":"status"}`: the latest view; `{"op":"window","ms":N}`: the views of the last N ms (at
+// most serve::LiveState::kRecentMs), for doctor. Which NVML the agent reads comes with both: a
+// command reading another (a simulation) takes neither.
+void wire_status(sched::DaemonOptions& dopts, const serve::LiveState& live, std::string nvml,
+                 const agent::AgentOptions& sampling) {
+  dopts.more_requests = [&live, nvml = std::move(nvml), interval_ms = sampling.interval_ms,
+                         process_interval_ms = sampling.process_interval_ms, more = std::move(dopts.more_requests)](
                             const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req,
                             const sched::Defer& defer) -> std::optional<nlohmann::json> {
     const auto op = req.find("op");
-    if (op == req.end() || *op != "status") return more ? more(peer, fds, req, defer) : std::nullopt;
+    if (op == req.end() || (*op != "status" && *op != "window")) return more ? more(peer, fds, req, defer) : std::nullopt;
     const auto view = live.view();
     if (!view) return nlohmann::json{{"ok", false}, {"code", "busy"}, {"error", "the agent has not sampled yet"}};
-    // Which NVML it reads: a command reading another (a simulation) does not take this view.
-    return nlohmann::json{{"ok", true}, {"nvml", nvml}, {"view", nlohmann::json::parse(serve::live_wire(*view, util::wall_ms()))}};
+    if (*op == "status") {
+      return nlohmann::json{{"ok", true}, {"nvml", nvml}, {"view", nlohmann::json::parse(serve::live_wire(*view, util::wall_ms()))}};
+    }
+    const auto ms = req.find("ms");
+    if (ms == req.end() || !ms->is_number_unsigned() || ms->get<std::uint64_t>() > serve::LiveState::kRecentMs) {
+      return nlohmann::json{{"ok", false}, {"code", "invalid"},
+                            {"error", fmt::format("window: ms is a whole number from 0 to {}", serve::LiveState::kRecentMs)}};
+    }
+    nlohmann::json samples = nlohmann::json::array();
+    for (auto& text : serve::window_wire(live.recent(ms->get<long long>()), util::wall_ms(), kWindowAnswerBytes)) {
+      samples.push_back(nlohmann::json::parse(text));
+    }
+    return nlohmann::json{{"ok", true},
+                          {"nvml", nvml},
+                          {"interval_ms", interval_ms},
+                          {"process_interval_ms", process_interval_ms},
+                          {"samples", std::move(samples)}};
   };
 }
 
@@ -383,7 +408,7 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
   dopts.log = log_line;
   dopts.notify = [&alerter](const sched::LeaseNotice& n) { alerter.announce(lease_notice(n)); };
   wire_backfill(dopts, batches);
-  wire_status(dopts, live, nvml_source(global));
+  wire_status(dopts, live, nvml_source(global), s.options);
   auto started = sched::Daemon::start(std::move(dopts));
   if (!started.ok()) {
     log_line(util::LogLevel::Warning,

@@ -12,10 +12,14 @@
 #include <thread>
 
 #include "tarmac/cli/app.hpp"
+#include "tarmac/cli/status_source.hpp"
 #include "tarmac/cli/table.hpp"
 #include "tarmac/config/config.hpp"
 #include "tarmac/diagnose/doctor.hpp"
 #include "tarmac/host/proc_reader.hpp"
+#include "tarmac/host/process_cache.hpp"
+#include "tarmac/sched/wire.hpp"
+#include "tarmac/serve/live.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 #include "tarmac/util/process.hpp"
@@ -34,6 +38,7 @@ struct DoctorOptions {
   std::string interval;
   unsigned pid = 0;
   unsigned expect_gpus = 0;
+  bool direct = false;  // --direct: sample NVML, never the agent's window
 };
 
 std::optional<std::string> environment_variable(const char* name) {
@@ -177,9 +182,12 @@ std::string evidence_line(const diagnose::GpuEvidence& e) {
 
 std::string doctor_text(const DoctorReport& r, const std::string& host, bool color) {
   std::string out;
-  const std::string sampled = r.samples <= 1 ? std::string("one snapshot")
-                                              : fmt::format("sampled {} ({} samples)",
-                                                            util::format_duration_ms(r.window_ms), r.samples);
+  std::string sampled = r.samples <= 1 ? std::string("one snapshot")
+                                        : fmt::format("sampled {} ({} samples)", util::format_duration_ms(r.window_ms), r.samples);
+  if (r.from_agent) {
+    sampled = r.samples <= 1 ? std::string("the agent's last sample")
+                             : fmt::format("the agent's last {} ({} samples)", util::format_duration_ms(r.window_ms), r.samples);
+  }
   if (r.exit_code == kExitCouldNotLook) {
     out += fmt::format("tarmac doctor  {}  could not look at the GPUs\n", host);
   } else {
@@ -251,6 +259,7 @@ nlohmann::json doctor_json(const DoctorReport& r) {
   j["timestamp_unix_ms"] = r.timestamp_unix_ms;
   j["window_ms"] = r.window_ms;
   j["samples"] = r.samples;
+  j["source"] = r.from_agent ? "agent" : "nvml";
   j["driver_version"] = optional_json(r.driver_version);
   j["exit_code"] = r.exit_code;
   std::map<std::string, int> counts{{"critical", 0}, {"warning", 0}, {"info", 0}};
@@ -311,6 +320,40 @@ std::optional<std::string> sample_window(gpu::Backend& backend, diagnose::Doctor
   return std::nullopt;
 }
 
+// The agent's samples of the window instead of sampling it (docs/doctor.md "Through the agent"),
+// into input; false when they cannot stand for doctor's own: no agent, one that has not watched
+// for the whole window (or the window is longer than it keeps), samples coarser than an
+// --interval asked for, or, with --pid, a job that started too recently for the agent's process
+// list to show it. A bad answer is named on stderr.
+bool window_from_agent(const GlobalOptions& global, const std::string& socket, const DoctorOptions& options,
+                       diagnose::DoctorInput& input, const host::ProcReader& proc) {
+  const long long window = input.thresholds.window_ms;
+  if (options.direct || socket.empty() || window > serve::LiveState::kRecentMs) return false;
+  host::ProcessCache processes;
+  auto answer = agent_window(socket, nvml_source(global), window, processes);
+  if (!answer.problem.empty()) {
+    fmt::print(stderr, "tarmac: warning: {}: sampling the GPUs here (--direct does so at once)\n",
+               util::terminal_text(answer.problem));
+  }
+  if (!answer.window) return false;
+  AgentWindow& w = *answer.window;
+  const long long span = w.samples.back().timestamp_unix_ms - w.samples.front().timestamp_unix_ms;
+  if (span + w.interval_ms < window) return false;  // the agent has not watched that long yet
+  if (!options.interval.empty() && w.interval_ms > input.thresholds.interval_ms) return false;
+  if (input.job) {
+    // The agent lists processes every process interval: a job younger than the window and that
+    // is not yet in its samples. Sampled here, then.
+    // (A start time is in whole seconds: one more is allowed for.)
+    const auto root = proc.stat(input.job->root_pid);
+    const long long listed_since_s = (w.samples.back().timestamp_unix_ms - window - w.process_interval_ms) / 1000;
+    if (!root || !root->start_time_unix || *root->start_time_unix + 1 >= listed_since_s) return false;
+  }
+  input.topology = w.samples.back().topology;
+  for (auto& s : w.samples) s.topology.reset();
+  input.samples = std::move(w.samples);
+  return true;
+}
+
 // The findings of the samples, or, when none could be taken, the one that says why.
 void add_findings(detail::DoctorReport& report, const diagnose::DoctorInput& input,
                   const std::optional<std::string>& failure) {
@@ -363,9 +406,12 @@ int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
   }
   add_job_descendants(input, proc);
 
-  auto backend = gpu::open_nvml_backend(global.nvml_lib);
-  const std::optional<std::string> failure =
-      backend.ok() ? sample_window(**backend, input, proc) : std::optional<std::string>(backend.error().message);
+  std::optional<std::string> failure;
+  report.from_agent = window_from_agent(global, sched::socket_path(loaded->config.scheduler.socket), options, input, proc);
+  if (!report.from_agent) {
+    auto backend = gpu::open_nvml_backend(global.nvml_lib);
+    failure = backend.ok() ? sample_window(**backend, input, proc) : std::optional<std::string>(backend.error().message);
+  }
   add_findings(report, input, failure);
   if (global.json) {
     fmt::print("{}\n", util::json_text(detail::doctor_json(report), 2));
@@ -398,6 +444,8 @@ void add_doctor_command(CLI::App& app, const GlobalOptions& global, int& exit_co
   cmd->add_option("--pid", options->pid,
                   "Look at one job: this process (a torchrun/deepspeed launcher, say) and its descendants")
       ->check(CLI::Range(1u, 4194304u));
+  cmd->add_flag("--direct", options->direct,
+                "Sample NVML here for the window, not the agent's samples of the last window (used when an agent runs)");
   cmd->callback([&global, &exit_code, options] { exit_code = run_doctor(global, *options); });
 }
 

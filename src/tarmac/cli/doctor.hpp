@@ -28,6 +28,7 @@ struct DoctorReport {
   std::optional<unsigned> expect_gpus;
   long long window_ms = 0;
   std::size_t samples = 0;
+  bool from_agent = false;  // the samples are the agent's last window_ms, not taken by doctor
   std::optional<std::string> driver_version;
   long long timestamp_unix_ms = 0;
   int exit_code = 0;

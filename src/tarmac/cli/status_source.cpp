@@ -2,10 +2,13 @@
 
 #include <unistd.h>
 
+#include <cstdint>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tarmac/sched/wire.hpp"
+#include "tarmac/serve/live.hpp"
 #include "tarmac/serve/live_wire.hpp"
 #include "tarmac/util/escape.hpp"
 
@@ -28,54 +31,94 @@ void warn(const std::string& message) {
 StatusSource::StatusSource(const GlobalOptions& global, gpu::ActivityThresholds thresholds, std::string socket)
     : global_(global), thresholds_(thresholds), socket_(std::move(socket)) {}
 
-AgentViewAnswer agent_view(const std::string& socket, const std::string& nvml, host::ProcessCache& processes) {
-  AgentViewAnswer a;
+namespace {
+
+// One request to the agent on `socket`: the answer when it is ok and of the GPUs `nvml` names;
+// nullopt otherwise, with `problem` set when that is news.
+std::optional<nlohmann::json> ask(const std::string& socket, const std::string& request, const std::string& nvml,
+                                  std::string& problem) {
   auto conn = sched::Connection::connect(socket);
   if (!conn.ok()) {
     // No socket, or nobody listening on it: no agent runs, which is no news.
-    if (conn.error().code != Error::Code::NotFound) a.problem = conn.error().message;
-    return a;
+    if (conn.error().code != Error::Code::NotFound) problem = conn.error().message;
+    return std::nullopt;
   }
   // Only an agent of root's or of this user's is this machine's (or this user's own): a socket
   // another user made, at a path TARMAC_SOCKET names, is not believed, nor even asked.
   const auto peer = conn->peer();
   if (!peer.ok() || (peer->uid != 0 && peer->uid != ::geteuid())) {
-    a.problem = fmt::format("{} is served by uid {}, neither root nor you", socket, peer.ok() ? std::to_string(peer->uid) : "?");
-    return a;
+    problem = fmt::format("{} is served by uid {}, neither root nor you", socket, peer.ok() ? std::to_string(peer->uid) : "?");
+    return std::nullopt;
   }
-  if (auto sent = conn->send_line(R"({"op":"status"})"); !sent.ok()) {
-    a.problem = sent.error().message;
-    return a;
+  if (auto sent = conn->send_line(request); !sent.ok()) {
+    problem = sent.error().message;
+    return std::nullopt;
   }
   auto line = conn->read_line(kAnswerMs);  // one deadline for the whole answer
   if (!line.ok()) {
-    a.problem = line.error().message;
-    return a;
+    problem = line.error().message;
+    return std::nullopt;
   }
-  const nlohmann::json body = nlohmann::json::parse(*line, nullptr, false);
+  nlohmann::json body = nlohmann::json::parse(*line, nullptr, false);
   if (!body.is_object()) {
-    a.problem = "the agent's answer is not JSON";
-    return a;
+    problem = "the agent's answer is not JSON";
+    return std::nullopt;
   }
-  const auto ok = body.find("ok");
-  const auto view = body.find("view");
-  // An agent older than `status` ("unknown request"), or one that has not sampled yet: NVML.
-  if (ok == body.end() || *ok != true || view == body.end()) return a;
+  // An agent older than the request ("unknown request"), or one that has not sampled yet: NVML.
+  if (const auto ok = body.find("ok"); ok == body.end() || *ok != true) return std::nullopt;
   // An agent of other GPUs than this command would read (a simulation here, the real ones there):
   // not this command's view, which is no news either.
-  if (const auto source = body.find("nvml"); source == body.end() || *source != nvml) return a;
+  if (const auto source = body.find("nvml"); source == body.end() || *source != nvml) return std::nullopt;
+  return body;
+}
+
+// An agent whose sampling is stuck (NVML hangs) still answers from its last sample: past kStaleMs
+// that is not "now" in any sense a command means.
+std::string stale(long long age_ms) {
+  if (age_ms <= kStaleMs) return "";
+  return fmt::format("the agent's last sample is {} s old (is its sampling stuck? `journalctl -u tarmac-agent`)", age_ms / 1000);
+}
+
+// Who each process is, read here as this user may: a pid whose start time differs from the
+// agent's is another process by now, and is not described as the one the agent saw.
+void describe_processes(const std::vector<gpu::Snapshot*>& snapshots, host::ProcessCache& processes) {
+  std::vector<unsigned> pids;
+  for (const auto* s : snapshots) {
+    for (const auto& d : s->devices) {
+      for (const auto& p : d.processes) pids.push_back(p.pid);
+    }
+  }
+  auto hosts = processes.lookup_many(pids);  // every command line in one hand-over, each pid once
+  std::size_t k = 0;
+  for (auto* s : snapshots) {
+    for (auto& d : s->devices) {
+      for (auto& p : d.processes) {
+        host::ProcessInfo info = hosts[k++];
+        if (p.host.start_ticks && info.start_ticks && *p.host.start_ticks != *info.start_ticks) {
+          info = host::ProcessInfo{};
+          info.pid = p.pid;
+        }
+        p.host = std::move(info);
+      }
+    }
+  }
+  processes.end_round();
+}
+
+}  // namespace
+
+AgentViewAnswer agent_view(const std::string& socket, const std::string& nvml, host::ProcessCache& processes) {
+  AgentViewAnswer a;
+  const auto body = ask(socket, R"({"op":"status"})", nvml, a.problem);
+  if (!body) return a;
+  const auto view = body->find("view");
+  if (view == body->end()) return a;
   auto parsed = serve::parse_live_wire(*view);
   if (!parsed.ok()) {
     a.problem = parsed.error().message;
     return a;
   }
-  // An agent whose sampling is stuck (NVML hangs) still answers from its last sample: past
-  // kStaleMs that is not "now" in any sense a status means.
-  if (parsed->age_ms > kStaleMs) {
-    a.problem = fmt::format("the agent's last sample is {} s old (is its sampling stuck? `journalctl -u tarmac-agent`)",
-                            parsed->age_ms / 1000);
-    return a;
-  }
+  if (a.problem = stale(parsed->age_ms); !a.problem.empty()) return a;
   StatusView& out = a.view.emplace();
   out.snapshot = std::move(parsed->snapshot);
   out.classes = std::move(parsed->classes);
@@ -83,25 +126,47 @@ AgentViewAnswer agent_view(const std::string& socket, const std::string& nvml, h
   out.class_since_unix_ms = std::move(parsed->class_since_unix_ms);
   out.held_idle_since_unix_ms = std::move(parsed->held_idle_since_unix_ms);
   out.agent_age_ms = parsed->age_ms;
-  // Who each process is, read here as this user may: a pid whose start time differs from the
-  // agent's is another process by now, and is not described as the one the agent saw.
-  std::vector<unsigned> pids;
-  for (const auto& d : out.snapshot.devices) {
-    for (const auto& p : d.processes) pids.push_back(p.pid);
+  describe_processes({&out.snapshot}, processes);
+  return a;
+}
+
+AgentWindowAnswer agent_window(const std::string& socket, const std::string& nvml, long long window_ms,
+                               host::ProcessCache& processes) {
+  AgentWindowAnswer a;
+  const auto body = ask(socket, fmt::format(R"({{"op":"window","ms":{}}})", window_ms), nvml, a.problem);
+  if (!body) return a;
+  const auto samples = body->find("samples");
+  const auto interval = body->find("interval_ms");
+  const auto process_interval = body->find("process_interval_ms");
+  // An agent older than `window` answers `status`'s way or not at all: no news.
+  if (samples == body->end() || interval == body->end() || process_interval == body->end()) return a;
+  if (!samples->is_array() || samples->empty() || samples->size() > serve::LiveState::kRecentViews ||
+      !interval->is_number_unsigned() || !process_interval->is_number_unsigned() ||
+      interval->get<std::uint64_t>() > 3'600'000 || process_interval->get<std::uint64_t>() > 3'600'000) {
+    a.problem = "the agent's window is not a bounded list of samples with their intervals";
+    return a;
   }
-  auto hosts = processes.lookup_many(pids);  // every command line in one hand-over
-  std::size_t k = 0;
-  for (auto& d : out.snapshot.devices) {
-    for (auto& p : d.processes) {
-      host::ProcessInfo& info = hosts[k++];
-      if (p.host.start_ticks && info.start_ticks && *p.host.start_ticks != *info.start_ticks) {
-        info = host::ProcessInfo{};
-        info.pid = p.pid;
-      }
-      p.host = std::move(info);
+  AgentWindow w;
+  w.interval_ms = interval->get<long long>();
+  w.process_interval_ms = process_interval->get<long long>();
+  for (const auto& j : *samples) {
+    auto parsed = serve::parse_live_wire(j);
+    if (!parsed.ok()) {
+      a.problem = parsed.error().message;
+      return a;
     }
+    if (!w.samples.empty() && parsed->snapshot.timestamp_unix_ms < w.samples.back().timestamp_unix_ms) {
+      a.problem = "the agent's window is not in time order";
+      return a;
+    }
+    w.newest_age_ms = parsed->age_ms;
+    w.samples.push_back(std::move(parsed->snapshot));
   }
-  processes.end_round();
+  if (a.problem = stale(w.newest_age_ms); !a.problem.empty()) return a;
+  std::vector<gpu::Snapshot*> all;
+  for (auto& s : w.samples) all.push_back(&s);
+  describe_processes(all, processes);
+  a.window = std::move(w);
   return a;
 }
 

@@ -28,6 +28,24 @@ struct AgentViewAnswer {
 // command's nvml_source; an agent reading another NVML is not asked further.
 [[nodiscard]] AgentViewAnswer agent_view(const std::string& socket, const std::string& nvml, host::ProcessCache& processes);
 
+// The agent's samples over a window (docs/doctor.md "Through the agent"), oldest first, each with
+// its processes described here, the topology with each (read once at the agent's start).
+struct AgentWindow {
+  std::vector<gpu::Snapshot> samples;
+  long long interval_ms = 0;          // the agent's sampling interval
+  long long process_interval_ms = 0;  // and how often it lists processes
+  long long newest_age_ms = 0;        // how old the newest sample was when the agent answered
+};
+
+struct AgentWindowAnswer {
+  std::optional<AgentWindow> window;
+  std::string problem;  // as AgentViewAnswer's
+};
+
+// Asks the agent on `socket` for its samples of the last `window_ms` (at most serve::LiveState::kRecentMs).
+[[nodiscard]] AgentWindowAnswer agent_window(const std::string& socket, const std::string& nvml, long long window_ms,
+                                             host::ProcessCache& processes);
+
 class StatusSource {
  public:
   // `socket`: the agent's (agent_socket); "" reads NVML only.

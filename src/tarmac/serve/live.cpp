@@ -45,8 +45,25 @@ void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, 
       c.idle_since_ms = ts_ms;
     }
   }
+  std::vector<std::shared_ptr<const LiveView>> expired;  // freed after the lock is let go
   std::lock_guard lock(mutex_);
+  recent_.push_back(next);
+  while (!recent_.empty() && (recent_.size() > kRecentViews || ts_ms - recent_.front()->ts_ms > kRecentMs)) {
+    expired.push_back(std::move(recent_.front()));
+    recent_.pop_front();
+  }
   view_ = std::move(next);
+}
+
+std::vector<std::shared_ptr<const LiveView>> LiveState::recent(long long window_ms) const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<const LiveView>> out;
+  if (recent_.empty()) return out;
+  const long long newest = recent_.back()->ts_ms;
+  for (const auto& v : recent_) {
+    if (newest - v->ts_ms <= window_ms) out.push_back(v);
+  }
+  return out;
 }
 
 std::shared_ptr<const LiveView> LiveState::view() const {

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/model.hpp"
@@ -54,10 +56,17 @@ class LiveState {
                const std::map<unsigned, gpu::ActivitySince>& since = {});
   // The latest view, or null before the first sample.
   [[nodiscard]] std::shared_ptr<const LiveView> view() const;
+  // The views of the last `window_ms` of the agent's clock before the latest, oldest first: what
+  // `tarmac doctor` diagnoses instead of sampling (docs/doctor.md "Through the agent"). The
+  // last kRecentMs are kept, at most kRecentViews of them.
+  [[nodiscard]] std::vector<std::shared_ptr<const LiveView>> recent(long long window_ms) const;
+  static constexpr long long kRecentMs = 30'000;
+  static constexpr std::size_t kRecentViews = 64;
 
  private:
   mutable std::mutex mutex_;
   std::shared_ptr<const LiveView> view_;
+  std::deque<std::shared_ptr<const LiveView>> recent_;
 };
 
 [[nodiscard]] std::size_t activity_slot(gpu::Activity activity);

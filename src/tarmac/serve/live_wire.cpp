@@ -2,6 +2,7 @@
 
 #include "tarmac/gpu/device_fields.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fmt/format.h>
@@ -162,6 +163,52 @@ std::optional<gpu::Activity> activity_named(const std::string& s) {
   return std::nullopt;
 }
 
+constexpr gpu::Link kLinks[] = {gpu::Link::Self, gpu::Link::NvLink, gpu::Link::Internal, gpu::Link::Pix, gpu::Link::Pxb,
+                                gpu::Link::Phb,  gpu::Link::Node,   gpu::Link::Sys,      gpu::Link::Unknown};
+constexpr unsigned kMaxNvlinks = 64;  // links between one pair (a board has at most 18)
+
+json topology_json(const gpu::Topology& t) {
+  json links = json::array();
+  for (const auto& row : t.links) {
+    json r = json::array();
+    for (const auto l : row) r.push_back(gpu::to_string(l));
+    links.push_back(std::move(r));
+  }
+  return {{"links", std::move(links)}, {"nvlink_count", t.nvlink_count}};
+}
+
+// A square matrix of `n` rows, as nvml_backend reads it; "" when it is, else what it is not.
+std::string read_topology(const json& j, std::size_t n, gpu::Topology& out) {
+  const auto square = [n](const json& m) {
+    if (!m.is_array() || m.size() != n) return false;
+    for (const auto& row : m) {
+      if (!row.is_array() || row.size() != n) return false;
+    }
+    return true;
+  };
+  if (!j.is_object()) return "topology is not an object";
+  const json links = j.value("links", json());
+  const json counts = j.value("nvlink_count", json());
+  if (!square(links) || !square(counts)) return fmt::format("topology is not two {0}x{0} matrices", n);
+  for (std::size_t a = 0; a < n; ++a) {
+    auto& lrow = out.links.emplace_back();
+    auto& crow = out.nvlink_count.emplace_back();
+    for (std::size_t b = 0; b < n; ++b) {
+      const json& l = links[a][b];
+      const auto* name = l.is_string() ? &l.get_ref<const std::string&>() : nullptr;
+      const auto* link = name == nullptr ? nullptr
+                                         : std::find_if(std::begin(kLinks), std::end(kLinks),
+                                                        [&](gpu::Link k) { return *name == gpu::to_string(k); });
+      if (link == nullptr || link == std::end(kLinks)) return "topology.links holds what is not a link";
+      const json& c = counts[a][b];
+      if (!c.is_number_unsigned() || c.get<std::uint64_t>() > kMaxNvlinks) return "topology.nvlink_count is not a count of links";
+      lrow.push_back(*link);
+      crow.push_back(static_cast<unsigned>(c.get<std::uint64_t>()));
+    }
+  }
+  return "";
+}
+
 json device_json(const gpu::Device& d, const LiveView& view) {
   json j = json::object();
   j["id"] = write(d.id, kIdentity);
@@ -211,8 +258,24 @@ std::string live_wire(const LiveView& view, long long now_unix_ms) {
   if (s.cuda_driver_version) j["cuda_driver_version"] = *s.cuda_driver_version;
   j["devices"] = json::array();
   for (const auto& d : s.devices) j["devices"].push_back(device_json(d, view));
+  if (s.topology) j["topology"] = topology_json(*s.topology);
   // Strings come from the driver and /proc: invalid UTF-8 is replaced, never a reason to fail.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::vector<std::string> window_wire(const std::vector<std::shared_ptr<const LiveView>>& views, long long now_unix_ms,
+                                     std::size_t max_bytes) {
+  std::vector<std::string> wired;
+  std::size_t bytes = 0;
+  for (const auto& v : views) {
+    wired.push_back(live_wire(*v, now_unix_ms));
+    bytes += wired.back().size();
+  }
+  if (bytes <= max_bytes || wired.size() <= 2) return wired;
+  const std::size_t keep = std::clamp<std::size_t>(max_bytes / (bytes / wired.size() + 1), 2, wired.size());
+  std::vector<std::string> out;
+  for (std::size_t k = 0; k < keep; ++k) out.push_back(std::move(wired[k * (wired.size() - 1) / (keep - 1)]));
+  return out;
 }
 
 Result<AgentView> parse_live_wire(std::string_view text) { return parse_live_wire(json::parse(text, nullptr, false)); }
@@ -310,6 +373,9 @@ Result<AgentView> parse_live_wire(const json& j) {
     out.held_idle_since_unix_ms.push_back(held);
     out.mig_classes.push_back(std::move(mig_classes));
     out.snapshot.devices.push_back(std::move(d));
+  }
+  if (const auto topo = j.find("topology"); topo != j.end()) {
+    problem = read_topology(*topo, out.snapshot.devices.size(), out.snapshot.topology.emplace());
   }
   if (!problem.empty()) return make_error(Error::Code::Invalid, "the agent's view: " + problem);
   return out;

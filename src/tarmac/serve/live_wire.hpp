@@ -12,6 +12,7 @@
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,6 +39,12 @@ struct AgentView {
 
 // The view as one line of JSON. `now_unix_ms`: real time now (the sample's age is measured by it).
 [[nodiscard]] std::string live_wire(const LiveView& view, long long now_unix_ms);
+
+// The views of a window (LiveState::recent), each as live_wire writes it: every one while together
+// they fit in `max_bytes`, else as many as fit (at least two), evenly spread, the first and the
+// last always among them.
+[[nodiscard]] std::vector<std::string> window_wire(const std::vector<std::shared_ptr<const LiveView>>& views,
+                                                   long long now_unix_ms, std::size_t max_bytes);
 
 // Reads an answer back. Parsed as hostile input: every value is type- and range-checked, strings
 // and lists are bounded, and anything malformed is an error that names it.

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <string>
+#include <vector>
 #include <type_traits>
 
 #include "tarmac/gpu/device_fields.hpp"
@@ -204,6 +207,63 @@ TEST(LiveWire, AProcessOnAMigDeviceThatIsNotThereLosesTheIndex) {
   auto parsed = parse_live_wire(with_device(R"({"id":{"index":0},"processes":[{"pid":7,"mig":5}]})"));
   ASSERT_TRUE(parsed.ok()) << parsed.error().message;
   EXPECT_FALSE(parsed->snapshot.devices[0].processes[0].mig.has_value());
+}
+
+TEST(LiveWire, TheTopologyTravelsAndABadOneIsRefused) {
+  LiveView v = view_with({full_device(0), full_device(1)});
+  gpu::Topology& t = v.snapshot.topology.emplace();
+  t.links = {{gpu::Link::Self, gpu::Link::NvLink}, {gpu::Link::NvLink, gpu::Link::Self}};
+  t.nvlink_count = {{0, 12}, {12, 0}};
+  auto parsed = parse_live_wire(live_wire(v, 0));
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  ASSERT_TRUE(parsed->snapshot.topology.has_value());
+  EXPECT_EQ(parsed->snapshot.topology->links, t.links);
+  EXPECT_EQ(parsed->snapshot.topology->nvlink_count, t.nvlink_count);
+  EXPECT_FALSE(parse_live_wire(live_wire(view_with({full_device(0)}), 0))->snapshot.topology.has_value());
+  const std::string device = R"({"v":1,"timestamp_unix_ms":1,"devices":[{"id":{"index":0}}],"topology":)";
+  for (const std::string topo : {R"([])", R"({"links":[["X"]]})", R"({"links":[["X","NV"]],"nvlink_count":[[0]]})",
+                                 R"({"links":[["XX"]],"nvlink_count":[[0]]})", R"({"links":[[1]],"nvlink_count":[[0]]})",
+                                 R"({"links":[["X"]],"nvlink_count":[[-1]]})", R"({"links":[["X"]],"nvlink_count":[[65]]})"}) {
+    auto bad = parse_live_wire(device + topo + "}");
+    ASSERT_FALSE(bad.ok()) << topo;
+    EXPECT_NE(bad.error().message.find("topology"), std::string::npos) << topo << " -> " << bad.error().message;
+  }
+}
+
+TEST(LiveWire, AWindowTooLargeForItsAnswerIsThinnedEvenly) {
+  std::vector<std::shared_ptr<const LiveView>> views;
+  for (int i = 0; i < 10; ++i) {
+    LiveView v = view_with({full_device(0)});
+    v.snapshot.timestamp_unix_ms = 1000 * i;
+    views.push_back(std::make_shared<LiveView>(std::move(v)));
+  }
+  const std::size_t one = live_wire(*views[0], 0).size();
+  EXPECT_EQ(window_wire(views, 0, 100 * one).size(), 10U);  // all fit
+  const auto thinned = window_wire(views, 0, 4 * (one + 8));  // four views of about `one` bytes
+  ASSERT_EQ(thinned.size(), 4U);
+  std::vector<long long> stamps;
+  for (const auto& text : thinned) stamps.push_back(parse_live_wire(text)->snapshot.timestamp_unix_ms);
+  EXPECT_EQ(stamps, (std::vector<long long>{0, 3000, 6000, 9000}));  // the first and the last kept
+  EXPECT_EQ(window_wire(views, 0, 1).size(), 2U);                      // never fewer than two
+  EXPECT_TRUE(window_wire({}, 0, 1).empty());
+}
+
+TEST(LiveState, RecentKeepsTheLastViewsOldestFirst) {
+  LiveState live;
+  EXPECT_TRUE(live.recent(1000).empty());
+  for (long long ts = 0; ts <= 100'000; ts += 500) live.publish(gpu::Snapshot{}, {}, ts, AgentStats{});
+  const auto last_second = live.recent(1000);
+  ASSERT_EQ(last_second.size(), 3U);
+  EXPECT_EQ(last_second.front()->ts_ms, 99'000);
+  EXPECT_EQ(last_second.back()->ts_ms, 100'000);
+  EXPECT_EQ(last_second.back(), live.view());
+  EXPECT_EQ(live.recent(0).size(), 1U);
+  const auto all = live.recent(1'000'000);  // no further back than kRecentMs, nor more than kRecentViews
+  EXPECT_EQ(all.front()->ts_ms, std::max(100'000 - LiveState::kRecentMs, 100'000 - 500 * static_cast<long long>(LiveState::kRecentViews - 1)));
+  // At a fast interval, at most kRecentViews.
+  LiveState fast;
+  for (long long ts = 0; ts < 2000; ++ts) fast.publish(gpu::Snapshot{}, {}, ts, AgentStats{});
+  EXPECT_EQ(fast.recent(LiveState::kRecentMs).size(), LiveState::kRecentViews);
 }
 
 TEST(DeviceFields, FillUnreadTakesOnlyWhatTheFastReadLacks) {
