@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 
 from agent_support import HeldSim, end_process, wait_for
@@ -47,7 +48,7 @@ def findings(report):
 
 
 class DoctorThroughTheAgent(unittest.TestCase):
-    def machine(self, scenario, agent_args=AGENT_INTERVAL):
+    def machine(self, scenario, agent_args=AGENT_INTERVAL, watched=True):
         """A held simulation of SCENARIO with an agent on it that has watched for a second; returns
         (environment for doctor, the agent's socket)."""
         d = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-doctor-agent-"))
@@ -70,6 +71,8 @@ class DoctorThroughTheAgent(unittest.TestCase):
                 samples = ask(sock, {"op": "window", "ms": 1000}).get("samples") or []
             except (OSError, ValueError):
                 return False
+            if not watched:
+                return bool(samples)
             return len(samples) > 1 and samples[-1]["timestamp_unix_ms"] - samples[0]["timestamp_unix_ms"] >= 800
         if not wait_for(watched_a_second) or agent.poll() is not None:
             err.seek(0)
@@ -118,9 +121,11 @@ class DoctorThroughTheAgent(unittest.TestCase):
         self.addCleanup(end_process, young)
         _, report = self.doctor(env, "--window", "1s", "--pid", str(young.pid))
         self.assertEqual(report["source"], "nvml")
-        # An old one (init, here since boot) is.
-        _, report = self.doctor(env, "--window", "1s", "--pid", "1")
-        self.assertEqual(report["source"], "agent")
+        # (When a job is old enough: tests/unit/cli/doctor_test.cpp, DoctorWindow.)
+        # An agent sampling every 2 s cannot stand for a window of 1 s: at least two samples are.
+        slow_env, _ = self.machine("holding-zombie", ("--interval", "2s"), watched=False)
+        _, report = self.doctor(slow_env, "--window", "1s")
+        self.assertEqual(report["source"], "nvml")
         # --window 0: the agent's last sample.
         _, report = self.doctor(env, "--window", "0")
         self.assertEqual((report["source"], report["samples"]), ("agent", 1))
@@ -143,20 +148,31 @@ class DoctorThroughTheAgent(unittest.TestCase):
         server.listen(1)
         self.addCleanup(server.close)
         nvml = f"{os.path.realpath(sim.env()['TARMAC_NVML_LIB'])}\n{sim.state}"
-        answer = json.dumps({"ok": True, "nvml": nvml, "interval_ms": 200, "process_interval_ms": 500, "samples": 7})
+        now = int(time.time() * 1000)
+        stale = [{"v": 1, "timestamp_unix_ms": now - 10_500 + 250 * k, "age_ms": 10_000 - 250 * k,
+                  "devices": [{"id": {"index": 0, "name": "OLD"}}]} for k in range(3)]
+        answers = [({"samples": 7}, "the agent's window is not a bounded list of samples"),
+                   ({"samples": stale}, "the agent's last sample is 9.5s old"),
+                   ({"samples": stale[::-1]}, "not in time order")]
 
         def serve():
-            conn, _ = server.accept()
-            with conn:
-                conn.recv(65536)
-                conn.sendall(answer.encode() + b"\n")
+            for answer, _ in answers:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(65536)
+                    body = {"ok": True, "nvml": nvml, "interval_ms": 200, "process_interval_ms": 500, **answer}
+                    conn.sendall(json.dumps(body).encode() + b"\n")
         threading.Thread(target=serve, daemon=True).start()
         env = clean_env(TARMAC_NVML_LIB=sim.env()["TARMAC_NVML_LIB"], TARMAC_SIM_STATE=sim.state, TARMAC_SOCKET=path)
-        r, report = self.doctor(env, "--window", "500ms")
-        self.assertEqual(report["source"], "nvml")
-        self.assertIn("tarmac: warning: the agent's window is not a bounded list of samples", r.stderr)
-        self.assertIn("sampling the GPUs here", r.stderr)
-        self.assertIn("holding", [f["code"] for f in report["findings"]])
+        for _, named in answers:
+            with self.subTest(named=named):
+                r, report = self.doctor(env, "--window", "500ms")
+                self.assertEqual(report["source"], "nvml")
+                self.assertIn(f"tarmac: warning: ", r.stderr)
+                self.assertIn(named, r.stderr)
+                self.assertIn("sampling the GPUs here", r.stderr)
+                self.assertIn("holding", [f["code"] for f in report["findings"]])
+                self.assertEqual(len(report["gpus"]), 4)  # not the agent's one "OLD" GPU
 
 
 if __name__ == "__main__":

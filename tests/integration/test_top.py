@@ -130,6 +130,22 @@ class TopOnce(unittest.TestCase):
         r = subprocess.run([TARMAC, "top", "--once"], env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"GPU [1-3] NVIDIA A100-SXM4-40GB\s+reserved-idle .* job \S+ \S+", r.stdout)
+        self.assertRegex(r.stdout, r"GPU [1-3] is reserved by job \S+ \S+ and unused: `tarmac cancel \S+` gives it back")
+        # status too (a look of its own, no agent here): the class, the lease, the verdict.
+        r = subprocess.run([TARMAC, "--json", "status"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        leased = [g for g in json.loads(r.stdout)["gpus"] if g["lease"]]
+        self.assertEqual(len(leased), 1, r.stdout)
+        self.assertEqual(leased[0]["activity"], "reserved-idle")
+        self.assertRegex(leased[0]["lease"], r"^job \S+ \S+$")
+        job_id = leased[0]["lease"].split()[1]
+        r = subprocess.run([TARMAC, "status"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertIn(f"GPU {leased[0]['index']} is reserved by {leased[0]['lease']} and unused: "
+                      f"`tarmac cancel {job_id}` gives it back", r.stdout)
+        # Once the job ends, the GPU is idle again and no one is named.
+        end_process(job)
+        r = subprocess.run([TARMAC, "--json", "status"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual([g["lease"] for g in json.loads(r.stdout)["gpus"]], [None] * 4)
 
     def test_a_full_screen_needs_a_terminal(self):
         r = subprocess.run([TARMAC, "top"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)

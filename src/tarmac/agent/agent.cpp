@@ -255,7 +255,8 @@ class Loop {
       }
       if (auto it = latest_slow_.find(d.id.index); it != latest_slow_.end()) d.slow = it->second;
     }
-    snap.topology = topology_;
+    // The start's topology, while it still describes these GPUs (one can fall off the bus).
+    if (topology_ && topology_->links.size() == snap.devices.size()) snap.topology = topology_;
     const auto classes = tracker_.classes();
     const auto since = tracker_.since();
     options_.on_sample(SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds, tracker_.jobs(), since});

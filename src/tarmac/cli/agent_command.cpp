@@ -12,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fmt/format.h>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -263,43 +264,61 @@ void wire_backfill(sched::DaemonOptions& dopts, const std::shared_ptr<backfill::
                                    const sched::Job& for_job) { batches->yield_external(name, uuids, for_job); };
 }
 
-// `status` on the scheduler's socket (docs/recorder.md "Commands through the agent"): the live view
-// whole, for `tarmac status` and `watch` on this machine, which then need not open NVML. Any local
-// user may ask: it carries what NVML tells anyone, and no process's host facts (the client reads
-// /proc as its own user).
 // The client reads a line of 1 MiB at most: a window's answer is kept under this.
 constexpr std::size_t kWindowAnswerBytes = 768 * 1024;
 
-// `{"op":"status"}`: the latest view; `{"op":"window","ms":N}`: the views of the last N ms (at
-// most serve::LiveState::kRecentMs), for doctor. Which NVML the agent reads comes with both: a
-// command reading another (a simulation) takes neither.
+// The answers made from the newest view, made again only when a newer one is published: any local
+// user may ask as often as the socket lets them, and the answer is made on the scheduler's thread.
+// (The age each answer states is its age when it was made: at most one interval short.)
+struct AnswerCache {
+  std::shared_ptr<const serve::LiveView> view;
+  std::optional<nlohmann::json> status;
+  std::map<long long, nlohmann::json> windows;  // by ms
+  static constexpr std::size_t kMaxWindows = 8;
+};
+
+// `{"op":"status"}` and `{"op":"window","ms":N}` on the scheduler's socket (docs/recorder.md
+// "Commands through the agent"): the latest view, for `tarmac status`, `watch` and `top`, and the
+// views of the last N ms (at most serve::LiveState::kRecentMs) with the topology, for `doctor`;
+// these commands then need not open NVML. Any local user may ask: they carry what NVML tells
+// anyone, and no process's host facts (the client reads /proc as its own user). Which NVML the
+// agent reads comes with both: a command reading another (a simulation) takes neither.
 void wire_status(sched::DaemonOptions& dopts, const serve::LiveState& live, std::string nvml,
                  const agent::AgentOptions& sampling) {
   dopts.more_requests = [&live, nvml = std::move(nvml), interval_ms = sampling.interval_ms,
-                         process_interval_ms = sampling.process_interval_ms, more = std::move(dopts.more_requests)](
+                         process_interval_ms = sampling.process_interval_ms, cache = std::make_shared<AnswerCache>(),
+                         more = std::move(dopts.more_requests)](
                             const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req,
                             const sched::Defer& defer) -> std::optional<nlohmann::json> {
     const auto op = req.find("op");
     if (op == req.end() || (*op != "status" && *op != "window")) return more ? more(peer, fds, req, defer) : std::nullopt;
     const auto view = live.view();
     if (!view) return nlohmann::json{{"ok", false}, {"code", "busy"}, {"error", "the agent has not sampled yet"}};
+    if (cache->view != view) *cache = AnswerCache{view, std::nullopt, {}};
     if (*op == "status") {
-      return nlohmann::json{{"ok", true}, {"nvml", nvml}, {"view", nlohmann::json::parse(serve::live_wire(*view, util::wall_ms()))}};
+      if (!cache->status) {
+        cache->status = nlohmann::json{
+            {"ok", true}, {"nvml", nvml}, {"view", nlohmann::json::parse(serve::live_wire(*view, util::wall_ms(), false))}};
+      }
+      return *cache->status;
     }
     const auto ms = req.find("ms");
     if (ms == req.end() || !ms->is_number_unsigned() || ms->get<std::uint64_t>() > serve::LiveState::kRecentMs) {
       return nlohmann::json{{"ok", false}, {"code", "invalid"},
                             {"error", fmt::format("window: ms is a whole number from 0 to {}", serve::LiveState::kRecentMs)}};
     }
+    const long long window = ms->get<long long>();
+    if (const auto known = cache->windows.find(window); known != cache->windows.end()) return known->second;
     nlohmann::json samples = nlohmann::json::array();
-    for (auto& text : serve::window_wire(live.recent(ms->get<long long>()), util::wall_ms(), kWindowAnswerBytes)) {
+    for (auto& text : serve::window_wire(live.recent(window), util::wall_ms(), kWindowAnswerBytes)) {
       samples.push_back(nlohmann::json::parse(text));
     }
-    return nlohmann::json{{"ok", true},
-                          {"nvml", nvml},
-                          {"interval_ms", interval_ms},
-                          {"process_interval_ms", process_interval_ms},
-                          {"samples", std::move(samples)}};
+    if (cache->windows.size() >= AnswerCache::kMaxWindows) cache->windows.clear();
+    return cache->windows[window] = nlohmann::json{{"ok", true},
+                                                   {"nvml", nvml},
+                                                   {"interval_ms", interval_ms},
+                                                   {"process_interval_ms", process_interval_ms},
+                                                   {"samples", std::move(samples)}};
   };
 }
 

@@ -279,6 +279,35 @@ nlohmann::json doctor_json(const DoctorReport& r) {
   return j;
 }
 
+WindowRefusal window_refusal(const WindowFacts& f) {
+  // Samples of now: an agent whose sampling is stuck answers from a window that ended long ago.
+  if (f.newest_age_ms > 3 * f.interval_ms + 5000) {
+    return {fmt::format("the agent's last sample is {} old", util::format_duration_ms(f.newest_age_ms)), true};
+  }
+  if (f.samples == 0 || f.span_ms < 0 || f.span_ms > serve::LiveState::kRecentMs + 2 * f.interval_ms) {
+    return {"the agent's window spans more than it keeps", true};
+  }
+  if (f.window_ms > 0) {
+    // Enough samples for a condition to be sustained: at least two, the agent's interval at most
+    // half the window, and the agent watching for all of it.
+    if (f.samples < 2 || 2 * f.interval_ms > f.window_ms) return {"the agent samples too seldom for the window", false};
+    if (f.span_ms + f.interval_ms < f.window_ms) return {"the agent has not watched for the whole window yet", false};
+    // Not coarser than an --interval asked for (a thinned answer: the spacing as sent).
+    const long long spacing = f.span_ms / static_cast<long long>(f.samples - 1);
+    if (f.asked_interval_ms > 0 && std::max(spacing, f.interval_ms) > f.asked_interval_ms) {
+      return {"the agent's samples are coarser than --interval", false};
+    }
+  }
+  // The agent lists processes every process interval: a process of the job younger than the
+  // window and that may not be in its lists yet (a launcher's workers start late, and restart).
+  // A start time is in whole seconds: one more is allowed for.
+  const long long listed_since_s = (f.newest_unix_ms - f.window_ms - f.process_interval_ms) / 1000;
+  for (const long long start : f.job_starts_unix_s) {
+    if (start + 1 >= listed_since_s) return {"a process of the job is younger than the agent's process lists", false};
+  }
+  return {};
+}
+
 }  // namespace detail
 
 namespace {
@@ -320,34 +349,62 @@ std::optional<std::string> sample_window(gpu::Backend& backend, diagnose::Doctor
   return std::nullopt;
 }
 
+// Whether the agent's GPUs (`latest`) are this caller's: the agent runs as root on the host, where
+// a Slurm job's device cgroup, or a container given some GPUs' device nodes only, lets the caller
+// use fewer. Not in a Slurm job, then, and each GPU's device node there for the caller to open
+// (checked by permission, not opened: an open initialises a GPU without persistence mode). Where
+// there are no device nodes at all (the simulator's GPUs), nothing to compare.
+bool sees_what_the_agent_sees(const gpu::Snapshot& latest) {
+  if (std::getenv("SLURM_JOB_ID") != nullptr) return false;
+  if (::access("/dev/nvidiactl", F_OK) != 0) return true;
+  if (::access("/dev/nvidiactl", R_OK | W_OK) != 0) return false;
+  for (const auto& d : latest.devices) {
+    if (!d.id.minor_number || ::access(fmt::format("/dev/nvidia{}", *d.id.minor_number).c_str(), R_OK | W_OK) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // The agent's samples of the window instead of sampling it (docs/doctor.md "Through the agent"),
-// into input; false when they cannot stand for doctor's own: no agent, one that has not watched
-// for the whole window (or the window is longer than it keeps), samples coarser than an
-// --interval asked for, or, with --pid, a job that started too recently for the agent's process
-// list to show it. A bad answer is named on stderr.
+// into input; false when they cannot stand for doctor's own (detail::window_refusal). A bad
+// answer, or a stale one, is named on stderr.
 bool window_from_agent(const GlobalOptions& global, const std::string& socket, const DoctorOptions& options,
                        diagnose::DoctorInput& input, const host::ProcReader& proc) {
   const long long window = input.thresholds.window_ms;
   if (options.direct || socket.empty() || window > serve::LiveState::kRecentMs) return false;
   host::ProcessCache processes;
   auto answer = agent_window(socket, nvml_source(global), window, processes);
-  if (!answer.problem.empty()) {
+  const auto warn = [](const std::string& problem) {
     fmt::print(stderr, "tarmac: warning: {}: sampling the GPUs here (--direct does so at once)\n",
-               util::terminal_text(answer.problem));
-  }
+               util::terminal_text(problem));
+  };
+  if (!answer.problem.empty()) warn(answer.problem);
   if (!answer.window) return false;
   AgentWindow& w = *answer.window;
-  const long long span = w.samples.back().timestamp_unix_ms - w.samples.front().timestamp_unix_ms;
-  if (span + w.interval_ms < window) return false;  // the agent has not watched that long yet
-  if (!options.interval.empty() && w.interval_ms > input.thresholds.interval_ms) return false;
+  if (!sees_what_the_agent_sees(w.samples.back())) return false;
+  detail::WindowFacts facts;
+  facts.window_ms = window;
+  facts.asked_interval_ms = options.interval.empty() ? 0 : input.thresholds.interval_ms;
+  facts.samples = w.samples.size();
+  facts.span_ms = w.samples.back().timestamp_unix_ms - w.samples.front().timestamp_unix_ms;
+  facts.newest_unix_ms = w.samples.back().timestamp_unix_ms;
+  facts.newest_age_ms = w.newest_age_ms;
+  facts.interval_ms = w.interval_ms;
+  facts.process_interval_ms = w.process_interval_ms;
   if (input.job) {
-    // The agent lists processes every process interval: a job younger than the window and that
-    // is not yet in its samples. Sampled here, then.
-    // (A start time is in whole seconds: one more is allowed for.)
-    const auto root = proc.stat(input.job->root_pid);
-    const long long listed_since_s = (w.samples.back().timestamp_unix_ms - window - w.process_interval_ms) / 1000;
-    if (!root || !root->start_time_unix || *root->start_time_unix + 1 >= listed_since_s) return false;
+    for (const unsigned pid : input.job->pids) {
+      const auto st = proc.stat(pid);
+      if (st && st->start_time_unix) {
+        facts.job_starts_unix_s.push_back(*st->start_time_unix);
+      } else if (pid == input.job->root_pid) {
+        return false;  // the job's own start unknown: sampled here
+      }
+    }
   }
+  const auto refusal = detail::window_refusal(facts);
+  if (refusal.warn) warn(refusal.why);
+  if (!refusal.why.empty()) return false;
   input.topology = w.samples.back().topology;
   for (auto& s : w.samples) s.topology.reset();
   input.samples = std::move(w.samples);

@@ -34,6 +34,27 @@ struct DoctorReport {
   int exit_code = 0;
 };
 
+// What decides whether the agent's samples of a window can stand for doctor's own sampling
+// (docs/doctor.md "Through the agent"). Times in ms, start times in unix seconds.
+struct WindowFacts {
+  long long window_ms = 0;
+  long long asked_interval_ms = 0;  // --interval when given, else 0
+  std::size_t samples = 0;
+  long long span_ms = 0;            // newest sample's time less the oldest's
+  long long newest_unix_ms = 0;
+  long long newest_age_ms = 0;      // how old the newest was when the agent answered
+  long long interval_ms = 0;        // the agent's sampling interval
+  long long process_interval_ms = 0;
+  std::vector<long long> job_starts_unix_s;  // with --pid: the start times of the job's processes
+};
+
+struct WindowRefusal {
+  std::string why;    // "" when the samples can stand
+  bool warn = false;  // news for stderr (a stuck agent), not just a reason to sample here
+};
+
+[[nodiscard]] WindowRefusal window_refusal(const WindowFacts& facts);
+
 // One evidence value with its unit, for people: "util_gpu 98 %", "mem_used 38.1 GiB".
 [[nodiscard]] std::string evidence_text(const std::string& key, const diagnose::EvidenceValue& value);
 // One GPU's evidence on a line, the common values first: "GPU 0: util_gpu 98 %, memory 38.1 of 40.0 GiB, ...".

@@ -242,7 +242,7 @@ void print_processes(std::FILE* out, const gpu::Snapshot& snap, bool color) {
 }
 
 void print_verdicts(std::FILE* out, const StatusView& view, bool color) {
-  const auto found = diagnose::verdicts(view.snapshot, view.classes, view.held_idle_since_unix_ms);
+  const auto found = diagnose::verdicts(view.snapshot, view.classes, view.held_idle_since_unix_ms, view.leases);
   if (!found.empty()) fmt::print(out, "\n");
   for (const auto& v : found) {
     const Style style = v.severity == diagnose::Severity::Critical  ? Style::Bad
@@ -366,6 +366,7 @@ nlohmann::json status_json(const StatusView& view, const std::optional<std::stri
     g["activity_since_unix_ms"] = i < view.class_since_unix_ms.size() ? or_null(view.class_since_unix_ms[i]) : nullptr;
     g["held_idle_since_unix_ms"] =
         i < view.held_idle_since_unix_ms.size() ? or_null(view.held_idle_since_unix_ms[i]) : nullptr;
+    g["lease"] = i < view.leases.size() && !view.leases[i].empty() ? nlohmann::json(view.leases[i]) : nlohmann::json(nullptr);
     j["gpus"].push_back(std::move(g));
   }
   if (cuda_visible) {
@@ -381,7 +382,7 @@ nlohmann::json status_json(const StatusView& view, const std::optional<std::stri
     j["cuda_visible_devices"] = nullptr;
   }
   j["verdicts"] = nlohmann::json::array();
-  for (const auto& v : diagnose::verdicts(snap, classes, view.held_idle_since_unix_ms)) {
+  for (const auto& v : diagnose::verdicts(snap, classes, view.held_idle_since_unix_ms, view.leases)) {
     j["verdicts"].push_back({{"severity", diagnose::to_string(v.severity)}, {"code", v.code}, {"text", v.text}});
   }
   return j;
@@ -398,12 +399,13 @@ bool resolve_thresholds(const GlobalOptions& global, StatusOptions& options) {
   options.agent_socket = options.direct || options.holding_after_s
                              ? std::string()
                              : sched::socket_path(loaded->config.scheduler.socket);
+  options.leases = {sched::lock_dir(loaded->config.scheduler_lock_dir), loaded->config.scheduler.max_hold_ms};
   return true;
 }
 
 int run_status(const GlobalOptions& global, StatusOptions options) {
   if (!resolve_thresholds(global, options)) return kExitUsage;
-  StatusSource source(global, options.thresholds, options.agent_socket);
+  StatusSource source(global, options.thresholds, options.agent_socket, options.leases);
   const auto view = source.read();
   if (!view) return kExitCouldNotLook;
   if (global.json) {

@@ -17,11 +17,19 @@ namespace tarmac::cli {
 // Adds the `status` subcommand to `app`; `exit_code` receives its result when it runs.
 void add_status_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
 
+// Where the scheduler's leases are (scheduler.lock_dir, scheduler.max_hold): status names who holds
+// a reserved GPU. An empty dir reads none.
+struct LeaseFiles {
+  std::string dir;
+  long long max_hold_ms = 0;
+};
+
 struct StatusOptions {
   gpu::ActivityThresholds thresholds;      // from the configuration ([activity])
   std::optional<long long> holding_after_s;  // --holding-after, over the configuration
   bool direct = false;                     // --direct: NVML, never the agent
   std::string agent_socket;                // the agent's socket (scheduler.socket); "" for none
+  LeaseFiles leases;                       // from the configuration
 };
 
 // Fills options.thresholds and agent_socket from the configuration and the command line (no
@@ -48,6 +56,9 @@ struct StatusView {
   std::vector<std::optional<long long>> class_since_unix_ms;
   std::vector<std::optional<long long>> held_idle_since_unix_ms;
   std::optional<long long> agent_age_ms;  // set when the agent answered: how old its sample was
+  // Per device: the scheduler's lease on it ("job 12 alice", "lease alice"), "" for none; empty
+  // when the leases were not read.
+  std::vector<std::string> leases;
 };
 
 // A view of `snapshot` read here: classified from this one look.

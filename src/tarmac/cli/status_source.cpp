@@ -7,9 +7,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tarmac/host/proc_reader.hpp"
 #include "tarmac/sched/wire.hpp"
 #include "tarmac/serve/live.hpp"
 #include "tarmac/serve/live_wire.hpp"
+#include "tarmac/util/clock.hpp"
 #include "tarmac/util/escape.hpp"
 
 namespace tarmac::cli {
@@ -28,8 +30,27 @@ void warn(const std::string& message) {
 
 }  // namespace
 
-StatusSource::StatusSource(const GlobalOptions& global, gpu::ActivityThresholds thresholds, std::string socket)
-    : global_(global), thresholds_(thresholds), socket_(std::move(socket)) {}
+StatusSource::StatusSource(const GlobalOptions& global, gpu::ActivityThresholds thresholds, std::string socket,
+                           LeaseFiles leases)
+    : global_(global), thresholds_(thresholds), socket_(std::move(socket)), leases_(std::move(leases)) {}
+
+std::string lease_label(const sched::Lease& lease) {
+  // The user a lease file names is its writer's word: taken only from root's (the agent writes
+  // leases for the users it serves); any other file is named by its owner.
+  const std::string user = lease.file_uid == 0 ? lease.user : host::user_name(lease.file_uid);
+  return lease.job_id.empty() ? "lease " + user : fmt::format("job {} {}", lease.job_id, user);
+}
+
+std::map<std::string, std::string> lease_labels(const LeaseFiles& files) {
+  std::map<std::string, std::string> out;
+  if (files.dir.empty()) return out;
+  auto dir = sched::LeaseDir::open(files.dir, files.max_hold_ms);
+  if (!dir.ok()) return out;
+  auto leases = dir->live_leases(util::wall_ms(), sched::LeaseDir::StaleFiles::Keep);
+  if (!leases.ok()) return out;
+  for (const auto& l : *leases) out[l.uuid] = lease_label(l);
+  return out;
+}
 
 namespace {
 
@@ -180,18 +201,33 @@ std::optional<StatusView> StatusSource::from_agent() {
 }
 
 std::optional<StatusView> StatusSource::read() {
-  if (auto v = from_agent()) return v;
-  if (!backend_) {
-    auto opened = open_backend(global_);  // prints its failure
-    if (!opened.ok()) return std::nullopt;
-    backend_ = std::move(*opened);
+  std::optional<StatusView> view = from_agent();
+  const bool direct = !view;
+  if (direct) {
+    if (!backend_) {
+      auto opened = open_backend(global_);  // prints its failure
+      if (!opened.ok()) return std::nullopt;
+      backend_ = std::move(*opened);
+    }
+    auto snap = backend_->snapshot(gpu::SnapshotOptions{});
+    if (!snap.ok()) {
+      print_error(snap.error());
+      return std::nullopt;
+    }
+    view = view_of(std::move(*snap), thresholds_);
   }
-  auto snap = backend_->snapshot(gpu::SnapshotOptions{});
-  if (!snap.ok()) {
-    print_error(snap.error());
-    return std::nullopt;
+  // Who holds each reserved GPU. A look of its own classes a leased GPU as the agent does: with
+  // nothing running on it, reserved-idle.
+  const auto labels = lease_labels(leases_);
+  for (std::size_t i = 0; i < view->snapshot.devices.size(); ++i) {
+    const gpu::Device& d = view->snapshot.devices[i];
+    const auto lease = d.id.uuid ? labels.find(*d.id.uuid) : labels.end();
+    view->leases.push_back(lease != labels.end() ? lease->second : std::string());
+    if (direct && lease != labels.end() && i < view->classes.size()) {
+      view->classes[i] = gpu::classify(d, thresholds_, view->snapshot.timestamp_unix_ms / 1000, gpu::Leased::Yes);
+    }
   }
-  return view_of(std::move(*snap), thresholds_);
+  return view;
 }
 
 }  // namespace tarmac::cli

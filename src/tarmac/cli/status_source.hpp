@@ -4,6 +4,7 @@
 // `--direct` (or `--holding-after`, a class the caller defines) always reads NVML.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "tarmac/cli/status.hpp"
 #include "tarmac/gpu/backend.hpp"
 #include "tarmac/host/process_cache.hpp"
+#include "tarmac/sched/leases.hpp"
 
 namespace tarmac::cli {
 
@@ -46,10 +48,19 @@ struct AgentWindowAnswer {
 [[nodiscard]] AgentWindowAnswer agent_window(const std::string& socket, const std::string& nvml, long long window_ms,
                                              host::ProcessCache& processes);
 
+// A lease as people name it: "job 12 alice", or "lease alice" for one taken without a job.
+[[nodiscard]] std::string lease_label(const sched::Lease& lease);
+
+// The live leases in `files` by GPU UUID, as lease_label names them (read without the scheduler's
+// lock: nothing is removed); none when the directory cannot be read.
+[[nodiscard]] std::map<std::string, std::string> lease_labels(const LeaseFiles& files);
+
 class StatusSource {
  public:
   // `socket`: the agent's (agent_socket); "" reads NVML only.
-  StatusSource(const GlobalOptions& global, gpu::ActivityThresholds thresholds, std::string socket);
+  // `leases`: where the scheduler's leases are (none read when its dir is empty).
+  StatusSource(const GlobalOptions& global, gpu::ActivityThresholds thresholds, std::string socket,
+               LeaseFiles leases = {});
 
   // The GPUs now: from the agent when it answers, else from NVML (opened on first need). nullopt
   // when neither can be read, the reason printed. An agent that stops answering is left for NVML
@@ -62,6 +73,7 @@ class StatusSource {
   const GlobalOptions& global_;
   gpu::ActivityThresholds thresholds_;
   std::string socket_;
+  LeaseFiles leases_;
   std::unique_ptr<gpu::Backend> backend_;
   host::ProcessCache processes_;
 };

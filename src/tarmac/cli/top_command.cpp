@@ -77,7 +77,7 @@ tui::LocalReader::Leases lease_reader(const config::Config& config) {
       tui::LocalReader::Lease t;
       t.uuid = l.uuid;
       t.job = l.job_id.empty() ? "" : "job " + l.job_id;
-      t.label = l.job_id.empty() ? "lease " + l.user : t.job + " " + l.user;
+      t.label = lease_label(l);
       t.owner_pid = l.pid > 1 ? static_cast<unsigned>(l.pid) : 0;
       t.owner_ticks = l.starttime;
       out.push_back(std::move(t));

@@ -76,7 +76,8 @@ std::optional<std::string> known_holder_text(const gpu::Device& d, const std::op
 }  // namespace
 
 std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity>& classes,
-                              const std::vector<std::optional<long long>>& held_idle_since_unix_ms) {
+                              const std::vector<std::optional<long long>>& held_idle_since_unix_ms,
+                              const std::vector<std::string>& leases) {
   std::vector<Verdict> out;
   for (const auto& d : s.devices) {
     if (auto reason = gpu::fault_reason(d)) {
@@ -95,6 +96,24 @@ std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity
   } else if (busy.empty() && !idle.empty() && idle.size() == s.devices.size()) {
     out.push_back({Severity::Info, "all-idle",
                    fmt::format("all {} GPUs idle: grounded (`tarmac pick` finds them for a job)", idle.size())});
+  }
+  // Reserved and unused: who holds each, and how to give it back (the lease's words escaped: a
+  // lease file's job and user are its writer's).
+  for (std::size_t i = 0; i < s.devices.size() && i < classes.size(); ++i) {
+    if (classes[i] != Activity::ReservedIdle) continue;
+    const std::string lease = i < leases.size() ? leases[i] : std::string();
+    std::string text = fmt::format("GPU {} is reserved and unused", s.devices[i].id.index);
+    if (lease.starts_with("job ")) {
+      const std::string job = lease.substr(4, lease.find(' ', 4) - 4);
+      text = fmt::format("GPU {} is reserved by {} and unused: `tarmac cancel {}` gives it back", s.devices[i].id.index,
+                         util::terminal_text(lease), util::terminal_text(job));
+    } else if (!lease.empty()) {
+      text = fmt::format("GPU {} is reserved ({}) and unused: `tarmac jobs` lists it", s.devices[i].id.index,
+                         util::terminal_text(lease));
+    } else {
+      text += ": `tarmac jobs` lists the leases";
+    }
+    out.push_back({Severity::Warning, "reserved-idle", std::move(text)});
   }
   if (auto starved = with_class(s, classes, Activity::Starved); !starved.empty()) {
     out.push_back({Severity::Warning, "starved",

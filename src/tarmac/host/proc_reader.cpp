@@ -45,6 +45,8 @@ std::string look_up_user_name(unsigned uid) {
   }
 }
 
+}  // namespace
+
 // The same, remembered for a minute: a passwd lookup opens and parses /etc/passwd (and may ask
 // nscd or LDAP first), once per user instead of once per process. Under the simulator, whose
 // processes are all root's (the first passwd line), it measured no difference; a host of many
@@ -68,6 +70,8 @@ std::string user_name(unsigned uid) {
   cache[uid] = Entry{name, now};
   return name;
 }
+
+namespace {
 
 // pid -> ppid for every process under `root`, from one scan so that descendants() sees one moment.
 // Raw readdir and openat on the root's descriptor: this reads every process's stat each pass.

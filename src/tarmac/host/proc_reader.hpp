@@ -14,6 +14,9 @@
 
 namespace tarmac::host {
 
+// The user name of `uid` (the number as text when it has none), remembered for a minute.
+[[nodiscard]] std::string user_name(unsigned uid);
+
 // Who a process is, fixed when it is first seen: a pid names another process once this one ends
 // and the number is reused, but no two processes of one boot share a pid and a start time.
 struct ProcessIdentity {

@@ -47,6 +47,11 @@ void LiveState::publish(const gpu::Snapshot& snapshot, const std::map<unsigned, 
   }
   std::vector<std::shared_ptr<const LiveView>> expired;  // freed after the lock is let go
   std::lock_guard lock(mutex_);
+  // A clock stepped back (the wall clock, set by hand or NTP): the views before are of another time.
+  if (!recent_.empty() && ts_ms < recent_.back()->ts_ms) {
+    expired.insert(expired.end(), recent_.begin(), recent_.end());
+    recent_.clear();
+  }
   recent_.push_back(next);
   while (!recent_.empty() && (recent_.size() > kRecentViews || ts_ms - recent_.front()->ts_ms > kRecentMs)) {
     expired.push_back(std::move(recent_.front()));
@@ -60,9 +65,11 @@ std::vector<std::shared_ptr<const LiveView>> LiveState::recent(long long window_
   std::vector<std::shared_ptr<const LiveView>> out;
   if (recent_.empty()) return out;
   const long long newest = recent_.back()->ts_ms;
-  for (const auto& v : recent_) {
-    if (newest - v->ts_ms <= window_ms) out.push_back(v);
-  }
+  std::size_t first = 0;
+  while (newest - recent_[first]->ts_ms > window_ms) ++first;
+  // A sample late by a little leaves the window's start uncovered: the one before it covers it.
+  if (first > 0 && newest - recent_[first]->ts_ms < window_ms) --first;
+  out.assign(recent_.begin() + static_cast<std::ptrdiff_t>(first), recent_.end());
   return out;
 }
 

@@ -56,7 +56,8 @@ class LiveState {
                const std::map<unsigned, gpu::ActivitySince>& since = {});
   // The latest view, or null before the first sample.
   [[nodiscard]] std::shared_ptr<const LiveView> view() const;
-  // The views of the last `window_ms` of the agent's clock before the latest, oldest first: what
+  // The views of the last `window_ms` of the agent's clock before the latest, oldest first, and the
+  // one before the first when that does not begin the window exactly (samples come late): what
   // `tarmac doctor` diagnoses instead of sampling (docs/doctor.md "Through the agent"). The
   // last kRecentMs are kept, at most kRecentViews of them.
   [[nodiscard]] std::vector<std::shared_ptr<const LiveView>> recent(long long window_ms) const;

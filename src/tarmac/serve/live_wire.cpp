@@ -247,7 +247,7 @@ json device_json(const gpu::Device& d, const LiveView& view) {
 
 }  // namespace
 
-std::string live_wire(const LiveView& view, long long now_unix_ms) {
+std::string live_wire(const LiveView& view, long long now_unix_ms, bool with_topology) {
   json j = json::object();
   j["v"] = kWireVersion;
   j["age_ms"] = std::max(0LL, now_unix_ms - view.published_unix_ms);
@@ -258,7 +258,7 @@ std::string live_wire(const LiveView& view, long long now_unix_ms) {
   if (s.cuda_driver_version) j["cuda_driver_version"] = *s.cuda_driver_version;
   j["devices"] = json::array();
   for (const auto& d : s.devices) j["devices"].push_back(device_json(d, view));
-  if (s.topology) j["topology"] = topology_json(*s.topology);
+  if (s.topology && with_topology) j["topology"] = topology_json(*s.topology);
   // Strings come from the driver and /proc: invalid UTF-8 is replaced, never a reason to fail.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -267,8 +267,8 @@ std::vector<std::string> window_wire(const std::vector<std::shared_ptr<const Liv
                                      std::size_t max_bytes) {
   std::vector<std::string> wired;
   std::size_t bytes = 0;
-  for (const auto& v : views) {
-    wired.push_back(live_wire(*v, now_unix_ms));
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    wired.push_back(live_wire(*views[i], now_unix_ms, i + 1 == views.size()));
     bytes += wired.back().size();
   }
   if (bytes <= max_bytes || wired.size() <= 2) return wired;
@@ -294,6 +294,11 @@ Result<AgentView> parse_live_wire(const json& j) {
   top("driver_version", out.snapshot.driver_version);
   top("nvml_version", out.snapshot.nvml_version);
   top("cuda_driver_version", out.snapshot.cuda_driver_version);
+  // Times a clock can give (to the year 37,000): sums and differences of them cannot overflow.
+  constexpr long long kMaxMs = 1LL << 50;
+  if (ts.value_or(0) < 0 || ts.value_or(0) > kMaxMs || age.value_or(0) > kMaxMs) {
+    return make_error(Error::Code::Invalid, "the agent's view has a time no clock gives");
+  }
   out.snapshot.timestamp_unix_ms = ts.value_or(0);
   out.age_ms = std::max(0LL, age.value_or(0));
   const auto devices = j.find("devices");
@@ -375,7 +380,7 @@ Result<AgentView> parse_live_wire(const json& j) {
     out.snapshot.devices.push_back(std::move(d));
   }
   if (const auto topo = j.find("topology"); topo != j.end()) {
-    problem = read_topology(*topo, out.snapshot.devices.size(), out.snapshot.topology.emplace());
+    if (problem.empty()) problem = read_topology(*topo, out.snapshot.devices.size(), out.snapshot.topology.emplace());
   }
   if (!problem.empty()) return make_error(Error::Code::Invalid, "the agent's view: " + problem);
   return out;

@@ -38,11 +38,12 @@ struct AgentView {
 };
 
 // The view as one line of JSON. `now_unix_ms`: real time now (the sample's age is measured by it).
-[[nodiscard]] std::string live_wire(const LiveView& view, long long now_unix_ms);
+// `with_topology`: the snapshot's GPU x GPU links too, when it has them (doctor's; status needs none).
+[[nodiscard]] std::string live_wire(const LiveView& view, long long now_unix_ms, bool with_topology = true);
 
-// The views of a window (LiveState::recent), each as live_wire writes it: every one while together
-// they fit in `max_bytes`, else as many as fit (at least two), evenly spread, the first and the
-// last always among them.
+// The views of a window (LiveState::recent), each as live_wire writes it, the topology with the
+// last only: every one while together they fit in `max_bytes`, else as many as fit (at least two,
+// which may then weigh more), evenly spread, the first and the last always among them.
 [[nodiscard]] std::vector<std::string> window_wire(const std::vector<std::shared_ptr<const LiveView>>& views,
                                                    long long now_unix_ms, std::size_t max_bytes);
 

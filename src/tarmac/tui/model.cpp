@@ -124,28 +124,34 @@ void Model::update(std::size_t index, HostData data, long long now_ms) {
   data.name = host.name;
   data.remote = host.remote;
   if (!data.snapshot) {
-    // A failed read keeps what was known, and says since when it fails.
+    // A failed read keeps what was known, and says since when it fails (and where it came from).
     const bool failing = host.problem.has_value();
     host.problem = data.problem;
     if (host.problem && !failing) host.problem_since_ms = now_ms;
+    host.via_agent = data.via_agent;
+    host.agent_problem = data.agent_problem;
     return;
   }
   auto prefill_points = std::move(data.history_prefill);
   data.history_prefill.clear();
+  // A reading of the sample already shown (an agent samples at its own interval, which a faster
+  // refresh reads again) adds no point to the graphs.
+  const bool same_sample = host.snapshot && host.snapshot->timestamp_unix_ms == data.snapshot->timestamp_unix_ms &&
+                           data.via_agent;
   host = std::move(data);
   for (const auto& [gpu, older] : prefill_points) prefill(index, gpu, older);
   std::set<unsigned> seen;
   decltype(idle_since_ms_) idle;
   for (const auto& d : host.snapshot->devices) {
     auto& h = gpu_history_[{index, d.id.index}];
-    if (d.sample.util_gpu_pct) h.util_pct.add(*d.sample.util_gpu_pct);
-    if (d.sample.mem_used_bytes && d.id.mem_total_bytes && *d.id.mem_total_bytes > 0) {
+    if (d.sample.util_gpu_pct && !same_sample) h.util_pct.add(*d.sample.util_gpu_pct);
+    if (d.sample.mem_used_bytes && d.id.mem_total_bytes && *d.id.mem_total_bytes > 0 && !same_sample) {
       h.mem_pct.add(100.0 * static_cast<double>(*d.sample.mem_used_bytes) / static_cast<double>(*d.id.mem_total_bytes));
     }
-    if (d.sample.power_mw) h.power_w.add(*d.sample.power_mw / 1000.0);
-    if (d.sample.temp_c) h.temp_c.add(*d.sample.temp_c);
+    if (d.sample.power_mw && !same_sample) h.power_w.add(*d.sample.power_mw / 1000.0);
+    if (d.sample.temp_c && !same_sample) h.temp_c.add(*d.sample.temp_c);
     for (const auto& p : d.processes) {
-      if (seen.insert(p.pid).second) {
+      if (seen.insert(p.pid).second && !same_sample) {
         auto& ph = proc_history_[{index, p.pid}];
         if (p.sm_util_pct) ph.sm_pct.add(*p.sm_util_pct);
         if (p.used_mem_bytes) ph.mem_mib.add(static_cast<double>(*p.used_mem_bytes) / (1024.0 * 1024.0));
@@ -195,7 +201,12 @@ std::vector<diagnose::Verdict> Model::verdicts() const {
   std::vector<diagnose::Verdict> out;
   for (const auto& h : hosts_) {
     if (!h.snapshot || h.classes.size() != h.snapshot->devices.size()) continue;
-    for (auto v : diagnose::verdicts(*h.snapshot, h.classes)) {
+    std::vector<std::string> leases;  // per device, as verdicts() takes them
+    for (const auto& d : h.snapshot->devices) {
+      const auto lease = h.leases.find(d.id.index);
+      leases.push_back(lease != h.leases.end() ? lease->second : std::string());
+    }
+    for (auto v : diagnose::verdicts(*h.snapshot, h.classes, {}, leases)) {
       if (hosts_.size() > 1) v.text = (h.name.empty() ? std::string("this host") : h.name) + ": " + v.text;
       out.push_back(std::move(v));
     }

@@ -13,6 +13,53 @@ namespace {
 
 using detail::DoctorReport;
 
+// The agent's 3 s window at 1 s, sampled until a moment ago: doctor takes it.
+detail::WindowFacts good_window() {
+  detail::WindowFacts f;
+  f.window_ms = 3000;
+  f.samples = 4;
+  f.span_ms = 3000;
+  f.newest_unix_ms = 1'700'000'000'000;
+  f.newest_age_ms = 300;
+  f.interval_ms = 1000;
+  f.process_interval_ms = 5000;
+  return f;
+}
+
+TEST(DoctorWindow, TheAgentsSamplesStandOnlyWhenTheyCoverWhatDoctorWouldSample) {
+  EXPECT_EQ(detail::window_refusal(good_window()).why, "");
+  const auto refused = [](auto change) {
+    auto f = good_window();
+    change(f);
+    return detail::window_refusal(f);
+  };
+  // Stale: named, as a stuck agent is news.
+  const auto stale = refused([](auto& f) { f.newest_age_ms = 10'000; });
+  EXPECT_EQ(stale.why, "the agent's last sample is 10s old");
+  EXPECT_TRUE(stale.warn);
+  EXPECT_EQ(refused([](auto& f) { f.newest_age_ms = 7900; }).why, "");  // within three intervals and 5 s (a late sample)
+  EXPECT_TRUE(refused([](auto& f) { f.span_ms = -1; }).warn);
+  EXPECT_TRUE(refused([](auto& f) { f.span_ms = 3'600'000; }).warn);
+  // Too few samples, or too seldom: no condition could be sustained.
+  EXPECT_FALSE(refused([](auto& f) { f.samples = 1; }).why.empty());
+  EXPECT_FALSE(refused([](auto& f) { f.interval_ms = 2000; }).why.empty());
+  EXPECT_FALSE(refused([](auto& f) { f.interval_ms = 5000; f.samples = 1; f.span_ms = 0; f.newest_age_ms = 0; }).why.empty());
+  // Not watched for the whole window yet; one interval short is the window sampled at its ends.
+  EXPECT_FALSE(refused([](auto& f) { f.span_ms = 1000; f.samples = 2; }).why.empty());
+  EXPECT_EQ(refused([](auto& f) { f.span_ms = 2000; f.samples = 3; }).why, "");
+  // --interval: the agent's spacing (thinned answers included) must be as fine.
+  EXPECT_EQ(refused([](auto& f) { f.asked_interval_ms = 1000; }).why, "");
+  EXPECT_FALSE(refused([](auto& f) { f.asked_interval_ms = 500; }).why.empty());
+  EXPECT_FALSE(refused([](auto& f) { f.asked_interval_ms = 1000; f.samples = 2; }).why.empty());  // 3 s apart
+  // --window 0: the latest sample alone.
+  EXPECT_EQ(refused([](auto& f) { f.window_ms = 0; f.samples = 1; f.span_ms = 0; }).why, "");
+  // --pid: every process of the job older than the window and the process interval (and a second).
+  const long long listed_since_s = (good_window().newest_unix_ms - 3000 - 5000) / 1000;
+  EXPECT_EQ(refused([&](auto& f) { f.job_starts_unix_s = {listed_since_s - 600, listed_since_s - 2}; }).why, "");
+  EXPECT_FALSE(refused([&](auto& f) { f.job_starts_unix_s = {listed_since_s - 600, listed_since_s - 1}; }).why.empty());
+  EXPECT_FALSE(refused([&](auto& f) { f.job_starts_unix_s = {listed_since_s + 4}; }).why.empty());
+}
+
 diagnose::Finding starved_finding() {
   diagnose::Finding f;
   f.code = "input-starved";

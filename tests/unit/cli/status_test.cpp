@@ -9,6 +9,7 @@
 
 #include "../alerts/test_support.hpp"
 #include "cli_test_support.hpp"
+#include "tarmac/cli/status_source.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/units.hpp"
 
@@ -259,6 +260,27 @@ TEST(StatusCommand, HoldingAfterMustBeADuration) {
             kExitUsage);
   EXPECT_EQ(testing::run_command_line(add_status_command, config.global, {"status", "--holding-after", "-5m"}),
             kExitUsage);
+}
+
+}  // namespace
+}  // namespace tarmac::cli
+
+namespace tarmac::cli {
+namespace {
+
+TEST(LeaseLabel, NamesTheFilesOwnerUnlessRootWroteIt) {
+  sched::Lease lease;
+  lease.job_id = "12";
+  lease.user = "alice";
+  lease.file_uid = 0;  // the agent's, for the user it serves
+  EXPECT_EQ(lease_label(lease), "job 12 alice");
+  lease.job_id.clear();
+  EXPECT_EQ(lease_label(lease), "lease alice");
+  // Any other writer's word for who it is, is not taken: "root" in uid 4000123's file is uid 4000123.
+  lease.user = "root";
+  lease.job_id = "7";
+  lease.file_uid = 4000123;
+  EXPECT_EQ(lease_label(lease), "job 7 4000123");
 }
 
 }  // namespace

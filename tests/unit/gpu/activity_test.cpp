@@ -175,6 +175,21 @@ TEST(Verdicts, AWellKnownHolderIsNamedWithItsOwnerAndMemory) {
   EXPECT_EQ(texts[2], "GPU 1 holds memory at 0 % utilization: a forgotten process? (`tarmac reap`)");
 }
 
+TEST(Verdicts, AReservedGpuNothingRunsOnNamesItsLease) {
+  Snapshot s;
+  s.devices = {device(0, 0, 500), device(1, 0, 500), device(2, 0, 500), device(3, 0, 500)};
+  const std::vector<Activity> classes{Activity::ReservedIdle, Activity::ReservedIdle, Activity::ReservedIdle,
+                                      Activity::Idle};
+  std::vector<std::string> texts;
+  for (const auto& v : diagnose::verdicts(s, classes, {}, {"job 12 alice", "lease bob\x1b[2J", "", "job 9 carol"})) {
+    if (v.code == "reserved-idle") texts.push_back(v.text);
+  }
+  ASSERT_EQ(texts.size(), 3U);  // GPU 3 is idle, not reserved: its stale lease says nothing
+  EXPECT_EQ(texts[0], "GPU 0 is reserved by job 12 alice and unused: `tarmac cancel 12` gives it back");
+  EXPECT_EQ(texts[1], "GPU 1 is reserved (lease bob\\x1b[2J) and unused: `tarmac jobs` lists it");
+  EXPECT_EQ(texts[2], "GPU 2 is reserved and unused: `tarmac jobs` lists the leases");
+}
+
 TEST(Verdicts, WellKnownHoldersAreToldByTheirCommandLine) {
   const auto kind = [](const char* cmd) { return host::well_known_holder(std::string(cmd)).value_or("-"); };
   EXPECT_EQ(kind("python -m ipykernel_launcher -f k.json"), "Jupyter kernel");

@@ -219,7 +219,19 @@ TEST(LiveWire, TheTopologyTravelsAndABadOneIsRefused) {
   ASSERT_TRUE(parsed->snapshot.topology.has_value());
   EXPECT_EQ(parsed->snapshot.topology->links, t.links);
   EXPECT_EQ(parsed->snapshot.topology->nvlink_count, t.nvlink_count);
-  EXPECT_FALSE(parse_live_wire(live_wire(view_with({full_device(0)}), 0))->snapshot.topology.has_value());
+  auto none = parse_live_wire(live_wire(view_with({full_device(0)}), 0));
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_FALSE(none->snapshot.topology.has_value());
+  auto left_out = parse_live_wire(live_wire(v, 0, false));  // status's: no topology
+  ASSERT_TRUE(left_out.ok()) << left_out.error().message;
+  EXPECT_FALSE(left_out->snapshot.topology.has_value());
+  // A topology read well does not hide a bad value before it, nor is a time out of any clock's range taken.
+  for (const std::string bad : {R"({"v":1,"age_ms":"x","devices":[],"topology":{"links":[],"nvlink_count":[]}})",
+                                R"({"v":1,"timestamp_unix_ms":-5,"devices":[]})",
+                                R"({"v":1,"timestamp_unix_ms":9223372036854775807,"devices":[]})",
+                                R"({"v":1,"age_ms":9223372036854775807,"devices":[]})"}) {
+    EXPECT_FALSE(parse_live_wire(bad).ok()) << bad;
+  }
   const std::string device = R"({"v":1,"timestamp_unix_ms":1,"devices":[{"id":{"index":0}}],"topology":)";
   for (const std::string topo : {R"([])", R"({"links":[["X"]]})", R"({"links":[["X","NV"]],"nvlink_count":[[0]]})",
                                  R"({"links":[["XX"]],"nvlink_count":[[0]]})", R"({"links":[[1]],"nvlink_count":[[0]]})",
@@ -244,6 +256,16 @@ TEST(LiveWire, AWindowTooLargeForItsAnswerIsThinnedEvenly) {
   std::vector<long long> stamps;
   for (const auto& text : thinned) stamps.push_back(parse_live_wire(text)->snapshot.timestamp_unix_ms);
   EXPECT_EQ(stamps, (std::vector<long long>{0, 3000, 6000, 9000}));  // the first and the last kept
+  // The topology once, with the last.
+  for (auto& v : views) {
+    auto copy = *v;
+    copy.snapshot.topology = gpu::Topology{{{gpu::Link::Self}}, {{0}}};
+    v = std::make_shared<LiveView>(std::move(copy));
+  }
+  const auto all = window_wire(views, 0, 100 * one);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(parse_live_wire(all[i])->snapshot.topology.has_value(), i + 1 == all.size()) << i;
+  }
   EXPECT_EQ(window_wire(views, 0, 1).size(), 2U);                      // never fewer than two
   EXPECT_TRUE(window_wire({}, 0, 1).empty());
 }
@@ -258,8 +280,16 @@ TEST(LiveState, RecentKeepsTheLastViewsOldestFirst) {
   EXPECT_EQ(last_second.back()->ts_ms, 100'000);
   EXPECT_EQ(last_second.back(), live.view());
   EXPECT_EQ(live.recent(0).size(), 1U);
+  // A window that does not fall on a sample begins with the one before it: the window is covered.
+  const auto late = live.recent(1200);
+  ASSERT_EQ(late.size(), 4U);
+  EXPECT_EQ(late.front()->ts_ms, 98'500);
   const auto all = live.recent(1'000'000);  // no further back than kRecentMs, nor more than kRecentViews
   EXPECT_EQ(all.front()->ts_ms, std::max(100'000 - LiveState::kRecentMs, 100'000 - 500 * static_cast<long long>(LiveState::kRecentViews - 1)));
+  // The clock stepped back: what was kept is of another time.
+  live.publish(gpu::Snapshot{}, {}, 50'000, AgentStats{});
+  ASSERT_EQ(live.recent(LiveState::kRecentMs).size(), 1U);
+  EXPECT_EQ(live.recent(LiveState::kRecentMs).front()->ts_ms, 50'000);
   // At a fast interval, at most kRecentViews.
   LiveState fast;
   for (long long ts = 0; ts < 2000; ++ts) fast.publish(gpu::Snapshot{}, {}, ts, AgentStats{});

@@ -99,6 +99,21 @@ TEST(TuiModel, GraphsAdvanceOnePointPerReadingAndTakeAnAgentsHistoryFirst) {
   EXPECT_EQ(std::vector<double>(g->util_pct.points().begin(), g->util_pct.points().end()),
             (std::vector<double>{10, 20, 98, 98}));
   EXPECT_NEAR(g->mem_pct.points().back(), 95.0, 0.01);
+  // Through the agent, a reading of the sample already shown adds no point; a new sample does.
+  data.via_agent = true;
+  m.update(h, data, 3);
+  EXPECT_EQ(m.history(h, 0)->util_pct.points().size(), 4U);
+  data.snapshot->timestamp_unix_ms += 1000;
+  m.update(h, data, 4);
+  EXPECT_EQ(m.history(h, 0)->util_pct.points().size(), 5U);
+  // A failed read keeps the data, and says where the data comes from and why not the agent.
+  HostData failed;
+  failed.problem = "NVML: no driver";
+  failed.agent_problem = "the agent's answer is not JSON";
+  m.update(h, failed, 5);
+  EXPECT_FALSE(m.hosts()[h].via_agent);
+  EXPECT_EQ(m.hosts()[h].agent_problem, "the agent's answer is not JSON");
+  EXPECT_TRUE(m.hosts()[h].snapshot.has_value());
 }
 
 TEST(TuiModel, SeriesKeepsItsNewestPoints) {
