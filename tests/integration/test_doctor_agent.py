@@ -14,7 +14,7 @@ import threading
 import time
 import unittest
 
-from agent_support import HeldSim, end_process, wait_for
+from agent_support import CountedCalls, HeldSim, end_process, wait_for
 from test_doctor import clean_env
 from test_status import TARMAC
 
@@ -53,7 +53,7 @@ class DoctorThroughTheAgent(unittest.TestCase):
         (environment for doctor, the agent's socket)."""
         d = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-doctor-agent-"))
         self.addCleanup(shutil.rmtree, d, True)
-        sim = HeldSim(scenario, state=str(d / "sim"))
+        sim = self.sim = HeldSim(scenario, state=str(d / "sim"))
         self.addCleanup(sim.proc.stderr.close)  # cleanups run last first: after close()
         self.addCleanup(sim.proc.stdout.close)
         self.addCleanup(sim.close)
@@ -68,11 +68,11 @@ class DoctorThroughTheAgent(unittest.TestCase):
             if agent.poll() is not None or not os.path.exists(sock):
                 return agent.poll() is not None
             try:
-                samples = ask(sock, {"op": "window", "ms": 1000}).get("samples") or []
+                samples = ask(sock, {"op": "window", "ms": 1000 if watched else 30_000}).get("samples") or []
             except (OSError, ValueError):
                 return False
             if not watched:
-                return bool(samples)
+                return len(samples) >= 2  # two samples, however far apart
             return len(samples) > 1 and samples[-1]["timestamp_unix_ms"] - samples[0]["timestamp_unix_ms"] >= 800
         if not wait_for(watched_a_second) or agent.poll() is not None:
             err.seek(0)
@@ -134,6 +134,20 @@ class DoctorThroughTheAgent(unittest.TestCase):
             answer = ask(sock, {"op": "window", "ms": ms})
             self.assertEqual((answer["ok"], answer["code"]), (False, "invalid"), ms)
         self.assertIn("topology", ask(sock, {"op": "window", "ms": 0})["samples"][0])
+
+    def test_a_stuck_agents_answers_grow_old(self):
+        # The agent's sampling held inside a driver call (its socket still answers, from memory):
+        # the age its answers state keeps growing, however often they are asked for (they are
+        # made once per sample, and at least once a second), so the clients' staleness checks fire.
+        env, sock = self.machine("holding-zombie")
+        held = CountedCalls(self.sim, "nvmlDeviceGetUtilizationRates", gpu=0)
+        with held.hold():
+            for op in ({"op": "status"}, {"op": "window", "ms": 1000}):
+                def age():
+                    answer = ask(sock, op)
+                    return answer["view"]["age_ms"] if "view" in answer else answer["samples"][-1]["age_ms"]
+                with self.subTest(op=op["op"]):
+                    self.assertTrue(wait_for(lambda: age() > 1500, step=0.02), "the stated age stood still")
 
     def test_a_bad_agent_is_named_and_doctor_samples_here(self):
         d = pathlib.Path(tempfile.mkdtemp(prefix="tarmac-doctor-fake-"))

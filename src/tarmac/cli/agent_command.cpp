@@ -267,14 +267,18 @@ void wire_backfill(sched::DaemonOptions& dopts, const std::shared_ptr<backfill::
 // The client reads a line of 1 MiB at most: a window's answer is kept under this.
 constexpr std::size_t kWindowAnswerBytes = 768 * 1024;
 
-// The answers made from the newest view, made again only when a newer one is published: any local
-// user may ask as often as the socket lets them, and the answer is made on the scheduler's thread.
-// (The age each answer states is its age when it was made: at most one interval short.)
+// The answers made from the newest view, made again only when a newer one is published or a
+// second has passed: any local user may ask as often as the socket lets them, and the answer is
+// made on the scheduler's thread. The age each answer states is at most that second short, so an
+// agent whose sampling is stuck still shows its samples growing old.
 struct AnswerCache {
   std::shared_ptr<const serve::LiveView> view;
+  long long made_unix_ms = 0;
   std::optional<nlohmann::json> status;
-  std::map<long long, nlohmann::json> windows;  // by ms
-  static constexpr std::size_t kMaxWindows = 8;
+  // By the window's first view and how many (at most kRecentViews different windows per sample,
+  // whatever `ms` a client names).
+  std::map<std::pair<const serve::LiveView*, std::size_t>, nlohmann::json> windows;
+  static constexpr long long kLifetimeMs = 1000;
 };
 
 // `{"op":"status"}` and `{"op":"window","ms":N}` on the scheduler's socket (docs/recorder.md
@@ -294,11 +298,14 @@ void wire_status(sched::DaemonOptions& dopts, const serve::LiveState& live, std:
     if (op == req.end() || (*op != "status" && *op != "window")) return more ? more(peer, fds, req, defer) : std::nullopt;
     const auto view = live.view();
     if (!view) return nlohmann::json{{"ok", false}, {"code", "busy"}, {"error", "the agent has not sampled yet"}};
-    if (cache->view != view) *cache = AnswerCache{view, std::nullopt, {}};
+    const long long now = util::wall_ms();
+    if (cache->view != view || now - cache->made_unix_ms > AnswerCache::kLifetimeMs || now < cache->made_unix_ms) {
+      *cache = AnswerCache{view, now, std::nullopt, {}};
+    }
     if (*op == "status") {
       if (!cache->status) {
         cache->status = nlohmann::json{
-            {"ok", true}, {"nvml", nvml}, {"view", nlohmann::json::parse(serve::live_wire(*view, util::wall_ms(), false))}};
+            {"ok", true}, {"nvml", nvml}, {"view", nlohmann::json::parse(serve::live_wire(*view, now, false))}};
       }
       return *cache->status;
     }
@@ -307,14 +314,12 @@ void wire_status(sched::DaemonOptions& dopts, const serve::LiveState& live, std:
       return nlohmann::json{{"ok", false}, {"code", "invalid"},
                             {"error", fmt::format("window: ms is a whole number from 0 to {}", serve::LiveState::kRecentMs)}};
     }
-    const long long window = ms->get<long long>();
-    if (const auto known = cache->windows.find(window); known != cache->windows.end()) return known->second;
+    const auto views = live.recent(ms->get<long long>());
+    const auto key = std::make_pair(views.empty() ? nullptr : views.front().get(), views.size());
+    if (const auto known = cache->windows.find(key); known != cache->windows.end()) return known->second;
     nlohmann::json samples = nlohmann::json::array();
-    for (auto& text : serve::window_wire(live.recent(window), util::wall_ms(), kWindowAnswerBytes)) {
-      samples.push_back(nlohmann::json::parse(text));
-    }
-    if (cache->windows.size() >= AnswerCache::kMaxWindows) cache->windows.clear();
-    return cache->windows[window] = nlohmann::json{{"ok", true},
+    for (auto& text : serve::window_wire(views, now, kWindowAnswerBytes)) samples.push_back(nlohmann::json::parse(text));
+    return cache->windows[key] = nlohmann::json{{"ok", true},
                                                    {"nvml", nvml},
                                                    {"interval_ms", interval_ms},
                                                    {"process_interval_ms", process_interval_ms},

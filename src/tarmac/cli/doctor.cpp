@@ -292,6 +292,10 @@ WindowRefusal window_refusal(const WindowFacts& f) {
     // half the window, and the agent watching for all of it.
     if (f.samples < 2 || 2 * f.interval_ms > f.window_ms) return {"the agent samples too seldom for the window", false};
     if (f.span_ms + f.interval_ms < f.window_ms) return {"the agent has not watched for the whole window yet", false};
+    // Nor a window with a hole (the agent's sampling stalled): its ends alone say little.
+    if (f.max_gap_ms > std::max(2 * f.interval_ms, f.window_ms / 2) + f.interval_ms) {
+      return {"the agent's samples of the window have a gap", false};
+    }
     // Not coarser than an --interval asked for (a thinned answer: the spacing as sent).
     const long long spacing = f.span_ms / static_cast<long long>(f.samples - 1);
     if (f.asked_interval_ms > 0 && std::max(spacing, f.interval_ms) > f.asked_interval_ms) {
@@ -388,6 +392,9 @@ bool window_from_agent(const GlobalOptions& global, const std::string& socket, c
   facts.asked_interval_ms = options.interval.empty() ? 0 : input.thresholds.interval_ms;
   facts.samples = w.samples.size();
   facts.span_ms = w.samples.back().timestamp_unix_ms - w.samples.front().timestamp_unix_ms;
+  for (std::size_t k = 1; k < w.samples.size(); ++k) {
+    facts.max_gap_ms = std::max(facts.max_gap_ms, w.samples[k].timestamp_unix_ms - w.samples[k - 1].timestamp_unix_ms);
+  }
   facts.newest_unix_ms = w.samples.back().timestamp_unix_ms;
   facts.newest_age_ms = w.newest_age_ms;
   facts.interval_ms = w.interval_ms;

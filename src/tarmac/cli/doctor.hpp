@@ -41,6 +41,7 @@ struct WindowFacts {
   long long asked_interval_ms = 0;  // --interval when given, else 0
   std::size_t samples = 0;
   long long span_ms = 0;            // newest sample's time less the oldest's
+  long long max_gap_ms = 0;         // the longest time between two samples one after the other
   long long newest_unix_ms = 0;
   long long newest_age_ms = 0;      // how old the newest was when the agent answered
   long long interval_ms = 0;        // the agent's sampling interval

@@ -366,7 +366,8 @@ nlohmann::json status_json(const StatusView& view, const std::optional<std::stri
     g["activity_since_unix_ms"] = i < view.class_since_unix_ms.size() ? or_null(view.class_since_unix_ms[i]) : nullptr;
     g["held_idle_since_unix_ms"] =
         i < view.held_idle_since_unix_ms.size() ? or_null(view.held_idle_since_unix_ms[i]) : nullptr;
-    g["lease"] = i < view.leases.size() && !view.leases[i].empty() ? nlohmann::json(view.leases[i]) : nlohmann::json(nullptr);
+    g["lease"] = i < view.leases.size() && !view.leases[i].label.empty() ? nlohmann::json(view.leases[i].label)
+                                                                         : nlohmann::json(nullptr);
     j["gpus"].push_back(std::move(g));
   }
   if (cuda_visible) {

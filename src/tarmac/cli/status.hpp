@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tarmac/cli/context.hpp"
+#include "tarmac/diagnose/verdicts.hpp"
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/model.hpp"
 
@@ -56,9 +57,8 @@ struct StatusView {
   std::vector<std::optional<long long>> class_since_unix_ms;
   std::vector<std::optional<long long>> held_idle_since_unix_ms;
   std::optional<long long> agent_age_ms;  // set when the agent answered: how old its sample was
-  // Per device: the scheduler's lease on it ("job 12 alice", "lease alice"), "" for none; empty
-  // when the leases were not read.
-  std::vector<std::string> leases;
+  // Per device: the scheduler's lease on it (label "" for none); empty when the leases were not read.
+  std::vector<diagnose::GpuLease> leases;
 };
 
 // A view of `snapshot` read here: classified from this one look.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include <fmt/format.h>
@@ -36,19 +37,31 @@ StatusSource::StatusSource(const GlobalOptions& global, gpu::ActivityThresholds 
 
 std::string lease_label(const sched::Lease& lease) {
   // The user a lease file names is its writer's word: taken only from root's (the agent writes
-  // leases for the users it serves); any other file is named by its owner.
+  // leases for the users it serves); any other file is named by its owner. A lease file writes
+  // "-" for no job.
   const std::string user = lease.file_uid == 0 ? lease.user : host::user_name(lease.file_uid);
-  return lease.job_id.empty() ? "lease " + user : fmt::format("job {} {}", lease.job_id, user);
+  const bool job = !lease.job_id.empty() && lease.job_id != "-";
+  return job ? fmt::format("job {} {}", lease.job_id, user) : "lease " + user;
 }
 
-std::map<std::string, std::string> lease_labels(const LeaseFiles& files) {
-  std::map<std::string, std::string> out;
-  if (files.dir.empty()) return out;
+std::map<std::string, diagnose::GpuLease> lease_labels(const LeaseFiles& files) {
+  std::map<std::string, diagnose::GpuLease> out;
+  // Only read: a command that shows the GPUs makes no lock directory (a missing one holds no lease).
+  if (files.dir.empty() || ::access(files.dir.c_str(), F_OK) != 0) return out;
   auto dir = sched::LeaseDir::open(files.dir, files.max_hold_ms);
   if (!dir.ok()) return out;
   auto leases = dir->live_leases(util::wall_ms(), sched::LeaseDir::StaleFiles::Keep);
   if (!leases.ok()) return out;
-  for (const auto& l : *leases) out[l.uuid] = lease_label(l);
+  for (const auto& l : *leases) {
+    diagnose::GpuLease g;
+    g.label = lease_label(l);
+    // `tarmac cancel` takes the agent's jobs (whole numbers), and only the agent's (root's) file
+    // says which: another user's file may name anyone's job.
+    const bool agent_job = l.file_uid == 0 && !l.job_id.empty() && l.job_id.size() <= 18 &&
+                           std::all_of(l.job_id.begin(), l.job_id.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (agent_job) g.cancel_id = l.job_id;
+    out[l.uuid] = std::move(g);
+  }
   return out;
 }
 
@@ -222,7 +235,7 @@ std::optional<StatusView> StatusSource::read() {
   for (std::size_t i = 0; i < view->snapshot.devices.size(); ++i) {
     const gpu::Device& d = view->snapshot.devices[i];
     const auto lease = d.id.uuid ? labels.find(*d.id.uuid) : labels.end();
-    view->leases.push_back(lease != labels.end() ? lease->second : std::string());
+    view->leases.push_back(lease != labels.end() ? lease->second : diagnose::GpuLease{});
     if (direct && lease != labels.end() && i < view->classes.size()) {
       view->classes[i] = gpu::classify(d, thresholds_, view->snapshot.timestamp_unix_ms / 1000, gpu::Leased::Yes);
     }

@@ -51,9 +51,10 @@ struct AgentWindowAnswer {
 // A lease as people name it: "job 12 alice", or "lease alice" for one taken without a job.
 [[nodiscard]] std::string lease_label(const sched::Lease& lease);
 
-// The live leases in `files` by GPU UUID, as lease_label names them (read without the scheduler's
-// lock: nothing is removed); none when the directory cannot be read.
-[[nodiscard]] std::map<std::string, std::string> lease_labels(const LeaseFiles& files);
+// The live leases in `files` by GPU UUID, as lease_label names them, with the agent job
+// `tarmac cancel` takes where there is one (read without the scheduler's lock: nothing is removed,
+// nor a missing directory made); none when the directory cannot be read.
+[[nodiscard]] std::map<std::string, diagnose::GpuLease> lease_labels(const LeaseFiles& files);
 
 class StatusSource {
  public:

@@ -77,7 +77,7 @@ std::optional<std::string> known_holder_text(const gpu::Device& d, const std::op
 
 std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity>& classes,
                               const std::vector<std::optional<long long>>& held_idle_since_unix_ms,
-                              const std::vector<std::string>& leases) {
+                              const std::vector<GpuLease>& leases) {
   std::vector<Verdict> out;
   for (const auto& d : s.devices) {
     if (auto reason = gpu::fault_reason(d)) {
@@ -101,17 +101,15 @@ std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity
   // lease file's job and user are its writer's).
   for (std::size_t i = 0; i < s.devices.size() && i < classes.size(); ++i) {
     if (classes[i] != Activity::ReservedIdle) continue;
-    const std::string lease = i < leases.size() ? leases[i] : std::string();
-    std::string text = fmt::format("GPU {} is reserved and unused", s.devices[i].id.index);
-    if (lease.starts_with("job ")) {
-      const std::string job = lease.substr(4, lease.find(' ', 4) - 4);
-      text = fmt::format("GPU {} is reserved by {} and unused: `tarmac cancel {}` gives it back", s.devices[i].id.index,
-                         util::terminal_text(lease), util::terminal_text(job));
-    } else if (!lease.empty()) {
-      text = fmt::format("GPU {} is reserved ({}) and unused: `tarmac jobs` lists it", s.devices[i].id.index,
-                         util::terminal_text(lease));
-    } else {
-      text += ": `tarmac jobs` lists the leases";
+    const GpuLease lease = i < leases.size() ? leases[i] : GpuLease{};
+    const unsigned index = s.devices[i].id.index;
+    std::string text = fmt::format("GPU {} is reserved and unused: `tarmac jobs` lists the leases", index);
+    if (!lease.cancel_id.empty()) {
+      text = fmt::format("GPU {} is reserved by {} and unused: `tarmac cancel {}` gives it back", index,
+                         util::terminal_text(lease.label), lease.cancel_id);
+    } else if (!lease.label.empty()) {
+      text = fmt::format("GPU {} is reserved by {} and unused: `tarmac jobs` lists the leases", index,
+                         util::terminal_text(lease.label));
     }
     out.push_back({Severity::Warning, "reserved-idle", std::move(text)});
   }

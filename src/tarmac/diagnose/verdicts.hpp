@@ -23,11 +23,17 @@ struct Verdict {
 // `held_idle_since_unix_ms` (same order, may be empty): since when each GPU's processes have been at
 // 0 %, where something watched it over time (the agent); a holder is then "holding since 14:02"
 // rather than "started 14:02".
-// `leases` (same order, may be empty): the scheduler's lease on each GPU ("job 12 alice", "" for
-// none), named in the verdict on a reserved GPU nothing runs on.
+// The scheduler's lease on a GPU, as a verdict names it.
+struct GpuLease {
+  std::string label;      // "job 12 alice", "lease alice"; "" for none
+  std::string cancel_id;  // the agent's job `tarmac cancel` takes; "" when none may be named
+};
+
+// `leases` (same order, may be empty): the lease on each GPU, named in the verdict on a reserved
+// GPU nothing runs on.
 [[nodiscard]] std::vector<Verdict> verdicts(const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes,
                                             const std::vector<std::optional<long long>>& held_idle_since_unix_ms = {},
-                                            const std::vector<std::string>& leases = {});
+                                            const std::vector<GpuLease>& leases = {});
 
 // "0", "1-3", "0, 2, 5-7": GPU index lists as people write them.
 [[nodiscard]] std::string format_index_list(const std::vector<unsigned>& indices);

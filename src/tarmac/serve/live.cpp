@@ -65,6 +65,7 @@ std::vector<std::shared_ptr<const LiveView>> LiveState::recent(long long window_
   std::vector<std::shared_ptr<const LiveView>> out;
   if (recent_.empty()) return out;
   const long long newest = recent_.back()->ts_ms;
+  window_ms = std::max(window_ms, 0LL);
   std::size_t first = 0;
   while (newest - recent_[first]->ts_ms > window_ms) ++first;
   // A sample late by a little leaves the window's start uncovered: the one before it covers it.

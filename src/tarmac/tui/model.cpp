@@ -201,10 +201,10 @@ std::vector<diagnose::Verdict> Model::verdicts() const {
   std::vector<diagnose::Verdict> out;
   for (const auto& h : hosts_) {
     if (!h.snapshot || h.classes.size() != h.snapshot->devices.size()) continue;
-    std::vector<std::string> leases;  // per device, as verdicts() takes them
+    std::vector<diagnose::GpuLease> leases;  // per device, as verdicts() takes them (named, no command)
     for (const auto& d : h.snapshot->devices) {
       const auto lease = h.leases.find(d.id.index);
-      leases.push_back(lease != h.leases.end() ? lease->second : std::string());
+      leases.push_back({lease != h.leases.end() ? lease->second : std::string(), ""});
     }
     for (auto v : diagnose::verdicts(*h.snapshot, h.classes, {}, leases)) {
       if (hosts_.size() > 1) v.text = (h.name.empty() ? std::string("this host") : h.name) + ": " + v.text;

@@ -19,6 +19,7 @@ detail::WindowFacts good_window() {
   f.window_ms = 3000;
   f.samples = 4;
   f.span_ms = 3000;
+  f.max_gap_ms = 1000;
   f.newest_unix_ms = 1'700'000'000'000;
   f.newest_age_ms = 300;
   f.interval_ms = 1000;
@@ -47,6 +48,10 @@ TEST(DoctorWindow, TheAgentsSamplesStandOnlyWhenTheyCoverWhatDoctorWouldSample) 
   // Not watched for the whole window yet; one interval short is the window sampled at its ends.
   EXPECT_FALSE(refused([](auto& f) { f.span_ms = 1000; f.samples = 2; }).why.empty());
   EXPECT_EQ(refused([](auto& f) { f.span_ms = 2000; f.samples = 3; }).why, "");
+  // A stall inside the window: two samples 25 s apart do not stand for a 10 s window.
+  EXPECT_FALSE(refused([](auto& f) { f.window_ms = 10'000; f.samples = 2; f.span_ms = 25'000; f.max_gap_ms = 25'000; }).why.empty());
+  EXPECT_EQ(refused([](auto& f) { f.max_gap_ms = 3000; }).why, "");  // late by an interval: max(2 s, 1.5 s) + 1 s
+  EXPECT_FALSE(refused([](auto& f) { f.max_gap_ms = 3001; }).why.empty());
   // --interval: the agent's spacing (thinned answers included) must be as fine.
   EXPECT_EQ(refused([](auto& f) { f.asked_interval_ms = 1000; }).why, "");
   EXPECT_FALSE(refused([](auto& f) { f.asked_interval_ms = 500; }).why.empty());

@@ -276,6 +276,8 @@ TEST(LeaseLabel, NamesTheFilesOwnerUnlessRootWroteIt) {
   EXPECT_EQ(lease_label(lease), "job 12 alice");
   lease.job_id.clear();
   EXPECT_EQ(lease_label(lease), "lease alice");
+  lease.job_id = "-";  // a lease file's "no job"
+  EXPECT_EQ(lease_label(lease), "lease alice");
   // Any other writer's word for who it is, is not taken: "root" in uid 4000123's file is uid 4000123.
   lease.user = "root";
   lease.job_id = "7";

@@ -181,12 +181,12 @@ TEST(Verdicts, AReservedGpuNothingRunsOnNamesItsLease) {
   const std::vector<Activity> classes{Activity::ReservedIdle, Activity::ReservedIdle, Activity::ReservedIdle,
                                       Activity::Idle};
   std::vector<std::string> texts;
-  for (const auto& v : diagnose::verdicts(s, classes, {}, {"job 12 alice", "lease bob\x1b[2J", "", "job 9 carol"})) {
+  for (const auto& v : diagnose::verdicts(s, classes, {}, {{"job 12 alice", "12"}, {"job x;rm bob\x1b[2J", ""}, {}, {"job 9 carol", "9"}})) {
     if (v.code == "reserved-idle") texts.push_back(v.text);
   }
   ASSERT_EQ(texts.size(), 3U);  // GPU 3 is idle, not reserved: its stale lease says nothing
   EXPECT_EQ(texts[0], "GPU 0 is reserved by job 12 alice and unused: `tarmac cancel 12` gives it back");
-  EXPECT_EQ(texts[1], "GPU 1 is reserved (lease bob\\x1b[2J) and unused: `tarmac jobs` lists it");
+  EXPECT_EQ(texts[1], "GPU 1 is reserved by job x;rm bob\\x1b[2J and unused: `tarmac jobs` lists the leases");
   EXPECT_EQ(texts[2], "GPU 2 is reserved and unused: `tarmac jobs` lists the leases");
 }
 
