@@ -1,0 +1,19 @@
+// The agent's answers to `status` and `window` on the scheduler's socket (docs/recorder.md
+// "Commands through the agent"): its live view for `tarmac status`, `watch` and `top`, and the
+// views of its last seconds for `tarmac doctor`, so that these need not open NVML.
+#pragma once
+
+#include <string>
+
+#include "tarmac/agent/agent.hpp"
+#include "tarmac/sched/daemon.hpp"
+#include "tarmac/serve/live.hpp"
+
+namespace tarmac::cli {
+
+// Adds the two requests to `dopts` (others go to the handler it had). `nvml`: which NVML the agent
+// reads (nvml_source); `sampling`: its intervals, told to doctor.
+void wire_status(sched::DaemonOptions& dopts, const serve::LiveState& live, std::string nvml,
+                 const agent::AgentOptions& sampling);
+
+}  // namespace tarmac::cli
