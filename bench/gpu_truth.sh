@@ -40,8 +40,8 @@ done
 for tool in "$tarmac" "$smi"; do
   command -v "$tool" > /dev/null || { echo "gpu_truth.sh: $tool not found" >&2; exit 2; }
 done
-agent_seconds=60 runs=10
-((quick)) && agent_seconds=5 runs=3
+agent_seconds=60 runs=10 agent_window=5s
+((quick)) && agent_seconds=5 runs=3 agent_window=2s
 work=$(mktemp -d)
 children=()
 cleanup() {
@@ -64,8 +64,8 @@ median_ms() {  # median_ms RUNS CMD...: the median wall time of CMD in ms
     t0=$(date +%s%N)
     "$@" > /dev/null 2>&1
     t1=$(date +%s%N)
-    echo $(((t1 - t0) / 1000000))
-  done | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
+    echo $(((t1 - t0) / 1000))
+  done | sort -n | awk '{v[NR] = $1} END {printf "%.1f\n", v[int((NR + 1) / 2)] / 1000}'
 }
 
 : > "$report"
@@ -83,48 +83,13 @@ gpus=$("$smi" --query-gpu=count --format=csv,noheader 2>/dev/null | head -1)
 # ---- 2. query against nvidia-smi --------------------------------------------------------------
 out ""
 out "## 2. tarmac query against nvidia-smi, field by field"
-dynamic='^(timestamp|utilization|temperature|power\.draw|power\.instant|power\.average|clocks\.(current|sm|mem|gr|video)|clocks\.(applications|default_applications)|memory\.(used|free|reserved)|fan|pstate|clocks_event|clocks_throttle|enforced|energy|pcie\.link\.(gen|width)\.(gpu)?current|encoder|decoder|ofa|module\.power|gpu_operation_mode)'
-"$smi" --help-query-gpu 2>/dev/null | grep -oE '^"[a-z0-9_.]+"' | tr -d '"' | sort -u > "$work/fields"
-same=0 close=0 differ=0 unknown=0 unsupported=0
-: > "$work/diffs"
-while read -r f; do
-  a=$("$smi" --query-gpu="$f" --format=csv,noheader 2>&1)
-  rc_a=$?
-  b=$("$tarmac" query --query-gpu="$f" --format=csv,noheader 2>&1)
-  rc_b=$?
-  if ((rc_a != 0)); then unsupported=$((unsupported + 1)); continue; fi
-  if ((rc_b != 0)); then unknown=$((unknown + 1)); echo "$f: tarmac does not answer: $(head -c 200 <<< "$b")" >> "$work/unknown"; continue; fi
-  if [[ $a == "$b" ]]; then same=$((same + 1)); continue; fi
-  if [[ $f =~ $dynamic ]]; then
-    # Within tolerance: numbers 10 % or 5 units apart, line by line.
-    if python3 - "$a" "$b" << 'PY'
-import re, sys
-a, b = (s.splitlines() for s in sys.argv[1:3])
-def num(x):
-    m = re.match(r"^\s*(-?[0-9.]+)", x)
-    return float(m.group(1)) if m else None
-ok = len(a) == len(b)
-for x, y in zip(a, b):
-    nx, ny = num(x), num(y)
-    if x == y:
-        continue
-    if nx is None or ny is None or abs(nx - ny) > max(5.0, 0.10 * max(abs(nx), abs(ny))):
-        ok = False
-sys.exit(0 if ok else 1)
-PY
-    then close=$((close + 1)); continue; fi
-    echo "$f (dynamic): nvidia-smi [$(paste -sd'|' <<< "$a")] tarmac [$(paste -sd'|' <<< "$b")]" >> "$work/diffs"
-  else
-    echo "$f (static): nvidia-smi [$(paste -sd'|' <<< "$a")] tarmac [$(paste -sd'|' <<< "$b")]" >> "$work/diffs"
-  fi
-  differ=$((differ + 1))
-done < "$work/fields"
-out "Fields nvidia-smi lists: $(wc -l < "$work/fields"); identical: $same; dynamic within tolerance: $close;"
-out "different: $differ; tarmac does not answer: $unknown; nvidia-smi itself refuses: $unsupported."
-static_diffs=$(grep -c '(static)' "$work/diffs")
-if [[ $differ -gt 0 ]]; then block < "$work/diffs"; fi
-if [[ $unknown -gt 0 ]]; then out "Fields tarmac does not answer:"; block < "$work/unknown"; fi
-[[ $static_diffs -eq 0 ]] && check OK "static fields identical" || check FAIL "$static_diffs static fields differ"
+here=$(cd "$(dirname "$0")" && pwd)
+python3 "$here/gpu_truth_query.py" "$tarmac" "$smi" "$work" >> "$report" 2> "$work/query.err"
+rc=$?
+[[ -s $work/query.err ]] && block < "$work/query.err"
+if [[ -s $work/diffs ]]; then block < "$work/diffs"; fi
+if [[ -s $work/unknown ]]; then out "Fields tarmac does not answer:"; block < "$work/unknown"; fi
+((rc == 0)) && check OK "static fields identical" || check FAIL "static fields differ (or the comparison failed: exit $rc)"
 
 # ---- 3. status, topo, doctor, idle --------------------------------------------------------------
 out ""
@@ -134,7 +99,7 @@ block < "$work/status.txt"
 ((rc == 0)) && check OK "status exit 0" || check FAIL "status exit $rc"
 "$tarmac" --json status > "$work/status.json" 2>&1
 "$tarmac" topo -m 2>&1 | block
-"$tarmac" doctor --window 5s 2>&1 | head -60 | block
+timeout 60 "$tarmac" doctor --window 5s 2>&1 | head -60 | block
 
 # ---- 4. a workload ------------------------------------------------------------------------------
 out ""
@@ -225,6 +190,14 @@ block < "$work/run.txt"
 # ---- 6. the agent -----------------------------------------------------------------------------------
 out ""
 out "## 6. The agent for ${agent_seconds} s"
+# With the matmul loop running, so that the GPM series and the classes have something to show.
+load_pid=""
+if ((${#busy_cmd[@]})); then
+  CUDA_VISIBLE_DEVICES=$target "${busy_cmd[@]}" > /dev/null 2>&1 &
+  load_pid=$!
+  children+=($load_pid)
+  out "With the matmul loop on GPU $target."
+fi
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$tarmac" agent --state-dir "$work/state" --listen "127.0.0.1:$port" --socket "$work/agent.sock" \
   > "$work/agent.log" 2>&1 &
@@ -250,11 +223,38 @@ if kill -0 "$agent" 2> /dev/null; then
   check OK "the agent ran ${agent_seconds} s"
   gpm=$(grep -E '^DCGM_FI_PROF_(SM_ACTIVE|SM_OCCUPANCY|PIPE_TENSOR_ACTIVE|DRAM_ACTIVE)\{' <<< "$metrics" | head -8)
   if [[ -n $gpm ]]; then out "GPM series (Hopper and later):"; block <<< "$gpm"; else out "No GPM series (not Hopper, or too few slow reads)."; fi
+  # The commands through the agent (its socket here, not the system's): the same GPUs, no NVML.
+  source=$(TARMAC_SOCKET=$work/agent.sock "$tarmac" --json status 2> "$work/agent-status.err" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin).get("source"))' 2>&1)
+  TARMAC_SOCKET=$work/agent.sock "$tarmac" status 2>&1 | block
+  [[ $source == agent ]] && check OK "status reads the agent's view" || { check FAIL "status through the agent: source $source"; cat "$work/agent-status.err" "$work/agent.log" | tail -20 | block; }
+  TARMAC_SOCKET=$work/agent.sock timeout 60 "$tarmac" doctor --window "$agent_window" > "$work/doctor-agent.txt" 2>&1
+  head -40 "$work/doctor-agent.txt" | block
+  grep -q "the agent's last" "$work/doctor-agent.txt" && check OK "doctor diagnoses the agent's window" ||
+    check FAIL "doctor did not take the agent's window"
+  t_agent=$(TARMAC_SOCKET=$work/agent.sock median_ms "$runs" "$tarmac" status)
+  t_agent_doctor=$(TARMAC_SOCKET=$work/agent.sock median_ms "$runs" "$tarmac" doctor --window "$agent_window")
+  t_direct=$(median_ms "$runs" "$tarmac" status --direct)
+  t_smi_full=$(median_ms "$runs" "$smi")
+  out ""
+  out "Wall time with the agent running (median of $runs, ms):"
+  out ""
+  out "| command | ms |"
+  out "|---|---|"
+  out "| tarmac status (through the agent) | $t_agent |"
+  out "| tarmac doctor --window $agent_window (through the agent) | $t_agent_doctor |"
+  out "| tarmac status --direct | $t_direct |"
+  out "| nvidia-smi | $t_smi_full |"
+  out ""
+  out "status through the agent / nvidia-smi: $(awk -v a="$t_agent" -v b="$t_smi_full" 'BEGIN {printf "%.2f", b ? a / b : 0}');" \
+    "status --direct / nvidia-smi: $(awk -v a="$t_direct" -v b="$t_smi_full" 'BEGIN {printf "%.2f", b ? a / b : 0}')."
   kill "$agent"; wait "$agent" 2> /dev/null
 else
   check FAIL "the agent exited early"
   tail -20 "$work/agent.log" | block
 fi
+
+[[ -n $load_pid ]] && { kill "$load_pid" 2> /dev/null; wait "$load_pid" 2> /dev/null; }
 
 # ---- 7. timing ---------------------------------------------------------------------------------------
 out ""
@@ -276,9 +276,16 @@ out "tarmac status / nvidia-smi: $(awk -v a="$t_status" -v b="$t_smi_full" 'BEGI
 # ---- 8. capture ----------------------------------------------------------------------------------------
 out ""
 out "## 8. sim capture"
+capture_query=name,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,pstate,persistence_mode,mig.mode.current,ecc.mode.current,vbios_version
+# With what the machine said at the moment, for a replay of the capture to be compared with.
+base=${report%.md}
+"$tarmac" --json status --direct > "$base.status.json" 2>&1
+"$tarmac" topo -m > "$base.topo.txt" 2>&1
+"$smi" --query-gpu="$capture_query" --format=csv > "$base.query-gpu.csv" 2>&1
 if "$tarmac" sim capture -o "$work/captured.toml" > "$work/capture.txt" 2>&1; then
-  cp "$work/captured.toml" "${report%.md}.scenario.toml"
-  out "Written: ${report%.md}.scenario.toml"
+  cp "$work/captured.toml" "$base.scenario.toml"
+  out "Written: $base.scenario.toml, with the machine's own status --json, topo -m and nvidia-smi"
+  out "--query-gpu beside it ($base.status.json, .topo.txt, .query-gpu.csv) for a replay to be compared with."
 else
   out "Not available in this tarmac:"
   head -5 "$work/capture.txt" | block

@@ -275,6 +275,18 @@ class AgentConfiguration(unittest.TestCase):
         self.assertIn("store: /srv/tarmac/tarmac.db", r.stdout)
         self.assertIn("retention: samples 3d, minutes 90d, hours 730d, events 365d", r.stdout)
 
+    def test_the_socket_flag_wins_over_the_environment(self):
+        env = dict(os.environ, TARMAC_SOCKET=str(self.dir / "from-env.sock"))
+        path = self.dir / "tarmac.toml"
+        path.write_text('[scheduler]\nsocket = "/srv/from-config.sock"\n')
+        base = [TARMAC, "--config", str(path), "agent", "--listen", "off", "--check-config"]
+        r = subprocess.run([*base, "--socket", str(self.dir / "flag.sock")], capture_output=True, text=True, timeout=30,
+                           env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"socket {self.dir / 'flag.sock'},", r.stdout)
+        r = subprocess.run(base, capture_output=True, text=True, timeout=30, env=env)
+        self.assertIn(f"socket {self.dir / 'from-env.sock'},", r.stdout)
+
     def test_each_bad_value_names_its_line(self):
         cases = [
             ('[agent]\ninterval = "10ms"\n', ":2:12: agent.interval: 10ms is out of range (100ms to 1m)"),

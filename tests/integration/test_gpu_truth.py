@@ -39,6 +39,12 @@ class GpuTruthOnTheSimulator(unittest.TestCase):
             self.assertIn("- ok: memory held asleep on GPU 2 is holding", text)
             self.assertIn("- ok: run gives the command its GPU", text)
             self.assertRegex(text, r"CPU: [0-9.]+ % of one core")
+            self.assertIn("- ok: status reads the agent's view", text)
+            self.assertIn("- ok: doctor diagnoses the agent's window", text)
+            self.assertRegex(text, r"status through the agent / nvidia-smi: [0-9.]+; status --direct / nvidia-smi")
+            # What the machine said, beside its capture, for a replay to be compared with.
+            for suffix in ("scenario.toml", "status.json", "topo.txt", "query-gpu.csv"):
+                self.assertTrue((pathlib.Path(tmp) / f"report.{suffix}").stat().st_size > 0, suffix)
 
 
 if __name__ == "__main__":

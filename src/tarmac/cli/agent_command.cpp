@@ -46,7 +46,6 @@ namespace tarmac::cli {
 
 namespace {
 
-std::string agent_scheduler_socket(const config::Config& cfg) { return sched::socket_path(cfg.scheduler.socket); }
 
 struct AgentFlags {
   std::string interval;
@@ -136,7 +135,12 @@ struct AgentSettings {
   agent::AgentOptions options;
   config::AgentClock clock_kind = config::AgentClock::Real;
   std::vector<std::string> files;  // the configuration files read, in order
+  bool socket_flag = false;         // --socket named the path: it wins over $TARMAC_SOCKET too
   [[nodiscard]] bool scheduler_on() const { return cfg.scheduler.socket != "off"; }
+  // The scheduler's socket: --socket as given, else $TARMAC_SOCKET, scheduler.socket, the default.
+  [[nodiscard]] std::string socket() const {
+    return socket_flag ? cfg.scheduler.socket : sched::socket_path(cfg.scheduler.socket);
+  }
 };
 
 // Reads the configuration and applies the flags over it; nullopt (with a message) on bad usage.
@@ -166,7 +170,10 @@ std::optional<AgentSettings> resolve_settings(const GlobalOptions& global, const
       s.cfg.http_listen = *flags.listen;
     }
   }
-  if (flags.socket) s.cfg.scheduler.socket = *flags.socket;
+  if (flags.socket) {
+    s.cfg.scheduler.socket = *flags.socket;
+    s.socket_flag = true;
+  }
   s.options.state_dir = config::state_dir(s.cfg);
   s.clock_kind = s.cfg.agent_clock;
   if (!flags.clock.empty()) s.clock_kind = flags.clock == "sim" ? config::AgentClock::Sim : config::AgentClock::Real;
@@ -187,7 +194,7 @@ void print_settings(const AgentSettings& s) {
   fmt::print("http: {}\n", s.cfg.http_listen.empty()
                                ? std::string("off")
                                : fmt::format("http://{}/ (/metrics, /api/v1, /healthz)", s.cfg.http_listen));
-  fmt::print("scheduler: {}\n", s.scheduler_on() ? fmt::format("socket {}, leases in {}", agent_scheduler_socket(s.cfg),
+  fmt::print("scheduler: {}\n", s.scheduler_on() ? fmt::format("socket {}, leases in {}", s.socket(),
                                                                sched::lock_dir(s.cfg.scheduler_lock_dir))
                                                  : std::string("off"));
   const auto& r = s.cfg.reaper;
@@ -362,7 +369,7 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
   if (!s.scheduler_on()) return nullptr;
   sched::DaemonOptions dopts;
   dopts.config = s.cfg.scheduler;
-  dopts.socket_path = agent_scheduler_socket(s.cfg);
+  dopts.socket_path = s.socket();
   dopts.lock_dir = sched::lock_dir(s.cfg.scheduler_lock_dir);
   dopts.state_dir = s.options.state_dir;
   dopts.db_path = store::database_path(s.options.state_dir);
@@ -377,7 +384,7 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
              fmt::format("scheduler off: {} (set scheduler.socket, or --socket off)", started.error().message));
     return nullptr;
   }
-  log_line(util::LogLevel::Info, fmt::format("scheduler: serving the queue on {}", agent_scheduler_socket(s.cfg)));
+  log_line(util::LogLevel::Info, fmt::format("scheduler: serving the queue on {}", s.socket()));
   return std::move(*started);
 }
 
