@@ -162,16 +162,23 @@ if ((${#busy_cmd[@]})); then
   got=$(wait_class 90 holding starved)
   [[ $got == holding || $got == starved ]] && check OK "memory held asleep on GPU $target is $got" ||
     check FAIL "memory held asleep on GPU $target is $got"
-  "$tarmac" reap --gpu "$target" --idle-for 5s --window 10s --min-memory 1GiB > "$work/reap.txt" 2>&1
+  # reaper.min_age (10 minutes by default) would keep a process this young from being a candidate.
+  printf '[reaper]\nmin_age = "0s"\n' > "$work/reap.toml"
+  "$tarmac" --config "$work/reap.toml" reap --gpu "$target" --idle-for 5s --window 10s --min-memory 1GiB \
+    > "$work/reap.txt" 2>&1
+  "$tarmac" --config "$work/reap.toml" --json reap --gpu "$target" --idle-for 5s --window 10s --min-memory 1GiB \
+    > "$work/reap.json" 2>&1
   block < "$work/reap.txt"
-  if grep -w "pid $hold_pid" "$work/reap.txt" | grep -q "not proven"; then
-    # The simulator's processes open no /dev/nvidia*: reap cannot prove them holders, and says so.
-    [[ -n ${TARMAC_SIM_LOAD:-} ]] && out "- note: under the simulator the holder cannot be proven (no device file)" ||
-      check FAIL "reap could not prove pid $hold_pid a holder"
-  elif grep -qw "pid $hold_pid" "$work/reap.txt"; then
+  decision=$(python3 -c "import json, sys
+print(next((p['decision'] for p in json.load(sys.stdin)['processes'] if p['pid'] == $hold_pid), 'absent'))" \
+    < "$work/reap.json" 2>&1)
+  if [[ $decision == candidate ]]; then
     check OK "reap (dry run) names the holder, pid $hold_pid, as a candidate"
+  elif [[ -n ${TARMAC_SIM_LOAD:-} && $decision == not-holding ]]; then
+    # The simulator's processes open no /dev/nvidia*: reap cannot prove them holders, and says so.
+    out "- note: under the simulator the holder cannot be proven (no device file): $decision"
   else
-    check FAIL "reap (dry run) does not name the holder, pid $hold_pid"
+    check FAIL "reap (dry run) does not name the holder, pid $hold_pid, as a candidate: $decision"
   fi
   kill "$hold_pid" 2> /dev/null; wait "$hold_pid" 2> /dev/null
 elif [[ -n $target ]]; then

@@ -38,6 +38,7 @@ class GpuTruthOnTheSimulator(unittest.TestCase):
             self.assertIn("- ok: a matmul loop on GPU 2 is busy", text)
             self.assertIn("- ok: memory held asleep on GPU 2 is holding", text)
             self.assertIn("- ok: run gives the command its GPU", text)
+            self.assertIn("- note: under the simulator the holder cannot be proven (no device file): not-holding", text)
             self.assertRegex(text, r"CPU: [0-9.]+ % of one core")
             self.assertIn("- ok: status reads the agent's view", text)
             self.assertIn("- ok: doctor diagnoses the agent's window", text)

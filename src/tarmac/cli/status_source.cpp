@@ -222,7 +222,9 @@ std::optional<StatusView> StatusSource::read() {
       if (!opened.ok()) return std::nullopt;
       backend_ = std::move(*opened);
     }
-    auto snap = backend_->snapshot(gpu::SnapshotOptions{});
+    gpu::SnapshotOptions options;
+    if (!global_.json) options.values = kTableValues;
+    auto snap = backend_->snapshot(options);
     if (!snap.ok()) {
       print_error(snap.error());
       return std::nullopt;

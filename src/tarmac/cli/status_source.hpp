@@ -56,6 +56,18 @@ struct AgentWindowAnswer {
 // nor a missing directory made); none when the directory cannot be read.
 [[nodiscard]] std::map<std::string, diagnose::GpuLease> lease_labels(const LeaseFiles& files);
 
+// What status's table, its classes and its verdicts read of each GPU. Nothing else is read for the
+// table: on a real H200 the rest (the NUMA node and CPUs, maximum and applications clocks, energy,
+// the PCIe link, modes, BAR1, fans) took more than half of a direct status's time, 35 of 64 ms
+// (TARMAC_NVML_PROFILE). --json reads every value.
+inline constexpr gpu::ValueGroups kTableValues{
+    gpu::ValueGroup::Name,        gpu::ValueGroup::Uuid,         gpu::ValueGroup::Pci,
+    gpu::ValueGroup::Memory,      gpu::ValueGroup::PowerLimits,  gpu::ValueGroup::TemperatureThresholds,
+    gpu::ValueGroup::ClockEvents, gpu::ValueGroup::MigMode,      gpu::ValueGroup::Utilization,
+    gpu::ValueGroup::Temperature, gpu::ValueGroup::Power,        gpu::ValueGroup::ClockSm,
+    gpu::ValueGroup::PerformanceState, gpu::ValueGroup::EccErrors, gpu::ValueGroup::RetiredPages,
+    gpu::ValueGroup::RemappedRows, gpu::ValueGroup::ProcessUtilization, gpu::ValueGroup::ProcessHost};
+
 class StatusSource {
  public:
   // `socket`: the agent's (agent_socket); "" reads NVML only.

@@ -35,6 +35,34 @@ Value reason(C c) {
   return reason_bit(c.device.sample.clock_event_reasons, c.device.id.supported_clock_event_reasons, Bit);
 }
 
+// The driver's major version (580 of "580.159.04"); 0 when unknown.
+int driver_major(C c) {
+  if (!c.snapshot.driver_version) return 0;
+  int major = 0;
+  for (const char ch : *c.snapshot.driver_version) {
+    if (ch < '0' || ch > '9' || major > 100000) break;
+    major = major * 10 + (ch - '0');
+  }
+  return major;
+}
+
+// Display mode: from driver 580 nvidia-smi prints it as deprecated and says whether a display is
+// attached in display_attached instead (seen on an H200 with 580.159.04; bench/results/).
+constexpr int kDisplayModeDeprecatedFrom = 580;
+
+Value display_mode(C c) {
+  if (driver_major(c) >= kDisplayModeDeprecatedFrom) {
+    return Value::missing(Marker::Error, "Requested functionality has been deprecated");
+  }
+  return enabled_or(c.device.modes.display_mode);
+}
+
+Value display_attached(C c) {
+  if (driver_major(c) < kDisplayModeDeprecatedFrom) return Value::missing(Marker::NotSupported);
+  if (!c.device.modes.display_mode) return Value::missing(Marker::NotSupported);
+  return Value::flag(*c.device.modes.display_mode, "Yes", "No");
+}
+
 Value pci_part(C c, int which) {
   if (!c.device.id.pci_bus_id) return Value::missing(Marker::NotSupported);
   const auto a = parse_pci_bus_id(*c.device.id.pci_bus_id);
@@ -85,7 +113,9 @@ std::vector<FieldSpec> build_table() {
       {"index", {},
        "", S, "", {}, "Zero based index of the GPU", [](C c) { return Value::integer(c.device.id.index); }},
       {"display_mode", {}, "", D, "display_mode", {G::DisplayMode}, "Whether a display is connected",
-       [](C c) { return enabled_or(c.device.modes.display_mode); }},
+       display_mode},
+      {"display_attached", {}, "", D, "display_mode", {G::DisplayMode}, "Whether a display is attached (driver 580 on)",
+       display_attached},
       {"display_active", {}, "", D, "display_active", {G::DisplayMode}, "Whether a display is initialized on the GPU",
        [](C c) { return enabled_or(c.device.modes.display_active); }},
       {"persistence_mode", {}, "", D, "persistence", {G::PersistenceMode}, "Whether persistence mode is enabled",

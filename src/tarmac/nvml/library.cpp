@@ -2,8 +2,12 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fmt/format.h>
+
+#include "tarmac/nvml/profile.hpp"
 
 namespace tarmac::nvml {
 namespace {
@@ -31,9 +35,15 @@ Error not_found(const std::string& path, const char* dl_message) {
 Result<std::unique_ptr<Library>> Library::open(const LoadOptions& options) {
   std::unique_ptr<Library> lib(new Library());
   lib->path_ = choose_path(options);
+  lib->profiled_ = profile_wanted();
+  const auto load_began = std::chrono::steady_clock::now();
   dlerror();
   lib->handle_ = dlopen(lib->path_.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib->handle_ == nullptr) return not_found(lib->path_, dlerror());
+  if (lib->profiled_) {
+    profile_add("dlopen", std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                              load_began).count());
+  }
 
   std::vector<std::string> missing_required;
   auto resolve = [&](const char* name, Need need) -> void* {
@@ -54,6 +64,7 @@ Result<std::unique_ptr<Library>> Library::open(const LoadOptions& options) {
                       fmt::format("{} is not a usable NVML library: it lacks {} (a very old or broken driver?)",
                                   lib->path_, names));
   }
+  if (lib->profiled_) profile_calls(lib->fn_);
 
   // Newest initialiser first: InitWithFlags lets a machine with no GPU still answer.
   nvmlReturn_t rc = NVML_ERROR_FUNCTION_NOT_FOUND;
@@ -82,6 +93,7 @@ Result<std::unique_ptr<Library>> Library::open(const LoadOptions& options) {
 Library::~Library() {
   if (initialised_ && fn_.nvmlShutdown != nullptr) fn_.nvmlShutdown();
   if (handle_ != nullptr) dlclose(handle_);
+  if (profiled_) std::fputs(profile_table().c_str(), stderr);
 }
 
 }  // namespace tarmac::nvml

@@ -200,5 +200,21 @@ TEST(NvmlErrorWords, NvidiaSmisWording) {
   EXPECT_EQ(nvml_error_words("whatever"), "Unknown Error");
 }
 
+// nvidia-smi of driver 580 prints display_mode as deprecated and display_attached instead (seen on
+// an H200, 580.159.04, whose NVML still answers nvmlDeviceGetDisplayMode with 1).
+TEST(FieldTable, DisplayModeIsDeprecatedFromDriver580) {
+  gpu::Snapshot s = one_a100();
+  s.devices[0].modes.display_mode = true;
+  EXPECT_EQ(csv("display_mode", s), "Enabled");
+  EXPECT_EQ(csv("display_attached", s), "[Not Supported]");
+  s.driver_version = "580.159.04";
+  EXPECT_EQ(csv("display_mode", s), "[Requested functionality has been deprecated]");
+  EXPECT_EQ(csv("display_attached", s), "Yes");
+  s.devices[0].modes.display_mode = false;
+  EXPECT_EQ(csv("display_attached", s), "No");
+  s.devices[0].modes.display_mode.reset();
+  EXPECT_EQ(csv("display_attached", s), "[Not Supported]");
+}
+
 }  // namespace
 }  // namespace tarmac::fields
