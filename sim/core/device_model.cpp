@@ -50,7 +50,7 @@ DeviceView evaluate_device(const Scenario& scenario, unsigned gpu, double t, con
   DeviceView view;
   view.sample = resolve_sample(spec, timeline, activity);
   view.total_bytes = spec.memory_mib * kMiB;
-  view.reserved_bytes = spec.memory_reserved_mib * kMiB;
+  view.reserved_bytes = spec.memory_reserved_bytes.value_or(spec.memory_reserved_mib * kMiB);
   unsigned long long used = spec.memory_overhead_mib * kMiB;
 
   const auto share = static_cast<unsigned>(running.empty() ? 0 : timeline.util_gpu.value_or(0) / running.size());

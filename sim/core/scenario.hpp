@@ -86,7 +86,8 @@ struct GpuSpec {
   std::optional<std::string> inforom_version;
 
   unsigned long long memory_mib = 0;
-  unsigned long long memory_reserved_mib = 0;
+  unsigned long long memory_reserved_mib = 0;  // rounded up from memory_reserved_bytes when that is given
+  std::optional<unsigned long long> memory_reserved_bytes;  // a real GPU's, which need not be whole MiB
   unsigned long long memory_overhead_mib = 0;  // driver/context memory counted as "used"
   std::optional<unsigned long long> bar1_mib;
 
@@ -123,7 +124,8 @@ struct GpuSpec {
 
   bool persistence_mode = true;
   int compute_mode = 0;
-  bool display_mode = false;
+  bool display_mode = false;    // a display is attached (nvidia-smi 580: display_attached)
+  bool display_active = false;  // a display is initialised on the GPU
   std::optional<bool> mig_mode;          // current; absent: the GPU has no MIG (NOT_SUPPORTED)
   std::optional<bool> mig_mode_pending;  // after the next reset; absent: as current
   std::vector<MigInstance> mig;          // its GPU instances while MIG is on, in the driver's order

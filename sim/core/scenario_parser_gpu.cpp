@@ -254,6 +254,11 @@ void parse_architecture_and_board(Fields& f, GpuSpec& g) {
 void parse_memory(Fields& f, GpuSpec& g) {
   g.memory_mib = static_cast<unsigned long long>(f.integer("memory_mib", 1, 1LL << 24, Presence::Required).value_or(1));
   g.memory_reserved_mib = static_cast<unsigned long long>(f.integer("memory_reserved_mib", 0, 1LL << 24).value_or(0));
+  if (auto bytes = f.integer("memory_reserved_bytes", 0, 1LL << 44)) {
+    if (g.memory_reserved_mib != 0) f.fail_key("memory_reserved_bytes", "give memory_reserved_mib or memory_reserved_bytes, not both");
+    g.memory_reserved_bytes = static_cast<unsigned long long>(*bytes);
+    g.memory_reserved_mib = (*g.memory_reserved_bytes + (1ULL << 20) - 1) >> 20;
+  }
   g.memory_overhead_mib = static_cast<unsigned long long>(f.integer("memory_overhead_mib", 0, 1LL << 24).value_or(0));
   if (g.memory_reserved_mib + g.memory_overhead_mib > g.memory_mib) {
     f.fail_key("memory_overhead_mib", "reserved + overhead memory exceed memory_mib");
@@ -287,6 +292,7 @@ void parse_modes(Fields& f, GpuSpec& g) {
   g.persistence_mode = f.boolean("persistence_mode").value_or(true);
   if (auto m = named(f, "compute_mode", kComputeModes)) g.compute_mode = *m;
   g.display_mode = f.boolean("display_mode").value_or(false);
+  g.display_active = f.boolean("display_active").value_or(g.display_mode);
   g.mig_mode = f.boolean("mig_mode");
   g.mig_mode_pending = f.boolean("mig_mode_pending");
   if (g.mig_mode_pending && !g.mig_mode) f.fail_key("mig_mode_pending", "needs mig_mode: a GPU without MIG has no pending mode");

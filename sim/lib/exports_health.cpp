@@ -168,7 +168,7 @@ TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvm
 
 TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t* is_active) {
   return spec_value(__func__, device, is_active,
-                    [](const sim::GpuSpec& g) { return std::optional(state(g.display_mode)); });
+                    [](const sim::GpuSpec& g) { return std::optional(state(g.display_active)); });
 }
 
 TARMAC_SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current,

@@ -16,6 +16,8 @@ from devtools import require_tool
 from test_query import LAUNCHER, NVIDIA_SMI, nvidia_smi_cmd
 from test_status import TARMAC
 
+RESULTS = pathlib.Path(__file__).resolve().parents[2] / "bench" / "results"
+
 SCENARIOS = ["a100x4-balanced", "mixed-topology-8gpu", "h200x8-mig-mixed", "holding-zombie"]
 # Values of each GPU that a replay must give back as they were.
 GPU_KEYS = ["index", "name", "uuid", "pci_bus_id", "serial", "mem_total_bytes", "mem_used_bytes", "util_gpu_pct",
@@ -67,6 +69,30 @@ class SimCapture(unittest.TestCase):
                     self.assertEqual(self.under(path, *query), self.under(scenario, *query))
         if not smi:
             require_tool("nvidia-smi", str(NVIDIA_SMI), hint="scripts/peers.sh fetches it")
+
+    def test_the_captured_h200_replays_as_the_real_machine_read(self):
+        """sim/scenarios/h200x1-captured.toml was captured on a real H200 (bench/results/2026-12-04-h200/,
+        what tarmac and nvidia-smi said there at the moment of capture): replayed, it must read the same,
+        but for the power draw, which moved between the reads."""
+        truth = RESULTS / "2026-12-04-h200"
+        machine = json.loads((truth / "status.json").read_text())
+        replay = json.loads(self.under("h200x1-captured", TARMAC, "--json", "status", "--direct"))
+        self.assertEqual(replay["driver_version"], "580.159.04")
+        static = [k for k in GPU_KEYS if k != "power_mw"] + ["display_active", "bar1_total_bytes", "mem_reserved_bytes"]
+        for ours, theirs in zip(replay["gpus"], machine["gpus"], strict=True):
+            self.assertEqual({k: ours.get(k) for k in static}, {k: theirs.get(k) for k in static})
+            self.assertAlmostEqual(ours["power_mw"], theirs["power_mw"], delta=0.01 * theirs["power_mw"])
+        self.assertEqual(self.under("h200x1-captured", TARMAC, "topo", "-m"), (truth / "topo.txt").read_text())
+        if not NVIDIA_SMI.exists():
+            require_tool("nvidia-smi", str(NVIDIA_SMI), hint="scripts/peers.sh fetches it")
+        got = self.under("h200x1-captured", *nvidia_smi_cmd(), f"--query-gpu={QUERY}", "--format=csv").splitlines()
+        want = (truth / "query-gpu.csv").read_text().splitlines()
+        self.assertEqual(got[0], want[0])
+        for ours, theirs in zip(got[1:], want[1:], strict=True):
+            a, b = ours.split(", "), theirs.split(", ")
+            power = QUERY.split(",").index("power.draw")
+            self.assertAlmostEqual(float(a[power].split()[0]), float(b[power].split()[0]), delta=2.0)
+            self.assertEqual(a[:power] + a[power + 1:], b[:power] + b[power + 1:])
 
     def test_command_lines_keep_their_programs_unless_asked(self):
         text = self.capture("a100x4-balanced").read_text()

@@ -101,6 +101,16 @@ TEST(ScenarioParser, DefaultsFillEveryGpuAndCanBeOverridden) {
   EXPECT_EQ(s.topology[0][1].level, 50);  // no NUMA nodes given: SYS
 }
 
+TEST(ScenarioParser, ReservedMemoryInBytesAsARealGpuHasIt) {
+  const std::string gpu = "[[gpu]]\nname = \"X\"\narchitecture = \"hopper\"\nmemory_mib = 1000\n"
+                          "uuid = \"GPU-16aaab6a-6e43-4884-a60d-b64116853b1d\"\npci_bus_id = \"07:00.0\"\n";
+  auto s = parse_ok(gpu + "memory_reserved_bytes = 644939776\n");
+  EXPECT_EQ(s.gpus[0].memory_reserved_bytes, 644939776ULL);
+  EXPECT_EQ(s.gpus[0].memory_reserved_mib, 616U);  // rounded up, for the checks of what fits
+  EXPECT_EQ(s.gpus[0].display_active, s.gpus[0].display_mode);
+  expect_error(gpu + "memory_reserved_mib = 600\nmemory_reserved_bytes = 644939776\n", 8, "not both");
+}
+
 TEST(ScenarioParser, BadTomlSyntax) { expect_error("name = \"unterminated\n", 1, "Error while parsing"); }
 
 TEST(ScenarioParser, UnknownKey) {

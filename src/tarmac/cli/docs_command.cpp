@@ -297,6 +297,8 @@ std::string man_page(const CLI::App& app, const std::string& version) {
          ".SH ENVIRONMENT\n"
          ".TP\nNO_COLOR\nNo colour.\n"
          ".TP\nTARMAC_LOCK_DIR, TARMAC_SOCKET\nThe lease directory and the agent's socket.\n"
+         ".TP\nTARMAC_NVML_LIB\nThe NVML library to load (as \\fB--nvml-lib\\fR).\n"
+         ".TP\nTARMAC_NVML_PROFILE\nTime every NVML call; a table of them on stderr at the end.\n"
          ".SH SEE ALSO\n"
          "\\fBnvidia-smi\\fR(1), and the documentation in /usr/share/doc/tarmac/.\n";
   return out;

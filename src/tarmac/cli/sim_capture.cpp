@@ -103,7 +103,11 @@ void write_gpu(Writer& w, const gpu::Device& d, unsigned nvlinks) {
   w.key("uuid", id.uuid);
   w.key("pci_bus_id", id.pci_bus_id);
   w.key("memory_mib", mib(id.mem_total_bytes));
-  w.key("memory_reserved_mib", mib(d.sample.mem_reserved_bytes));
+  if (d.sample.mem_reserved_bytes && *d.sample.mem_reserved_bytes % (1ULL << 20) != 0) {
+    w.key("memory_reserved_bytes", d.sample.mem_reserved_bytes);  // a real GPU's, as it is
+  } else {
+    w.key("memory_reserved_mib", mib(d.sample.mem_reserved_bytes));
+  }
   // Memory used besides the processes listed: contexts, the driver's own.
   if (d.sample.mem_used_bytes) {
     std::uint64_t listed = 0;
@@ -160,6 +164,7 @@ void write_gpu(Writer& w, const gpu::Device& d, unsigned nvlinks) {
   }
   w.key("persistence_mode", d.modes.persistence_mode);
   w.key("display_mode", d.modes.display_mode);
+  w.key("display_active", d.modes.display_active);
   if (d.modes.compute_mode && *d.modes.compute_mode != "Unknown") w.line("compute_mode", lower(*d.modes.compute_mode));
   w.key("mig_mode", d.modes.mig_mode_current);
   if (d.modes.mig_mode_current == true && !d.mig.empty()) {

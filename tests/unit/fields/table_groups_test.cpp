@@ -24,7 +24,8 @@ namespace {
 
 const std::string kSimLib = TARMAC_SIM_LIB;
 // Between them, these scenarios support every --query-gpu field but the Windows-only ones.
-const std::vector<std::string> kScenarios = {"a100x4-balanced", "h100x2-log", TARMAC_MIXED_MODELS_SCENARIO};
+const std::vector<std::string> kScenarios = {"a100x4-balanced", "h100x2-log", TARMAC_MIXED_MODELS_SCENARIO,
+                                             "h200x1-captured"};  // driver 580: display_attached
 
 // One snapshot from a freshly opened backend (identity is kept per backend, so
 // every snapshot that must read by itself opens its own).
