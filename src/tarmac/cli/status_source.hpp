@@ -62,10 +62,10 @@ struct AgentWindowAnswer {
 // (TARMAC_NVML_PROFILE). --json reads every value.
 inline constexpr gpu::ValueGroups kTableValues{
     gpu::ValueGroup::Name,        gpu::ValueGroup::Uuid,         gpu::ValueGroup::Pci,
-    gpu::ValueGroup::Memory,      gpu::ValueGroup::PowerLimits,  gpu::ValueGroup::TemperatureThresholds,
+    gpu::ValueGroup::Memory,      gpu::ValueGroup::EnforcedPowerLimit, gpu::ValueGroup::TemperatureSlowdown,
     gpu::ValueGroup::ClockEvents, gpu::ValueGroup::MigMode,      gpu::ValueGroup::Utilization,
     gpu::ValueGroup::Temperature, gpu::ValueGroup::Power,        gpu::ValueGroup::ClockSm,
-    gpu::ValueGroup::PerformanceState, gpu::ValueGroup::EccErrors, gpu::ValueGroup::RetiredPages,
+    gpu::ValueGroup::PerformanceState, gpu::ValueGroup::EccUncorrectedVolatile, gpu::ValueGroup::RetiredPages,
     gpu::ValueGroup::RemappedRows, gpu::ValueGroup::ProcessUtilization, gpu::ValueGroup::ProcessHost};
 
 class StatusSource {

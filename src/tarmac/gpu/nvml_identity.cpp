@@ -181,6 +181,8 @@ void read_identity(NvmlDevice& dev, ValueGroups groups) {
     id.temp_slowdown_c = u("temp_slowdown", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN);
     id.temp_gpu_max_c = u("temp_gpu_max", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_GPU_MAX);
     id.temp_mem_max_c = u("temp_mem_max", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_MEM_MAX);
+  } else if (wants(ValueGroup::TemperatureSlowdown)) {
+    id.temp_slowdown_c = u("temp_slowdown", f.nvmlDeviceGetTemperatureThreshold, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN);
   }
   if (wants(ValueGroup::MaxClocks)) {
     id.clock_graphics_max_mhz = u("clock_max_graphics", f.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_GRAPHICS);
@@ -203,7 +205,10 @@ void read_identity(NvmlDevice& dev, ValueGroups groups) {
     }
   }
   // The memory total comes with the first sample's memory read (read_sample): one call, not two.
-  if (!dev.lost()) dev.identity_read |= todo;
+  if (!dev.lost()) {
+    dev.identity_read |= todo;
+    if (todo.has(ValueGroup::TemperatureThresholds)) dev.identity_read |= {ValueGroup::TemperatureSlowdown};
+  }
 }
 
 }  // namespace tarmac::gpu::detail

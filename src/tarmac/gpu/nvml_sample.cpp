@@ -62,11 +62,19 @@ DeviceModes read_modes(NvmlDevice& dev, ValueGroups groups) {
     m.ecc_mode_current = ecc_current == NVML_FEATURE_ENABLED;
     m.ecc_mode_pending = ecc_pending == NVML_FEATURE_ENABLED;
   }
+  const auto limit = [&] {
+    return dev.read<unsigned>("power_limit", [&](unsigned* v) { return call(f.nvmlDeviceGetPowerManagementLimit, h, v); });
+  };
+  const auto enforced = [&] {
+    return dev.read<unsigned>("enforced_power_limit",
+                              [&](unsigned* v) { return call(f.nvmlDeviceGetEnforcedPowerLimit, h, v); });
+  };
   if (groups.has(ValueGroup::PowerLimits)) {
-    m.power_limit_mw =
-        dev.read<unsigned>("power_limit", [&](unsigned* v) { return call(f.nvmlDeviceGetPowerManagementLimit, h, v); });
-    m.enforced_power_limit_mw = dev.read<unsigned>(
-        "enforced_power_limit", [&](unsigned* v) { return call(f.nvmlDeviceGetEnforcedPowerLimit, h, v); });
+    m.power_limit_mw = limit();
+    m.enforced_power_limit_mw = enforced();
+  } else if (groups.has(ValueGroup::EnforcedPowerLimit)) {
+    m.enforced_power_limit_mw = enforced();
+    if (!m.enforced_power_limit_mw) m.power_limit_mw = limit();
   }
   return m;
 }
@@ -103,15 +111,17 @@ void read_memory(NvmlDevice& dev, DeviceSample& s) {
 void read_memory_health(NvmlDevice& dev, ValueGroups groups, DeviceSample& s) {
   const Functions& f = dev.fn();
   const nvmlDevice_t h = dev.handle();
+  auto ecc = [&](std::string_view what, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter) {
+    return dev.read<unsigned long long>(
+        what, [&](unsigned long long* v) { return call(f.nvmlDeviceGetTotalEccErrors, h, type, counter, v); });
+  };
   if (groups.has(ValueGroup::EccErrors)) {
-    auto ecc = [&](std::string_view what, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter) {
-      return dev.read<unsigned long long>(
-          what, [&](unsigned long long* v) { return call(f.nvmlDeviceGetTotalEccErrors, h, type, counter, v); });
-    };
     s.ecc_corrected_volatile = ecc("ecc_cv", NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC);
-    s.ecc_uncorrected_volatile = ecc("ecc_uv", NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC);
     s.ecc_corrected_aggregate = ecc("ecc_ca", NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC);
     s.ecc_uncorrected_aggregate = ecc("ecc_ua", NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC);
+  }
+  if (groups.has(ValueGroup::EccErrors) || groups.has(ValueGroup::EccUncorrectedVolatile)) {
+    s.ecc_uncorrected_volatile = ecc("ecc_uv", NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC);
   }
   if (groups.has(ValueGroup::RetiredPages)) {
     auto retired = [&](std::string_view what, int cause) {

@@ -38,6 +38,9 @@ std::string_view to_string(ValueGroup group) {
     case ValueGroup::EccErrors: return "EccErrors";
     case ValueGroup::RetiredPages: return "RetiredPages";
     case ValueGroup::RemappedRows: return "RemappedRows";
+    case ValueGroup::TemperatureSlowdown: return "TemperatureSlowdown";
+    case ValueGroup::EnforcedPowerLimit: return "EnforcedPowerLimit";
+    case ValueGroup::EccUncorrectedVolatile: return "EccUncorrectedVolatile";
     case ValueGroup::ProcessUtilization: return "ProcessUtilization";
     case ValueGroup::ProcessHost: return "ProcessHost";
   }

@@ -49,6 +49,11 @@ enum class ValueGroup : unsigned {
   EccErrors,          // corrected and uncorrected, volatile and aggregate
   RetiredPages,       // single and double bit counts, pending
   RemappedRows,
+  // Narrower groups, each a part of a group above, for a caller that needs one value of it (status's
+  // table): each costs one driver call where its group costs several.
+  TemperatureSlowdown,      // the slowdown threshold alone (once); part of TemperatureThresholds
+  EnforcedPowerLimit,       // the enforced limit, else the limit; part of PowerLimits
+  EccUncorrectedVolatile,   // uncorrected errors since the driver loaded; part of EccErrors
   // Of each process, when the snapshot lists processes (SnapshotOptions::processes).
   ProcessUtilization,  // per-process SM and memory utilization samples
   ProcessHost,         // what /proc says: user, name, command line, start time, container, Slurm job

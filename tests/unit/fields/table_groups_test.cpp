@@ -170,5 +170,29 @@ TEST(FieldGroups, ValuesOfOtherGroupsAreNotRead) {
   EXPECT_TRUE(d.errors.empty());
 }
 
+// status's table asks for the narrow groups: one value each, what the broad group reads of it.
+TEST(FieldGroups, NarrowGroupsReadTheirValueAndNoMore) {
+  gpu::SnapshotOptions narrow{.processes = false};
+  narrow.values = {gpu::ValueGroup::TemperatureSlowdown, gpu::ValueGroup::EnforcedPowerLimit,
+                   gpu::ValueGroup::EccUncorrectedVolatile};
+  gpu::SnapshotOptions broad{.processes = false};
+  broad.values = {gpu::ValueGroup::TemperatureThresholds, gpu::ValueGroup::PowerLimits, gpu::ValueGroup::EccErrors};
+  const gpu::Snapshot some = snapshot_of("a100x4-balanced", narrow);
+  const gpu::Snapshot all = snapshot_of("a100x4-balanced", broad);
+  ASSERT_EQ(some.devices.size(), all.devices.size());
+  for (std::size_t i = 0; i < some.devices.size(); ++i) {
+    const auto& d = some.devices[i];
+    const auto& b = all.devices[i];
+    EXPECT_TRUE(d.id.temp_slowdown_c.has_value());
+    EXPECT_EQ(d.id.temp_slowdown_c, b.id.temp_slowdown_c);
+    EXPECT_TRUE(d.modes.enforced_power_limit_mw.has_value());
+    EXPECT_EQ(d.modes.enforced_power_limit_mw, b.modes.enforced_power_limit_mw);
+    EXPECT_TRUE(d.sample.ecc_uncorrected_volatile.has_value());
+    EXPECT_EQ(d.sample.ecc_uncorrected_volatile, b.sample.ecc_uncorrected_volatile);
+    EXPECT_FALSE(d.id.temp_shutdown_c || d.id.temp_gpu_max_c || d.id.power_default_limit_mw);
+    EXPECT_FALSE(d.modes.power_limit_mw || d.sample.ecc_corrected_volatile || d.sample.ecc_uncorrected_aggregate);
+  }
+}
+
 }  // namespace
 }  // namespace tarmac::fields
