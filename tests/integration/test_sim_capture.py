@@ -73,26 +73,32 @@ class SimCapture(unittest.TestCase):
     def test_the_captured_h200_replays_as_the_real_machine_read(self):
         """sim/scenarios/h200x1-captured.toml was captured on a real H200 (bench/results/2026-12-04-h200/,
         what tarmac and nvidia-smi said there at the moment of capture): replayed, it must read the same,
-        but for the power draw, which moved between the reads."""
+        but for what moved between the reads (temperature, power draw, clocks: within a tolerance)."""
         truth = RESULTS / "2026-12-04-h200"
         machine = json.loads((truth / "status.json").read_text())
         replay = json.loads(self.under("h200x1-captured", TARMAC, "--json", "status", "--direct"))
         self.assertEqual(replay["driver_version"], "580.159.04")
-        static = [k for k in GPU_KEYS if k != "power_mw"] + ["display_active", "bar1_total_bytes", "mem_reserved_bytes"]
+        moving = {"temp_c": 3, "power_mw": 0.10, "clock_sm_mhz": 0.10, "clock_mem_mhz": 0.10}  # units, or a share
+        static = [k for k in GPU_KEYS if k not in moving] + ["display_active", "bar1_total_bytes", "mem_reserved_bytes"]
         for ours, theirs in zip(replay["gpus"], machine["gpus"], strict=True):
             self.assertEqual({k: ours.get(k) for k in static}, {k: theirs.get(k) for k in static})
-            self.assertAlmostEqual(ours["power_mw"], theirs["power_mw"], delta=0.01 * theirs["power_mw"])
+            for k, tolerance in moving.items():
+                delta = tolerance if tolerance >= 1 else tolerance * theirs[k]
+                self.assertAlmostEqual(ours[k], theirs[k], delta=delta, msg=k)
         self.assertEqual(self.under("h200x1-captured", TARMAC, "topo", "-m"), (truth / "topo.txt").read_text())
         if not NVIDIA_SMI.exists():
             require_tool("nvidia-smi", str(NVIDIA_SMI), hint="scripts/peers.sh fetches it")
         got = self.under("h200x1-captured", *nvidia_smi_cmd(), f"--query-gpu={QUERY}", "--format=csv").splitlines()
         want = (truth / "query-gpu.csv").read_text().splitlines()
         self.assertEqual(got[0], want[0])
+        fields = QUERY.split(",")
         for ours, theirs in zip(got[1:], want[1:], strict=True):
-            a, b = ours.split(", "), theirs.split(", ")
-            power = QUERY.split(",").index("power.draw")
-            self.assertAlmostEqual(float(a[power].split()[0]), float(b[power].split()[0]), delta=2.0)
-            self.assertEqual(a[:power] + a[power + 1:], b[:power] + b[power + 1:])
+            for field, a, b in zip(fields, ours.split(", "), theirs.split(", "), strict=True):
+                if field in ("temperature.gpu", "power.draw", "clocks.sm", "clocks.mem"):
+                    x, y = float(a.split()[0]), float(b.split()[0])
+                    self.assertAlmostEqual(x, y, delta=max(3.0, 0.10 * y), msg=field)
+                else:
+                    self.assertEqual(a, b, field)
 
     def test_command_lines_keep_their_programs_unless_asked(self):
         text = self.capture("a100x4-balanced").read_text()
