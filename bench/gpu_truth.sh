@@ -9,9 +9,10 @@
 # It never changes the GPU's settings (clocks, power limits, persistence, MIG, reset): it reads,
 # and runs a workload of its own. Sections:
 #   1. the machine: driver, GPUs, tarmac --version
-#   2. `tarmac query --query-gpu` against `nvidia-smi --query-gpu` for every field both know, one
-#      field at a time: static fields must be identical, dynamic ones (utilization, clocks,
-#      temperature, power, memory in use, ...) within a sampling tolerance; every difference listed
+#   2. `tarmac query --query-gpu` against `nvidia-smi --query-gpu` for every field both know, in one
+#      call of each (bench/gpu_truth_query.py): static fields must be identical, dynamic ones
+#      (utilization, clocks, temperature, power, memory in use, ...) within a sampling tolerance;
+#      every difference listed
 #   3. tarmac status, topo -m, doctor --window 5s, idle
 #   4. a workload (PyTorch when `import torch` sees a GPU; else TARMAC_SIM_LOAD, the simulator's
 #      load program): a matmul loop must be `busy`, a process holding memory asleep `holding` (or
@@ -286,7 +287,7 @@ out "## 8. sim capture"
 capture_query=name,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,pstate,persistence_mode,mig.mode.current,ecc.mode.current,vbios_version
 # With what the machine said at the moment, for a replay of the capture to be compared with.
 base=${report%.md}
-"$tarmac" --json status --direct > "$base.status.json" 2>&1
+"$tarmac" --json status --direct > "$base.status.json" 2> "$work/status-json.err"
 "$tarmac" topo -m > "$base.topo.txt" 2>&1
 "$smi" --query-gpu="$capture_query" --format=csv > "$base.query-gpu.csv" 2>&1
 if "$tarmac" sim capture -o "$work/captured.toml" > "$work/capture.txt" 2>&1; then

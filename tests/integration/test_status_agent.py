@@ -144,6 +144,12 @@ class StatusThroughTheAgent(unittest.TestCase):
                                 socket_path=str(self.dir / "nobody.sock"))
         self.assertEqual((alone.returncode, alone.stderr), (0, ""))
         self.assertEqual(alone.stdout, self.run_tarmac("query", "--query-gpu=index,name", "--format=csv").stdout)
+        # Every field, not only those status's table reads (a fallback once read only those).
+        fields = ("--query-gpu=serial,clocks.max.sm,power.limit,power.default_limit,fan.speed,pcie.link.gen.current,"
+                  "persistence_mode,ecc.errors.corrected.volatile.total,enforced.power.limit")
+        alone = self.run_tarmac("query", fields, "--format=csv", "--from-agent", socket_path=str(self.dir / "nobody.sock"))
+        self.assertEqual((alone.returncode, alone.stderr), (0, ""))
+        self.assertEqual(alone.stdout, self.run_tarmac("query", fields, "--format=csv").stdout)
 
     def test_watch_reads_the_agent_too(self):
         r = self.run_tarmac("watch", "-c", "1")

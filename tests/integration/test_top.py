@@ -113,20 +113,26 @@ class TopOnce(unittest.TestCase):
         self.assertIn("python", j["processes"][0]["command"])
         self.assertIn("single-gpu-active", [v["code"] for v in j["verdicts"]])
 
-    def test_a_leased_gpu_names_its_job_and_is_reserved_idle(self):
-        held = HeldSim("a100x4-gpu0-only")
+    def leasing_job(self, scenario, lease_prefix, *run_flags):
+        """A held simulation of `scenario` and a `tarmac run RUN_FLAGS -- sleep` holding a lease in a lock
+        directory of its own (a file named lease_prefix...lease): (env, job)."""
+        held = HeldSim(scenario)
         self.addCleanup(held.close)
         locks = tempfile.mkdtemp(prefix="tarmac-top-locks-")
         os.chmod(locks, 0o755)
         env = held.env({"TARMAC_LOCK_DIR": locks, "COLUMNS": "160"})
-        job = subprocess.Popen([TARMAC, "run", "-n", "1", "--", "sleep", "600"], env=env,
+        job = subprocess.Popen([TARMAC, "run", *run_flags, "--", "sleep", "600"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.addCleanup(end_process, job)
         deadline = time.monotonic() + HANG_S
-        while not any(n.endswith(".lease") for n in os.listdir(locks)):
+        while not any(n.startswith(lease_prefix) and n.endswith(".lease") for n in os.listdir(locks)):
             self.assertLess(time.monotonic(), deadline, "no lease written")
             self.assertIsNone(job.poll(), "tarmac run ended")
             time.sleep(0.05)
+        return env, job
+
+    def test_a_leased_gpu_names_its_job_and_is_reserved_idle(self):
+        env, job = self.leasing_job("a100x4-gpu0-only", "", "-n", "1")
         r = subprocess.run([TARMAC, "top", "--once"], env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"GPU [1-3] NVIDIA A100-SXM4-40GB\s+reserved-idle .* job \S+ \S+", r.stdout)
@@ -146,6 +152,25 @@ class TopOnce(unittest.TestCase):
         end_process(job)
         r = subprocess.run([TARMAC, "--json", "status"], env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual([g["lease"] for g in json.loads(r.stdout)["gpus"]], [None] * 4)
+
+    def test_a_leased_mig_device_is_reserved_idle_in_status(self):
+        env, _ = self.leasing_job("h200x8-mig-mixed", "gpu-MIG-", "--mig", "1g.18gb")
+        r = subprocess.run([TARMAC, "--json", "status"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        slices = [(g["index"], m) for g in doc["gpus"] for m in g["mig"] if m["lease"]]
+        self.assertEqual(len(slices), 1, r.stdout)
+        gpu, mig = slices[0]
+        self.assertEqual((mig["profile"], mig["activity"], mig["processes"]), ("1g.18gb", "reserved-idle", []))
+        self.assertRegex(mig["lease"], r"^job \S+ \S+$")
+        self.assertIsNone(next(g for g in doc["gpus"] if g["index"] == gpu)["lease"])  # the slice's, not the GPU's
+        name = f"MIG {gpu}:{mig['index']}"
+        self.assertIn({"severity": "warning", "code": "reserved-idle",
+                       "text": f"{name} is reserved by {mig['lease']} and unused: `tarmac jobs` lists the leases"},
+                      doc["verdicts"])
+        r = subprocess.run([TARMAC, "status"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertRegex(r.stdout, rf"\n\s*{gpu}:{mig['index']}\s+MIG 1g\.18gb .* reserved-idle")
+        self.assertIn(f"{name} is reserved by {mig['lease']} and unused", r.stdout)
 
     def test_a_full_screen_needs_a_terminal(self):
         r = subprocess.run([TARMAC, "top"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)

@@ -170,7 +170,7 @@ std::optional<AgentSettings> resolve_settings(const GlobalOptions& global, const
       s.cfg.http_listen = *flags.listen;
     }
   }
-  if (flags.socket) {
+  if (flags.socket && !flags.socket->empty()) {  // "" as not given: the configured or default path
     s.cfg.scheduler.socket = *flags.socket;
     s.socket_flag = true;
   }

@@ -312,10 +312,14 @@ int run_query(const GlobalOptions& global, const std::vector<std::string>& args)
 
   // By default NVML now, as nvidia-smi (its contract is "now"); --from-agent: the agent's view
   // (docs/recorder.md "Commands through the agent"), the same bytes from its last sample.
+  // Only what the fields (and -i) read: the NVML calls for every other value are skipped.
+  gpu::SnapshotOptions options{.processes = apps, .slow = false, .topology = false};
+  options.values = fields::value_groups(*wanted);
+  if (q.ids) options.values |= fields::kSelectionGroups;
   std::optional<StatusSource> agent;
   Result<std::unique_ptr<gpu::Backend>> backend = make_error(Error::Code::NotFound, "not opened");
-  if (q.from_agent) {
-    agent.emplace(global, gpu::ActivityThresholds{}, agent_socket(global));
+  if (q.from_agent) {  // without an agent, NVML read as without --from-agent
+    agent.emplace(global, gpu::ActivityThresholds{}, agent_socket(global), LeaseFiles{}, options.values);
   } else {
     backend = gpu::open_nvml_backend(global.nvml_lib);
     if (!backend.ok()) return init_failure(backend.error());
@@ -328,10 +332,6 @@ int run_query(const GlobalOptions& global, const std::vector<std::string>& args)
       return kExitUsage;
     }
   }
-  // Only what the fields (and -i) read: the NVML calls for every other value are skipped.
-  gpu::SnapshotOptions options{.processes = apps, .slow = false, .topology = false};
-  options.values = fields::value_groups(*wanted);
-  if (q.ids) options.values |= fields::kSelectionGroups;
   std::optional<StopSignals> signals;
   if (q.interval_ms) signals.emplace();
   for (bool first = true;; first = false) {

@@ -113,7 +113,11 @@ void write_gpu(Writer& w, const gpu::Device& d, unsigned nvlinks) {
     std::uint64_t listed = 0;
     for (const auto& p : d.processes) listed += p.used_mem_bytes.value_or(0);
     const std::uint64_t used = *d.sample.mem_used_bytes;
-    w.line("memory_overhead_mib", used > listed ? (used - listed) / util::kMiB : 0);
+    // Within what the total (rounded down) leaves beside the reserve (rounded up): the parser's check.
+    const std::uint64_t total_mib = id.mem_total_bytes.value_or(0) / util::kMiB;
+    const std::uint64_t reserved_mib = (d.sample.mem_reserved_bytes.value_or(0) + util::kMiB - 1) / util::kMiB;
+    const std::uint64_t room = total_mib > reserved_mib ? total_mib - reserved_mib : 0;
+    w.line("memory_overhead_mib", std::min<std::uint64_t>(used > listed ? (used - listed) / util::kMiB : 0, room));
   }
   w.key("serial", id.serial);
   w.key("vbios_version", id.vbios_version);

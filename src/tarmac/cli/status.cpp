@@ -242,7 +242,7 @@ void print_processes(std::FILE* out, const gpu::Snapshot& snap, bool color) {
 }
 
 void print_verdicts(std::FILE* out, const StatusView& view, bool color) {
-  const auto found = diagnose::verdicts(view.snapshot, view.classes, view.held_idle_since_unix_ms, view.leases);
+  const auto found = detail::status_verdicts(view);
   if (!found.empty()) fmt::print(out, "\n");
   for (const auto& v : found) {
     const Style style = v.severity == diagnose::Severity::Critical  ? Style::Bad
@@ -368,6 +368,10 @@ nlohmann::json status_json(const StatusView& view, const std::optional<std::stri
         i < view.held_idle_since_unix_ms.size() ? or_null(view.held_idle_since_unix_ms[i]) : nullptr;
     g["lease"] = i < view.leases.size() && !view.leases[i].label.empty() ? nlohmann::json(view.leases[i].label)
                                                                          : nlohmann::json(nullptr);
+    for (std::size_t k = 0; k < g["mig"].size(); ++k) {
+      const bool leased = i < view.mig_leases.size() && k < view.mig_leases[i].size() && !view.mig_leases[i][k].label.empty();
+      g["mig"][k]["lease"] = leased ? nlohmann::json(view.mig_leases[i][k].label) : nlohmann::json(nullptr);
+    }
     j["gpus"].push_back(std::move(g));
   }
   if (cuda_visible) {
@@ -383,10 +387,26 @@ nlohmann::json status_json(const StatusView& view, const std::optional<std::stri
     j["cuda_visible_devices"] = nullptr;
   }
   j["verdicts"] = nlohmann::json::array();
-  for (const auto& v : diagnose::verdicts(snap, classes, view.held_idle_since_unix_ms, view.leases)) {
+  for (const auto& v : status_verdicts(view)) {
     j["verdicts"].push_back({{"severity", diagnose::to_string(v.severity)}, {"code", v.code}, {"text", v.text}});
   }
   return j;
+}
+
+std::vector<diagnose::Verdict> status_verdicts(const StatusView& view) {
+  auto found = diagnose::verdicts(view.snapshot, view.classes, view.held_idle_since_unix_ms, view.leases);
+  // A MIG device given to a job that runs nothing on it, named as a whole GPU would be.
+  for (std::size_t i = 0; i < view.snapshot.devices.size() && i < view.mig_classes.size(); ++i) {
+    const gpu::Device& d = view.snapshot.devices[i];
+    for (std::size_t k = 0; k < d.mig.size() && k < view.mig_classes[i].size(); ++k) {
+      if (view.mig_classes[i][k].activity != gpu::Activity::ReservedIdle) continue;
+      const diagnose::GpuLease lease =
+          i < view.mig_leases.size() && k < view.mig_leases[i].size() ? view.mig_leases[i][k] : diagnose::GpuLease{};
+      found.push_back({diagnose::Severity::Warning, "reserved-idle",
+                       diagnose::reserved_idle_text(fmt::format("MIG {}:{}", d.id.index, d.mig[k].index), lease)});
+    }
+  }
+  return found;
 }
 
 }  // namespace detail
@@ -406,7 +426,8 @@ bool resolve_thresholds(const GlobalOptions& global, StatusOptions& options) {
 
 int run_status(const GlobalOptions& global, StatusOptions options) {
   if (!resolve_thresholds(global, options)) return kExitUsage;
-  StatusSource source(global, options.thresholds, options.agent_socket, options.leases);
+  StatusSource source(global, options.thresholds, options.agent_socket, options.leases,
+                      global.json ? gpu::ValueGroups::all() : kTableValues);
   const auto view = source.read();
   if (!view) return kExitCouldNotLook;
   if (global.json) {

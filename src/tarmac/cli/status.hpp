@@ -59,6 +59,8 @@ struct StatusView {
   std::optional<long long> agent_age_ms;  // set when the agent answered: how old its sample was
   // Per device: the scheduler's lease on it (label "" for none); empty when the leases were not read.
   std::vector<diagnose::GpuLease> leases;
+  // Per device, per MIG device: the lease on that MIG device (a job given one slice); empty as above.
+  std::vector<std::vector<diagnose::GpuLease>> mig_leases;
 };
 
 // A view of `snapshot` read here: classified from this one look.
@@ -96,6 +98,9 @@ namespace detail {
                                          const MigClasses& mig_classes = {});
 // The same for a view: with "source" ("agent" or "nvml") and, from the agent, each GPU's
 // "activity_since_unix_ms" and "held_idle_since_unix_ms" and the sample's "agent_sample_age_ms".
+// The verdicts under the table: diagnose::verdicts' and a reserved-idle one per leased, unused MIG device.
+[[nodiscard]] std::vector<diagnose::Verdict> status_verdicts(const StatusView& view);
+
 [[nodiscard]] nlohmann::json status_json(const StatusView& view, const std::optional<std::string>& cuda_visible,
                                          const std::optional<std::string>& cuda_order);
 

@@ -32,8 +32,12 @@ void warn(const std::string& message) {
 }  // namespace
 
 StatusSource::StatusSource(const GlobalOptions& global, gpu::ActivityThresholds thresholds, std::string socket,
-                           LeaseFiles leases)
-    : global_(global), thresholds_(thresholds), socket_(std::move(socket)), leases_(std::move(leases)) {}
+                           LeaseFiles leases, gpu::ValueGroups values)
+    : global_(global),
+      thresholds_(thresholds),
+      socket_(std::move(socket)),
+      leases_(std::move(leases)),
+      values_(values) {}
 
 std::string lease_label(const sched::Lease& lease) {
   // The user a lease file names is its writer's word: taken only from root's (the agent writes
@@ -223,7 +227,7 @@ std::optional<StatusView> StatusSource::read() {
       backend_ = std::move(*opened);
     }
     gpu::SnapshotOptions options;
-    if (!global_.json) options.values = kTableValues;
+    options.values = values_;
     auto snap = backend_->snapshot(options);
     if (!snap.ok()) {
       print_error(snap.error());
@@ -240,6 +244,15 @@ std::optional<StatusView> StatusSource::read() {
     view->leases.push_back(lease != labels.end() ? lease->second : diagnose::GpuLease{});
     if (direct && lease != labels.end() && i < view->classes.size()) {
       view->classes[i] = gpu::classify(d, thresholds_, view->snapshot.timestamp_unix_ms / 1000, gpu::Leased::Yes);
+    }
+    // A job given one MIG device leases that device (gpu-MIG-... files): an empty one is reserved-idle.
+    auto& slices = view->mig_leases.emplace_back();
+    for (std::size_t k = 0; k < d.mig.size(); ++k) {
+      const auto on_slice = d.mig[k].uuid ? labels.find(*d.mig[k].uuid) : labels.end();
+      slices.push_back(on_slice != labels.end() ? on_slice->second : diagnose::GpuLease{});
+      if (on_slice == labels.end() || i >= view->mig_classes.size() || k >= view->mig_classes[i].size()) continue;
+      gpu::MigActivity& c = view->mig_classes[i][k];
+      if (c.activity == gpu::Activity::Idle) c = {gpu::Activity::ReservedIdle, true};
     }
   }
   return view;

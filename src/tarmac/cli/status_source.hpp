@@ -62,6 +62,7 @@ struct AgentWindowAnswer {
 // (TARMAC_NVML_PROFILE). --json reads every value.
 inline constexpr gpu::ValueGroups kTableValues{
     gpu::ValueGroup::Name,        gpu::ValueGroup::Uuid,         gpu::ValueGroup::Pci,
+    gpu::ValueGroup::ComputeCapability,  // CUDA's FASTEST_FIRST order (the cuda:k line)
     gpu::ValueGroup::Memory,      gpu::ValueGroup::EnforcedPowerLimit, gpu::ValueGroup::TemperatureSlowdown,
     gpu::ValueGroup::ClockEvents, gpu::ValueGroup::MigMode,      gpu::ValueGroup::Utilization,
     gpu::ValueGroup::Temperature, gpu::ValueGroup::Power,        gpu::ValueGroup::ClockSm,
@@ -72,8 +73,10 @@ class StatusSource {
  public:
   // `socket`: the agent's (agent_socket); "" reads NVML only.
   // `leases`: where the scheduler's leases are (none read when its dir is empty).
+  // `values`: what a direct read asks NVML for (status's table: kTableValues; --json and query:
+  // their own).
   StatusSource(const GlobalOptions& global, gpu::ActivityThresholds thresholds, std::string socket,
-               LeaseFiles leases = {});
+               LeaseFiles leases = {}, gpu::ValueGroups values = gpu::ValueGroups::all());
 
   // The GPUs now: from the agent when it answers, else from NVML (opened on first need). nullopt
   // when neither can be read, the reason printed. An agent that stops answering is left for NVML
@@ -87,6 +90,7 @@ class StatusSource {
   gpu::ActivityThresholds thresholds_;
   std::string socket_;
   LeaseFiles leases_;
+  gpu::ValueGroups values_;
   std::unique_ptr<gpu::Backend> backend_;
   host::ProcessCache processes_;
 };

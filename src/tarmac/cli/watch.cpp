@@ -87,7 +87,8 @@ struct WatchOptions {
 
 int run_watch(const GlobalOptions& global, WatchOptions options) {
   if (!resolve_thresholds(global, options.status)) return kExitUsage;
-  StatusSource source(global, options.status.thresholds, options.status.agent_socket, options.status.leases);
+  StatusSource source(global, options.status.thresholds, options.status.agent_socket, options.status.leases,
+                      global.json ? gpu::ValueGroups::all() : kTableValues);
   const bool tty = isatty(STDOUT_FILENO) != 0;
   const bool color = use_color(global, stdout);
   WatchSignals signals;

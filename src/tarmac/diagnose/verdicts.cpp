@@ -75,6 +75,18 @@ std::optional<std::string> known_holder_text(const gpu::Device& d, const std::op
 
 }  // namespace
 
+std::string reserved_idle_text(const std::string& what, const GpuLease& lease) {
+  if (!lease.cancel_id.empty()) {
+    return fmt::format("{} is reserved by {} and unused: `tarmac cancel {}` gives it back", what,
+                       util::terminal_text(lease.label), lease.cancel_id);
+  }
+  if (!lease.label.empty()) {
+    return fmt::format("{} is reserved by {} and unused: `tarmac jobs` lists the leases", what,
+                       util::terminal_text(lease.label));
+  }
+  return fmt::format("{} is reserved and unused: `tarmac jobs` lists the leases", what);
+}
+
 std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity>& classes,
                               const std::vector<std::optional<long long>>& held_idle_since_unix_ms,
                               const std::vector<GpuLease>& leases) {
@@ -101,17 +113,9 @@ std::vector<Verdict> verdicts(const gpu::Snapshot& s, const std::vector<Activity
   // lease file's job and user are its writer's).
   for (std::size_t i = 0; i < s.devices.size() && i < classes.size(); ++i) {
     if (classes[i] != Activity::ReservedIdle) continue;
-    const GpuLease lease = i < leases.size() ? leases[i] : GpuLease{};
-    const unsigned index = s.devices[i].id.index;
-    std::string text = fmt::format("GPU {} is reserved and unused: `tarmac jobs` lists the leases", index);
-    if (!lease.cancel_id.empty()) {
-      text = fmt::format("GPU {} is reserved by {} and unused: `tarmac cancel {}` gives it back", index,
-                         util::terminal_text(lease.label), lease.cancel_id);
-    } else if (!lease.label.empty()) {
-      text = fmt::format("GPU {} is reserved by {} and unused: `tarmac jobs` lists the leases", index,
-                         util::terminal_text(lease.label));
-    }
-    out.push_back({Severity::Warning, "reserved-idle", std::move(text)});
+    out.push_back({Severity::Warning, "reserved-idle",
+                   reserved_idle_text(fmt::format("GPU {}", s.devices[i].id.index),
+                                      i < leases.size() ? leases[i] : GpuLease{})});
   }
   if (auto starved = with_class(s, classes, Activity::Starved); !starved.empty()) {
     out.push_back({Severity::Warning, "starved",

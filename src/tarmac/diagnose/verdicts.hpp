@@ -29,6 +29,9 @@ struct GpuLease {
   std::string cancel_id;  // the agent's job `tarmac cancel` takes; "" when none may be named
 };
 
+// The reserved-idle verdict's sentence for `what` ("GPU 2", "MIG 4:3") under `lease`.
+[[nodiscard]] std::string reserved_idle_text(const std::string& what, const GpuLease& lease);
+
 // `leases` (same order, may be empty): the lease on each GPU, named in the verdict on a reserved
 // GPU nothing runs on.
 [[nodiscard]] std::vector<Verdict> verdicts(const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes,

@@ -1,6 +1,7 @@
 // Groups of per-device values, so that a snapshot reads only what its caller needs: `tarmac query`
 // asks for the groups of its fields (fields/table.hpp maps each field to its groups) and the NVML
-// calls for every other value are skipped; status and watch ask for all of them. A group is one
+// calls for every other value are skipped; status and watch ask for what their table shows
+// (cli::kTableValues), or all of them with --json. A group is one
 // NVML read or a few that belong together. Parts marked "once" are identity: read the first time
 // the group is asked for, then kept for the device's lifetime.
 #pragma once

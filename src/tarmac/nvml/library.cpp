@@ -93,7 +93,6 @@ Result<std::unique_ptr<Library>> Library::open(const LoadOptions& options) {
 Library::~Library() {
   if (initialised_ && fn_.nvmlShutdown != nullptr) fn_.nvmlShutdown();
   if (handle_ != nullptr) dlclose(handle_);
-  if (profiled_) std::fputs(profile_table().c_str(), stderr);
 }
 
 }  // namespace tarmac::nvml

@@ -46,7 +46,7 @@ class Library {
   Library() = default;
   void* handle_ = nullptr;
   bool initialised_ = false;
-  bool profiled_ = false;  // TARMAC_NVML_PROFILE: every call timed, the table printed at the end
+  bool profiled_ = false;  // TARMAC_NVML_PROFILE: every call timed, the table printed at exit
   std::string path_;
   Functions fn_;
   std::vector<std::string> missing_optional_;

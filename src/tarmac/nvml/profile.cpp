@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fmt/format.h>
 #include <mutex>
@@ -53,10 +55,12 @@ template <std::size_t R, typename F>
 struct Timed;
 template <std::size_t R, typename... A>
 struct Timed<R, nvmlReturn_t (*)(A...)> {
-  static inline nvmlReturn_t (*real)(A...) = nullptr;
+  // Atomic: the agent's threads open libraries of their own (each open stores the same entry point,
+  // or a reloaded library's new one) while others call through.
+  static inline std::atomic<nvmlReturn_t (*)(A...)> real{nullptr};
   static nvmlReturn_t call(A... args) {
     const std::int64_t t0 = now_ns();
-    const nvmlReturn_t rc = real(args...);
+    const nvmlReturn_t rc = real.load(std::memory_order_acquire)(args...);
     add(R, now_ns() - t0);
     return rc;
   }
@@ -70,13 +74,16 @@ bool profile_wanted() {
 }
 
 void profile_calls(Functions& fn) {
-#define X(name, params, need)                              \
-  if (fn.name != nullptr) {                                \
-    Timed<row_##name, PFN_##name>::real = fn.name;         \
-    fn.name = &Timed<row_##name, PFN_##name>::call;        \
+#define X(name, params, need)                                                  \
+  if (fn.name != nullptr) {                                                    \
+    Timed<row_##name, PFN_##name>::real.store(fn.name, std::memory_order_release); \
+    fn.name = &Timed<row_##name, PFN_##name>::call;                            \
   }
 #include "tarmac/nvml/nvml_functions.def"
 #undef X
+  // One table for the whole process (a command, or the agent with every library its threads open).
+  static std::once_flag printed;
+  std::call_once(printed, [] { std::atexit([] { std::fputs(profile_table().c_str(), stderr); }); });
 }
 
 void profile_add(const char* what, std::int64_t ns) {

@@ -1,7 +1,7 @@
 // Where the time of a command goes in the driver: with TARMAC_NVML_PROFILE set, every NVML call is
-// timed and, when the library is closed, a table of the calls (count, total, slowest) goes to
-// stderr, slowest total first. For a driver on which a command is slower than it should be
-// (docs/troubleshooting.md "Which NVML call is slow"); off, it costs nothing.
+// timed and, when the process exits, a table of the calls (count, total, slowest) goes to stderr,
+// slowest total first. For a driver on which a command is slower than it should be (README,
+// docs/ARCHITECTURE.md); off, it costs nothing.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,8 @@ namespace tarmac::nvml {
 // Whether TARMAC_NVML_PROFILE asks for the table.
 [[nodiscard]] bool profile_wanted();
 
-// Replaces each entry point of `fn` with one that times the call and then makes it.
+// Replaces each entry point of `fn` with one that times the call and then makes it; the first call
+// has the table printed at exit.
 void profile_calls(Functions& fn);
 
 // Counts `ns` against `what` (the library's load, which no entry point covers).
