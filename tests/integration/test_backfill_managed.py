@@ -146,6 +146,17 @@ class ManagedLlamaServer(BatchQueueTest):
         self.assertEqual((shown["server"], shown["requests"]), ("llama", count), shown)
         self.assertNotIn("user", shown, "anyone reads /api/v1/gpus: not whose batch it is")
         self.assertEqual(self.server_jobs()[0]["gpus"], list(seen), "the card of the server's own GPU")
+        # status through the agent names it on that GPU too: its server is backfill, not somebody's work.
+        said = {}
+
+        def status_says():
+            r = self.tarmac("--json", "status")
+            said.update({g["index"]: g["backfill"] for g in json.loads(r.stdout)["gpus"] if g["backfill"]}
+                        if r.returncode == 0 and r.stdout.startswith("{") else {})
+            return said
+        self.assertTrue(wait_for(status_says, timeout=30 * SLOW, step=0.05), self.agent_log())
+        self.assertEqual(list(said), list(seen))
+        self.assertEqual((said[next(iter(said))]["model"], said[next(iter(said))]["server"]), (str(self.model), "llama"))
         self.wait_status(batch_id, lambda s: s["state"] == "done", "the batch did not complete")
         elapsed = time.monotonic() - t0
         self.check_output(batch_id, out, count)

@@ -259,6 +259,28 @@ class StatusThroughTheAgent(unittest.TestCase):
                 self.assertNotIn("(agent", r.stdout)
                 self.assertIn("ipykernel_launcher", r.stdout)
 
+    def test_a_backfill_batch_the_agent_names_is_shown_and_bad_entries_are_left_out(self):
+        nvml = f"{os.path.realpath(self.sim.env()['TARMAC_NVML_LIB'])}\n{self.sim.state}"
+        uuid = "GPU-11111111-2222-3333-4444-555555555555"
+        view = {"v": 1, "timestamp_unix_ms": 1, "devices": [{"id": {"index": 0, "name": "Stand-in GPU", "uuid": uuid}},
+                                                              {"id": {"index": 1, "name": "Other GPU", "uuid": "GPU-2"}}]}
+        batches = [{"uuid": uuid, "model": "qwen\x1b[31m", "server": "llama", "answered": 12, "requests": 40},
+                   {"uuid": "GPU-2", "model": "m" * 300, "server": "llama", "answered": 1, "requests": 2},  # too long
+                   {"uuid": "GPU-2", "model": "m", "server": "llama", "answered": -1, "requests": 2},      # negative
+                   "not an object"]
+        path = self.fake_agent(json.dumps({"ok": True, "nvml": nvml, "view": view, "backfill": batches}).encode() + b"\n",
+                               "backfill.sock")
+        r = self.run_tarmac("--json", "status", socket_path=path)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        gpus = json.loads(r.stdout)["gpus"]
+        self.assertEqual(gpus[0]["backfill"], {"model": "qwen\x1b[31m", "server": "llama", "answered": 12, "requests": 40})
+        self.assertIsNone(gpus[1]["backfill"])
+        r = self.run_tarmac("status", socket_path=path)
+        self.assertIn("GPU 0 runs backfill: qwen", r.stdout)
+        self.assertIn(" on llama (12 of 40 requests answered); it yields to any job", r.stdout)
+        self.assertNotIn("\x1b[31m", r.stdout)  # the escape is shown, not obeyed
+        self.assertNotIn("GPU 1 runs backfill", r.stdout)
+
     def test_a_view_from_a_stuck_agent_is_not_shown(self):
         nvml = f"{os.path.realpath(self.sim.env()['TARMAC_NVML_LIB'])}\n{self.sim.state}"
         view = {"v": 1, "timestamp_unix_ms": 1, "age_ms": 600_000, "devices": [{"id": {"index": 0, "name": "OLD"}}]}

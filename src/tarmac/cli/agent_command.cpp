@@ -296,6 +296,17 @@ Result<std::string> agent_hostname(const config::HttpSettings& http) {
   return name;
 }
 
+// The backfill batches on each GPU now, as the dashboard's cards and `status` show them.
+std::function<std::vector<serve::GpuBatch>()> batches_on_gpus(const std::shared_ptr<backfill::Service>& batches) {
+  return [batches] {
+    std::vector<serve::GpuBatch> out;
+    for (auto& b : batches->on_gpus()) {
+      out.push_back({std::move(b.uuid), std::move(b.model), std::move(b.server), b.answered, b.requests});
+    }
+    return out;
+  };
+}
+
 // The HTTP endpoint on http.listen, serving `live`; nullptr when it is off. Fails (a usage error:
 // the address is the user's) when it cannot listen.
 Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, serve::LiveState& live,
@@ -321,13 +332,7 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   sopts.reaper = [&reaper] { return std::optional<serve::ReaperMetrics>(reaper.metrics()); };
   if (batches) {
     sopts.backfill = [batches] { return std::optional<serve::BackfillMetrics>(backfill_metrics(*batches)); };
-    sopts.batches_on_gpus = [batches] {
-      std::vector<serve::GpuBatch> out;
-      for (auto& b : batches->on_gpus()) {
-        out.push_back({std::move(b.uuid), std::move(b.model), std::move(b.server), b.answered, b.requests});
-      }
-      return out;
-    };
+    sopts.batches_on_gpus = batches_on_gpus(batches);
   }
   auto service = std::make_unique<serve::Service>(live, sopts);
   if (auto r = service->start(); !r.ok()) {
@@ -377,7 +382,7 @@ std::unique_ptr<sched::Daemon> start_scheduler(const GlobalOptions& global, cons
   dopts.log = log_line;
   dopts.notify = [&alerter](const sched::LeaseNotice& n) { alerter.announce(lease_notice(n)); };
   wire_backfill(dopts, batches);
-  wire_status(dopts, live, nvml_source(global), s.options);
+  wire_status(dopts, live, nvml_source(global), s.options, batches ? batches_on_gpus(batches) : nullptr);
   auto started = sched::Daemon::start(std::move(dopts));
   if (!started.ok()) {
     log_line(util::LogLevel::Warning,

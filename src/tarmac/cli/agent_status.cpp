@@ -42,8 +42,8 @@ struct AnswerCache {
 // anyone, and no process's host facts (the client reads /proc as its own user). Which NVML the
 // agent reads comes with both: a command reading another (a simulation) takes neither.
 void wire_status(sched::DaemonOptions& dopts, const serve::LiveState& live, std::string nvml,
-                 const agent::AgentOptions& sampling) {
-  dopts.more_requests = [&live, nvml = std::move(nvml), interval_ms = sampling.interval_ms,
+                 const agent::AgentOptions& sampling, std::function<std::vector<serve::GpuBatch>()> batches) {
+  dopts.more_requests = [&live, nvml = std::move(nvml), batches = std::move(batches), interval_ms = sampling.interval_ms,
                          process_interval_ms = sampling.process_interval_ms, cache = std::make_shared<AnswerCache>(),
                          more = std::move(dopts.more_requests)](
                             const sched::Peer& peer, std::vector<util::Fd>& fds, const nlohmann::json& req,
@@ -58,8 +58,16 @@ void wire_status(sched::DaemonOptions& dopts, const serve::LiveState& live, std:
     }
     if (*op == "status") {
       if (!cache->status) {
-        cache->status = nlohmann::json{
-            {"ok", true}, {"nvml", nvml}, {"view", nlohmann::json::parse(serve::live_wire(*view, now, false))}};
+        // The backfill batch on each GPU, as the dashboard's cards show it: not whose batch it is.
+        nlohmann::json on_gpus = nlohmann::json::array();
+        for (const auto& b : batches ? batches() : std::vector<serve::GpuBatch>{}) {
+          on_gpus.push_back({{"uuid", b.uuid}, {"model", b.model}, {"server", b.server}, {"answered", b.answered},
+                             {"requests", b.requests}});
+        }
+        cache->status = nlohmann::json{{"ok", true},
+                                       {"nvml", nvml},
+                                       {"view", nlohmann::json::parse(serve::live_wire(*view, now, false))},
+                                       {"backfill", std::move(on_gpus)}};
       }
       return *cache->status;
     }

@@ -48,6 +48,14 @@ using MigClasses = std::vector<std::vector<gpu::MigActivity>>;
 
 // One look at the GPUs, classified: what status prints. Read from NVML here, or from the agent's
 // live view (status_source.hpp), which adds what only watching over time knows.
+// A backfill batch running on a GPU (docs/backfill.md), as the agent's status answer names it.
+struct GpuBackfill {
+  std::string model;
+  std::string server;
+  long long answered = 0;  // requests done or failed
+  long long requests = 0;
+};
+
 struct StatusView {
   gpu::Snapshot snapshot;
   std::vector<gpu::Activity> classes;  // per device
@@ -61,6 +69,8 @@ struct StatusView {
   std::vector<diagnose::GpuLease> leases;
   // Per device, per MIG device: the lease on that MIG device (a job given one slice); empty as above.
   std::vector<std::vector<diagnose::GpuLease>> mig_leases;
+  // From the agent only (empty otherwise), per device: the backfill batch on it, if any.
+  std::vector<std::optional<GpuBackfill>> backfill;
 };
 
 // A view of `snapshot` read here: classified from this one look.

@@ -143,6 +143,38 @@ void describe_processes(const std::vector<gpu::Snapshot*>& snapshots, host::Proc
   processes.end_round();
 }
 
+// The backfill batch on each of `snap`'s GPUs from the answer's "backfill" (its GPU's UUID, model,
+// server, requests answered and sent); what does not parse is left out (an older agent sends none).
+std::vector<std::optional<GpuBackfill>> backfill_of(const nlohmann::json& body, const gpu::Snapshot& snap) {
+  std::vector<std::optional<GpuBackfill>> out(snap.devices.size());
+  const auto list = body.find("backfill");
+  if (list == body.end() || !list->is_array()) return out;
+  constexpr std::size_t kLongest = 256;
+  const auto text = [](const nlohmann::json& b, const char* key) -> std::optional<std::string> {
+    const auto v = b.find(key);
+    if (v == b.end() || !v->is_string() || v->get_ref<const std::string&>().size() > kLongest) return std::nullopt;
+    return v->get<std::string>();
+  };
+  const auto count = [](const nlohmann::json& b, const char* key) -> std::optional<long long> {
+    const auto v = b.find(key);
+    if (v == b.end() || !v->is_number_unsigned() || v->get<std::uint64_t>() > (std::uint64_t{1} << 50)) return std::nullopt;
+    return static_cast<long long>(v->get<std::uint64_t>());
+  };
+  for (const auto& b : *list) {
+    if (!b.is_object()) continue;
+    const auto uuid = text(b, "uuid");
+    const auto model = text(b, "model");
+    const auto server = text(b, "server");
+    const auto answered = count(b, "answered");
+    const auto requests = count(b, "requests");
+    if (!uuid || !model || !server || !answered || !requests) continue;
+    for (std::size_t i = 0; i < snap.devices.size(); ++i) {
+      if (snap.devices[i].id.uuid == *uuid) out[i] = GpuBackfill{*model, *server, *answered, *requests};
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 AgentViewAnswer agent_view(const std::string& socket, const std::string& nvml, host::ProcessCache& processes) {
@@ -164,6 +196,7 @@ AgentViewAnswer agent_view(const std::string& socket, const std::string& nvml, h
   out.class_since_unix_ms = std::move(parsed->class_since_unix_ms);
   out.held_idle_since_unix_ms = std::move(parsed->held_idle_since_unix_ms);
   out.agent_age_ms = parsed->age_ms;
+  out.backfill = backfill_of(*body, out.snapshot);
   describe_processes({&out.snapshot}, processes);
   return a;
 }
