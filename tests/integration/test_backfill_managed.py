@@ -156,7 +156,8 @@ class ManagedLlamaServer(BatchQueueTest):
             return said
         self.assertTrue(wait_for(status_says, timeout=30 * SLOW, step=0.05), self.agent_log())
         self.assertEqual(list(said), list(seen))
-        self.assertEqual((said[next(iter(said))]["model"], said[next(iter(said))]["server"]), (str(self.model), "llama"))
+        (named,) = next(iter(said.values()))
+        self.assertEqual((named["model"], named["server"], named["requests"]), (str(self.model), "llama", count), named)
         self.wait_status(batch_id, lambda s: s["state"] == "done", "the batch did not complete")
         elapsed = time.monotonic() - t0
         self.check_output(batch_id, out, count)

@@ -265,6 +265,7 @@ class StatusThroughTheAgent(unittest.TestCase):
         view = {"v": 1, "timestamp_unix_ms": 1, "devices": [{"id": {"index": 0, "name": "Stand-in GPU", "uuid": uuid}},
                                                               {"id": {"index": 1, "name": "Other GPU", "uuid": "GPU-2"}}]}
         batches = [{"uuid": uuid, "model": "qwen\x1b[31m", "server": "llama", "answered": 12, "requests": 40},
+                   {"uuid": uuid, "model": "gemma", "server": "llama", "answered": 0, "requests": 5},  # a second at once
                    {"uuid": "GPU-2", "model": "m" * 300, "server": "llama", "answered": 1, "requests": 2},  # too long
                    {"uuid": "GPU-2", "model": "m", "server": "llama", "answered": -1, "requests": 2},      # negative
                    "not an object"]
@@ -273,11 +274,13 @@ class StatusThroughTheAgent(unittest.TestCase):
         r = self.run_tarmac("--json", "status", socket_path=path)
         self.assertEqual((r.returncode, r.stderr), (0, ""))
         gpus = json.loads(r.stdout)["gpus"]
-        self.assertEqual(gpus[0]["backfill"], {"model": "qwen\x1b[31m", "server": "llama", "answered": 12, "requests": 40})
-        self.assertIsNone(gpus[1]["backfill"])
+        self.assertEqual(gpus[0]["backfill"], [{"model": "qwen\x1b[31m", "server": "llama", "answered": 12, "requests": 40},
+                                               {"model": "gemma", "server": "llama", "answered": 0, "requests": 5}])
+        self.assertEqual(gpus[1]["backfill"], [])
         r = self.run_tarmac("status", socket_path=path)
         self.assertIn("GPU 0 runs backfill: qwen", r.stdout)
         self.assertIn(" on llama (12 of 40 requests answered); it yields to any job", r.stdout)
+        self.assertIn("GPU 0 runs backfill: gemma on llama (0 of 5 requests answered)", r.stdout)
         self.assertNotIn("\x1b[31m", r.stdout)  # the escape is shown, not obeyed
         self.assertNotIn("GPU 1 runs backfill", r.stdout)
 

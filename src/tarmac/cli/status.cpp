@@ -368,12 +368,11 @@ nlohmann::json status_json(const StatusView& view, const std::optional<std::stri
         i < view.held_idle_since_unix_ms.size() ? or_null(view.held_idle_since_unix_ms[i]) : nullptr;
     g["lease"] = i < view.leases.size() && !view.leases[i].label.empty() ? nlohmann::json(view.leases[i].label)
                                                                          : nlohmann::json(nullptr);
-    const auto* batch = i < view.backfill.size() && view.backfill[i] ? &*view.backfill[i] : nullptr;
-    g["backfill"] = batch != nullptr ? nlohmann::json{{"model", batch->model},
-                                                      {"server", batch->server},
-                                                      {"answered", batch->answered},
-                                                      {"requests", batch->requests}}
-                                     : nlohmann::json(nullptr);
+    g["backfill"] = nlohmann::json::array();  // as /api/v1/gpus: empty when none (or read directly)
+    for (const auto& b : i < view.backfill.size() ? view.backfill[i] : std::vector<GpuBackfill>{}) {
+      g["backfill"].push_back(
+          {{"model", b.model}, {"server", b.server}, {"answered", b.answered}, {"requests", b.requests}});
+    }
     for (std::size_t k = 0; k < g["mig"].size(); ++k) {
       const bool leased = i < view.mig_leases.size() && k < view.mig_leases[i].size() && !view.mig_leases[i][k].label.empty();
       g["mig"][k]["lease"] = leased ? nlohmann::json(view.mig_leases[i][k].label) : nlohmann::json(nullptr);
@@ -415,12 +414,12 @@ std::vector<diagnose::Verdict> status_verdicts(const StatusView& view) {
   // A backfill batch fills an idle GPU and gives it back to any job (docs/backfill.md): said so, so
   // that its server's process is not taken for somebody's work.
   for (std::size_t i = 0; i < view.snapshot.devices.size() && i < view.backfill.size(); ++i) {
-    if (!view.backfill[i]) continue;
-    const GpuBackfill& b = *view.backfill[i];
-    found.push_back({diagnose::Severity::Info, "backfill",
-                     fmt::format("GPU {} runs backfill: {} on {} ({} of {} requests answered); it yields to any job",
-                                 view.snapshot.devices[i].id.index, util::terminal_text(b.model),
-                                 util::terminal_text(b.server), b.answered, b.requests)});
+    for (const GpuBackfill& b : view.backfill[i]) {
+      found.push_back({diagnose::Severity::Info, "backfill",
+                       fmt::format("GPU {} runs backfill: {} on {} ({} of {} requests answered); it yields to any job",
+                                   view.snapshot.devices[i].id.index, util::terminal_text(b.model),
+                                   util::terminal_text(b.server), b.answered, b.requests)});
+    }
   }
   return found;
 }

@@ -46,8 +46,6 @@ struct StatusOptions {
 using MigClasses = std::vector<std::vector<gpu::MigActivity>>;
 [[nodiscard]] MigClasses classify_mig_all(const gpu::Snapshot& snapshot, const gpu::ActivityThresholds& thresholds);
 
-// One look at the GPUs, classified: what status prints. Read from NVML here, or from the agent's
-// live view (status_source.hpp), which adds what only watching over time knows.
 // A backfill batch running on a GPU (docs/backfill.md), as the agent's status answer names it.
 struct GpuBackfill {
   std::string model;
@@ -56,6 +54,8 @@ struct GpuBackfill {
   long long requests = 0;
 };
 
+// One look at the GPUs, classified: what status prints. Read from NVML here, or from the agent's
+// live view (status_source.hpp), which adds what only watching over time knows.
 struct StatusView {
   gpu::Snapshot snapshot;
   std::vector<gpu::Activity> classes;  // per device
@@ -69,8 +69,9 @@ struct StatusView {
   std::vector<diagnose::GpuLease> leases;
   // Per device, per MIG device: the lease on that MIG device (a job given one slice); empty as above.
   std::vector<std::vector<diagnose::GpuLease>> mig_leases;
-  // From the agent only (empty otherwise), per device: the backfill batch on it, if any.
-  std::vector<std::optional<GpuBackfill>> backfill;
+  // From the agent only (empty otherwise), per device: the backfill batches sent to it (a server
+  // may be sent several at once).
+  std::vector<std::vector<GpuBackfill>> backfill;
 };
 
 // A view of `snapshot` read here: classified from this one look.
@@ -106,11 +107,12 @@ namespace detail {
                                          const std::optional<std::string>& cuda_visible,
                                          const std::optional<std::string>& cuda_order,
                                          const MigClasses& mig_classes = {});
-// The same for a view: with "source" ("agent" or "nvml") and, from the agent, each GPU's
-// "activity_since_unix_ms" and "held_idle_since_unix_ms" and the sample's "agent_sample_age_ms".
-// The verdicts under the table: diagnose::verdicts' and a reserved-idle one per leased, unused MIG device.
+// The verdicts under the table: diagnose::verdicts', a reserved-idle one per leased, unused MIG
+// device, and one per backfill batch the agent names.
 [[nodiscard]] std::vector<diagnose::Verdict> status_verdicts(const StatusView& view);
 
+// The same for a view: with "source" ("agent" or "nvml") and, from the agent, each GPU's
+// "activity_since_unix_ms" and "held_idle_since_unix_ms" and the sample's "agent_sample_age_ms".
 [[nodiscard]] nlohmann::json status_json(const StatusView& view, const std::optional<std::string>& cuda_visible,
                                          const std::optional<std::string>& cuda_order);
 

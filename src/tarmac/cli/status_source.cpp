@@ -143,10 +143,11 @@ void describe_processes(const std::vector<gpu::Snapshot*>& snapshots, host::Proc
   processes.end_round();
 }
 
-// The backfill batch on each of `snap`'s GPUs from the answer's "backfill" (its GPU's UUID, model,
-// server, requests answered and sent); what does not parse is left out (an older agent sends none).
-std::vector<std::optional<GpuBackfill>> backfill_of(const nlohmann::json& body, const gpu::Snapshot& snap) {
-  std::vector<std::optional<GpuBackfill>> out(snap.devices.size());
+// The backfill batches on each of `snap`'s GPUs from the answer's "backfill" (each its GPU's UUID,
+// model, server, requests answered and sent); what does not parse is left out (an older agent sends
+// none).
+std::vector<std::vector<GpuBackfill>> backfill_of(const nlohmann::json& body, const gpu::Snapshot& snap) {
+  std::vector<std::vector<GpuBackfill>> out(snap.devices.size());
   const auto list = body.find("backfill");
   if (list == body.end() || !list->is_array()) return out;
   constexpr std::size_t kLongest = 256;
@@ -160,8 +161,10 @@ std::vector<std::optional<GpuBackfill>> backfill_of(const nlohmann::json& body, 
     if (v == b.end() || !v->is_number_unsigned() || v->get<std::uint64_t>() > (std::uint64_t{1} << 50)) return std::nullopt;
     return static_cast<long long>(v->get<std::uint64_t>());
   };
+  constexpr std::size_t kMostBatches = 4096;
+  std::size_t taken = 0;
   for (const auto& b : *list) {
-    if (!b.is_object()) continue;
+    if (!b.is_object() || taken == kMostBatches) continue;
     const auto uuid = text(b, "uuid");
     const auto model = text(b, "model");
     const auto server = text(b, "server");
@@ -169,7 +172,10 @@ std::vector<std::optional<GpuBackfill>> backfill_of(const nlohmann::json& body, 
     const auto requests = count(b, "requests");
     if (!uuid || !model || !server || !answered || !requests) continue;
     for (std::size_t i = 0; i < snap.devices.size(); ++i) {
-      if (snap.devices[i].id.uuid == *uuid) out[i] = GpuBackfill{*model, *server, *answered, *requests};
+      if (snap.devices[i].id.uuid == *uuid) {
+        out[i].push_back(GpuBackfill{*model, *server, *answered, *requests});
+        ++taken;
+      }
     }
   }
   return out;
