@@ -283,5 +283,20 @@ class StatusWithoutDriver(unittest.TestCase):
         self.assertIn("sim", r.stdout)
 
 
+class NvmlProfile(unittest.TestCase):
+    def test_the_profile_times_each_call_and_leaves_the_output_alone(self):
+        cmd = [TARMAC, "sim", "--scenario", "a100x4-balanced", "--", TARMAC, "--json", "status", "--direct"]
+        plain = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        timed = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                               env=dict(os.environ, TARMAC_NVML_PROFILE="1"))
+        self.assertEqual((plain.returncode, timed.returncode, plain.stderr), (0, 0, ""))
+        self.assertEqual(json.loads(timed.stdout)["gpus"][0]["uuid"], json.loads(plain.stdout)["gpus"][0]["uuid"])
+        self.assertIn("tarmac: NVML profile (TARMAC_NVML_PROFILE):", timed.stderr)
+        rows = {line.split()[0]: int(line.split()[1]) for line in timed.stderr.splitlines()[2:] if line.strip()}
+        self.assertEqual(rows["nvmlInitWithFlags"], 1)
+        self.assertEqual(rows["dlopen"], 1)
+        self.assertEqual(rows["nvmlDeviceGetHandleByIndex_v2"], 4)  # one per GPU
+
+
 if __name__ == "__main__":
     unittest.main()

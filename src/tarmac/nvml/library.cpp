@@ -41,7 +41,7 @@ Result<std::unique_ptr<Library>> Library::open(const LoadOptions& options) {
   lib->handle_ = dlopen(lib->path_.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib->handle_ == nullptr) return not_found(lib->path_, dlerror());
   if (lib->profiled_) {
-    profile_add("dlopen", std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+    profile_load(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                                               load_began).count());
   }
 

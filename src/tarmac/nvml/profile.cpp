@@ -86,10 +86,7 @@ void profile_calls(Functions& fn) {
   std::call_once(printed, [] { std::atexit([] { std::fputs(profile_table().c_str(), stderr); }); });
 }
 
-void profile_add(const char* what, std::int64_t ns) {
-  (void)what;  // the one extra row: the library's load
-  add(row_load, ns);
-}
+void profile_load(std::int64_t ns) { add(row_load, ns); }
 
 std::string profile_table() {
   std::vector<std::size_t> rows;

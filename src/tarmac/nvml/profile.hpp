@@ -18,8 +18,8 @@ namespace tarmac::nvml {
 // has the table printed at exit.
 void profile_calls(Functions& fn);
 
-// Counts `ns` against `what` (the library's load, which no entry point covers).
-void profile_add(const char* what, std::int64_t ns);
+// Counts `ns` as the library's load (dlopen), which no entry point covers.
+void profile_load(std::int64_t ns);
 
 // The table, one line per function called: name, calls, total ms, slowest ms.
 [[nodiscard]] std::string profile_table();
