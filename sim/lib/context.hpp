@@ -4,6 +4,7 @@
 // GPU and the fault book, and hold the lock while the export reads the simulation.
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -122,5 +123,8 @@ nvmlReturn_t copy_string(const std::string& value, char* buffer, unsigned int le
 // reserved words): V1 writes only the 36 bytes both layouts share; V3 writes all of nvmlPciInfo_t.
 enum class PciLayout { V1, V3 };
 void write_pci_info(const GpuSpec& gpu, nvmlPciInfo_t* out, PciLayout layout);
+
+// A scenario's watts as NVML's milliwatts.
+inline unsigned mw(double watts) { return static_cast<unsigned>(std::llround(watts * 1000.0)); }
 
 }  // namespace tarmac::sim::lib

@@ -8,6 +8,8 @@
 
 namespace tarmac::nvml {
 
+using sim::lib::mw;
+
 namespace {
 
 union FieldValue {
@@ -48,8 +50,6 @@ enum FieldId : unsigned {
   // 193-196 (NVML_FI_DEV_TEMPERATURE_*_TLIMIT) are margins to the GPU's T.Limit, which the
   // scenario does not describe: they stay NOT_SUPPORTED rather than show absolute thresholds.
 };
-
-unsigned mw(double watts) { return static_cast<unsigned>(std::llround(watts * 1000.0)); }
 
 // Fills one field; false when the simulated GPU does not have it.
 bool fill(sim::Simulation& s, unsigned gpu, double t, FieldValueRecord& f) {

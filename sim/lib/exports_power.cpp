@@ -8,6 +8,7 @@ namespace tarmac::nvml {
 using sim::lib::Context;
 using sim::lib::Entry;
 using sim::lib::guarded;
+using sim::lib::mw;
 
 namespace {
 
@@ -25,8 +26,6 @@ nvmlReturn_t device_value(const char* function, nvmlDevice_t device, T* out, Get
     return NVML_SUCCESS;
   });
 }
-
-unsigned mw(double watts) { return static_cast<unsigned>(std::llround(watts * 1000.0)); }
 
 std::optional<unsigned> clock_of(const sim::Clocks& c, nvmlClockType_t type) {
   switch (type) {

@@ -79,26 +79,27 @@ pci_bus_id = "00000000:07:00.0"
 memory_mib = 40960
 )";
 
-std::string parse_error(const std::string& text) {
+// The parser's error for a MIG layout, "" when it is accepted.
+std::string layout_error(const std::string& text) {
   auto s = parse_scenario(text, "mig.toml");
   return s.ok() ? std::string() : s.error().message;
 }
 
 TEST(MigScenario, KeysAreCheckedWithTheirLine) {
-  EXPECT_NE(parse_error(std::string(kMigA100) + "mig = [\"1g.5gb\"]\n").find("need mig_mode = true"), std::string::npos);
-  EXPECT_NE(parse_error(std::string(kMigA100) + "mig_mode_pending = true\n").find("needs mig_mode"), std::string::npos);
-  EXPECT_NE(parse_error(std::string(kMigA100) + "mig_mode = true\nmig = [\"9g.1tb\"]\n").find("'9g.1tb'"),
+  EXPECT_NE(layout_error(std::string(kMigA100) + "mig = [\"1g.5gb\"]\n").find("need mig_mode = true"), std::string::npos);
+  EXPECT_NE(layout_error(std::string(kMigA100) + "mig_mode_pending = true\n").find("needs mig_mode"), std::string::npos);
+  EXPECT_NE(layout_error(std::string(kMigA100) + "mig_mode = true\nmig = [\"9g.1tb\"]\n").find("'9g.1tb'"),
             std::string::npos);
   const std::string layout = std::string(kMigA100) + "mig_mode = true\nmig = [\"3g.20gb\", \"1g.5gb\"]\n";
-  EXPECT_EQ(parse_error(layout), "");
+  EXPECT_EQ(layout_error(layout), "");
   // A process on a GPU in MIG mode names its MIG device, which must exist and hold its memory.
   const std::string proc = "\n[[process]]\ngpu = 0\nname = \"python\"\nmemory_mib = 1000\n";
-  EXPECT_NE(parse_error(layout + proc).find("mig_device = N"), std::string::npos);
-  EXPECT_NE(parse_error(layout + proc + "mig_device = 2\n").find("has 2 MIG devices"), std::string::npos);
-  EXPECT_NE(parse_error(layout + "\n[[process]]\ngpu = 0\nname = \"python\"\nmemory_mib = 6000\nmig_device = 1\n")
+  EXPECT_NE(layout_error(layout + proc).find("mig_device = N"), std::string::npos);
+  EXPECT_NE(layout_error(layout + proc + "mig_device = 2\n").find("has 2 MIG devices"), std::string::npos);
+  EXPECT_NE(layout_error(layout + "\n[[process]]\ngpu = 0\nname = \"python\"\nmemory_mib = 6000\nmig_device = 1\n")
                 .find("does not fit in MIG device 1"),
             std::string::npos);
-  EXPECT_EQ(parse_error(layout + proc + "mig_device = 1\n"), "");
+  EXPECT_EQ(layout_error(layout + proc + "mig_device = 1\n"), "");
 }
 
 TEST(MigCuda, AMigUuidNamesOneMigDeviceAndTheParentIsNoDevice) {

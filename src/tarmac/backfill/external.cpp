@@ -14,11 +14,6 @@
 
 namespace tarmac::backfill {
 
-namespace {
-constexpr long long kUnloadTimeoutMs = 5000;  // as a managed server's (sched's kExternalUnloadMs waits as long)
-constexpr long long kAccountMs = 10 * 1000;    // a server's GPU time is written this often, as a managed one's
-}  // namespace
-
 Result<YieldTarget> yieldable(const ServerConfig& server) {
   if (server.protocol != ServerProtocol::Ollama) {
     return make_error(Error::Code::Invalid, "its protocol has no unload: stopping its batches would free none of its "
@@ -43,7 +38,7 @@ ExternalServers::ExternalServers(ExternalOptions options, BatchDb& db, Dispatche
   if (!opt_.serving) opt_.serving = [](unsigned port, uid_t uid) { return host::processes_serving(port, uid); };
   if (!opt_.loaded) {
     opt_.loaded = [](const ServerConfig& server) -> Result<std::vector<std::string>> {
-      TARMAC_TRY_ASSIGN(auto models, ollama::loaded(server, kUnloadTimeoutMs));
+      TARMAC_TRY_ASSIGN(auto models, ollama::loaded(server, ollama::kUnloadTimeoutMs));
       std::vector<std::string> names;
       for (const auto& m : models) names.push_back(m.name);
       return names;
@@ -51,7 +46,7 @@ ExternalServers::ExternalServers(ExternalOptions options, BatchDb& db, Dispatche
   }
   if (!opt_.unload) {
     opt_.unload = [](const ServerConfig& server, const std::string& model) {
-      return ollama::unload(server, model, kUnloadTimeoutMs);
+      return ollama::unload(server, model, ollama::kUnloadTimeoutMs);
     };
   }
   thread_ = std::thread([this] { run(); });

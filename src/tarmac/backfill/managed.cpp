@@ -29,8 +29,6 @@ namespace tarmac::backfill {
 namespace {
 
 constexpr long long kProbeTimeoutMs = 2000;  // one health request; a server loading its model may be slow
-constexpr long long kAccountMs = 10 * 1000;   // a running server's GPU time is written this often
-constexpr long long kUnloadTimeoutMs = 5000;  // Ollama's unload on a yield; the SIGTERM follows whatever it answers
 
 std::string replace_all(std::string word, std::string_view from, const std::string& to) {
   for (std::size_t at = word.find(from); at != std::string::npos; at = word.find(from, at + to.size())) {
@@ -459,7 +457,7 @@ bool ManagedServers::unload(Server& s, const std::string& url) {
   if (s.config.protocol != ServerProtocol::Ollama || s.phase != Phase::Ready) return false;
   ServerConfig server = s.config;
   server.url = url;
-  if (auto r = ollama::unload(server, s.model, kUnloadTimeoutMs); !r.ok()) {
+  if (auto r = ollama::unload(server, s.model, ollama::kUnloadTimeoutMs); !r.ok()) {
     log(util::LogLevel::Warning, fmt::format("backfill: server {}: unload of {}: {}", s.name, s.model,
                                              r.error().message));
     return false;

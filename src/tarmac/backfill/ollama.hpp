@@ -82,6 +82,11 @@ class StreamReader {
 // GPU memory is freed once this returns. An error when the server answers anything but success.
 [[nodiscard]] Result<void> unload(const ServerConfig& server, std::string_view model, long long timeout_ms = 10000);
 
+// How long a yield waits for Ollama's unload (and for its list of loaded models), managed or
+// external server alike: a managed server's SIGTERM follows whatever it answers, and the
+// scheduler's kExternalUnloadMs waits as long for an external one.
+inline constexpr long long kUnloadTimeoutMs = 5000;
+
 // A model the server holds in memory (/api/ps).
 struct LoadedModel {
   std::string name;

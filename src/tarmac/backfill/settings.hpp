@@ -18,6 +18,9 @@ namespace tarmac::backfill {
 // sending to it. managed: a command tarmac starts as a backfill job of the scheduler on idle GPUs,
 // and stops when a normal job needs them (backfill/managed.hpp).
 enum class ServerKind { External, Managed };
+
+// How often a running server's GPU time is written to the ledger, managed or external.
+inline constexpr long long kAccountMs = 10 * 1000;
 // openai: /v1/chat/completions and /v1/completions (llama-server, vLLM, Ollama all serve them).
 // ollama: Ollama's native /api/chat and /api/generate, streamed (ollama.hpp).
 enum class ServerProtocol { OpenAi, Ollama };

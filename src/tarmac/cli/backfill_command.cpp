@@ -50,8 +50,8 @@ struct IdFlags {
 enum class AskFailure { None, Refused, NoAnswer };
 
 // One request to the agent with `fds`; prints why when it fails (no agent: exit 3).
-std::optional<json> ask(const GlobalOptions& global, const char* command, const json& req, int& exit_code,
-                        const std::vector<int>& fds = {}, AskFailure* failure = nullptr) {
+std::optional<json> ask_backfill(const GlobalOptions& global, const char* command, const json& req, int& exit_code,
+                                 const std::vector<int>& fds = {}, AskFailure* failure = nullptr) {
   // A submission is answered once the agent has read and stored it, after those of other users
   // that came first: up to 200 MiB each, seconds apiece.
   const int timeout_ms = std::string_view(command) == "submit" ? kSubmitAnswerTimeoutMs : 30000;
@@ -230,7 +230,7 @@ void submit(const GlobalOptions& global, const SubmitFlags& f, int& exit_code) {
               {"window", f.window},  {"parallel", f.parallel}};
   if (texts) req["template"] = util::valid_utf8(f.template_text);
   AskFailure failure = AskFailure::None;
-  auto answer = ask(global, "submit", req, exit_code, {input->get(), output->get()}, &failure);
+  auto answer = ask_backfill(global, "submit", req, exit_code, {input->get(), output->get()}, &failure);
   if (!answer) {
     // Only a refusal says nothing is queued. Without an answer the batch may be recorded with this
     // very file as its output: removed, its answers would go nowhere and it could never be resumed.
@@ -268,7 +268,7 @@ void status(const GlobalOptions& global, const IdFlags& f, int& exit_code) {
     if (!id) return;
     req["id"] = *id;
   }
-  auto answer = ask(global, "status", req, exit_code);
+  auto answer = ask_backfill(global, "status", req, exit_code);
   if (!answer) return;
   if (f.id.empty()) {
     if (global.json) fmt::print("{}\n", util::json_text(json{{"batches", (*answer)["batches"]}}, 2));
@@ -282,7 +282,7 @@ void status(const GlobalOptions& global, const IdFlags& f, int& exit_code) {
 void cancel(const GlobalOptions& global, const IdFlags& f, int& exit_code) {
   const auto id = parse_batch_id("cancel", f.id, exit_code);
   if (!id) return;
-  auto answer = ask(global, "cancel", json{{"op", "backfill_cancel"}, {"id", *id}}, exit_code);
+  auto answer = ask_backfill(global, "cancel", json{{"op", "backfill_cancel"}, {"id", *id}}, exit_code);
   if (!answer) return;
   if (global.json) fmt::print("{}\n", util::json_text((*answer)["batch"], 2));
   else fmt::print("batch {} cancelled\n", *id);
@@ -293,7 +293,7 @@ void resume(const GlobalOptions& global, const IdFlags& f, int& exit_code) {
   if (!id) return;
   uid_t owner = ::getuid();
   if (::geteuid() == 0) {  // root resumes a user's batch with that user's rights: ask whose it is
-    auto batch = ask(global, "resume", json{{"op", "backfill_status"}, {"id", *id}}, exit_code);
+    auto batch = ask_backfill(global, "resume", json{{"op", "backfill_status"}, {"id", *id}}, exit_code);
     if (!batch) return;
     owner = static_cast<uid_t>((*batch)["batch"].value("uid", 0LL));
   }
@@ -303,7 +303,7 @@ void resume(const GlobalOptions& global, const IdFlags& f, int& exit_code) {
     exit_code = kExitUsage;
     return;
   }
-  auto answer = ask(global, "resume", json{{"op", "backfill_resume"}, {"id", *id}}, exit_code, {out->get()});
+  auto answer = ask_backfill(global, "resume", json{{"op", "backfill_resume"}, {"id", *id}}, exit_code, {out->get()});
   if (!answer) return;
   if (global.json) fmt::print("{}\n", util::json_text((*answer)["batch"], 2));
   else fmt::print("batch {}: the agent holds its output again\n", *id);
@@ -312,7 +312,7 @@ void resume(const GlobalOptions& global, const IdFlags& f, int& exit_code) {
 void results(const GlobalOptions& global, const IdFlags& f, int& exit_code) {
   const auto id = parse_batch_id("results", f.id, exit_code);
   if (!id) return;
-  auto answer = ask(global, "results", json{{"op", "backfill_status"}, {"id", *id}}, exit_code);
+  auto answer = ask_backfill(global, "results", json{{"op", "backfill_status"}, {"id", *id}}, exit_code);
   if (!answer) return;
   const std::string path = (*answer)["batch"].value("output", "");
   // Read as the batch's owner: the output is their file, at a path they named.

@@ -189,7 +189,7 @@ AgentViewAnswer agent_view(const std::string& socket, const std::string& nvml, h
   if (!body) return a;
   const auto view = body->find("view");
   if (view == body->end()) return a;
-  auto parsed = serve::parse_live_wire(*view);
+  auto parsed = serve::parse_live_wire_json(*view);
   if (!parsed.ok()) {
     a.problem = parsed.error().message;
     return a;
@@ -227,7 +227,7 @@ AgentWindowAnswer agent_window(const std::string& socket, const std::string& nvm
   w.interval_ms = interval->get<long long>();
   w.process_interval_ms = process_interval->get<long long>();
   for (const auto& j : *samples) {
-    auto parsed = serve::parse_live_wire(j);
+    auto parsed = serve::parse_live_wire_json(j);
     if (!parsed.ok()) {
       a.problem = parsed.error().message;
       return a;

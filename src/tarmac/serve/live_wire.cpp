@@ -278,9 +278,9 @@ std::vector<std::string> window_wire(const std::vector<std::shared_ptr<const Liv
   return out;
 }
 
-Result<AgentView> parse_live_wire(std::string_view text) { return parse_live_wire(json::parse(text, nullptr, false)); }
+Result<AgentView> parse_live_wire(std::string_view text) { return parse_live_wire_json(json::parse(text, nullptr, false)); }
 
-Result<AgentView> parse_live_wire(const json& j) {
+Result<AgentView> parse_live_wire_json(const json& j) {
   if (!j.is_object()) return make_error(Error::Code::Invalid, "the agent's view is not a JSON object");
   if (const auto v = j.find("v"); v == j.end() || *v != kWireVersion) {
     return make_error(Error::Code::Invalid, "the agent's view is of another version (an agent older or newer than this tarmac)");

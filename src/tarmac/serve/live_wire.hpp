@@ -50,7 +50,8 @@ struct AgentView {
 // Reads an answer back. Parsed as hostile input: every value is type- and range-checked, strings
 // and lists are bounded, and anything malformed is an error that names it.
 [[nodiscard]] Result<AgentView> parse_live_wire(std::string_view text);
-// The same for the view already parsed as JSON (the "view" of the socket's answer).
-[[nodiscard]] Result<AgentView> parse_live_wire(const nlohmann::json& view);
+// The same for the view already parsed as JSON (the "view" of the socket's answer). Named apart:
+// where json is complete, a std::string converts to it as well as to std::string_view.
+[[nodiscard]] Result<AgentView> parse_live_wire_json(const nlohmann::json& view);
 
 }  // namespace tarmac::serve
