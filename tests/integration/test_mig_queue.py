@@ -151,6 +151,13 @@ class ReserveMig(MigQueueTest):
         self.assertTrue(wait_for(lambda: self.count(measured, gpu, gi) > 0, HANG_S),
                         f"no GPM-measured busy span of GPU {gpu} GI {gi}\n{self.agent_log()}")
         self.assertEqual(self.wait_state(idle, "reclaimed", timeout=30)["kind"], "lease")
+        # Until then the agent classed the unused MIG device reserved-idle, as it classes a whole GPU
+        # leased and unused: its class spans in the store say so.
+        gpu, unused = next((g["index"], m) for g in self.gpus for m in g["mig"]
+                           if m["uuid"] == idle_env["CUDA_VISIBLE_DEVICES"])
+        reserved = "SELECT count(*) FROM mig_activity WHERE gpu = ? AND gpu_instance = ? AND class = 'reserved-idle'"
+        self.assertTrue(wait_for(lambda: self.count(reserved, gpu, unused["gpu_instance_id"]) > 0, HANG_S),
+                        f"no reserved-idle span of GPU {gpu} GI {unused['gpu_instance_id']}\n{self.agent_log()}")
         # The used lease's MIG device has been sampled busy past the idle one's reclaiming.
         reclaimed_at = self.job(idle)["ended_unix_ms"]
         gpu = self.job(used)["gpus"][0]

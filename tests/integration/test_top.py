@@ -153,7 +153,7 @@ class TopOnce(unittest.TestCase):
         r = subprocess.run([TARMAC, "--json", "status"], env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual([g["lease"] for g in json.loads(r.stdout)["gpus"]], [None] * 4)
 
-    def test_a_leased_mig_device_is_reserved_idle_in_status(self):
+    def test_a_leased_mig_device_is_reserved_idle_in_status_watch_and_top(self):
         env, _ = self.leasing_job("h200x8-mig-mixed", "gpu-MIG-", "--mig", "1g.18gb")
         r = subprocess.run([TARMAC, "--json", "status"], env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -171,6 +171,34 @@ class TopOnce(unittest.TestCase):
         r = subprocess.run([TARMAC, "status"], env=env, capture_output=True, text=True, timeout=60)
         self.assertRegex(r.stdout, rf"\n\s*{gpu}:{mig['index']}\s+MIG 1g\.18gb .* reserved-idle")
         self.assertIn(f"{name} is reserved by {mig['lease']} and unused", r.stdout)
+        verdict = {"severity": "warning", "code": "reserved-idle",
+                   "text": f"{name} is reserved by {mig['lease']} and unused: `tarmac jobs` lists the leases"}
+
+        def slice_of(gpus):
+            return next(m for g in gpus if g["index"] == gpu for m in g["mig"] if m["index"] == mig["index"])
+
+        # Each `watch --json` frame is status --json's object: the slice's lease, class and verdict.
+        r = subprocess.run([TARMAC, "--json", "watch", "-n", "0.1", "-c", "2"], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        frames = [json.loads(line) for line in r.stdout.splitlines()]
+        self.assertEqual(len(frames), 2, r.stdout)
+        for frame in frames:
+            self.assertEqual((slice_of(frame["gpus"])["lease"], slice_of(frame["gpus"])["activity"]),
+                             (mig["lease"], "reserved-idle"))
+            self.assertIn(verdict, frame["verdicts"])
+        # top: the MIG device's line under its GPU says reserved-idle, and the verdict names the lease.
+        r = subprocess.run([TARMAC, "top", "--once"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(any(f"MIG {mig['index']} 1g.18gb" in line and "reserved-idle" in line
+                            for line in r.stdout.splitlines()), r.stdout)
+        self.assertIn(f"{name} is reserved by {mig['lease']} and unused", r.stdout)
+        r = subprocess.run([TARMAC, "--json", "top", "--once"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(slice_of(doc["hosts"][0]["gpus"])["lease"], mig["lease"])
+        self.assertEqual(slice_of(doc["hosts"][0]["gpus"])["activity"], "reserved-idle")
+        self.assertIn(verdict, doc["verdicts"])
 
     def test_a_full_screen_needs_a_terminal(self):
         r = subprocess.run([TARMAC, "top"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)

@@ -228,9 +228,8 @@ class Loop {
     for (const auto& d : snap.devices) nvml_errors_ += static_cast<long long>(d.errors.size());
     std::optional<JobView> jobs;
     if (options_.jobs) jobs = options_.jobs(snap);
-    tracker_.observe(snap, now_, list_processes, recorder_,
-                     options_.leased_gpus ? options_.leased_gpus() : std::set<std::string>{},
-                     jobs ? &*jobs : nullptr);
+    leased_ = options_.leased_gpus ? options_.leased_gpus() : std::set<std::string>{};
+    tracker_.observe(snap, now_, list_processes, recorder_, leased_, jobs ? &*jobs : nullptr);
     if (list_processes) {
       for (const auto& d : snap.devices) recorder_.add(info_of(d), now_);
       next_processes_ = std::max(next_processes_ + options_.process_interval_ms, mono_ + 1);
@@ -259,7 +258,8 @@ class Loop {
     if (topology_ && topology_->links.size() == snap.devices.size()) snap.topology = topology_;
     const auto classes = tracker_.classes();
     const auto since = tracker_.since();
-    options_.on_sample(SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds, tracker_.jobs(), since});
+    options_.on_sample(
+        SampleView{snap, classes, now_, summary_, nvml_errors_, sample_seconds, tracker_.jobs(), since, leased_});
   }
 
   // Counted every time, logged at most once a minute of clock time.
@@ -329,6 +329,7 @@ class Loop {
   Tracker tracker_;
   FlushLog flush_log_;
   AgentSummary summary_;
+  std::set<std::string> leased_;  // the GPUs and MIG devices given out, as this sample was classified with
 
   long long start_ms_ = 0;    // wall time of the start, for the rows' stamps
   long long start_mono_ = 0;  // monotonic time of the start, for the schedule

@@ -61,6 +61,7 @@ struct SampleView {
   double sample_seconds;       // real time this snapshot took
   const JobView& jobs;         // the Slurm jobs and pods on the GPUs as last read (empty without AgentOptions::jobs)
   const std::map<unsigned, gpu::ActivitySince>& since;  // since when each GPU is in its class (ts_ms's clock)
+  const std::set<std::string>& leased;  // AgentOptions::leased_gpus as this sample was classified with
 };
 
 // The fast value groups the agent records and classifies with.

@@ -175,13 +175,16 @@ void Tracker::observe_jobs(long long ts_ms, bool gap, store::Recorder& rec) {
 }
 
 // Each MIG device's class span (docs/mig.md), extended while its class and profile hold; an
-// instance gone from the layout keeps the span it had when last seen.
-void Tracker::observe_mig(const gpu::Device& view, GpuState& state, long long ts_ms, store::Recorder& rec) {
+// instance gone from the layout keeps the span it had when last seen. An empty MIG device leased to
+// a job (by its MIG UUID) is reserved-idle, as a whole GPU is.
+void Tracker::observe_mig(const gpu::Device& view, GpuState& state, long long ts_ms, store::Recorder& rec,
+                          const std::set<std::string>& leased) {
   std::map<unsigned, store::MigSpan> still;
   for (std::size_t k = 0; k < view.mig.size(); ++k) {
     const gpu::MigDevice& m = view.mig[k];
     if (!m.gpu_instance_id) continue;
-    const gpu::MigActivity a = gpu::classify_mig(view, k, thresholds_, ts_ms / 1000);
+    const gpu::MigActivity a = gpu::classify_mig(view, k, thresholds_, ts_ms / 1000,
+                                                 m.uuid && leased.contains(*m.uuid) ? gpu::Leased::Yes : gpu::Leased::No);
     const std::string profile = m.profile.value_or("");
     auto it = state.mig_spans.find(*m.gpu_instance_id);
     store::MigSpan span;
@@ -243,7 +246,7 @@ void Tracker::observe(const gpu::Snapshot& snap, long long ts_ms, bool with_proc
     const gpu::Leased given =
         job_holds || (d.id.uuid && leased.contains(*d.id.uuid)) ? gpu::Leased::Yes : gpu::Leased::No;
     const gpu::Activity activity = gpu::classify_with_history(view, thresholds_, held_s, given);
-    observe_mig(view, state, ts_ms, rec);
+    observe_mig(view, state, ts_ms, rec, leased);
 
     store::GpuSample s;
     s.ts_ms = ts_ms;

@@ -67,7 +67,8 @@ class Tracker {
 
   void observe_processes(const gpu::Device& device, GpuState& state, long long ts_ms, store::Recorder& recorder);
   void observe_jobs(long long ts_ms, bool gap, store::Recorder& recorder);
-  void observe_mig(const gpu::Device& view, GpuState& state, long long ts_ms, store::Recorder& recorder);
+  void observe_mig(const gpu::Device& view, GpuState& state, long long ts_ms, store::Recorder& recorder,
+                   const std::set<std::string>& leased);
 
   gpu::ActivityThresholds thresholds_;
   long long gap_ms_;

@@ -512,8 +512,9 @@ int record_until_stopped(const GlobalOptions& global, AgentSettings& s) {
       std::map<unsigned, std::vector<gpu::MigActivity>> mig_classes;
       for (const auto& d : v.merged.devices) {
         for (std::size_t k = 0; k < d.mig.size(); ++k) {
-          mig_classes[d.id.index].push_back(
-              gpu::classify_mig(d, k, s.cfg.activity, v.merged.timestamp_unix_ms / 1000));
+          const bool leased = d.mig[k].uuid && v.leased.contains(*d.mig[k].uuid);
+          mig_classes[d.id.index].push_back(gpu::classify_mig(d, k, s.cfg.activity, v.merged.timestamp_unix_ms / 1000,
+                                                              leased ? gpu::Leased::Yes : gpu::Leased::No));
         }
       }
       live.publish(v.merged, v.classes, v.ts_ms, stats, v.jobs.map, v.jobs.pods, v.jobs.pods_listed, mig_classes,

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "tarmac/diagnose/backfill_json.hpp"
 #include "tarmac/serve/live_wire.hpp"
 #include "tarmac/util/clock.hpp"
 
@@ -61,8 +62,9 @@ void wire_status(sched::DaemonOptions& dopts, const serve::LiveState& live, std:
         // The backfill batch on each GPU, as the dashboard's cards show it: not whose batch it is.
         nlohmann::json on_gpus = nlohmann::json::array();
         for (const auto& b : batches ? batches() : std::vector<serve::GpuBatch>{}) {
-          on_gpus.push_back({{"uuid", b.uuid}, {"model", b.model}, {"server", b.server}, {"answered", b.answered},
-                             {"requests", b.requests}});
+          auto batch = diagnose::backfill_json({b.model, b.server, b.answered, b.requests});
+          batch["uuid"] = b.uuid;
+          on_gpus.push_back(std::move(batch));
         }
         cache->status = nlohmann::json{{"ok", true},
                                        {"nvml", nvml},

@@ -11,6 +11,7 @@
 #include "tarmac/cli/snapshot_json.hpp"
 #include "tarmac/cli/status_source.hpp"
 #include "tarmac/cli/table.hpp"
+#include "tarmac/diagnose/backfill_json.hpp"
 #include "tarmac/diagnose/verdicts.hpp"
 #include "tarmac/gpu/activity.hpp"
 #include "tarmac/gpu/clock_events.hpp"
@@ -282,19 +283,15 @@ StatusView view_of(gpu::Snapshot snapshot, const gpu::ActivityThresholds& thresh
   return v;
 }
 
-namespace {
-
-std::optional<std::string> env(const char* name) {
+std::optional<std::string> detail::env(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
 }
 
-}  // namespace
-
 void print_cuda_visibility(std::FILE* out, const gpu::Snapshot& snap, bool color) {
-  const auto visible = env("CUDA_VISIBLE_DEVICES");
+  const auto visible = detail::env("CUDA_VISIBLE_DEVICES");
   if (!visible) return;
-  const auto order = env("CUDA_DEVICE_ORDER");
+  const auto order = detail::env("CUDA_DEVICE_ORDER");
   const gpu::CudaView view = gpu::cuda_view(snap.devices, visible, order);
   std::string mapping;
   for (std::size_t k = 0; k < view.gpu_of_cuda.size(); ++k) {
@@ -369,9 +366,8 @@ nlohmann::json status_json(const StatusView& view, const std::optional<std::stri
     g["lease"] = i < view.leases.size() && !view.leases[i].label.empty() ? nlohmann::json(view.leases[i].label)
                                                                          : nlohmann::json(nullptr);
     g["backfill"] = nlohmann::json::array();  // as /api/v1/gpus: empty when none (or read directly)
-    for (const auto& b : i < view.backfill.size() ? view.backfill[i] : std::vector<GpuBackfill>{}) {
-      g["backfill"].push_back(
-          {{"model", b.model}, {"server", b.server}, {"answered", b.answered}, {"requests", b.requests}});
+    if (i < view.backfill.size()) {
+      for (const auto& b : view.backfill[i]) g["backfill"].push_back(diagnose::backfill_json(b));
     }
     for (std::size_t k = 0; k < g["mig"].size(); ++k) {
       const bool leased = i < view.mig_leases.size() && k < view.mig_leases[i].size() && !view.mig_leases[i][k].label.empty();
@@ -400,26 +396,8 @@ nlohmann::json status_json(const StatusView& view, const std::optional<std::stri
 
 std::vector<diagnose::Verdict> status_verdicts(const StatusView& view) {
   auto found = diagnose::verdicts(view.snapshot, view.classes, view.held_idle_since_unix_ms, view.leases);
-  // A MIG device given to a job that runs nothing on it, named as a whole GPU would be.
-  for (std::size_t i = 0; i < view.snapshot.devices.size() && i < view.mig_classes.size(); ++i) {
-    const gpu::Device& d = view.snapshot.devices[i];
-    for (std::size_t k = 0; k < d.mig.size() && k < view.mig_classes[i].size(); ++k) {
-      if (view.mig_classes[i][k].activity != gpu::Activity::ReservedIdle) continue;
-      const diagnose::GpuLease lease =
-          i < view.mig_leases.size() && k < view.mig_leases[i].size() ? view.mig_leases[i][k] : diagnose::GpuLease{};
-      found.push_back({diagnose::Severity::Warning, "reserved-idle",
-                       diagnose::reserved_idle_text(fmt::format("MIG {}:{}", d.id.index, d.mig[k].index), lease)});
-    }
-  }
-  // A backfill batch fills an idle GPU and gives it back to any job (docs/backfill.md): said so, so
-  // that its server's process is not taken for somebody's work.
-  for (std::size_t i = 0; i < view.snapshot.devices.size() && i < view.backfill.size(); ++i) {
-    for (const GpuBackfill& b : view.backfill[i]) {
-      found.push_back({diagnose::Severity::Info, "backfill",
-                       fmt::format("GPU {} runs backfill: {} on {} ({} of {} requests answered); it yields to any job",
-                                   view.snapshot.devices[i].id.index, util::terminal_text(b.model),
-                                   util::terminal_text(b.server), b.answered, b.requests)});
-    }
+  for (auto& v : diagnose::lease_and_backfill_verdicts(view.snapshot, view.mig_classes, view.mig_leases, view.backfill)) {
+    found.push_back(std::move(v));
   }
   return found;
 }
@@ -446,7 +424,7 @@ int run_status(const GlobalOptions& global, StatusOptions options) {
   const auto view = source.read();
   if (!view) return kExitCouldNotLook;
   if (global.json) {
-    fmt::print("{}\n", util::json_text(detail::status_json(*view, env("CUDA_VISIBLE_DEVICES"), env("CUDA_DEVICE_ORDER")), 2));
+    fmt::print("{}\n", util::json_text(detail::status_json(*view, detail::env("CUDA_VISIBLE_DEVICES"), detail::env("CUDA_DEVICE_ORDER")), 2));
   } else {
     const bool color = use_color(global, stdout);
     print_status(stdout, *view, color);

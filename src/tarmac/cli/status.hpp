@@ -47,12 +47,7 @@ using MigClasses = std::vector<std::vector<gpu::MigActivity>>;
 [[nodiscard]] MigClasses classify_mig_all(const gpu::Snapshot& snapshot, const gpu::ActivityThresholds& thresholds);
 
 // A backfill batch running on a GPU (docs/backfill.md), as the agent's status answer names it.
-struct GpuBackfill {
-  std::string model;
-  std::string server;
-  long long answered = 0;  // requests done or failed
-  long long requests = 0;
-};
+using GpuBackfill = diagnose::Backfill;
 
 // One look at the GPUs, classified: what status prints. Read from NVML here, or from the agent's
 // live view (status_source.hpp), which adds what only watching over time knows.
@@ -107,6 +102,9 @@ namespace detail {
                                          const std::optional<std::string>& cuda_visible,
                                          const std::optional<std::string>& cuda_order,
                                          const MigClasses& mig_classes = {});
+// The variable `name` of this process's environment, or nullopt when it is not set.
+[[nodiscard]] std::optional<std::string> env(const char* name);
+
 // The verdicts under the table: diagnose::verdicts', a reserved-idle one per leased, unused MIG
 // device, and one per backfill batch the agent names.
 [[nodiscard]] std::vector<diagnose::Verdict> status_verdicts(const StatusView& view);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tarmac/diagnose/backfill_json.hpp"
 #include "tarmac/host/proc_reader.hpp"
 #include "tarmac/sched/wire.hpp"
 #include "tarmac/serve/live.hpp"
@@ -150,30 +151,15 @@ std::vector<std::vector<GpuBackfill>> backfill_of(const nlohmann::json& body, co
   std::vector<std::vector<GpuBackfill>> out(snap.devices.size());
   const auto list = body.find("backfill");
   if (list == body.end() || !list->is_array()) return out;
-  constexpr std::size_t kLongest = 256;
-  const auto text = [](const nlohmann::json& b, const char* key) -> std::optional<std::string> {
-    const auto v = b.find(key);
-    if (v == b.end() || !v->is_string() || v->get_ref<const std::string&>().size() > kLongest) return std::nullopt;
-    return v->get<std::string>();
-  };
-  const auto count = [](const nlohmann::json& b, const char* key) -> std::optional<long long> {
-    const auto v = b.find(key);
-    if (v == b.end() || !v->is_number_unsigned() || v->get<std::uint64_t>() > (std::uint64_t{1} << 50)) return std::nullopt;
-    return static_cast<long long>(v->get<std::uint64_t>());
-  };
-  constexpr std::size_t kMostBatches = 4096;
   std::size_t taken = 0;
   for (const auto& b : *list) {
-    if (!b.is_object() || taken == kMostBatches) continue;
-    const auto uuid = text(b, "uuid");
-    const auto model = text(b, "model");
-    const auto server = text(b, "server");
-    const auto answered = count(b, "answered");
-    const auto requests = count(b, "requests");
-    if (!uuid || !model || !server || !answered || !requests) continue;
+    if (taken == diagnose::kBackfillBatchesMax) break;
+    const auto batch = diagnose::parse_backfill(b);
+    const auto uuid = batch ? b.find("uuid") : b.end();
+    if (!batch || uuid == b.end() || !uuid->is_string()) continue;
     for (std::size_t i = 0; i < snap.devices.size(); ++i) {
-      if (snap.devices[i].id.uuid == *uuid) {
-        out[i].push_back(GpuBackfill{*model, *server, *answered, *requests});
+      if (snap.devices[i].id.uuid == uuid->get_ref<const std::string&>()) {
+        out[i].push_back(*batch);
         ++taken;
       }
     }
@@ -290,8 +276,9 @@ std::optional<StatusView> StatusSource::read() {
       const auto on_slice = d.mig[k].uuid ? labels.find(*d.mig[k].uuid) : labels.end();
       slices.push_back(on_slice != labels.end() ? on_slice->second : diagnose::GpuLease{});
       if (on_slice == labels.end() || i >= view->mig_classes.size() || k >= view->mig_classes[i].size()) continue;
-      gpu::MigActivity& c = view->mig_classes[i][k];
-      if (c.activity == gpu::Activity::Idle) c = {gpu::Activity::ReservedIdle, true};
+      // Only an empty one: what runs on it keeps the class it was given (the agent's, over time).
+      const auto leased = gpu::classify_mig(d, k, thresholds_, view->snapshot.timestamp_unix_ms / 1000, gpu::Leased::Yes);
+      if (leased.activity == gpu::Activity::ReservedIdle) view->mig_classes[i][k] = leased;
     }
   }
   return view;

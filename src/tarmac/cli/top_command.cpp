@@ -16,6 +16,7 @@
 #include "tarmac/cli/jobs_command.hpp"
 #include "tarmac/cli/status.hpp"
 #include "tarmac/cli/status_source.hpp"
+#include "tarmac/diagnose/backfill_json.hpp"
 #include "tarmac/net/http_client.hpp"
 #include "tarmac/sched/leases.hpp"
 #include "tarmac/tui/actions.hpp"
@@ -131,7 +132,7 @@ tui::LocalReader::AgentView agent_live(const GlobalOptions& global, std::string 
     problem = std::move(answer.problem);
     if (!answer.view) return std::nullopt;
     return tui::LocalReader::AgentLive{std::move(answer.view->snapshot), std::move(answer.view->classes),
-                                       std::move(answer.view->mig_classes)};
+                                       std::move(answer.view->mig_classes), std::move(answer.view->backfill)};
   };
 }
 
@@ -190,6 +191,20 @@ nlohmann::json once_json(const tui::Model& model, const std::vector<tui::Row>& r
     if (h.snapshot) {
       for (std::size_t i = 0; i < h.snapshot->devices.size(); ++i) {
         const auto& d = h.snapshot->devices[i];
+        const auto lease = h.leases.find(d.id.index);
+        json backfill = json::array();  // as status --json: the agent's batches on it
+        if (i < h.backfill.size()) {
+          for (const auto& b : h.backfill[i]) backfill.push_back(diagnose::backfill_json(b));
+        }
+        json mig = json::array();
+        for (std::size_t k = 0; k < d.mig.size(); ++k) {
+          const bool classed = i < h.mig_classes.size() && k < h.mig_classes[i].size();
+          const bool leased = i < h.mig_leases.size() && k < h.mig_leases[i].size() && !h.mig_leases[i][k].label.empty();
+          mig.push_back({{"index", d.mig[k].index},
+                         {"uuid", opt(d.mig[k].uuid)},
+                         {"activity", classed ? json(gpu::to_string(h.mig_classes[i][k].activity)) : json(nullptr)},
+                         {"lease", leased ? json(h.mig_leases[i][k].label) : json(nullptr)}});
+        }
         gpus.push_back({{"index", d.id.index},
                         {"name", opt(d.id.name)},
                         {"uuid", opt(d.id.uuid)},
@@ -200,7 +215,10 @@ nlohmann::json once_json(const tui::Model& model, const std::vector<tui::Row>& r
                         {"mem_total_bytes", opt(d.id.mem_total_bytes)},
                         {"temp_c", opt(d.sample.temp_c)},
                         {"power_mw", opt(d.sample.power_mw)},
-                        {"lost", opt(d.lost)}});
+                        {"lost", opt(d.lost)},
+                        {"lease", lease != h.leases.end() ? json(lease->second) : json(nullptr)},
+                        {"backfill", std::move(backfill)},
+                        {"mig", std::move(mig)}});
       }
     }
     hosts.push_back({{"name", h.name.empty() ? json(nullptr) : json(h.name)},

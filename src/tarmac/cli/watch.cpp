@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "tarmac/cli/app.hpp"
-#include "tarmac/cli/snapshot_json.hpp"
 #include "tarmac/cli/status_source.hpp"
 #include "tarmac/cli/status.hpp"
 #include "tarmac/util/escape.hpp"
@@ -93,6 +92,8 @@ int run_watch(const GlobalOptions& global, WatchOptions options) {
   const bool color = use_color(global, stdout);
   WatchSignals signals;
   Screen screen(tty && !global.json);
+  const auto cuda_visible = detail::env("CUDA_VISIBLE_DEVICES");
+  const auto cuda_order = detail::env("CUDA_DEVICE_ORDER");
   const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(options.interval_s));
   auto next = std::chrono::steady_clock::now();
@@ -101,7 +102,7 @@ int run_watch(const GlobalOptions& global, WatchOptions options) {
     if (!view) return kExitCouldNotLook;
     if (global.json) {
       // One JSON object per line: a stream that tools read as NDJSON.
-      fmt::print("{}\n", util::json_text(detail::frame_json(view->snapshot, view->classes)));
+      fmt::print("{}\n", util::json_text(detail::frame_json(*view, cuda_visible, cuda_order)));
       std::fflush(stdout);
     } else {
       screen.draw(detail::render_frame(*view, color, options.interval_s));
@@ -155,10 +156,9 @@ std::string render_frame(const StatusView& view, bool color, double interval_s) 
   return frame;
 }
 
-nlohmann::json frame_json(const gpu::Snapshot& snap, const std::vector<gpu::Activity>& classes) {
-  nlohmann::json j{{"timestamp_unix_ms", snap.timestamp_unix_ms}, {"gpus", nlohmann::json::array()}};
-  for (std::size_t i = 0; i < snap.devices.size(); ++i) j["gpus"].push_back(to_json(snap.devices[i], classes[i]));
-  return j;
+nlohmann::json frame_json(const StatusView& view, const std::optional<std::string>& cuda_visible,
+                          const std::optional<std::string>& cuda_order) {
+  return status_json(view, cuda_visible, cuda_order);
 }
 
 }  // namespace detail

@@ -3,8 +3,8 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
-#include <vector>
 
 #include "tarmac/cli/context.hpp"
 #include "tarmac/cli/status.hpp"
@@ -26,8 +26,10 @@ namespace detail {
 // the rest of the screen erased; nothing is cleared first, so the screen never flashes empty.
 [[nodiscard]] std::string in_place_frame(const std::string& frame);
 
-// One line of `watch --json` (NDJSON): the time and every GPU with its class.
-[[nodiscard]] nlohmann::json frame_json(const gpu::Snapshot& snapshot, const std::vector<gpu::Activity>& classes);
+// One line of `watch --json` (NDJSON): what `status --json` prints for `view` (every GPU with its
+// class, leases, backfill batches and MIG devices; the verdicts), on one line.
+[[nodiscard]] nlohmann::json frame_json(const StatusView& view, const std::optional<std::string>& cuda_visible,
+                                        const std::optional<std::string>& cuda_order);
 
 }  // namespace detail
 

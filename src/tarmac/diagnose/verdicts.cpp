@@ -162,4 +162,30 @@ const char* to_string(Severity s) {
   return "info";
 }
 
+std::vector<Verdict> lease_and_backfill_verdicts(const gpu::Snapshot& snap,
+                                                 const std::vector<std::vector<gpu::MigActivity>>& mig_classes,
+                                                 const std::vector<std::vector<GpuLease>>& mig_leases,
+                                                 const std::vector<std::vector<Backfill>>& backfill) {
+  std::vector<Verdict> out;
+  // A MIG device given to a job that runs nothing on it, named as a whole GPU would be.
+  for (std::size_t i = 0; i < snap.devices.size() && i < mig_classes.size(); ++i) {
+    const gpu::Device& d = snap.devices[i];
+    for (std::size_t k = 0; k < d.mig.size() && k < mig_classes[i].size(); ++k) {
+      if (mig_classes[i][k].activity != gpu::Activity::ReservedIdle) continue;
+      const GpuLease lease = i < mig_leases.size() && k < mig_leases[i].size() ? mig_leases[i][k] : GpuLease{};
+      out.push_back({Severity::Warning, "reserved-idle",
+                     reserved_idle_text(fmt::format("MIG {}:{}", d.id.index, d.mig[k].index), lease)});
+    }
+  }
+  for (std::size_t i = 0; i < snap.devices.size() && i < backfill.size(); ++i) {
+    for (const Backfill& b : backfill[i]) {
+      out.push_back({Severity::Info, "backfill",
+                     fmt::format("GPU {} runs backfill: {} on {} ({} of {} requests answered); it yields to any job",
+                                 snap.devices[i].id.index, util::terminal_text(b.model), util::terminal_text(b.server),
+                                 b.answered, b.requests)});
+    }
+  }
+  return out;
+}
+
 }  // namespace tarmac::diagnose

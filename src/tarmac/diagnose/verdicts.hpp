@@ -38,6 +38,25 @@ struct GpuLease {
                                             const std::vector<std::optional<long long>>& held_idle_since_unix_ms = {},
                                             const std::vector<GpuLease>& leases = {});
 
+// A backfill batch running on a GPU (docs/backfill.md), as the agent names it: model, server and
+// progress, not whose batch it is.
+struct Backfill {
+  std::string model;
+  std::string server;
+  long long answered = 0;  // requests done or failed
+  long long requests = 0;
+};
+
+// The verdicts that a lease or the agent adds to verdicts()'s, per device of `snapshot` (each list
+// may be shorter, or empty): a reserved-idle one per MIG device that `mig_classes` class so, named
+// with its lease in `mig_leases`, and an informational one per backfill batch, which yields to any
+// job (so that its server's process is not taken for somebody's work). Text from the agent is
+// made safe for a terminal.
+[[nodiscard]] std::vector<Verdict> lease_and_backfill_verdicts(const gpu::Snapshot& snapshot,
+                                                               const std::vector<std::vector<gpu::MigActivity>>& mig_classes,
+                                                               const std::vector<std::vector<GpuLease>>& mig_leases,
+                                                               const std::vector<std::vector<Backfill>>& backfill);
+
 // "0", "1-3", "0, 2, 5-7": GPU index lists as people write them.
 [[nodiscard]] std::string format_index_list(const std::vector<unsigned>& indices);
 

@@ -91,10 +91,10 @@ Device slice_view(const Device& d, std::size_t k) {
 }
 
 MigActivity classify_slice(const Device& d, std::size_t k, const ActivityThresholds& t,
-                           const std::function<bool(const Device&)>& held) {
+                           const std::function<bool(const Device&)>& held, Leased leased = Leased::No) {
   if (fault_reason(d)) return {Activity::Fault, true};
   const Device v = slice_view(d, k);
-  if (v.processes.empty()) return {Activity::Idle, true};
+  if (v.processes.empty()) return {leased == Leased::Yes ? Activity::ReservedIdle : Activity::Idle, true};
   if (!v.sample.util_gpu_pct) return {Activity::Busy, false};  // in use; MIG gives no utilization without GPM
   return {classify_given(v, t, held(v), Leased::No), true};
 }
@@ -140,8 +140,9 @@ void match_mig_processes(const std::vector<MigDevice>& mig, std::vector<GpuProce
   }
 }
 
-MigActivity classify_mig(const Device& d, std::size_t k, const ActivityThresholds& t, long long now_unix_s) {
-  return classify_slice(d, k, t, [&](const Device& v) { return held_long_enough(v, t, now_unix_s); });
+MigActivity classify_mig(const Device& d, std::size_t k, const ActivityThresholds& t, long long now_unix_s,
+                         Leased leased) {
+  return classify_slice(d, k, t, [&](const Device& v) { return held_long_enough(v, t, now_unix_s); }, leased);
 }
 
 Activity classify(const Device& d, const ActivityThresholds& t, long long now_unix_s, Leased leased) {

@@ -53,7 +53,8 @@ struct ActivitySince {
   std::optional<long long> held_idle_ms;   // its processes have been at 0 % utilization since
 };
 
-// A MIG device's class (docs/mig.md): idle without processes; with its GPU instance's GPM (Hopper
+// A MIG device's class (docs/mig.md): idle without processes (reserved-idle when tarmac leased that
+// MIG device to a job, `tarmac run --mig`); with its GPU instance's GPM (Hopper
 // and later), its processes, memory and GPM SM activity classified as a GPU's; without GPM (MIG
 // mode gives no utilization), busy by process presence, `measured` false, so that nothing shows
 // a utilization NVML did not give. A GPU in MIG mode with MIG devices is classified (classify,
@@ -63,7 +64,7 @@ struct MigActivity {
   bool measured = true;  // from GPM or an empty slice; false: from process presence alone
 };
 [[nodiscard]] MigActivity classify_mig(const Device& device, std::size_t mig_index, const ActivityThresholds& thresholds,
-                                       long long now_unix_s);
+                                       long long now_unix_s, Leased leased = Leased::No);
 
 // Sets each process's MIG device (GpuProcess::mig: a position in `mig`) from the instance ids NVML
 // listed it with, clearing what an older layout left: call again after putting processes of an

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tarmac/diagnose/backfill_json.hpp"
 #include "tarmac/store/reader.hpp"
 #include "tarmac/util/escape.hpp"
 #include "tarmac/util/strings.hpp"
@@ -170,10 +171,7 @@ std::string gpus_json(const LiveView& view, const std::string& hostname, const s
     json backfill = json::array();
     for (const auto& b : batches) {
       if (!d.id.uuid || b.uuid != *d.id.uuid) continue;
-      backfill.push_back({{"model", b.model},
-                          {"server", b.server},
-                          {"answered", b.answered},
-                          {"requests", b.requests}});
+      backfill.push_back(diagnose::backfill_json({b.model, b.server, b.answered, b.requests}));
     }
     json idle_seconds = nullptr;  // idle or reserved-idle without a break, for how long
     if (const auto c = view.counters.find(d.id.index); c != view.counters.end() && c->second.idle_since_ms) {

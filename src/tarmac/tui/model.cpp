@@ -206,7 +206,11 @@ std::vector<diagnose::Verdict> Model::verdicts() const {
       const auto lease = h.leases.find(d.id.index);
       leases.push_back({lease != h.leases.end() ? lease->second : std::string(), ""});
     }
-    for (auto v : diagnose::verdicts(*h.snapshot, h.classes, {}, leases)) {
+    auto found = diagnose::verdicts(*h.snapshot, h.classes, {}, leases);
+    for (auto& v : diagnose::lease_and_backfill_verdicts(*h.snapshot, h.mig_classes, h.mig_leases, h.backfill)) {
+      found.push_back(std::move(v));
+    }
+    for (auto v : found) {
       if (hosts_.size() > 1) v.text = (h.name.empty() ? std::string("this host") : h.name) + ": " + v.text;
       out.push_back(std::move(v));
     }

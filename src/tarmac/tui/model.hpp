@@ -65,6 +65,10 @@ struct HostData {
   std::map<unsigned, ProcUsage> usage;    // by pid
   std::map<unsigned, Ancestor> ancestors;  // by pid: parents (and theirs) of the GPU processes
   std::map<unsigned, std::string> leases;  // GPU index -> the scheduler's lease on it ("job 12 alice")
+  // Per device of snapshot, the lease on each of its MIG devices (label "" for none); empty when none.
+  std::vector<std::vector<diagnose::GpuLease>> mig_leases;
+  // Per device of snapshot, the backfill batches the agent sent it (through the agent only).
+  std::vector<std::vector<diagnose::Backfill>> backfill;
   std::map<unsigned, std::string> jobs;    // pid -> the tarmac job it runs in ("job 12"): its lease's owner is it or a parent
   // Descendants of GPU processes that hold an NVIDIA device file without being listed by the
   // driver (a DataLoader worker that inherited the descriptors), by pid; parent_pid says whose.

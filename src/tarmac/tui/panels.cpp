@@ -174,13 +174,14 @@ void mig_lines(std::vector<Line>& out, const gpu::Device& d, const std::vector<g
     const bool last = k + 1 == d.mig.size();
     b.add(view.ascii ? (last ? "   `- " : "   |- ") : (last ? "   \u2514\u2500 " : "   \u251c\u2500 "), Style::Dim);
     b.add(fmt::format("MIG {} ", m.index)).add(safe_fit(m.profile.value_or("?"), 10)).add(" ");
+    constexpr int kClassWidth = 13;  // "reserved-idle", a leased MIG device nothing runs on
     if (k < classes.size()) {
       // Without GPM a MIG device with processes is in use, its activity unmeasured: said so.
       const auto& c = classes[k];
-      if (c.measured) b.add(fit(gpu::to_string(c.activity), 8), class_style(c.activity)).add(" ");
-      else b.add(fit("in use", 8)).add(" ");
+      if (c.measured) b.add(fit(gpu::to_string(c.activity), kClassWidth), class_style(c.activity)).add(" ");
+      else b.add(fit("in use", kClassWidth)).add(" ");
     } else {
-      b.add(fit("-", 8)).add(" ");
+      b.add(fit("-", kClassWidth)).add(" ");
     }
     gpu::Device v;
     v.id.mem_total_bytes = m.mem_total_bytes;

@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fmt/format.h>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tarmac/diagnose/backfill_json.hpp"
 #include "tarmac/host/device_files.hpp"
 #include "tarmac/host/proc_parse.hpp"
 #include "tarmac/net/http_client.hpp"
@@ -259,21 +261,36 @@ HostData LocalReader::read() {
     leases[l.uuid] = l.label;
     if (l.owner_pid > 1 && !l.job.empty()) owners[{l.owner_pid, l.owner_ticks}] = l.job;
   }
-  for (const auto& d : snap->devices) {
+  if (live) {
+    out.classes = std::move(live->classes);  // the agent's, measured over time (it knows its leases)
+    out.mig_classes = std::move(live->mig_classes);
+    out.backfill = std::move(live->backfill);
+  }
+  const long long now_s = snap->timestamp_unix_ms / 1000;
+  for (std::size_t i = 0; i < snap->devices.size(); ++i) {
+    const gpu::Device& d = snap->devices[i];
     const auto lease = d.id.uuid ? leases.find(*d.id.uuid) : leases.end();
     if (lease != leases.end()) out.leases[d.id.index] = lease->second;
-    if (live) continue;  // the agent's classes, measured over time (it knows the leases too)
     // A leased GPU with nothing running is reserved-idle, as the agent and status say.
-    out.classes.push_back(gpu::classify(d, thresholds_, snap->timestamp_unix_ms / 1000,
-                                        lease != leases.end() ? gpu::Leased::Yes : gpu::Leased::No));
-    auto& mig = out.mig_classes.emplace_back();
-    for (std::size_t k = 0; k < d.mig.size(); ++k) {
-      mig.push_back(gpu::classify_mig(d, k, thresholds_, snap->timestamp_unix_ms / 1000));
+    if (!live) {
+      out.classes.push_back(
+          gpu::classify(d, thresholds_, now_s, lease != leases.end() ? gpu::Leased::Yes : gpu::Leased::No));
     }
-  }
-  if (live) {
-    out.classes = std::move(live->classes);
-    out.mig_classes = std::move(live->mig_classes);
+    // A MIG device given to a job (gpu-MIG-... lease files) with nothing on it is reserved-idle too.
+    if (out.mig_classes.size() <= i) out.mig_classes.resize(i + 1);
+    auto& classes = out.mig_classes[i];
+    auto& slices = out.mig_leases.emplace_back();
+    for (std::size_t k = 0; k < d.mig.size(); ++k) {
+      const auto on_slice = d.mig[k].uuid ? leases.find(*d.mig[k].uuid) : leases.end();
+      slices.push_back({on_slice != leases.end() ? on_slice->second : std::string(), ""});
+      const auto c = gpu::classify_mig(d, k, thresholds_, now_s,
+                                       on_slice != leases.end() ? gpu::Leased::Yes : gpu::Leased::No);
+      if (!live) {
+        classes.push_back(c);
+      } else if (k < classes.size() && c.activity == gpu::Activity::ReservedIdle) {
+        classes[k] = c;  // only an empty one: what runs on it keeps the agent's class
+      }
+    }
   }
   // Per process: CPU since the previous read, resident size, and its parents for the tree.
   decltype(cpu_before_) cpu_now;
@@ -460,6 +477,7 @@ Result<HostData> parse_agent(std::string_view gpus_json, std::string_view proces
   snap.driver_version = string_at(g, "driver_version", 64);
   if (const auto ts = g.find("timestamp_ms"); ts != g.end() && ts->is_number_integer()) snap.timestamp_unix_ms = ts->get<long long>();
   std::map<unsigned, std::size_t> by_index;
+  std::size_t batches_taken = 0;
   for (const auto& item : *gpus) {
     if (!item.is_object()) continue;
     const auto index = unsigned_at<unsigned>(item, "index");
@@ -499,6 +517,18 @@ Result<HostData> parse_agent(std::string_view gpus_json, std::string_view proces
         mig_classes.push_back(gpu::MigActivity{cls ? activity_named(*cls).value_or(gpu::Activity::Idle) : gpu::Activity::Idle,
                                                md.gpm_sm_active_pct.has_value()});
         d.mig.push_back(std::move(md));
+      }
+    }
+    // The backfill batches sent to it (/api/v1/gpus "backfill"), each whole or not at all, at most
+    // diagnose::kBackfillBatchesMax in the whole answer.
+    auto& batches = out.backfill.emplace_back();
+    if (const auto list = item.find("backfill"); list != item.end() && list->is_array()) {
+      for (const auto& b : *list) {
+        if (batches_taken == diagnose::kBackfillBatchesMax) break;
+        if (auto batch = diagnose::parse_backfill(b)) {
+          batches.push_back(std::move(*batch));
+          ++batches_taken;
+        }
       }
     }
     by_index[*index] = snap.devices.size();

@@ -67,6 +67,7 @@ class LocalReader {
     gpu::Snapshot snapshot;
     std::vector<gpu::Activity> classes;
     std::vector<std::vector<gpu::MigActivity>> mig_classes;
+    std::vector<std::vector<diagnose::Backfill>> backfill;  // per device
   };
   // nullopt when the agent does not answer, with `problem` set when that is news.
   using AgentView = std::function<std::optional<AgentLive>(std::string& problem)>;

@@ -42,17 +42,29 @@ TEST(RenderFrame, HostileProcessNamesAddNoEscapes) {
   EXPECT_FALSE(testing::has_raw_control(frame)) << frame;
 }
 
-TEST(FrameJson, OneObjectPerFrame) {
-  gpu::Snapshot snap;
-  snap.timestamp_unix_ms = 1736154000000;
-  snap.devices = {alerts::testing::device(0, 97, 30000), gpu::Device{}};
-  const auto j = detail::frame_json(snap, {gpu::Activity::Busy, gpu::Activity::Idle});
+TEST(FrameJson, OneObjectPerFrameAsStatusJson) {
+  StatusView view;
+  view.snapshot.timestamp_unix_ms = 1736154000000;
+  view.snapshot.devices = {alerts::testing::device(0, 97, 30000), alerts::testing::device(1, 0, 0)};
+  view.classes = {gpu::Activity::Busy, gpu::Activity::ReservedIdle};
+  view.leases = {{}, {"job 12 alice", "12"}};
+  view.backfill = {{{"qwen2.5-7b", "llama", 120, 200}}, {}};
+  const auto j = detail::frame_json(view, std::nullopt, std::nullopt);
   EXPECT_EQ(j["timestamp_unix_ms"], 1736154000000);
   ASSERT_EQ(j["gpus"].size(), 2U);
   EXPECT_EQ(j["gpus"][0]["activity"], "busy");
-  EXPECT_EQ(j["gpus"][1]["activity"], "idle");
+  EXPECT_EQ(j["gpus"][1]["activity"], "reserved-idle");
+  // What status --json says of the same view: the lease, the backfill batch, the verdicts.
+  EXPECT_EQ(j, detail::status_json(view, std::nullopt, std::nullopt));
+  EXPECT_EQ(j["gpus"][1]["lease"], "job 12 alice");
+  EXPECT_TRUE(j["gpus"][0]["lease"].is_null());
+  ASSERT_EQ(j["gpus"][0]["backfill"].size(), 1U);
+  EXPECT_EQ(j["gpus"][0]["backfill"][0]["model"], "qwen2.5-7b");
+  bool backfill_verdict = false;
+  for (const auto& v : j["verdicts"]) backfill_verdict = backfill_verdict || v["code"] == "backfill";
+  EXPECT_TRUE(backfill_verdict) << j.dump();
   EXPECT_EQ(util::json_text(j).find('\n'), std::string::npos);  // one line: NDJSON
-  EXPECT_TRUE(detail::frame_json(gpu::Snapshot{}, {})["gpus"].empty());
+  EXPECT_TRUE(detail::frame_json(StatusView{}, std::nullopt, std::nullopt)["gpus"].empty());
 }
 
 TEST(WatchCommand, IntervalAndCountAreChecked) {

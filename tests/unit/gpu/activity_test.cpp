@@ -103,6 +103,20 @@ TEST(Activity, AMigDeviceIsClassifiedByItsGpmOrElseByItsProcesses) {
   EXPECT_EQ(classify(empty, t, kNow, Leased::Yes), Activity::ReservedIdle);
 }
 
+TEST(Activity, ALeasedMigDeviceIsReservedIdleOnlyWhileNothingRunsOnIt) {
+  const ActivityThresholds t;
+  const Device d = mig_board({0.0, std::nullopt}, {true, false});
+  EXPECT_EQ(classify_mig(d, 1, t, kNow, Leased::Yes).activity, Activity::ReservedIdle);
+  EXPECT_TRUE(classify_mig(d, 1, t, kNow, Leased::Yes).measured);
+  EXPECT_EQ(classify_mig(d, 1, t, kNow).activity, Activity::Idle);
+  // What runs on a leased one keeps its class: holding its memory at 0 %, not reserved-idle.
+  EXPECT_EQ(classify_mig(d, 0, t, kNow, Leased::Yes).activity, Activity::Holding);
+  // A fault is a fault, leased or not.
+  Device lost = d;
+  lost.lost = "fell off the bus";
+  EXPECT_EQ(classify_mig(lost, 1, t, kNow, Leased::Yes).activity, Activity::Fault);
+}
+
 TEST(Activity, ProcessesFollowTheirInstanceIdsIntoANewLayoutAndUnplacedOnesKeepTheBoardInUse) {
   const ActivityThresholds t;
   Device d = mig_board({std::nullopt, std::nullopt}, {false, false});

@@ -1,5 +1,9 @@
 #include "tarmac/tui/model.hpp"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "fixtures.hpp"
@@ -252,6 +256,29 @@ TEST(TuiModel, VerdictsNameTheirHostWhenThereAreSeveral) {
   two.add_host("b:9478", true);
   ASSERT_FALSE(two.verdicts().empty());
   EXPECT_EQ(two.verdicts()[0].text.rfind("a:9478: ", 0), 0U);
+}
+
+TEST(TuiModel, VerdictsNameALeasedMigDeviceAndEachBackfillBatch) {
+  HostData h = test::gpu0_only();
+  gpu::MigDevice m;
+  m.index = 2;
+  h.snapshot->devices[1].mig.push_back(m);
+  h.mig_classes = {{}, {{gpu::Activity::ReservedIdle, true}}, {}, {}};
+  h.mig_leases = {{}, {{"job 12 alice", ""}}, {}, {}};
+  h.backfill = {{}, {}, {{"qwen2.5-7b", "llama\x1b[2J", 120, 200}}, {}};
+  Model model;
+  model.update(model.add_host("", false), h, 1);
+  std::vector<std::string> texts;
+  for (const auto& v : model.verdicts()) texts.push_back(v.text);
+  EXPECT_NE(std::find(texts.begin(), texts.end(),
+                      "MIG 1:2 is reserved by job 12 alice and unused: `tarmac jobs` lists the leases"),
+            texts.end());
+  // The agent's words are made safe for the terminal.
+  EXPECT_NE(std::find(texts.begin(), texts.end(),
+                      "GPU 2 runs backfill: qwen2.5-7b on llama\\x1b[2J (120 of 200 requests answered); it yields to "
+                      "any job"),
+            texts.end())
+      << ::testing::PrintToString(texts);
 }
 
 TEST(TuiModel, ShortAges) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <string>
 
 #include "tarmac/util/fd.hpp"
 
@@ -69,6 +70,33 @@ TEST(AgentSource, MigDevicesAndTheirProcessesComeFromTheAgent) {
   EXPECT_FALSE(h->mig_classes[0][1].measured) << "no GPM: from processes";
   EXPECT_EQ(d.processes.at(0).mig, 0U);
   EXPECT_FALSE(d.processes.at(1).mig.has_value()) << "a MIG device the GPU does not have";
+}
+
+TEST(AgentSource, BackfillBatchesComeFromTheAgentWholeOrNotAtAll) {
+  const std::string one = R"({"model":"m","server":"s","answered":1,"requests":2})";
+  std::string batches = R"({"model":"qwen2.5-7b","server":"night","answered":120,"requests":200},)"
+                        R"({"model":"m","server":"s","answered":-1,"requests":2},)"
+                        R"({"model":7,"server":"s","answered":1,"requests":2},"junk",)"
+                        R"({"model":")" + std::string(257, 'x') + R"(","server":"s","answered":1,"requests":2})";
+  std::string many;
+  for (int i = 0; i < 2500; ++i) many += one + ",";
+  many.pop_back();
+  // Junk and a second GPU 0 come first: each GPU's batches stay with that GPU.
+  auto h = parse_agent(R"({"gpus":["junk",{"index":0,"activity":"idle"},{"index":0,"backfill":[)" + one +
+                           R"(]},{"index":1,"activity":"busy","backfill":[)" + batches + "," + many +
+                           R"(]},{"index":2,"backfill":[)" + many + "]}]}",
+                       R"({"processes":[]})");
+  ASSERT_TRUE(h.ok()) << h.error().message;
+  ASSERT_EQ(h->snapshot->devices.size(), 3U);
+  ASSERT_EQ(h->backfill.size(), 3U);
+  EXPECT_TRUE(h->backfill[0].empty()) << "the second GPU 0's batch is not the first one's";
+  ASSERT_EQ(h->backfill[1].size(), 2501U);
+  EXPECT_EQ(h->backfill[1][0].model, "qwen2.5-7b");
+  EXPECT_EQ(h->backfill[1][0].server, "night");
+  EXPECT_EQ(h->backfill[1][0].answered, 120);
+  EXPECT_EQ(h->backfill[1][0].requests, 200);
+  EXPECT_EQ(h->backfill[1][1].model, "m") << "the malformed and oversized ones are left out";
+  EXPECT_EQ(h->backfill[2].size(), 4096U - 2501U) << "at most 4096 in the whole answer";
 }
 
 TEST(AgentSource, HostileAnswersAreRefusedOrCut) {
