@@ -49,6 +49,14 @@ std::string lease_label(const sched::Lease& lease) {
   return job ? fmt::format("job {} {}", lease.job_id, user) : "lease " + user;
 }
 
+std::string cancel_id(const sched::Lease& lease) {
+  // `tarmac cancel` takes the agent's jobs (whole numbers), and only the agent's (root's) file
+  // says which: another user's file may name anyone's job.
+  const bool agent_job = lease.file_uid == 0 && !lease.job_id.empty() && lease.job_id.size() <= 18 &&
+                         std::all_of(lease.job_id.begin(), lease.job_id.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return agent_job ? lease.job_id : std::string();
+}
+
 std::map<std::string, diagnose::GpuLease> lease_labels(const LeaseFiles& files) {
   std::map<std::string, diagnose::GpuLease> out;
   // Only read: a command that shows the GPUs makes no lock directory (a missing one holds no lease).
@@ -57,16 +65,7 @@ std::map<std::string, diagnose::GpuLease> lease_labels(const LeaseFiles& files) 
   if (!dir.ok()) return out;
   auto leases = dir->live_leases(util::wall_ms(), sched::LeaseDir::StaleFiles::Keep);
   if (!leases.ok()) return out;
-  for (const auto& l : *leases) {
-    diagnose::GpuLease g;
-    g.label = lease_label(l);
-    // `tarmac cancel` takes the agent's jobs (whole numbers), and only the agent's (root's) file
-    // says which: another user's file may name anyone's job.
-    const bool agent_job = l.file_uid == 0 && !l.job_id.empty() && l.job_id.size() <= 18 &&
-                           std::all_of(l.job_id.begin(), l.job_id.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (agent_job) g.cancel_id = l.job_id;
-    out[l.uuid] = std::move(g);
-  }
+  for (const auto& l : *leases) out[l.uuid] = diagnose::GpuLease{lease_label(l), cancel_id(l)};
   return out;
 }
 

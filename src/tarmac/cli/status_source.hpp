@@ -51,6 +51,10 @@ struct AgentWindowAnswer {
 // A lease as people name it: "job 12 alice", or "lease alice" for one taken without a job.
 [[nodiscard]] std::string lease_label(const sched::Lease& lease);
 
+// The agent's job that `tarmac cancel` takes for `lease` ("12"), or "" where none may be named: a
+// file not written by root (the agent) may name anyone's job.
+[[nodiscard]] std::string cancel_id(const sched::Lease& lease);
+
 // The live leases in `files` by GPU UUID, as lease_label names them, with the agent job
 // `tarmac cancel` takes where there is one (read without the scheduler's lock: nothing is removed,
 // nor a missing directory made); none when the directory cannot be read.

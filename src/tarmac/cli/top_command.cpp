@@ -79,6 +79,7 @@ tui::LocalReader::Leases lease_reader(const config::Config& config) {
       t.uuid = l.uuid;
       t.job = l.job_id.empty() ? "" : "job " + l.job_id;
       t.label = lease_label(l);
+      t.cancel_id = cancel_id(l);
       t.owner_pid = l.pid > 1 ? static_cast<unsigned>(l.pid) : 0;
       t.owner_ticks = l.starttime;
       out.push_back(std::move(t));
@@ -216,7 +217,7 @@ nlohmann::json once_json(const tui::Model& model, const std::vector<tui::Row>& r
                         {"temp_c", opt(d.sample.temp_c)},
                         {"power_mw", opt(d.sample.power_mw)},
                         {"lost", opt(d.lost)},
-                        {"lease", lease != h.leases.end() ? json(lease->second) : json(nullptr)},
+                        {"lease", lease != h.leases.end() ? json(lease->second.label) : json(nullptr)},
                         {"backfill", std::move(backfill)},
                         {"mig", std::move(mig)}});
       }

@@ -201,10 +201,10 @@ std::vector<diagnose::Verdict> Model::verdicts() const {
   std::vector<diagnose::Verdict> out;
   for (const auto& h : hosts_) {
     if (!h.snapshot || h.classes.size() != h.snapshot->devices.size()) continue;
-    std::vector<diagnose::GpuLease> leases;  // per device, as verdicts() takes them (named, no command)
+    std::vector<diagnose::GpuLease> leases;  // per device, as verdicts() takes them
     for (const auto& d : h.snapshot->devices) {
       const auto lease = h.leases.find(d.id.index);
-      leases.push_back({lease != h.leases.end() ? lease->second : std::string(), ""});
+      leases.push_back(lease != h.leases.end() ? lease->second : diagnose::GpuLease{});
     }
     auto found = diagnose::verdicts(*h.snapshot, h.classes, {}, leases);
     for (auto& v : diagnose::lease_and_backfill_verdicts(*h.snapshot, h.mig_classes, h.mig_leases, h.backfill)) {

@@ -64,7 +64,8 @@ struct HostData {
   std::vector<std::vector<gpu::MigActivity>> mig_classes;
   std::map<unsigned, ProcUsage> usage;    // by pid
   std::map<unsigned, Ancestor> ancestors;  // by pid: parents (and theirs) of the GPU processes
-  std::map<unsigned, std::string> leases;  // GPU index -> the scheduler's lease on it ("job 12 alice")
+  // GPU index -> the scheduler's lease on it ("job 12 alice", and the agent job `tarmac cancel` takes)
+  std::map<unsigned, diagnose::GpuLease> leases;
   // Per device of snapshot, the lease on each of its MIG devices (label "" for none); empty when none.
   std::vector<std::vector<diagnose::GpuLease>> mig_leases;
   // Per device of snapshot, the backfill batches the agent sent it (through the agent only).

@@ -54,13 +54,13 @@ std::string holders(const gpu::Device& d, const HostData& host) {
   for (const auto& p : d.processes) {
     const std::string u = p.host.user.value_or("?");
     if (std::find(users.begin(), users.end(), u) != users.end()) continue;
-    if (lease != host.leases.end() && lease->second.size() > u.size() &&
-        lease->second.compare(lease->second.size() - u.size() - 1, std::string::npos, " " + u) == 0) {
+    if (lease != host.leases.end() && lease->second.label.size() > u.size() &&
+        lease->second.label.compare(lease->second.label.size() - u.size() - 1, std::string::npos, " " + u) == 0) {
       continue;
     }
     users.push_back(u);
   }
-  std::string out = lease != host.leases.end() ? lease->second : "";
+  std::string out = lease != host.leases.end() ? lease->second.label : "";
   if (!users.empty()) {
     out += (out.empty() ? "" : ", ") + users.front();
     if (users.size() > 1) out += fmt::format(" +{}", users.size() - 1);

@@ -250,7 +250,7 @@ HostData LocalReader::read() {
     out.problem = snap.error().message;
     return out;
   }
-  std::map<std::string, std::string> leases;  // uuid -> label
+  std::map<std::string, diagnose::GpuLease> leases;  // by uuid
   std::map<std::pair<unsigned, unsigned long long>, std::string> owners;  // (pid, start) -> "job 12"
   // The lease files change when jobs start and end: read at most once a second.
   if (leases_ && (leases_read_ms_ == 0 || out.received_ms - leases_read_ms_ >= 1000)) {
@@ -258,7 +258,7 @@ HostData LocalReader::read() {
     last_leases_ = leases_();
   }
   for (const auto& l : last_leases_) {
-    leases[l.uuid] = l.label;
+    leases[l.uuid] = {l.label, l.cancel_id};
     if (l.owner_pid > 1 && !l.job.empty()) owners[{l.owner_pid, l.owner_ticks}] = l.job;
   }
   if (live) {
@@ -282,7 +282,7 @@ HostData LocalReader::read() {
     auto& slices = out.mig_leases.emplace_back();
     for (std::size_t k = 0; k < d.mig.size(); ++k) {
       const auto on_slice = d.mig[k].uuid ? leases.find(*d.mig[k].uuid) : leases.end();
-      slices.push_back({on_slice != leases.end() ? on_slice->second : std::string(), ""});
+      slices.push_back(on_slice != leases.end() ? on_slice->second : diagnose::GpuLease{});
       const auto c = gpu::classify_mig(d, k, thresholds_, now_s,
                                        on_slice != leases.end() ? gpu::Leased::Yes : gpu::Leased::No);
       if (!live) {

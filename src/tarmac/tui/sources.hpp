@@ -51,6 +51,7 @@ class LocalReader {
   struct Lease {
     std::string uuid;                  // the GPU's
     std::string label;                 // "job 12 alice", "lease alice"
+    std::string cancel_id;             // the agent's job `tarmac cancel` takes ("12"); "" when none may be named
     std::string job;                   // "job 12"; "" for none
     unsigned owner_pid = 0;            // the process that holds it (0: none)
     unsigned long long owner_ticks = 0;  // its start time (/proc/PID/stat field 22)

@@ -258,13 +258,15 @@ TEST(TuiModel, VerdictsNameTheirHostWhenThereAreSeveral) {
   EXPECT_EQ(two.verdicts()[0].text.rfind("a:9478: ", 0), 0U);
 }
 
-TEST(TuiModel, VerdictsNameALeasedMigDeviceAndEachBackfillBatch) {
+TEST(TuiModel, VerdictsNameLeasesAsStatusDoesAndEachBackfillBatch) {
   HostData h = test::gpu0_only();
   gpu::MigDevice m;
   m.index = 2;
   h.snapshot->devices[1].mig.push_back(m);
   h.mig_classes = {{}, {{gpu::Activity::ReservedIdle, true}}, {}, {}};
   h.mig_leases = {{}, {{"job 12 alice", ""}}, {}, {}};
+  h.classes[3] = gpu::Activity::ReservedIdle;
+  h.leases[3] = {"job 13 bob", "13"};  // the agent's job: `tarmac cancel` takes it
   h.backfill = {{}, {}, {{"qwen2.5-7b", "llama\x1b[2J", 120, 200}}, {}};
   Model model;
   model.update(model.add_host("", false), h, 1);
@@ -273,6 +275,10 @@ TEST(TuiModel, VerdictsNameALeasedMigDeviceAndEachBackfillBatch) {
   EXPECT_NE(std::find(texts.begin(), texts.end(),
                       "MIG 1:2 is reserved by job 12 alice and unused: `tarmac jobs` lists the leases"),
             texts.end());
+  EXPECT_NE(std::find(texts.begin(), texts.end(),
+                      "GPU 3 is reserved by job 13 bob and unused: `tarmac cancel 13` gives it back"),
+            texts.end())
+      << ::testing::PrintToString(texts);
   // The agent's words are made safe for the terminal.
   EXPECT_NE(std::find(texts.begin(), texts.end(),
                       "GPU 2 runs backfill: qwen2.5-7b on llama\\x1b[2J (120 of 200 requests answered); it yields to "
