@@ -197,7 +197,7 @@ class ManagedLlamaServer(BatchQueueTest):
         count = 12 * TEXTS
         batch_id, out = self.submit_texts("yield", count)
         yield_s = []
-        for answered in (10, 50, 90):
+        for round_, answered in enumerate((10, 50, 90)):
             self.wait_status(batch_id, lambda s: s["done"] >= answered and s["in_flight"] > 0,
                              f"the batch did not reach {answered} answers with requests in flight")
             # The server is paused while the job is submitted, so that the batch is mid-batch when the
@@ -211,6 +211,12 @@ class ManagedLlamaServer(BatchQueueTest):
             # the test's polls are (the sanitizers).
             release = self.tmp / f"release-{answered}"
             job = self.submit("/bin/sh", "-c", f"while [ ! -e {release} ]; do sleep 0.05; done", n=4)
+            # Still paused until the batches have stopped sending to it (logged before its SIGTERM):
+            # however slow the agent is to yield (the sanitizers), the server cannot finish the batch
+            # in the meantime.
+            self.assertTrue(wait_for(lambda: self.log_path.read_text(errors="replace").count(" yields to ") > round_,
+                                     timeout=30 * SLOW, step=0.02),
+                            f"the batches did not stop sending for the job\n{self.agent_log()}")
             kill_under(self.peer_dir, signal.SIGCONT)
             self.assertTrue(wait_for(lambda: self.job(job)["started_unix_ms"] is not None, timeout=30 * SLOW,
                                      step=0.02),
