@@ -29,6 +29,11 @@ struct BoundedReader::State {
     bool started = false;
     bool done = false;
     bool abandoned = false;  // its caller's deadline passed while it ran: it counts as stuck
+    // Its caller waits for it: the helper wakes the caller when it is done. Only the last read of
+    // a round wakes it (and one it waits for alone), not each of them: a status of 32 processes
+    // woke its caller 64 times for its command lines and environments, a futex round trip each.
+    bool wake = false;
+    std::chrono::steady_clock::time_point finished;  // when done: the next read's deadline counts from it
     std::optional<std::string> text;
   };
 
@@ -63,8 +68,9 @@ void BoundedReader::help(const std::shared_ptr<State>& state) {
     lock.lock();
     job->text = std::move(text);
     job->done = true;
+    job->finished = std::chrono::steady_clock::now();
     if (job->abandoned) s.stuck_paths.erase(s.stuck_paths.find(job->path));
-    s.done.notify_all();
+    if (job->wake) s.done.notify_all();
     if (s.closing || s.idle >= kMaxIdleHelpers) return;
   }
 }
@@ -130,19 +136,31 @@ std::vector<BoundedRead> BoundedReader::read_many(const std::vector<std::string>
         break;
       }
     }
+    const State::Job& last = *jobs.back().second;
+    jobs.back().second->wake = true;
     s.work.notify_all();
     bool requeue_rest = false;  // after a read that missed its deadline: the unstarted go to a new round
+    auto settled = std::chrono::steady_clock::now();
     for (auto& [i, job] : jobs) {
       if (requeue_rest && !job->started && !job->done) {
         s.queue.erase(std::find(s.queue.begin(), s.queue.end(), job));
         pending.push_back(i);
         continue;
       }
-      // Each read its own deadline, counted from when the one before it was settled.
-      if (s.done.wait_for(lock, limit, [&] { return job->done; })) {
+      // Each read its own deadline, counted from when the one before it was settled. The caller
+      // sleeps until the round's last read is done or this read's deadline passes, whichever is
+      // first. A read still running then (another helper took the last), and each read after a
+      // late one, wakes the caller itself.
+      while (!job->done) {
+        if (requeue_rest || last.done) job->wake = true;
+        if (s.done.wait_until(lock, settled + limit) == std::cv_status::timeout) break;
+      }
+      if (job->done) {
         out[i] = result(*job);
+        settled = job->finished;
         continue;
       }
+      settled = std::chrono::steady_clock::now();
       requeue_rest = true;
       if (job->started) {
         job->abandoned = true;  // stuck: it counts against max_stuck until it ends
@@ -170,6 +188,7 @@ BoundedRead BoundedReader::read(const std::string& path) {
   if (s.stuck_paths.size() >= limits_.max_stuck || s.stuck_paths.count(path) != 0) return {ReadOutcome::Refused, {}};
   auto job = std::make_shared<State::Job>();
   job->path = path;
+  job->wake = true;
   s.queue.push_back(job);
   if (s.idle < s.queue.size()) {
     try {

@@ -60,9 +60,9 @@ class BoundedReader {
   // Reads `path` within the deadline (safe from any thread).
   [[nodiscard]] BoundedRead read(const std::string& path);
 
-  // Reads every one of `paths`, in order, handed to the helpers at once (one wake-up for the lot
-  // rather than one per file: a status of 128 GPU processes made 256 round trips to a helper
-  // before). Each read has the deadline of a single read, counted from when the one before it
+  // Reads every one of `paths`, in order, handed to the helpers at once, the caller woken once
+  // when the last is read (one wake-up each way for the lot rather than one per file: a status of
+  // 128 GPU processes made 256 round trips to a helper before). Each read has the deadline of a single read, counted from when the one before it
   // finished; one that misses it is Late (stuck, as above), and those after it are handed over
   // again, to another helper. Safe from any thread.
   [[nodiscard]] std::vector<BoundedRead> read_many(const std::vector<std::string>& paths);

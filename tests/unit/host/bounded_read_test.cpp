@@ -166,6 +166,79 @@ TEST(BoundedRead, ABatchStopsAtMaxStuck) {
   EXPECT_TRUE(none_stuck(reader));
 }
 
+// A read function whose reads of each path in `closed` wait until that path is opened.
+class Latches {
+ public:
+  explicit Latches(std::set<std::string> closed) : inner_(std::make_shared<Inner>()) { inner_->closed = std::move(closed); }
+  ~Latches() {
+    const std::lock_guard lock(inner_->mutex);
+    inner_->closed.clear();
+    inner_->changed.notify_all();
+  }
+  Latches(const Latches&) = delete;
+  Latches& operator=(const Latches&) = delete;
+
+  BoundedReader::ReadFn fn() {
+    return [inner = inner_](const std::string& path) -> std::optional<std::string> {
+      std::unique_lock lock(inner->mutex);
+      inner->started.insert(path);
+      inner->changed.notify_all();
+      inner->changed.wait(lock, [&] { return inner->closed.count(path) == 0; });
+      return "read " + path;
+    };
+  }
+  void open(const std::string& path) {
+    const std::lock_guard lock(inner_->mutex);
+    inner_->closed.erase(path);
+    inner_->changed.notify_all();
+  }
+  void wait_started(const std::string& path) {
+    std::unique_lock lock(inner_->mutex);
+    inner_->changed.wait(lock, [&] { return inner_->started.count(path) != 0; });
+  }
+
+ private:
+  struct Inner {
+    std::set<std::string> closed;
+    std::multiset<std::string> started;
+    std::mutex mutex;
+    std::condition_variable changed;
+  };
+  std::shared_ptr<Inner> inner_;
+};
+
+// The caller of a batch sleeps until the batch's last read is done. When another helper finished
+// that last read while an earlier one still ran, the earlier one must wake the caller when it ends,
+// not leave it asleep until its deadline.
+TEST(BoundedRead, ABatchReadOutOfOrderByTwoHelpersWakesItsCallerWhenDone) {
+  Latches latches({"/proc/1/cmdline", "/proc/2/cmdline", "/proc/3/cmdline"});
+  BoundedReader reader(BoundedReadLimits{60'000, 4}, latches.fn());
+  // Two helpers, both idle once these two reads have returned (each waits for work again before
+  // it lets its caller see the result).
+  std::thread one([&] { EXPECT_EQ(reader.read("/proc/1/cmdline").outcome, ReadOutcome::Read); });
+  std::thread two([&] { EXPECT_EQ(reader.read("/proc/2/cmdline").outcome, ReadOutcome::Read); });
+  latches.wait_started("/proc/1/cmdline");
+  latches.wait_started("/proc/2/cmdline");
+  latches.open("/proc/1/cmdline");
+  latches.open("/proc/2/cmdline");
+  one.join();
+  two.join();
+  // One helper takes the slow first read, the other the last one, which ends first.
+  std::thread opener([&] {
+    latches.wait_started("/proc/4/cmdline");
+    latches.wait_started("/proc/3/cmdline");
+    latches.open("/proc/3/cmdline");
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto got = reader.read_many({"/proc/3/cmdline", "/proc/4/cmdline"});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  opener.join();
+  ASSERT_EQ(got.size(), 2U);
+  EXPECT_EQ(got[0].text, "read /proc/3/cmdline");
+  EXPECT_EQ(got[1].text, "read /proc/4/cmdline");
+  EXPECT_LT(took, std::chrono::seconds(30)) << "woken by the deadline (60 s), not by the read";
+}
+
 TEST(BoundedRead, ReadsRealFiles) {
   FakeProc proc;
   proc.write("9/cmdline", std::string("sleep\0" "100\0", 10));
