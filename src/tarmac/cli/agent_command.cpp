@@ -1,5 +1,6 @@
 #include "tarmac/cli/agent_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>

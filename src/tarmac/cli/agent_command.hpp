@@ -1,7 +1,7 @@
 // `tarmac agent`: records every GPU into the store until stopped (SIGTERM, SIGINT).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 
 #include "tarmac/cli/context.hpp"
 

@@ -1,5 +1,6 @@
 #include "tarmac/cli/alerts_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <ctime>

@@ -2,7 +2,7 @@
 // any fires); --prometheus-rules writes them as a Prometheus alerting-rules file (docs/alerts.md).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <nlohmann/json.hpp>
 #include <string>
 

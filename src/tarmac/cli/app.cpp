@@ -1,6 +1,7 @@
 #include "tarmac/cli/app.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <exception>
 #include <fmt/format.h>
 #include <string_view>
@@ -38,18 +39,78 @@ namespace tarmac::cli {
 
 namespace detail {
 
-int find_sim_word(int argc, char** argv) {
+int find_command_word(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
-    if (a == "sim") return i;
     if (a == "--") return 0;
     if (a == "--nvml-lib" || a == "--config") {
       ++i;  // skip the option's value
       continue;
     }
-    if (!a.starts_with("-")) return 0;  // another subcommand
+    if (!a.starts_with("-")) return i;
   }
   return 0;
+}
+
+int find_sim_word(int argc, char** argv) {
+  const int at = find_command_word(argc, argv);
+  return at > 0 && std::string_view(argv[at]) == "sim" ? at : 0;
+}
+
+const std::vector<CommandGroup>& command_groups() {
+  static const std::vector<CommandGroup> groups{
+      {{"status"}, add_status_command},
+      {{"topo"}, add_topo_command},
+      {{"watch"}, add_watch_command},
+      {{"top"}, add_top_command},
+      {{"query"}, add_query_command},
+      {{"doctor"}, add_doctor_command},
+      {{"config"}, add_config_command},
+      {{"agent"}, add_agent_command},
+      {{"history", "export"}, add_history_commands},
+      {{"report"}, add_report_command},
+      {{"fleet"}, add_fleet_command},
+      {{"alerts"}, add_alerts_command},
+      {{"reap"}, add_reap_command},
+      {{"slurm"}, add_slurm_commands},
+      {{"pick"}, add_pick_command},
+      {{"run"}, add_run_command},
+      {{"jobs", "cancel", "release", "reserve", "extend"}, add_jobs_commands},
+      {{"backfill"}, add_backfill_commands},
+      {{"job-shim"}, [](CLI::App& app, const GlobalOptions&, int& exit_code) { add_shim_command(app, exit_code); }},
+      {{"completion", "man"}, [](CLI::App& app, const GlobalOptions&, int& exit_code) { add_docs_commands(app, exit_code); },
+       true},
+      {{"sim"},
+       [](CLI::App& app, const GlobalOptions& global, int& exit_code) {
+         auto* sim = app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE "
+                                               "[--speed X] -- CMD (sim list names the bundled scenarios; sim capture "
+                                               "writes this machine as one)");
+         add_sim_capture_command(*sim, global, exit_code);
+       }},
+  };
+  return groups;
+}
+
+std::vector<const CommandGroup*> groups_for(int argc, char** argv) {
+  const auto& groups = command_groups();
+  std::vector<const CommandGroup*> all;
+  for (const auto& g : groups) all.push_back(&g);
+  const int at = find_command_word(argc, argv);
+  if (at == 0) {
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view a = argv[i];
+      if (a == "--") break;
+      if (a == "--help" || a == "-h") return all;
+    }
+    return {&groups.front()};  // plain `tarmac [global options]` is status
+  }
+  const std::string_view word = argv[at];
+  for (const auto& g : groups) {
+    if (std::find(g.words.begin(), g.words.end(), word) == g.words.end()) continue;
+    if (g.needs_all) return all;
+    return {&g};
+  }
+  return all;
 }
 
 }  // namespace detail
@@ -72,29 +133,7 @@ int run_app(int argc, char** argv) {
   app.add_option("--config", global.config, "Configuration file (TOML)");
 
   int exit_code = kExitOk;
-  add_status_command(app, global, exit_code);
-  add_topo_command(app, global, exit_code);
-  add_watch_command(app, global, exit_code);
-  add_top_command(app, global, exit_code);
-  add_query_command(app, global, exit_code);
-  add_doctor_command(app, global, exit_code);
-  add_config_command(app, global, exit_code);
-  add_agent_command(app, global, exit_code);
-  add_history_commands(app, global, exit_code);
-  add_report_command(app, global, exit_code);
-  add_fleet_command(app, global, exit_code);
-  add_alerts_command(app, global, exit_code);
-  add_reap_command(app, global, exit_code);
-  add_slurm_commands(app, global, exit_code);
-  add_pick_command(app, global, exit_code);
-  add_run_command(app, global, exit_code);
-  add_jobs_commands(app, global, exit_code);
-  add_backfill_commands(app, global, exit_code);
-  add_shim_command(app, exit_code);
-  add_docs_commands(app, exit_code);
-  auto* sim = app.add_subcommand("sim", "Run a command against the simulated NVML: sim --scenario NAME|FILE [--speed X] -- CMD "
-                                        "(sim list names the bundled scenarios; sim capture writes this machine as one)");
-  add_sim_capture_command(*sim, global, exit_code);
+  for (const auto* group : detail::groups_for(argc, argv)) group->add(app, global, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,7 +2,14 @@
 // here and becomes a message and an exit code.
 #pragma once
 
+#include <string_view>
+#include <vector>
+
+#include "tarmac/cli/cli_fwd.hpp"
+
 namespace tarmac::cli {
+
+struct GlobalOptions;
 
 // Exit codes shared by every command.
 inline constexpr int kExitOk = 0;
@@ -22,6 +29,29 @@ namespace detail {
 // the command it runs keeps every flag (CLI11 would try to parse them). The index of "sim" in
 // argv when it is the subcommand, else 0.
 [[nodiscard]] int find_sim_word(int argc, char** argv);
+
+// The index in argv of the word that names the subcommand: the first argument that is neither an
+// option nor a global option's value (--nvml-lib X, --config X); 0 when there is none before "--".
+[[nodiscard]] int find_command_word(int argc, char** argv);
+
+// The top-level words one part of tarmac adds to the command line, and the function that adds
+// them. Only the part a command line names is built: building every command's options and
+// validators took about a millisecond and a half of each `tarmac status` (issue 20). `needs_all`:
+// the part reads the whole command tree (completion, man), so every part is built with it.
+struct CommandGroup {
+  std::vector<std::string_view> words;
+  void (*add)(CLI::App& app, const GlobalOptions& global, int& exit_code);
+  bool needs_all = false;
+};
+
+// Every part, in the order `tarmac --help` lists them.
+[[nodiscard]] const std::vector<CommandGroup>& command_groups();
+
+// The groups a command line needs: the one its subcommand word names; every group for a word
+// tarmac does not know (CLI11's error then lists none missing), for --help without a subcommand,
+// and for a group that needs_all; only status's when there is no subcommand word (`tarmac` is
+// `tarmac status`).
+[[nodiscard]] std::vector<const CommandGroup*> groups_for(int argc, char** argv);
 
 }  // namespace detail
 

@@ -1,6 +1,7 @@
 // `tarmac backfill ...` (backfill_command.hpp, docs/backfill.md "Commands").
 #include "tarmac/cli/backfill_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/fsuid.h>

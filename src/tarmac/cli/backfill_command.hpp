@@ -3,7 +3,7 @@
 // to the agent over its socket; the agent never opens a path a user named.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>

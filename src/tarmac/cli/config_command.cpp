@@ -1,5 +1,6 @@
 #include "tarmac/cli/config_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <termios.h>
 #include <unistd.h>
 

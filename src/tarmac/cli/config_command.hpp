@@ -1,7 +1,7 @@
 // `tarmac config`: the effective configuration as TOML (or the defaults), and `--check`.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

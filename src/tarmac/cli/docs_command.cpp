@@ -1,6 +1,7 @@
 // Shell completions and the manual page from the command line's definitions (docs_command.hpp).
 #include "tarmac/cli/docs_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <functional>

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 
 namespace tarmac::cli {
 

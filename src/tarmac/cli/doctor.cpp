@@ -1,5 +1,6 @@
 #include "tarmac/cli/doctor.hpp"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 // (docs/doctor.md). Exit 0 healthy, 1 warnings, 2 a critical finding, 3 could not look.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>

@@ -1,5 +1,6 @@
 #include "tarmac/cli/fleet_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fmt/format.h>
 #include <memory>

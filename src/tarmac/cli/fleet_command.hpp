@@ -1,7 +1,7 @@
 // `tarmac fleet`: every GPU of a fleet, grounded first, from Prometheus or the agents (docs/fleet.md).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 
 #include "tarmac/cli/context.hpp"
 

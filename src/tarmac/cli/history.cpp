@@ -1,5 +1,6 @@
 #include "tarmac/cli/history.hpp"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fmt/format.h>
 #include <limits>

@@ -2,7 +2,7 @@
 // as CSV, NDJSON, JSON, nvidia-smi's CSV layout or the classic gpu_utilization.csv layout).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>

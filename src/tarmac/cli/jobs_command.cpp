@@ -1,5 +1,6 @@
 #include "tarmac/cli/jobs_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
 #include <chrono>

@@ -2,7 +2,7 @@
 // `cancel`, `reserve`, `release`, `extend`, and the client half of an agent-mode `tarmac run`.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>

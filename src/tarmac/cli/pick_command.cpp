@@ -1,5 +1,6 @@
 #include "tarmac/cli/pick_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <pwd.h>
 #include <unistd.h>
 

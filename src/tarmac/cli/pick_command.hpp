@@ -3,7 +3,7 @@
 // (docs/scheduler.md). Also the pieces `tarmac run` shares with it.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>

@@ -1,5 +1,6 @@
 #include "tarmac/cli/query.hpp"
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <csignal>
 #include <cstring>

@@ -2,7 +2,7 @@
 // exit codes, plus typed JSON/NDJSON forms.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <string>
 #include <vector>
 

@@ -1,5 +1,6 @@
 #include "tarmac/cli/reap_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -3,7 +3,7 @@
 // either "candidate" or the reason it is not one.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>

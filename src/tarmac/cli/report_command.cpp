@@ -1,5 +1,6 @@
 #include "tarmac/cli/report_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <fmt/format.h>

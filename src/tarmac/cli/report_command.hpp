@@ -1,7 +1,7 @@
 // `tarmac report`: the grounded-fleet report over recorded telemetry (text, --json, --html FILE).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <string>
 
 #include "tarmac/cli/context.hpp"

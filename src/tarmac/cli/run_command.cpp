@@ -1,5 +1,6 @@
 #include "tarmac/cli/run_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>

@@ -4,7 +4,7 @@
 // process group, enforces the wall-clock limit and returns CMD's exit code (docs/scheduler.md).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>

@@ -4,6 +4,7 @@
 // It inherits the job's lock on descriptor 3 (held as long as it lives), writes its pid into it,
 // starts the job's command as its user in a new process group, records that it started (ID.run),
 // supervises it, and writes its status (ID.exit) atomically before it exits. It outlives the agent.
+#include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>

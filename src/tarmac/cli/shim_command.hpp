@@ -1,7 +1,7 @@
 // `tarmac job-shim SPEC`: the wrapper the agent starts for every job (shim_command.cpp).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <nlohmann/json.hpp>
 #include <string>
 

@@ -1,5 +1,6 @@
 #include "tarmac/cli/sim_capture.hpp"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>

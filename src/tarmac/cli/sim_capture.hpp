@@ -4,7 +4,7 @@
 // did not support is left out, which is how a scenario says "not supported".
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <string>
 
 #include "tarmac/cli/context.hpp"

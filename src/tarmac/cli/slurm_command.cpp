@@ -1,5 +1,6 @@
 #include "tarmac/cli/slurm_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <memory>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 // `tarmac slurm prolog` and `tarmac slurm epilog`: slurmd's Prolog and Epilog (docs/slurm.md).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 
 #include "tarmac/cli/context.hpp"
 

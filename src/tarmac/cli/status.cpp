@@ -1,5 +1,6 @@
 #include "tarmac/cli/status.hpp"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <algorithm>

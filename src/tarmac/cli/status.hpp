@@ -1,7 +1,7 @@
 // `tarmac status` (and `tarmac` alone): every GPU, its processes and one verdict per problem.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>

@@ -2,7 +2,7 @@
 // time range over what was recorded.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <optional>
 #include <string>
 #include <vector>

@@ -1,5 +1,6 @@
 #include "tarmac/cli/top_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>

@@ -2,7 +2,7 @@
 // or agents' JSON APIs; --once prints one frame.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 
 #include "tarmac/cli/context.hpp"
 

@@ -1,5 +1,6 @@
 #include "tarmac/cli/topo.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "tarmac/cli/app.hpp"

@@ -2,7 +2,7 @@
 // affinity per GPU.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

@@ -1,5 +1,6 @@
 #include "tarmac/cli/watch.hpp"
 
+#include <CLI/CLI.hpp>
 #include <signal.h>
 #include <unistd.h>
 

@@ -1,7 +1,7 @@
 // `tarmac watch [-n S]`: status redrawn in place, the `watch -n 1 nvidia-smi` reflex done right.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "tarmac/cli/cli_fwd.hpp"
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "tarmac/cli/context.hpp"
 
 #include "cli_test_support.hpp"
 
@@ -45,6 +49,63 @@ TEST(FindSimWord, OnlyAsTheSubcommand) {
   EXPECT_EQ(sim_word({"--", "sim"}), 0);
   EXPECT_EQ(sim_word({}), 0);
   EXPECT_EQ(sim_word({"--config"}), 0);                       // a value that is missing
+}
+
+// The words each group says it adds are exactly the ones its function adds: a command added to a
+// group's function but not to its words could not be run, since only the named group is built.
+TEST(CommandGroups, EachAddsTheWordsItNames) {
+  std::set<std::string> every;
+  for (const auto& group : detail::command_groups()) {
+    CLI::App app;
+    GlobalOptions global;
+    int exit_code = 0;
+    group.add(app, global, exit_code);
+    std::set<std::string> added;
+    for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; })) added.insert(s->get_name());
+    const std::set<std::string> named(group.words.begin(), group.words.end());
+    EXPECT_EQ(added, named);
+    for (const auto& w : named) EXPECT_TRUE(every.insert(w).second) << w << " is in two groups";
+  }
+  EXPECT_EQ(every.size(), 27U);
+}
+
+std::vector<std::string> words_built(std::vector<std::string> args) {
+  Argv a(std::move(args));
+  std::vector<std::string> out;
+  for (const auto* g : detail::groups_for(a.argc(), a.argv())) out.push_back(std::string(g->words.front()));
+  return out;
+}
+
+TEST(CommandGroups, OnlyTheNamedGroupIsBuilt) {
+  const auto all = detail::command_groups().size();
+  EXPECT_EQ(words_built({"status", "--direct"}), std::vector<std::string>{"status"});
+  EXPECT_EQ(words_built({"--json", "--config", "top", "cancel", "3"}), std::vector<std::string>{"jobs"});
+  EXPECT_EQ(words_built({"--nvml-lib", "/x.so", "export", "--help"}), std::vector<std::string>{"history"});
+  EXPECT_EQ(words_built({}), std::vector<std::string>{"status"});           // `tarmac` is status
+  EXPECT_EQ(words_built({"--json"}), std::vector<std::string>{"status"});
+  EXPECT_EQ(words_built({"--help"}).size(), all);                          // the list of every command
+  EXPECT_EQ(words_built({"-h", "--", "status"}).size(), all);
+  EXPECT_EQ(words_built({"completion", "bash"}).size(), all);              // walks the whole tree
+  EXPECT_EQ(words_built({"man"}).size(), all);
+  EXPECT_EQ(words_built({"no-such-command"}).size(), all);
+  EXPECT_EQ(words_built({"--", "status"}), std::vector<std::string>{"status"});
+}
+
+TEST(Run, HelpListsEveryCommandAndASubcommandsHelpWorks) {
+  const auto help = run_app_with({"--help"});
+  EXPECT_EQ(help.code, kExitOk);
+  for (const auto& group : detail::command_groups()) {
+    for (const auto word : group.words) {
+      if (word == "job-shim") continue;  // hidden: an empty description
+      EXPECT_NE(help.out.find(std::string("  ") + std::string(word) + " "), std::string::npos) << word << "\n" << help.out;
+    }
+  }
+  const auto status = run_app_with({"status", "--help"});
+  EXPECT_EQ(status.code, kExitOk);
+  EXPECT_NE(status.out.find("--direct"), std::string::npos) << status.out;
+  const auto bash = run_app_with({"completion", "bash"});
+  EXPECT_EQ(bash.code, kExitOk);
+  EXPECT_NE(bash.out.find("backfill"), std::string::npos);
 }
 
 TEST(Run, VersionAndHelpExitZero) {

@@ -1,5 +1,6 @@
 #include "tarmac/cli/docs_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <gtest/gtest.h>
 
 namespace tarmac::cli {
