@@ -87,9 +87,11 @@ class DebianPackage(unittest.TestCase):
         cls.dir.cleanup()
 
     def test_install_remove_purge(self):
-        info = run("dpkg-deb", "-f", str(self.deb), "Package", "Version", "Depends", check=True).stdout
+        info = run("dpkg-deb", "-f", str(self.deb), "Package", "Version", "Depends", "Recommends", check=True).stdout
         self.assertIn("Package: tarmac", info)
         self.assertRegex(info, r"Depends: .*libc6 \(>= 2\.\d+\)")
+        # What the features load at run time (libcurl, OpenSSL) is recommended, not required.
+        self.assertIn("Recommends: libcurl4 | libcurl4t64, libssl3 | libssl3t64", info)
         before = tarmac_files()
         store = pathlib.Path("/var/lib/tarmac")
         had_store = store.exists()

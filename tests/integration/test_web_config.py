@@ -66,7 +66,7 @@ def web_config(d, *args, password=PASSWORD):
 class Agent:
     """`tarmac agent` on SIM listening on ADDRESS:PORT with CONFIG (the text of tarmac.toml)."""
 
-    def __init__(self, sim, d, config, address="0.0.0.0"):
+    def __init__(self, sim, d, config, address="0.0.0.0", env=None):
         self.port = free_port()
         self.dir = d
         cfg = d / f"tarmac-{self.port}.toml"
@@ -75,7 +75,7 @@ class Agent:
         self.proc = subprocess.Popen(
             [TARMAC, "--config", str(cfg), "agent", "--state-dir", str(d / f"state-{self.port}"), "--listen",
              f"{address}:{self.port}", "--socket", "off", "--interval", "500ms", "--process-interval", "1s"],
-            env=sim.env(), stdout=subprocess.DEVNULL, stderr=self.err, text=True)
+            env=dict(sim.env(), **(env or {})), stdout=subprocess.DEVNULL, stderr=self.err, text=True)
 
     def stderr(self):
         self.err.seek(0)
@@ -306,8 +306,8 @@ class Refusals(unittest.TestCase):
         cls.sim = HeldSim("a100x4-balanced")
         cls.addClassCleanup(close_sim, cls.sim)
 
-    def refused(self, config, *wanted):
-        agent = Agent(self.sim, self.dir, config)
+    def refused(self, config, *wanted, env=None):
+        agent = Agent(self.sim, self.dir, config, env=env)
         self.addCleanup(agent.close)
         self.assertEqual(agent.exited(), 2, agent.stderr())
         for w in wanted:
@@ -340,6 +340,19 @@ class Refusals(unittest.TestCase):
         nofiles = self.dir / "nofiles.yml"
         nofiles.write_text(f"tls_server_config:\n  cert_file: gone.crt\n  key_file: gone.key\n")
         self.refused(f'[http]\nweb_config_file = "{nofiles}"\n', str(self.dir / "gone.crt"))
+
+    def test_without_openssl_the_agent_names_the_library_and_serves_nothing(self):
+        # OpenSSL is loaded at run time (src/tarmac/serve/openssl.hpp): a machine without it gets
+        # the library's name and the package, never an endpoint without its TLS or its passwords.
+        d = self.dir / "nossl"
+        d.mkdir()
+        make_pki(d)
+        missing = {"TARMAC_OPENSSL_LIB": str(d / "missing" / "libssl.so.3")}
+        tls = web_config(d, "--cert", str(d / "server.crt"), "--key", str(d / "server.key"), "--user", "prometheus")
+        self.refused(f'[http]\nweb_config_file = "{tls}"\n', "cannot load", "libssl.so.3", "apt install libssl3",
+                     env=missing)
+        password_only = web_config(d, "--user", "prometheus")
+        self.refused(f'[http]\nweb_config_file = "{password_only}"\n', "cannot load", "libssl.so.3", env=missing)
 
     def test_insecure_serves_with_a_warning_and_programs_names(self):
         for expose, whole in ((False, False), (True, True)):

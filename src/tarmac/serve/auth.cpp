@@ -1,12 +1,12 @@
 #include "tarmac/serve/auth.hpp"
 
 #include <crypt.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <fmt/format.h>
 #include <memory>
+
+#include "tarmac/serve/openssl.hpp"
 
 namespace tarmac::serve {
 
@@ -29,12 +29,12 @@ int value_of(char c) {
 }
 
 // Whether `password` matches the bcrypt `hash`, in time that does not depend on where they differ.
-bool bcrypt_matches(const std::string& password, const std::string& hash) {
+bool bcrypt_matches(const OpenSsl& o, const std::string& password, const std::string& hash) {
   auto data = std::make_unique<crypt_data>();
   const char* out = crypt_rn(password.c_str(), hash.c_str(), data.get(), sizeof(crypt_data));
   if (out == nullptr || out[0] == '*') return false;
   const std::string_view got(out);
-  return got.size() == hash.size() && CRYPTO_memcmp(got.data(), hash.data(), hash.size()) == 0;
+  return got.size() == hash.size() && o.CRYPTO_memcmp(got.data(), hash.data(), hash.size()) == 0;
 }
 
 }  // namespace
@@ -120,11 +120,15 @@ BasicAuth::Verdict BasicAuth::check(std::string_view authorization, const std::s
   const std::string password = decoded->substr(colon + 1);
   if (password.size() > 72) return Verdict::Denied;
 
+  // Loaded when the agent started (Service checks it before it serves): without it, nobody is let in.
+  const auto& loaded = openssl();
+  if (!loaded.ok()) return Verdict::Denied;
+  const OpenSsl& o = *loaded;
   Digest digest{};
   unsigned len = 0;
   std::string keyed = fmt::format("{}:{}", user.size(), *decoded);  // the length first: no two pairs collide
-  const int hashed = EVP_Digest(keyed.data(), keyed.size(), digest.data(), &len, EVP_sha256(), nullptr);
-  OPENSSL_cleanse(keyed.data(), keyed.size());
+  const int hashed = o.EVP_Digest(keyed.data(), keyed.size(), digest.data(), &len, o.EVP_sha256(), nullptr);
+  o.OPENSSL_cleanse(keyed.data(), keyed.size());
   if (hashed != 1) return Verdict::Denied;
   if (const auto it = right_.find(user); it != right_.end() && it->second == digest) return Verdict::Allowed;
   if (wrong_.contains(digest)) return Verdict::Denied;
@@ -138,7 +142,7 @@ BasicAuth::Verdict BasicAuth::check(std::string_view authorization, const std::s
   const auto found = users_.find(user);
   ++bcrypt_checks_;
   const auto started = Clock::now();
-  const bool matches = bcrypt_matches(password, found != users_.end() ? found->second : decoy_);
+  const bool matches = bcrypt_matches(o, password, found != users_.end() ? found->second : decoy_);
   const double spent = std::chrono::duration<double>(Clock::now() - started).count();
   mine.seconds -= spent;
   total_.seconds -= spent;

@@ -10,6 +10,7 @@
 #include "tarmac/host/process_info.hpp"
 #include "tarmac/serve/api.hpp"
 #include "tarmac/serve/auth.hpp"
+#include "tarmac/serve/openssl.hpp"
 #include "tarmac/serve/tls.hpp"
 #include "tarmac/store/reader.hpp"
 #include "tarmac/util/fs.hpp"
@@ -86,7 +87,12 @@ Result<void> Service::start() {
   if (options_.web && options_.web->tls) {
     TARMAC_TRY_ASSIGN(security.tls, TlsContext::load(*options_.web->tls, options_.trusted_files));
   }
-  if (options_.web && !options_.web->users.empty()) security.auth = std::make_shared<BasicAuth>(options_.web->users);
+  if (options_.web && !options_.web->users.empty()) {
+    // BasicAuth remembers credentials by their SHA-256 (OpenSSL's): without the library it would
+    // let nobody in, so the agent says why now rather than answering every request 401.
+    if (const auto& loaded = openssl(); !loaded.ok()) return loaded.error();
+    security.auth = std::make_shared<BasicAuth>(options_.web->users);
+  }
   const bool guarded = security.tls && options_.web->authenticates();
   server_ = std::make_unique<HttpServer>([this](const Request& r) { return handle(r); }, ServerLimits{}, security);
   // What may be served is decided from the address bound, before the first connection is answered.

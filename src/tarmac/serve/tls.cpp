@@ -1,12 +1,8 @@
 #include "tarmac/serve/tls.hpp"
 
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
-
 #include <fmt/format.h>
 
+#include "tarmac/serve/openssl.hpp"
 #include "tarmac/util/trusted_file.hpp"
 
 namespace tarmac::serve {
@@ -15,12 +11,16 @@ namespace {
 
 constexpr std::size_t kMaxPemBytes = 1 << 20;
 
+// The loaded library. Only TlsContext::load calls anything before it has loaded (and checked) it,
+// and no TlsContext or TlsSession exists without it.
+const OpenSsl& ossl() { return *openssl(); }
+
 // OpenSSL's queued errors as one line, emptying the queue.
 std::string openssl_errors() {
   std::string out;
-  while (const unsigned long e = ERR_get_error()) {
+  while (const unsigned long e = ossl().ERR_get_error()) {
     char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
+    ossl().ERR_error_string_n(e, buf, sizeof buf);
     if (!out.empty()) out += "; ";
     out += buf;
   }
@@ -44,7 +44,7 @@ int no_passphrase(char*, int, int, void*) { return -1; }
 int accept_any(int, X509_STORE_CTX*) { return 1; }
 
 struct BioDeleter {
-  void operator()(BIO* b) const { BIO_free(b); }
+  void operator()(BIO* b) const { ossl().BIO_free(b); }
 };
 using BioPtr = std::unique_ptr<BIO, BioDeleter>;
 
@@ -56,7 +56,7 @@ Result<std::string> read_pem(const std::string& path, bool trusted, std::string_
 }
 
 BioPtr memory_bio(const std::string& text) {
-  return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
+  return BioPtr(ossl().BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
 }
 
 Error tls_error(const std::string& path, std::string_view what) {
@@ -67,22 +67,22 @@ Error tls_error(const std::string& path, std::string_view what) {
 
 struct TlsContext::Impl {
   SSL_CTX* ctx = nullptr;
-  ~Impl() { SSL_CTX_free(ctx); }
+  ~Impl() { ossl().SSL_CTX_free(ctx); }
 };
 
 struct TlsSession::Impl {
   SSL* ssl = nullptr;
   std::string failure;
-  ~Impl() { SSL_free(ssl); }
+  ~Impl() { ossl().SSL_free(ssl); }
 
   Io outcome(int rc) {
-    switch (SSL_get_error(ssl, rc)) {
+    switch (ossl().SSL_get_error(ssl, rc)) {
       case SSL_ERROR_WANT_READ: return Io::WantRead;
       case SSL_ERROR_WANT_WRITE: return Io::WantWrite;
       case SSL_ERROR_ZERO_RETURN: return Io::Closed;
       case SSL_ERROR_SYSCALL:
-        failure = ERR_peek_error() != 0 ? openssl_errors() : "the connection was closed";
-        ERR_clear_error();
+        failure = ossl().ERR_peek_error() != 0 ? openssl_errors() : "the connection was closed";
+        ossl().ERR_clear_error();
         return Io::Failed;
       default:
         failure = openssl_errors();
@@ -95,31 +95,31 @@ TlsSession::TlsSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TlsSession::~TlsSession() = default;
 
 TlsSession::Io TlsSession::handshake() {
-  ERR_clear_error();
-  const int rc = SSL_accept(impl_->ssl);
+  ossl().ERR_clear_error();
+  const int rc = ossl().SSL_accept(impl_->ssl);
   return rc == 1 ? Io::Ok : impl_->outcome(rc);
 }
 
 TlsSession::Io TlsSession::read(char* buf, std::size_t n, std::size_t& got) {
-  ERR_clear_error();
+  ossl().ERR_clear_error();
   got = 0;
-  const int rc = SSL_read_ex(impl_->ssl, buf, n, &got);
+  const int rc = ossl().SSL_read_ex(impl_->ssl, buf, n, &got);
   return rc == 1 ? Io::Ok : impl_->outcome(rc);
 }
 
 TlsSession::Io TlsSession::write(const char* buf, std::size_t n, std::size_t& sent) {
-  ERR_clear_error();
+  ossl().ERR_clear_error();
   sent = 0;
-  const int rc = SSL_write_ex(impl_->ssl, buf, n, &sent);
+  const int rc = ossl().SSL_write_ex(impl_->ssl, buf, n, &sent);
   return rc == 1 ? Io::Ok : impl_->outcome(rc);
 }
 
-std::size_t TlsSession::pending() const { return static_cast<std::size_t>(SSL_pending(impl_->ssl)); }
+std::size_t TlsSession::pending() const { return static_cast<std::size_t>(ossl().SSL_pending(impl_->ssl)); }
 
 void TlsSession::close_notify() {
-  ERR_clear_error();
-  if (SSL_is_init_finished(impl_->ssl) == 1) (void)SSL_shutdown(impl_->ssl);
-  ERR_clear_error();
+  ossl().ERR_clear_error();
+  if (ossl().SSL_is_init_finished(impl_->ssl) == 1) (void)ossl().SSL_shutdown(impl_->ssl);
+  ossl().ERR_clear_error();
 }
 
 const std::string& TlsSession::failure() const { return impl_->failure; }
@@ -134,93 +134,97 @@ Result<std::shared_ptr<TlsContext>> TlsContext::load(const TlsSettings& settings
   if (!settings.client_ca_file.empty()) {
     TARMAC_TRY_ASSIGN(ca_pem, read_pem(settings.client_ca_file, trusted, "client CA"));
   }
-  ERR_clear_error();
+  const auto& loaded = openssl();
+  if (!loaded.ok()) return loaded.error();
+  const OpenSsl& o = *loaded;
+  o.ERR_clear_error();
   auto impl = std::make_unique<Impl>();
-  impl->ctx = SSL_CTX_new(TLS_server_method());
+  impl->ctx = o.SSL_CTX_new(o.TLS_server_method());
   if (impl->ctx == nullptr) return make_error(Error::Code::External, "OpenSSL: " + openssl_errors());
   SSL_CTX* ctx = impl->ctx;
-  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
-  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  if (SSL_CTX_set_min_proto_version(ctx, protocol_version(settings.min_version)) != 1 ||
-      (settings.max_version != 0 && SSL_CTX_set_max_proto_version(ctx, protocol_version(settings.max_version)) != 1)) {
+  o.SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+  o.SSL_CTX_ctrl(ctx, SSL_CTRL_MODE, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, nullptr);
+  if (o.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, protocol_version(settings.min_version), nullptr) != 1 ||
+      (settings.max_version != 0 &&
+       o.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MAX_PROTO_VERSION, protocol_version(settings.max_version), nullptr) != 1)) {
     return make_error(Error::Code::Invalid, "the TLS versions: " + openssl_errors());
   }
 
   {
     const BioPtr bio = memory_bio(cert_pem);
-    X509* leaf = PEM_read_bio_X509_AUX(bio.get(), nullptr, no_passphrase, nullptr);
+    X509* leaf = o.PEM_read_bio_X509_AUX(bio.get(), nullptr, no_passphrase, nullptr);
     if (leaf == nullptr) return tls_error(settings.cert_file, "PEM certificate");
-    const int used = SSL_CTX_use_certificate(ctx, leaf);
-    X509_free(leaf);
+    const int used = o.SSL_CTX_use_certificate(ctx, leaf);
+    o.X509_free(leaf);
     if (used != 1) return tls_error(settings.cert_file, "certificate");
-    while (X509* extra = PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr)) {
-      if (SSL_CTX_add0_chain_cert(ctx, extra) != 1) {
-        X509_free(extra);
+    while (X509* extra = o.PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr)) {
+      if (o.SSL_CTX_ctrl(ctx, SSL_CTRL_CHAIN_CERT, 0, extra) != 1) {
+        o.X509_free(extra);
         return tls_error(settings.cert_file, "certificate chain");
       }
     }
-    ERR_clear_error();  // the end of the PEM text
+    o.ERR_clear_error();  // the end of the PEM text
   }
   {
     const BioPtr bio = memory_bio(key_pem);
-    EVP_PKEY* key = PEM_read_bio_PrivateKey(bio.get(), nullptr, no_passphrase, nullptr);
-    OPENSSL_cleanse(key_pem.data(), key_pem.size());
+    EVP_PKEY* key = o.PEM_read_bio_PrivateKey(bio.get(), nullptr, no_passphrase, nullptr);
+    o.OPENSSL_cleanse(key_pem.data(), key_pem.size());
     if (key == nullptr) return tls_error(settings.key_file, "unencrypted PEM private key");
-    if (X509_check_private_key(SSL_CTX_get0_certificate(ctx), key) != 1) {
-      EVP_PKEY_free(key);
-      ERR_clear_error();
+    if (o.X509_check_private_key(o.SSL_CTX_get0_certificate(ctx), key) != 1) {
+      o.EVP_PKEY_free(key);
+      o.ERR_clear_error();
       return make_error(Error::Code::Invalid, fmt::format("{} is not the key of the certificate in {}",
                                                           settings.key_file, settings.cert_file));
     }
-    const int used = SSL_CTX_use_PrivateKey(ctx, key);
-    EVP_PKEY_free(key);
+    const int used = o.SSL_CTX_use_PrivateKey(ctx, key);
+    o.EVP_PKEY_free(key);
     if (used != 1) return tls_error(settings.key_file, "private key");
-    if (SSL_CTX_check_private_key(ctx) != 1) {
+    if (o.SSL_CTX_check_private_key(ctx) != 1) {
       return make_error(Error::Code::Invalid, fmt::format("{} is not the key of the certificate in {}",
                                                           settings.key_file, settings.cert_file));
     }
   }
   if (!settings.client_ca_file.empty()) {
     const BioPtr bio = memory_bio(ca_pem);
-    X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+    X509_STORE* store = o.SSL_CTX_get_cert_store(ctx);
     int count = 0;
-    while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr)) {
-      const bool ok = X509_STORE_add_cert(store, ca) == 1 && SSL_CTX_add_client_CA(ctx, ca) == 1;
-      X509_free(ca);
+    while (X509* ca = o.PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr)) {
+      const bool ok = o.X509_STORE_add_cert(store, ca) == 1 && o.SSL_CTX_add_client_CA(ctx, ca) == 1;
+      o.X509_free(ca);
       if (!ok) return tls_error(settings.client_ca_file, "CA certificate");
       ++count;
     }
-    ERR_clear_error();
+    o.ERR_clear_error();
     if (count == 0) return tls_error(settings.client_ca_file, "PEM CA certificate");
   }
   switch (settings.client_auth) {
-    case ClientAuth::None: SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr); break;
-    case ClientAuth::Request: SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, accept_any); break;
+    case ClientAuth::None: o.SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr); break;
+    case ClientAuth::Request: o.SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, accept_any); break;
     case ClientAuth::RequireAny:
-      SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, accept_any);
+      o.SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, accept_any);
       break;
-    case ClientAuth::VerifyIfGiven: SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr); break;
+    case ClientAuth::VerifyIfGiven: o.SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr); break;
     case ClientAuth::RequireAndVerify:
-      SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+      o.SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
       break;
   }
   // No server-side session cache: a Prometheus scrape every 15 s gains nothing from it, and with the
   // unchecked client certificate types each cached session would keep a stranger's chain.
-  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-  SSL_CTX_set_max_cert_list(ctx, 32 * 1024);
+  o.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_SESS_CACHE_MODE, SSL_SESS_CACHE_OFF, nullptr);
+  o.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MAX_CERT_LIST, 32 * 1024, nullptr);
   static const unsigned char kSessionContext[] = "tarmac";
-  SSL_CTX_set_session_id_context(ctx, kSessionContext, sizeof kSessionContext - 1);
+  o.SSL_CTX_set_session_id_context(ctx, kSessionContext, sizeof kSessionContext - 1);
   return std::make_shared<TlsContext>(std::move(impl));
 }
 
 std::unique_ptr<TlsSession> TlsContext::accept(int fd) const {
   auto impl = std::make_unique<TlsSession::Impl>();
-  impl->ssl = SSL_new(impl_->ctx);
-  if (impl->ssl == nullptr || SSL_set_fd(impl->ssl, fd) != 1) {
-    ERR_clear_error();
+  impl->ssl = ossl().SSL_new(impl_->ctx);
+  if (impl->ssl == nullptr || ossl().SSL_set_fd(impl->ssl, fd) != 1) {
+    ossl().ERR_clear_error();
     return nullptr;
   }
-  SSL_set_accept_state(impl->ssl);
+  ossl().SSL_set_accept_state(impl->ssl);
   return std::make_unique<TlsSession>(std::move(impl));
 }
 
