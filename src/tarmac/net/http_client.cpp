@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
-#include <dlfcn.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <mutex>
 
 #include "tarmac/util/clock.hpp"
+#include "tarmac/util/dynamic_library.hpp"
 
 namespace tarmac::net {
 namespace {
@@ -36,36 +36,21 @@ struct Curl {
 // Loads libcurl once per process (curl_global_init is not to be raced) and keeps it loaded.
 const Result<Curl>& curl() {
   static const Result<Curl> loaded = []() -> Result<Curl> {
-    const char* path = std::getenv("TARMAC_CURL_LIB");
-    const std::string name = path != nullptr && *path != '\0' ? path : kLibrary;
-    dlerror();
-    void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* why = dlerror();
-      return make_error(Error::Code::NotFound,
-                        fmt::format("cannot load {} ({}): install libcurl (Debian: apt install libcurl4) for "
-                                    "webhooks and backfill",
-                                    name, why != nullptr ? why : "unknown error"));
-    }
+    auto lib = util::DynamicLibrary::open(kLibrary, "TARMAC_CURL_LIB",
+                                          "install libcurl (Debian: apt install libcurl4) for webhooks and backfill");
+    if (!lib.ok()) return lib.error();
     Curl c;
-    std::string missing;
-    const auto resolve = [&](auto& fn, const char* symbol) {
-      // dlsym's void* to a function pointer: what POSIX guarantees to work.
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, symbol));
-      if (fn == nullptr) missing += (missing.empty() ? "" : ", ") + std::string(symbol);
-    };
-    resolve(c.global_init, "curl_global_init");
-    resolve(c.easy_init, "curl_easy_init");
-    resolve(c.easy_setopt, "curl_easy_setopt");
-    resolve(c.easy_perform, "curl_easy_perform");
-    resolve(c.easy_getinfo, "curl_easy_getinfo");
-    resolve(c.easy_cleanup, "curl_easy_cleanup");
-    resolve(c.easy_strerror, "curl_easy_strerror");
-    resolve(c.slist_append, "curl_slist_append");
-    resolve(c.slist_free_all, "curl_slist_free_all");
-    if (!missing.empty()) {
-      return make_error(Error::Code::Unsupported, fmt::format("{} is not a usable libcurl: it lacks {}", name, missing));
-    }
+    lib->resolve(c.global_init, "curl_global_init");
+    lib->resolve(c.easy_init, "curl_easy_init");
+    lib->resolve(c.easy_setopt, "curl_easy_setopt");
+    lib->resolve(c.easy_perform, "curl_easy_perform");
+    lib->resolve(c.easy_getinfo, "curl_easy_getinfo");
+    lib->resolve(c.easy_cleanup, "curl_easy_cleanup");
+    lib->resolve(c.easy_strerror, "curl_easy_strerror");
+    lib->resolve(c.slist_append, "curl_slist_append");
+    lib->resolve(c.slist_free_all, "curl_slist_free_all");
+    TARMAC_TRY(lib->complete("a usable libcurl"));
+    const std::string& name = lib->name();
     if (const CURLcode rc = c.global_init(CURL_GLOBAL_DEFAULT); rc != CURLE_OK) {
       return make_error(Error::Code::External, fmt::format("{}: curl_global_init failed ({})", name, c.easy_strerror(rc)));
     }
