@@ -270,15 +270,10 @@ std::optional<StatusView> StatusSource::read() {
       view->classes[i] = gpu::classify(d, thresholds_, view->snapshot.timestamp_unix_ms / 1000, gpu::Leased::Yes);
     }
     // A job given one MIG device leases that device (gpu-MIG-... files): an empty one is reserved-idle.
-    auto& slices = view->mig_leases.emplace_back();
-    for (std::size_t k = 0; k < d.mig.size(); ++k) {
-      const auto on_slice = d.mig[k].uuid ? labels.find(*d.mig[k].uuid) : labels.end();
-      slices.push_back(on_slice != labels.end() ? on_slice->second : diagnose::GpuLease{});
-      if (on_slice == labels.end() || i >= view->mig_classes.size() || k >= view->mig_classes[i].size()) continue;
-      // Only an empty one: what runs on it keeps the class it was given (the agent's, over time).
-      const auto leased = gpu::classify_mig(d, k, thresholds_, view->snapshot.timestamp_unix_ms / 1000, gpu::Leased::Yes);
-      if (leased.activity == gpu::Activity::ReservedIdle) view->mig_classes[i][k] = leased;
-    }
+    std::vector<gpu::MigActivity> unknown;  // no classes for this GPU's MIG devices: none to change
+    auto& classes = i < view->mig_classes.size() ? view->mig_classes[i] : unknown;
+    view->mig_leases.push_back(
+        diagnose::overlay_mig_leases(d, labels, thresholds_, view->snapshot.timestamp_unix_ms / 1000, classes));
   }
   return view;
 }

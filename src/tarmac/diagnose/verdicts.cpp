@@ -162,6 +162,20 @@ const char* to_string(Severity s) {
   return "info";
 }
 
+std::vector<GpuLease> overlay_mig_leases(const gpu::Device& device, const std::map<std::string, GpuLease>& leases,
+                                         const gpu::ActivityThresholds& thresholds, long long now_s,
+                                         std::vector<gpu::MigActivity>& classes) {
+  std::vector<GpuLease> out;
+  for (std::size_t k = 0; k < device.mig.size(); ++k) {
+    const auto on_slice = device.mig[k].uuid ? leases.find(*device.mig[k].uuid) : leases.end();
+    out.push_back(on_slice != leases.end() ? on_slice->second : GpuLease{});
+    if (on_slice == leases.end() || k >= classes.size()) continue;
+    const auto leased = gpu::classify_mig(device, k, thresholds, now_s, gpu::Leased::Yes);
+    if (leased.activity == gpu::Activity::ReservedIdle) classes[k] = leased;
+  }
+  return out;
+}
+
 std::vector<Verdict> lease_and_backfill_verdicts(const gpu::Snapshot& snap,
                                                  const std::vector<std::vector<gpu::MigActivity>>& mig_classes,
                                                  const std::vector<std::vector<GpuLease>>& mig_leases,

@@ -2,6 +2,7 @@
 // `tarmac doctor` (issue 4) grows the full diagnosis from the same checks.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,15 @@ struct Backfill {
   long long answered = 0;  // requests done or failed
   long long requests = 0;
 };
+
+// The leases on `device`'s MIG devices (by their MIG-UUIDs in `leases`; an empty GpuLease for
+// none), one per MIG device, and in `classes` (its MIG devices' classes as classified without
+// leases; shorter when some are unknown) each leased one with nothing on it made reserved-idle.
+// What runs on a leased device keeps the class it was given (the agent's, over time).
+[[nodiscard]] std::vector<GpuLease> overlay_mig_leases(const gpu::Device& device,
+                                                       const std::map<std::string, GpuLease>& leases,
+                                                       const gpu::ActivityThresholds& thresholds, long long now_s,
+                                                       std::vector<gpu::MigActivity>& classes);
 
 // The verdicts that a lease or the agent adds to verdicts()'s, per device of `snapshot` (each list
 // may be shorter, or empty): a reserved-idle one per MIG device that `mig_classes` class so, named

@@ -212,18 +212,10 @@ HostData LocalReader::read() {
     // A MIG device given to a job (gpu-MIG-... lease files) with nothing on it is reserved-idle too.
     if (out.mig_classes.size() <= i) out.mig_classes.resize(i + 1);
     auto& classes = out.mig_classes[i];
-    auto& slices = out.mig_leases.emplace_back();
-    for (std::size_t k = 0; k < d.mig.size(); ++k) {
-      const auto on_slice = d.mig[k].uuid ? leases.find(*d.mig[k].uuid) : leases.end();
-      slices.push_back(on_slice != leases.end() ? on_slice->second : diagnose::GpuLease{});
-      const auto c = gpu::classify_mig(d, k, thresholds_, now_s,
-                                       on_slice != leases.end() ? gpu::Leased::Yes : gpu::Leased::No);
-      if (!live) {
-        classes.push_back(c);
-      } else if (k < classes.size() && c.activity == gpu::Activity::ReservedIdle) {
-        classes[k] = c;  // only an empty one: what runs on it keeps the agent's class
-      }
+    if (!live) {
+      for (std::size_t k = 0; k < d.mig.size(); ++k) classes.push_back(gpu::classify_mig(d, k, thresholds_, now_s));
     }
+    out.mig_leases.push_back(diagnose::overlay_mig_leases(d, leases, thresholds_, now_s, classes));
   }
   // Per process: CPU since the previous read, resident size, and its parents for the tree.
   decltype(cpu_before_) cpu_now;
