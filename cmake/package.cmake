@@ -21,10 +21,12 @@ string(CONCAT CPACK_DEBIAN_PACKAGE_DESCRIPTION
 set(CPACK_DEBIAN_PACKAGE_SECTION "admin")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-# Loaded at run time by the features that need them, so not in the binary's own dependencies:
-# libcurl (webhooks, backfill) and OpenSSL (the agent's HTTPS endpoint and basic authentication).
-# Ubuntu 24.04 names them with t64.
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libcurl4 | libcurl4t64, libssl3 | libssl3t64")
+# Loaded at run time by the features that need them, so not in the binary's own dependencies
+# (Ubuntu 24.04 names them with t64): OpenSSL, without which an agent whose web config asks for HTTPS
+# or passwords refuses to start, is required (an upgrade from a build that had it linked in must not
+# stop a working agent); libcurl (webhooks, backfill) is recommended. CPack adds dpkg-shlibdeps'.
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libssl3 | libssl3t64")
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libcurl4 | libcurl4t64")
 set(CPACK_STRIP_FILES ON)
 # Installed with DESTDIR and prefix /usr, as `cmake --install --prefix /usr` does: the install
 # script then puts tarmac.toml in /etc and names /usr/bin/tarmac in the units.

@@ -90,8 +90,10 @@ class DebianPackage(unittest.TestCase):
         info = run("dpkg-deb", "-f", str(self.deb), "Package", "Version", "Depends", "Recommends", check=True).stdout
         self.assertIn("Package: tarmac", info)
         self.assertRegex(info, r"Depends: .*libc6 \(>= 2\.\d+\)")
-        # What the features load at run time (libcurl, OpenSSL) is recommended, not required.
-        self.assertIn("Recommends: libcurl4 | libcurl4t64, libssl3 | libssl3t64", info)
+        # What the features load at run time: OpenSSL required (an HTTPS agent will not start without
+        # it), libcurl recommended.
+        self.assertRegex(info, r"Depends: .*libssl3 \| libssl3t64")
+        self.assertIn("Recommends: libcurl4 | libcurl4t64", info)
         before = tarmac_files()
         store = pathlib.Path("/var/lib/tarmac")
         had_store = store.exists()

@@ -337,7 +337,9 @@ Result<std::unique_ptr<serve::Service>> start_service(const AgentSettings& s, se
   }
   auto service = std::make_unique<serve::Service>(live, sopts);
   if (auto r = service->start(); !r.ok()) {
-    return make_error(Error::Code::Invalid, r.error().message + " (set http.listen, or --listen off)");
+    // A library that cannot be loaded (OpenSSL) names what to install; anything else is the listener's.
+    const bool library = r.error().code == Error::Code::NotFound || r.error().code == Error::Code::Unsupported;
+    return make_error(Error::Code::Invalid, r.error().message + (library ? "" : " (set http.listen, or --listen off)"));
   }
   if (!service->warning().empty()) log_line(util::LogLevel::Warning, service->warning());
   log_line(util::LogLevel::Info,

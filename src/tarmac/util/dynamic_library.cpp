@@ -8,7 +8,9 @@
 namespace tarmac::util {
 
 Result<DynamicLibrary> DynamicLibrary::open(const char* name, const char* override_env, std::string_view install_hint) {
-  const char* path = std::getenv(override_env);
+  // secure_getenv: a process that gained privileges (setuid, file capabilities) takes no library
+  // from the environment of whoever started it.
+  const char* path = ::secure_getenv(override_env);
   std::string file = path != nullptr && *path != '\0' ? path : name;
   dlerror();
   void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
