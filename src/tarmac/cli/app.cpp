@@ -39,11 +39,18 @@ namespace tarmac::cli {
 
 namespace detail {
 
+void add_global_options(CLI::App& app, GlobalOptions& global) {
+  app.add_option("--nvml-lib", global.nvml_lib, "Path of libnvidia-ml.so.1 to load")->envname("TARMAC_NVML_LIB");
+  app.add_flag("--json", global.json, "Machine-readable JSON output");
+  app.add_flag("--no-color", global.no_color, "No colour (also: NO_COLOR in the environment)");
+  app.add_option("--config", global.config, "Configuration file (TOML)");
+}
+
 int find_command_word(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--") return 0;
-    if (a == "--nvml-lib" || a == "--config") {
+    if (std::find(kGlobalOptionsWithValues.begin(), kGlobalOptionsWithValues.end(), a) != kGlobalOptionsWithValues.end()) {
       ++i;  // skip the option's value
       continue;
     }
@@ -127,10 +134,7 @@ int run_app(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.fallthrough();
   GlobalOptions global;
-  app.add_option("--nvml-lib", global.nvml_lib, "Path of libnvidia-ml.so.1 to load")->envname("TARMAC_NVML_LIB");
-  app.add_flag("--json", global.json, "Machine-readable JSON output");
-  app.add_flag("--no-color", global.no_color, "No colour (also: NO_COLOR in the environment)");
-  app.add_option("--config", global.config, "Configuration file (TOML)");
+  detail::add_global_options(app, global);
 
   int exit_code = kExitOk;
   for (const auto* group : detail::groups_for(argc, argv)) group->add(app, global, exit_code);

@@ -2,6 +2,7 @@
 // here and becomes a message and an exit code.
 #pragma once
 
+#include <array>
 #include <string_view>
 #include <vector>
 
@@ -30,8 +31,15 @@ namespace detail {
 // argv when it is the subcommand, else 0.
 [[nodiscard]] int find_sim_word(int argc, char** argv);
 
+// The options every command takes (--nvml-lib, --json, --no-color, --config), on the root.
+void add_global_options(CLI::App& app, GlobalOptions& global);
+
+// Those of them that take a value (the next argument, unless written --config=FILE): a test checks
+// the list against add_global_options.
+inline constexpr std::array<std::string_view, 2> kGlobalOptionsWithValues{"--nvml-lib", "--config"};
+
 // The index in argv of the word that names the subcommand: the first argument that is neither an
-// option nor a global option's value (--nvml-lib X, --config X); 0 when there is none before "--".
+// option nor a global option's value (kGlobalOptionsWithValues); 0 when there is none before "--".
 [[nodiscard]] int find_command_word(int argc, char** argv);
 
 // The top-level words one part of tarmac adds to the command line, and the function that adds

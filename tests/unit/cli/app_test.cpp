@@ -69,6 +69,22 @@ TEST(CommandGroups, EachAddsTheWordsItNames) {
   EXPECT_EQ(every.size(), 27U);
 }
 
+// find_command_word skips the value of each global option that takes one: a new one that takes a
+// value must be in its list, or `tarmac --new-option status top` would build the wrong command.
+TEST(CommandGroups, TheGlobalOptionsWithValuesAreTheOnesThatTakeOne) {
+  CLI::App app;
+  GlobalOptions global;
+  detail::add_global_options(app, global);
+  std::set<std::string> taking;
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_expected_max() == 0) continue;  // a flag
+    for (const auto& name : o->get_lnames()) taking.insert("--" + name);
+  }
+  const std::set<std::string> listed(detail::kGlobalOptionsWithValues.begin(), detail::kGlobalOptionsWithValues.end());
+  EXPECT_EQ(taking, listed);
+  EXPECT_FALSE(listed.empty());
+}
+
 std::vector<std::string> words_built(std::vector<std::string> args) {
   Argv a(std::move(args));
   std::vector<std::string> out;
