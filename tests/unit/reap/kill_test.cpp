@@ -390,7 +390,10 @@ TEST(Kill, AKillSwitchCreatedDuringTheGraceStopsTheSigkill) {
   store::test_support::TempDir dir;
   const std::string kill_switch = dir.path() + "/reap.disabled";
   const host::ProcReader proc = test_support::test_proc_reader();
-  auto child = start("trap 'echo > " + kill_switch + "' TERM; while :; do sleep 0.05; done");
+  // Its descendant lives long (a loop of short sleeps made a new child every 50 ms, and a CI run
+  // under the sanitizers saw one end while its facts were read, which rightly stops the reaper); a
+  // trapped SIGTERM interrupts `wait` at once, and the loop starts another sleep.
+  auto child = start("trap 'echo > " + kill_switch + "' TERM; while :; do sleep 30 & wait $!; done");
   ASSERT_TRUE(wait_state(proc, static_cast<unsigned>(child.pid), 'S'));
   NoGpus gpus;
   ReaperConfig config;
@@ -404,7 +407,9 @@ TEST(Kill, AKillSwitchCreatedDuringTheGraceStopsTheSigkill) {
   EXPECT_EQ(result.last_signal, SIGTERM);
   EXPECT_TRUE(std::filesystem::exists(kill_switch));
   EXPECT_TRUE(alive(child)) << "SIGKILL went out after the kill switch appeared";
+  const auto sleeps = proc.descendants(static_cast<unsigned>(child.pid));  // the shell's sleep
   end(child);
+  for (const unsigned pid : sleeps) ::kill(static_cast<pid_t>(pid), SIGKILL);
 }
 
 // Medium finding (a): a candidate is decided again right before its signal, by one fresh reading.
